@@ -1,0 +1,34 @@
+# Two commands: `make run` (set up everything and serve) and `make test` (the whole suite).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint setup bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py crucible_setup
+
+run: setup
+	$(PY) manage.py serve
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+# Tests keep their database, broker queue and keys apart from the data `make run` uses.
+test: export CRUCIBLE_DATA_DIR := $(CURDIR)/var/test
+test: lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) bench/event_latency.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache

@@ -1,0 +1,46 @@
+"""The REST API: one NinjaAPI with each app's router, session or token auth."""
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI
+
+from runtime_app.api import router as runtime_router
+from runtime_app.auth import api_auth
+
+api = NinjaAPI(
+    title="Crucible API",
+    version="1",
+    urls_namespace="api",
+    auth=api_auth,
+    docs_decorator=login_required,
+)
+api.add_router("/", runtime_router)
+
+
+def api_urls(ninja_api: NinjaAPI) -> tuple:
+    """The API's URLs with operations exempt from the page login redirect.
+
+    Ninja authenticates each operation itself (401, not a redirect to the login page);
+    the docs and schema keep the page behaviour through docs_decorator.
+    """
+    patterns, app_name, namespace = ninja_api.urls
+    for pattern in patterns:
+        if pattern.name not in {"openapi-json", "openapi-view"}:
+            pattern.callback.login_required = False
+    return patterns, app_name, namespace
+
+
+@api.exception_handler(ValidationError)
+def validation_error(request: HttpRequest, error: ValidationError) -> HttpResponse:
+    errors = error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
+    detail = "; ".join(f"{field}: {' '.join(msgs)}" if field != "__all__" else " ".join(msgs)
+                       for field, msgs in errors.items())
+    return api.create_response(request, {"detail": detail, "errors": errors}, status=400)
+
+
+@api.exception_handler(PermissionDenied)
+def permission_denied(request: HttpRequest, error: PermissionDenied) -> HttpResponse:
+    return api.create_response(
+        request, {"detail": str(error) or "You do not have permission."}, status=403
+    )

@@ -1,0 +1,195 @@
+"""Crucible's settings from the environment: every variable known, typed and checked.
+
+A wrong or unknown variable stops start-up with one line naming it (see manage.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+class ConfigError(Exception):
+    """A setting from the environment is unknown or malformed."""
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    help: str
+    default: str | None = None
+
+
+# The single list of variables Crucible reads; README.md documents each of them.
+VARIABLES: tuple[Variable, ...] = (
+    Variable("CRUCIBLE_DATA_DIR", "where SQLite, the embedded broker, worktrees and keys live", "var"),
+    Variable("CRUCIBLE_SECRET_KEY", "Django secret key; generated into the data dir if unset"),
+    Variable("CRUCIBLE_DEBUG", "Django debug pages (never in production)", "false"),
+    Variable("CRUCIBLE_ALLOWED_HOSTS", "comma-separated host names served", "127.0.0.1,localhost"),
+    Variable("CRUCIBLE_CSRF_TRUSTED_ORIGINS", "comma-separated origins, e.g. https://crucible.example"),
+    Variable("CRUCIBLE_HTTPS", "served behind HTTPS: secure cookies, HSTS, redirect", "false"),
+    Variable("CRUCIBLE_HOST", "address `manage.py serve` binds", "127.0.0.1"),
+    Variable("CRUCIBLE_PORT", "port `manage.py serve` binds", "8000"),
+    Variable("CRUCIBLE_ADMIN_USERNAME", "the admin account `make run` creates", "admin"),
+    Variable("CRUCIBLE_ADMIN_PASSWORD", "its password; generated and printed once if unset"),
+    Variable("CRUCIBLE_WORKER_CONCURRENCY", "Celery worker processes `manage.py serve` starts", "2"),
+    Variable("CRUCIBLE_EVENT_POLL_SECONDS", "how often live pages poll the DB for events"),
+    Variable("CRUCIBLE_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", "INFO"),
+    Variable("CRUCIBLE_REQUIRE_SERVICES", "tests: a missing service fails instead of skipping", "false"),
+    Variable("DATABASE_URL", "postgres://user:pass@host/db (default: SQLite in the data dir)"),
+    Variable("REDIS_URL", "redis://host:6379/0: Celery broker and channel layer (distributed)"),
+)
+KNOWN_NAMES = frozenset(v.name for v in VARIABLES)
+_DEFAULTS = {v.name: v.default for v in VARIABLES}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True)
+class Config:
+    data_dir: Path
+    secret_key: str | None
+    debug: bool
+    allowed_hosts: list[str]
+    csrf_trusted_origins: list[str]
+    https: bool
+    host: str
+    port: int
+    admin_username: str
+    admin_password: str | None
+    worker_concurrency: int
+    event_poll_seconds: float
+    log_level: str
+    require_services: bool
+    database_url: str | None
+    redis_url: str | None
+
+
+def _boolean(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean; use true or false")
+
+
+def _integer(name: str, raw: str, low: int, high: int) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a whole number") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name}={value} is out of range; expected {low} to {high}")
+    return value
+
+
+def _number(name: str, raw: str, low: float, high: float) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name}={value} is out of range; expected {low} to {high}")
+    return value
+
+
+def _url(name: str, raw: str, schemes: tuple[str, ...]) -> str:
+    parsed = urlparse(raw.strip())
+    if parsed.scheme not in schemes:
+        raise ConfigError(
+            f"{name} must start with {' or '.join(s + '://' for s in schemes)}; got {raw!r}"
+        )
+    if parsed.scheme != "sqlite" and not parsed.hostname:
+        raise ConfigError(f"{name}={raw!r} names no host")
+    return raw.strip()
+
+
+def _words(raw: str) -> list[str]:
+    return [word.strip() for word in raw.split(",") if word.strip()]
+
+
+def _unknown_variables(environ: Mapping[str, str]) -> None:
+    for name in sorted(environ):
+        if name.startswith("CRUCIBLE_") and name not in KNOWN_NAMES:
+            close = difflib.get_close_matches(name, KNOWN_NAMES, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ConfigError(f"{name} is not a Crucible setting{hint}")
+
+
+def load(environ: Mapping[str, str] | None = None) -> Config:
+    """Read and check every variable; raise ConfigError naming the first bad one."""
+    env = os.environ if environ is None else environ
+    _unknown_variables(env)
+
+    def get(name: str) -> str | None:
+        value = env.get(name)
+        return _DEFAULTS[name] if value is None else value
+
+    data_dir = Path(get("CRUCIBLE_DATA_DIR") or "var")
+    if not data_dir.is_absolute():
+        data_dir = BASE_DIR / data_dir
+    redis_url = get("REDIS_URL") or None
+    if redis_url:
+        redis_url = _url("REDIS_URL", redis_url, ("redis", "rediss"))
+    database_url = get("DATABASE_URL") or None
+    if database_url:
+        database_url = _url("DATABASE_URL", database_url, ("postgres", "postgresql", "sqlite"))
+    log_level = (get("CRUCIBLE_LOG_LEVEL") or "INFO").upper()
+    if log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+        raise ConfigError(f"CRUCIBLE_LOG_LEVEL={log_level!r}; use DEBUG, INFO, WARNING or ERROR")
+    poll = get("CRUCIBLE_EVENT_POLL_SECONDS")
+    # Without Redis the channel layer cannot cross processes, so pages poll often.
+    event_poll_seconds = (
+        _number("CRUCIBLE_EVENT_POLL_SECONDS", poll, 0.05, 60) if poll else (5.0 if redis_url else 0.5)
+    )
+    secret_key = get("CRUCIBLE_SECRET_KEY") or None
+    if secret_key is not None and len(secret_key) < 32:
+        raise ConfigError("CRUCIBLE_SECRET_KEY is shorter than 32 characters")
+    return Config(
+        data_dir=data_dir,
+        secret_key=secret_key,
+        debug=_boolean("CRUCIBLE_DEBUG", get("CRUCIBLE_DEBUG") or ""),
+        allowed_hosts=_words(get("CRUCIBLE_ALLOWED_HOSTS") or ""),
+        csrf_trusted_origins=[
+            _url("CRUCIBLE_CSRF_TRUSTED_ORIGINS", origin, ("http", "https"))
+            for origin in _words(get("CRUCIBLE_CSRF_TRUSTED_ORIGINS") or "")
+        ],
+        https=_boolean("CRUCIBLE_HTTPS", get("CRUCIBLE_HTTPS") or ""),
+        host=get("CRUCIBLE_HOST") or "127.0.0.1",
+        port=_integer("CRUCIBLE_PORT", get("CRUCIBLE_PORT") or "", 1, 65535),
+        admin_username=get("CRUCIBLE_ADMIN_USERNAME") or "admin",
+        admin_password=get("CRUCIBLE_ADMIN_PASSWORD") or None,
+        worker_concurrency=_integer(
+            "CRUCIBLE_WORKER_CONCURRENCY", get("CRUCIBLE_WORKER_CONCURRENCY") or "", 1, 64
+        ),
+        event_poll_seconds=event_poll_seconds,
+        log_level=log_level,
+        require_services=_boolean(
+            "CRUCIBLE_REQUIRE_SERVICES", get("CRUCIBLE_REQUIRE_SERVICES") or ""
+        ),
+        database_url=database_url,
+        redis_url=redis_url,
+    )
+
+
+def persistent_secret(path: Path, make: Callable[[], str] = lambda: secrets.token_urlsafe(50)) -> str:
+    """Return the secret stored at path, creating it (mode 600) on first use."""
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = make()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process (web or worker) made it first
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value)
+    return value

@@ -1,0 +1,68 @@
+from django.contrib import admin
+
+from runtime_app.models import (
+    ApiToken,
+    AuditEntry,
+    Event,
+    Project,
+    ProjectMembership,
+    WorkerHeartbeat,
+)
+
+
+class ProjectMembershipInline(admin.TabularInline):
+    model = ProjectMembership
+    extra = 1
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ["name", "created_by", "created_at"]
+    search_fields = ["name"]
+    inlines = [ProjectMembershipInline]
+
+
+@admin.register(ProjectMembership)
+class ProjectMembershipAdmin(admin.ModelAdmin):
+    list_display = ["project", "user", "added_at"]
+    list_filter = ["project"]
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Append-only records: visible in the admin, never edited there."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdmin):
+    list_display = ["id", "project", "subject_type", "subject_id", "kind", "created_at"]
+    list_filter = ["kind", "subject_type"]
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "actor_name", "action", "project", "target"]
+    list_filter = ["action"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["name", "user", "prefix", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["prefix", "token_sha256", "created_at", "last_used_at"]
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False  # tokens are made on the account page, where the secret is shown once
+
+
+@admin.register(WorkerHeartbeat)
+class WorkerHeartbeatAdmin(ReadOnlyAdmin):
+    list_display = ["hostname", "last_seen_at"]

@@ -1,0 +1,109 @@
+"""REST routes of runtime_app: the same services and selectors as the pages."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+
+from runtime_app import roles, selectors, services
+from runtime_app.health import health_status
+
+router = Router(tags=["runtime"])
+
+
+class ProjectOut(Schema):
+    id: int
+    name: str
+    description: str
+    created_at: datetime
+
+
+class ProjectIn(Schema):
+    name: str = Field(..., max_length=96)
+    description: str = Field("", max_length=2000)
+
+
+class MeOut(Schema):
+    username: str
+    roles: list[str]
+    projects: list[ProjectOut]
+
+
+class EventOut(Schema):
+    id: int
+    project_id: int
+    subject_type: str
+    subject_id: int
+    kind: str
+    payload: dict[str, Any]
+    created_at: datetime
+
+
+class HealthOut(Schema):
+    ok: bool
+    mode: str
+    checks: dict[str, dict[str, Any]]
+
+
+class Accepted(Schema):
+    detail: str
+
+
+@router.get("/health", response={200: HealthOut, 503: HealthOut})
+def health(request: HttpRequest):
+    """Database, broker, channel layer and worker status; 503 when any part is down."""
+    status = health_status()
+    return (200 if status["ok"] else 503), status
+
+
+@router.get("/me", response=MeOut)
+def me(request: HttpRequest):
+    user = request.user
+    return {
+        "username": user.get_username(),
+        "roles": roles.roles_of(user),
+        "projects": list(selectors.projects_for_user(user)),
+    }
+
+
+@router.get("/projects", response=list[ProjectOut])
+def project_list(request: HttpRequest):
+    return selectors.projects_for_user(request.user)
+
+
+@router.post("/projects", response={201: ProjectOut})
+def project_create(request: HttpRequest, body: ProjectIn):
+    return 201, services.project_create(request.user, body.name, body.description)
+
+
+@router.get("/projects/{project_id}", response=ProjectOut)
+def project_detail(request: HttpRequest, project_id: int):
+    return selectors.project_for_user(request.user, project_id)
+
+
+@router.post("/projects/{project_id}/ping", response={202: Accepted})
+def project_ping(request: HttpRequest, project_id: int):
+    """Ask a worker to answer with a `worker.pong` event on the project."""
+    project = selectors.project_for_user(request.user, project_id)
+    services.project_ping(request.user, project)
+    return 202, {"detail": "A worker will answer with a worker.pong event."}
+
+
+@router.get("/events", response=list[EventOut])
+def event_list(
+    request: HttpRequest,
+    after: int = Query(0, ge=0),
+    subject_type: str | None = None,
+    subject_id: int | None = None,
+    limit: int = Query(200, ge=1, le=1000),
+):
+    """Events after `after` (oldest first) from projects you can see; poll with the last id."""
+    subject = None
+    if subject_type is not None and subject_id is not None:
+        if selectors.subject_accessible_project(request.user, subject_type, subject_id) is None:
+            return []
+        subject = (subject_type, subject_id)
+    return selectors.events_for_user(request.user, after_id=after, subject=subject, limit=limit)

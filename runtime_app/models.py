@@ -1,0 +1,131 @@
+"""What both apps stand on: projects and access, events, audit entries, API tokens."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Project(models.Model):
+    """A team's space: repositories, searches and agents belong to one project."""
+
+    name = models.CharField(max_length=96, unique=True)
+    description = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="ProjectMembership", related_name="projects"
+    )
+
+    class Meta:
+        ordering = ["name"]
+        permissions = [
+            ("operate_project", "Can register repositories and launch searches and evolution runs"),
+            ("approve_project", "Can approve or reject winners and merges"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ProjectMembership(models.Model):
+    """Who may see a project's objects; what they may do comes from their roles."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    added_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "user"], name="unique_project_member")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.project}"
+
+
+class Event(models.Model):
+    """Append-only record of a state change, streamed live to pages that watch its subject."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="events")
+    subject_type = models.CharField(max_length=32)
+    subject_id = models.BigIntegerField()
+    kind = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["subject_type", "subject_id", "id"]),
+            models.Index(fields=["project", "id"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.kind} on {self.subject_type}:{self.subject_id}"
+
+    def save(self, *args, **kwargs) -> None:
+        if self.pk is not None:
+            raise ValueError("events are append-only")
+        super().save(*args, **kwargs)
+
+
+class AuditEntry(models.Model):
+    """Who did what, when: freezes, approvals, merges, role and token changes."""
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150)
+    action = models.CharField(max_length=64)
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries"
+    )
+    target = models.CharField(max_length=200, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_name} {self.action} {self.target}"
+
+
+class ApiToken(models.Model):
+    """A personal token for the CLI and automation; only its SHA-256 is stored."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=64)
+    prefix = models.CharField(max_length=12)
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class WorkerHeartbeat(models.Model):
+    """Last time each Celery worker's beat reported in; /api/health reads it."""
+
+    hostname = models.CharField(max_length=255, unique=True)
+    last_seen_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.hostname

@@ -1,0 +1,216 @@
+"""Every write in runtime_app. Views, API, CLI and tasks all call these."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import secrets
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import connection, transaction
+from django.utils import timezone
+
+from runtime_app import roles
+from runtime_app.models import (
+    ApiToken,
+    AuditEntry,
+    Event,
+    Project,
+    ProjectMembership,
+    WorkerHeartbeat,
+)
+
+logger = logging.getLogger(__name__)
+
+PROJECT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,95}$")
+TOKEN_PREFIX = "crc_"  # noqa: S105  (a marker, not a secret)
+# An arbitrary fixed key: PostgreSQL serialises event inserts on it (see event_emit).
+EVENT_LOCK_KEY = 7_220_431
+
+
+def event_group(project_id: int) -> str:
+    """The channel-layer group nudged when an event of this project commits."""
+    return f"events.project.{project_id}"
+
+
+def _event_nudge(project_id: int) -> None:
+    try:
+        async_to_sync(get_channel_layer().group_send)(
+            event_group(project_id), {"type": "events.nudge"}
+        )
+    except Exception:  # live pages still poll the DB, so a lost nudge only delays
+        logger.warning("could not nudge %s", event_group(project_id), exc_info=True)
+
+
+def event_emit(
+    project: Project | int,
+    subject_type: str,
+    subject_id: int,
+    kind: str,
+    payload: dict[str, Any] | None = None,
+) -> Event:
+    """Append an event inside the caller's transaction; nudge watchers once it commits.
+
+    Ids must become visible in order, or a watcher that has seen id 10 would skip an id 9
+    that commits later. SQLite has one writer at a time; on PostgreSQL a transaction-level
+    advisory lock gives the same order, so keep event-emitting transactions short.
+    """
+    project_id = project if isinstance(project, int) else project.pk
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [EVENT_LOCK_KEY])
+        event = Event.objects.create(
+            project_id=project_id,
+            subject_type=subject_type,
+            subject_id=subject_id,
+            kind=kind,
+            payload=payload or {},
+        )
+    transaction.on_commit(lambda: _event_nudge(project_id))
+    return event
+
+
+def audit_record(
+    actor: Any,
+    action: str,
+    *,
+    project: Project | None = None,
+    target: str = "",
+    detail: dict[str, Any] | None = None,
+) -> AuditEntry:
+    return AuditEntry.objects.create(
+        actor=actor if actor is not None and actor.is_authenticated else None,
+        actor_name=actor.get_username() if actor is not None else "system",
+        action=action,
+        project=project,
+        target=target[:200],
+        detail=detail or {},
+    )
+
+
+def _require(user: Any, permission: str) -> None:
+    if not (user.is_active and user.has_perm(permission)):
+        raise PermissionDenied(f"This needs the {permission.split('.')[-1]} permission.")
+
+
+def project_create(user: Any, name: str, description: str = "") -> Project:
+    """Create a project as an operator; its creator becomes its first member."""
+    _require(user, roles.OPERATE)
+    name = (name or "").strip()
+    if not PROJECT_NAME_RE.match(name):
+        raise ValidationError(
+            {"name": "Use 1–96 letters, digits, spaces, dots, dashes or underscores, "
+             "starting with a letter or digit."}
+        )
+    if Project.objects.filter(name__iexact=name).exists():
+        raise ValidationError({"name": f"A project named {name!r} already exists."})
+    if len(description) > 2000:
+        raise ValidationError({"description": "Keep the description under 2,000 characters."})
+    with transaction.atomic():
+        project = Project.objects.create(name=name, description=description, created_by=user)
+        ProjectMembership.objects.create(project=project, user=user)
+        audit_record(user, "project.create", project=project, target=name)
+        event_emit(project, "project", project.pk, "project.created", {"message": f"{name} created"})
+    return project
+
+
+def project_member_add(actor: Any, project: Project, user: Any) -> ProjectMembership:
+    """Let a user see a project's objects; an operator who is a member may do this."""
+    _require(actor, roles.OPERATE)
+    if not (actor.is_superuser or project.memberships.filter(user=actor).exists()):
+        raise PermissionDenied("Only members of a project can add members to it.")
+    with transaction.atomic():
+        membership, created = ProjectMembership.objects.get_or_create(project=project, user=user)
+        if created:
+            audit_record(actor, "project.member_add", project=project, target=user.get_username())
+            event_emit(
+                project, "project", project.pk, "project.member_added",
+                {"message": f"{user.get_username()} joined"},
+            )
+    return membership
+
+
+def project_ping(user: Any, project: Project) -> None:
+    """Ask a worker to answer with an event: proves broker, worker and live push work."""
+    _require(user, roles.OPERATE)
+    from runtime_app.tasks import project_ping_reply
+
+    with transaction.atomic():
+        event = event_emit(
+            project, "project", project.pk, "worker.ping",
+            {"message": f"{user.get_username()} pinged the workers"},
+        )
+        transaction.on_commit(lambda: project_ping_reply.delay(event.pk))
+
+
+def project_ping_answer(ping_event_id: int, hostname: str) -> Event | None:
+    """The worker's side of project_ping; answering twice changes nothing."""
+    ping = Event.objects.filter(pk=ping_event_id, kind="worker.ping").first()
+    if ping is None:
+        return None
+    with transaction.atomic():
+        answered = Event.objects.filter(
+            project_id=ping.project_id, kind="worker.pong", payload__ping=ping.pk
+        ).first()
+        if answered:
+            return answered
+        return event_emit(
+            ping.project_id, ping.subject_type, ping.subject_id, "worker.pong",
+            {"message": f"worker {hostname} answered", "ping": ping.pk, "hostname": hostname},
+        )
+
+
+def api_token_create(user: Any, name: str) -> tuple[ApiToken, str]:
+    """Create a personal API token; the plain token is returned once and never stored."""
+    name = (name or "").strip()
+    if not 1 <= len(name) <= 64:
+        raise ValidationError({"name": "Name the token in 1–64 characters, e.g. 'laptop CLI'."})
+    plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    with transaction.atomic():
+        token = ApiToken.objects.create(
+            user=user,
+            name=name,
+            prefix=plain[: len(TOKEN_PREFIX) + 6],
+            token_sha256=hashlib.sha256(plain.encode()).hexdigest(),
+        )
+        audit_record(user, "api_token.create", target=f"{name} ({token.prefix}…)")
+    return token, plain
+
+
+def api_token_revoke(user: Any, token_id: int) -> ApiToken:
+    token = ApiToken.objects.filter(pk=token_id, user=user).first()
+    if token is None:
+        raise ValidationError("No such token.")
+    if token.revoked_at is None:
+        with transaction.atomic():
+            token.revoked_at = timezone.now()
+            token.save(update_fields=["revoked_at"])
+            audit_record(user, "api_token.revoke", target=f"{token.name} ({token.prefix}…)")
+    return token
+
+
+def api_token_authenticate(plain: str) -> Any | None:
+    """The active user behind a token, or None; marks the token used."""
+    if not plain.startswith(TOKEN_PREFIX):
+        return None
+    digest = hashlib.sha256(plain.encode()).hexdigest()
+    token = (
+        ApiToken.objects.select_related("user")
+        .filter(token_sha256=digest, revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+    if token is None:
+        return None
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    return token.user
+
+
+def worker_heartbeat_record(hostname: str) -> None:
+    WorkerHeartbeat.objects.update_or_create(
+        hostname=hostname, defaults={"last_seen_at": timezone.now()}
+    )

@@ -1,0 +1,14 @@
+from django.urls import path
+
+from runtime_app import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("projects/new/", views.project_create, name="project_create"),
+    path("projects/<int:project_id>/", views.project_detail, name="project_detail"),
+    path("projects/<int:project_id>/ping/", views.project_ping, name="project_ping"),
+    path("repositories/", views.repositories, name="repositories"),
+    path("audit/", views.audit_log, name="audit_log"),
+    path("account/", views.account, name="account"),
+    path("account/tokens/<int:token_id>/revoke/", views.api_token_revoke, name="api_token_revoke"),
+]

@@ -1,0 +1,128 @@
+"""Pages of runtime_app: thin views over selectors and services."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.forms import Form
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from runtime_app import roles, selectors, services
+from runtime_app.forms import ApiTokenForm, ProjectForm
+
+
+def _apply_errors(form: Form, error: ValidationError) -> None:
+    if hasattr(error, "error_dict"):
+        for field, errors in error.message_dict.items():
+            form.add_error(field if field in form.fields else None, errors)
+    else:
+        form.add_error(None, error.messages)
+
+
+def _live_context(request: HttpRequest, subject: tuple[str, int] | None = None) -> dict:
+    # Read the last id first: the page shows events up to it and the socket resumes there.
+    last_event_id = selectors.event_last_id()
+    events = selectors.events_recent_for_user(request.user, up_to_id=last_event_id, subject=subject)
+    ws_path = f"/ws/events/{subject[0]}/{subject[1]}/" if subject else "/ws/events/"
+    return {"events": events, "last_event_id": last_event_id, "ws_path": ws_path}
+
+
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    return render(request, "runtime_app/home.html", {
+        "projects": selectors.projects_for_user(request.user),
+        "project_form": ProjectForm(),
+        "can_operate": request.user.has_perm(roles.OPERATE),
+        "roles": roles.roles_of(request.user),
+        **_live_context(request),
+    })
+
+
+@require_POST
+def project_create(request: HttpRequest) -> HttpResponse:
+    form = ProjectForm(request.POST)
+    if form.is_valid():
+        try:
+            project = services.project_create(
+                request.user, form.cleaned_data["name"], form.cleaned_data["description"]
+            )
+        except ValidationError as error:
+            _apply_errors(form, error)
+        else:
+            messages.success(request, f"Project {project.name} created.")
+            return redirect("project_detail", project_id=project.pk)
+    return render(request, "runtime_app/home.html", {
+        "projects": selectors.projects_for_user(request.user),
+        "project_form": form,
+        "can_operate": request.user.has_perm(roles.OPERATE),
+        "roles": roles.roles_of(request.user),
+        **_live_context(request),
+    }, status=400)
+
+
+@require_GET
+def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = selectors.project_for_user(request.user, project_id)
+    return render(request, "runtime_app/project_detail.html", {
+        "project": project,
+        "members": project.members.order_by("username"),
+        "can_operate": request.user.has_perm(roles.OPERATE),
+        **_live_context(request, subject=("project", project.pk)),
+    })
+
+
+@require_POST
+def project_ping(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = selectors.project_for_user(request.user, project_id)
+    services.project_ping(request.user, project)
+    if request.htmx:
+        return HttpResponse(status=204)
+    messages.info(request, "Ping sent; a worker's answer appears in the activity log.")
+    return redirect("project_detail", project_id=project.pk)
+
+
+@require_GET
+def repositories(request: HttpRequest) -> HttpResponse:
+    return render(request, "runtime_app/repositories.html", {
+        "projects": selectors.projects_for_user(request.user),
+    })
+
+
+@require_GET
+def audit_log(request: HttpRequest) -> HttpResponse:
+    entries = selectors.audit_entries_for_user(request.user)[:500]
+    return render(request, "runtime_app/audit_log.html", {"entries": entries})
+
+
+def account(request: HttpRequest) -> HttpResponse:
+    form = ApiTokenForm(request.POST or None)
+    new_token = None
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                _, new_token = services.api_token_create(request.user, form.cleaned_data["name"])
+            except ValidationError as error:
+                _apply_errors(form, error)
+        if new_token is None:
+            status = 400
+        else:
+            form = ApiTokenForm()
+    return render(request, "runtime_app/account.html", {
+        "form": form,
+        "new_token": new_token,
+        "tokens": selectors.api_tokens_for_user(request.user),
+        "roles": roles.roles_of(request.user),
+    }, status=status)
+
+
+@require_POST
+def api_token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    try:
+        token = services.api_token_revoke(request.user, token_id)
+    except ValidationError as error:
+        raise PermissionDenied(" ".join(error.messages)) from error
+    messages.success(request, f"Token {token.name} revoked.")
+    return redirect("account")

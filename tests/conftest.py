@@ -1,0 +1,143 @@
+"""Shared fixtures: personas, real services (or a clear skip), subprocess helpers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import connection
+
+from runtime_app import roles
+from runtime_app.models import Project, ProjectMembership
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def service_missing(message: str) -> None:
+    """Skip a test whose service is missing, or fail it when CI requires services."""
+    if settings.CONFIG.require_services:
+        pytest.fail(f"required service missing (CRUCIBLE_REQUIRE_SERVICES=1): {message}")
+    pytest.skip(message)
+
+
+@dataclass
+class Personas:
+    """owner runs project alpha; member is on its team; outsider only sees beta."""
+
+    owner: object
+    member: object
+    outsider: object
+    alpha: Project
+    beta: Project
+
+
+def make_user(username: str, *role_names: str):
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user(username=username, password="pw-" + username)
+    roles.roles_sync()
+    for name in role_names:
+        user.groups.add(Group.objects.get(name=name))
+    return user
+
+
+@pytest.fixture
+def personas(db) -> Personas:
+    owner = make_user("owner", roles.VIEWER, roles.OPERATOR, roles.APPROVER)
+    member = make_user("member", roles.VIEWER, roles.OPERATOR)
+    outsider = make_user("outsider", roles.VIEWER, roles.OPERATOR, roles.APPROVER)
+    alpha = Project.objects.create(name="alpha", created_by=owner)
+    beta = Project.objects.create(name="beta", created_by=outsider)
+    ProjectMembership.objects.create(project=alpha, user=owner)
+    ProjectMembership.objects.create(project=alpha, user=member)
+    ProjectMembership.objects.create(project=beta, user=outsider)
+    return Personas(owner, member, outsider, alpha, beta)
+
+
+def database_url() -> str:
+    """A DATABASE_URL that points a subprocess at the database this test uses."""
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{Path(db['NAME']).resolve()}"
+    user = quote(db.get("USER") or "", safe="")
+    password = quote(db.get("PASSWORD") or "", safe="")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    return f"postgres://{auth}{db.get('HOST') or 'localhost'}:{db.get('PORT') or 5432}/{db['NAME']}"
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a Crucible subprocess sharing this test's database."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env.update(DJANGO_SETTINGS_MODULE="crucible.settings", DATABASE_URL=database_url())
+    env.setdefault("CRUCIBLE_DATA_DIR", str(settings.DATA_DIR))
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode} before listening")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listened on port {port} within {timeout} s")
+
+
+def stop_process(process: subprocess.Popen, timeout: float = 15) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """A reachable Redis: REDIS_URL, or the local default; skip (or fail in CI) if none."""
+    import redis
+
+    url = settings.CONFIG.redis_url or "redis://127.0.0.1:6379/0"
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except redis.RedisError as error:
+        service_missing(f"Redis at {url} is not reachable: {error}")
+    return url
+
+
+@pytest.fixture
+def daphne_server(transactional_db) -> Iterator[str]:
+    """Daphne serving the app in a subprocess against this test's database; yields its URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+         "crucible.asgi:application"],
+        cwd=REPO_ROOT,
+        env=subprocess_env(CRUCIBLE_EVENT_POLL_SECONDS="0.2"),
+    )
+    try:
+        wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(process)
