@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Field, Query, Router, Schema
+from ninja import Field, Query, Router, Schema, Status
 
 from runtime_app import roles, selectors, services
 from runtime_app.health import health_status
@@ -56,7 +56,7 @@ class Accepted(Schema):
 def health(request: HttpRequest):
     """Database, broker, channel layer and worker status; 503 when any part is down."""
     status = health_status()
-    return (200 if status["ok"] else 503), status
+    return Status(200 if status["ok"] else 503, status)
 
 
 @router.get("/me", response=MeOut)
@@ -76,7 +76,7 @@ def project_list(request: HttpRequest):
 
 @router.post("/projects", response={201: ProjectOut})
 def project_create(request: HttpRequest, body: ProjectIn):
-    return 201, services.project_create(request.user, body.name, body.description)
+    return Status(201, services.project_create(request.user, body.name, body.description))
 
 
 @router.get("/projects/{project_id}", response=ProjectOut)
@@ -89,7 +89,7 @@ def project_ping(request: HttpRequest, project_id: int):
     """Ask a worker to answer with a `worker.pong` event on the project."""
     project = selectors.project_for_user(request.user, project_id)
     services.project_ping(request.user, project)
-    return 202, {"detail": "A worker will answer with a worker.pong event."}
+    return Status(202, {"detail": "A worker will answer with a worker.pong event."})
 
 
 @router.get("/events", response=list[EventOut])

@@ -141,3 +141,9 @@ def daphne_server(transactional_db) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         stop_process(process)
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings) -> None:
+    # Personas are made per test; the real hasher's 1M iterations would dominate the suite.
+    settings.PASSWORD_HASHERS = ["tests.hashers.FastPBKDF2PasswordHasher"]

@@ -1,0 +1,93 @@
+"""`make run`'s steps: crucible_setup (idempotent) and serve (two children, clean stop)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from runtime_app.models import Event, Project
+from tests.conftest import REPO_ROOT, free_port, stop_process, wait_for_port
+
+
+@pytest.mark.django_db
+def test_setup_creates_the_admin_and_demo_project_once(capsys, settings):
+    call_command("crucible_setup")
+    first = capsys.readouterr().out
+    assert "It is shown only this once" in first
+    password = first.split("password: ")[1].split()[0]
+    admin = get_user_model().objects.get(username="admin")
+    assert admin.is_superuser and admin.check_password(password)
+    call_command("crucible_setup")
+    assert "password" not in capsys.readouterr().out
+    assert Project.objects.filter(name="demo").count() == 1
+    assert Event.objects.filter(kind="project.created").count() == 1
+
+
+@pytest.mark.django_db
+def test_setup_uses_the_password_from_the_environment(monkeypatch, settings, capsys):
+    from dataclasses import replace
+
+    monkeypatch.setattr(settings, "CONFIG", replace(settings.CONFIG, admin_password="s3cret-Admin"))
+    call_command("crucible_setup")
+    assert "s3cret-Admin" not in capsys.readouterr().out
+    assert get_user_model().objects.get(username="admin").check_password("s3cret-Admin")
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "\nState:\tZ" not in status.read_text()
+
+
+def test_serve_starts_web_and_worker_and_ctrl_c_stops_both(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"}}
+    env["CRUCIBLE_DATA_DIR"] = str(tmp_path)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO_ROOT, env=env,
+                   check=True, timeout=180)
+    port = free_port()
+    log = (tmp_path / "serve.log").open("w")
+    serve = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)],
+                             cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, serve, timeout=60)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/login/", timeout=10) as response:
+            assert response.status == 200
+        children = _children(serve.pid)
+        assert len(children) == 2
+        # The worker's beat writes a heartbeat into the same database: the worker is up.
+        deadline = time.monotonic() + 60
+        beats = 0
+        while time.monotonic() < deadline and not beats:
+            with sqlite3.connect(tmp_path / "crucible.sqlite3", timeout=30) as db:
+                beats = db.execute("SELECT COUNT(*) FROM runtime_app_workerheartbeat").fetchone()[0]
+            time.sleep(0.5)
+        assert beats, (tmp_path / "serve.log").read_text()[-3000:]
+
+        serve.send_signal(signal.SIGINT)
+        assert serve.wait(timeout=40) == 0
+        assert not [pid for pid in children if _alive(pid)]
+        output = (tmp_path / "serve.log").read_text()
+        assert f"http://127.0.0.1:{port}/" in output
+        assert "Stopped the web server and the worker." in output
+    finally:
+        stop_process(serve)
+        log.close()

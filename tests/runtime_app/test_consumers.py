@@ -1,0 +1,185 @@
+"""Live events over websockets, through the real ASGI stack (origin check, session auth)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.db import transaction
+from django.test import Client
+
+from crucible.asgi import application
+from runtime_app.services import event_emit
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+IDS = re.compile(r'data-event-id="(\d+)"')
+
+
+def session_cookie(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def connect(path: str, cookie: str | None, origin: str = "http://127.0.0.1") -> WebsocketCommunicator:
+    headers = [(b"origin", origin.encode()), (b"host", b"127.0.0.1")]
+    if cookie:
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+async def received_ids(communicator: WebsocketCommunicator, count: int) -> list[int]:
+    """Read fragments until `count` event ids arrived; a fragment lists its events newest
+    first (they are prepended to the log), so the ids come back sorted."""
+    ids: list[int] = []
+    while len(ids) < count:
+        ids += [int(i) for i in IDS.findall(await communicator.receive_from(timeout=10))]
+    assert len(ids) == len(set(ids)), f"duplicates in {ids}"
+    return sorted(ids)
+
+
+emit = database_sync_to_async(event_emit)
+
+
+def test_an_anonymous_socket_is_closed():
+    async def scenario():
+        communicator = connect("/ws/events/", cookie=None)
+        connected, code = await communicator.connect()
+        assert not connected
+        assert code == 4401
+    async_to_sync(scenario)()
+
+
+def test_a_socket_from_a_foreign_origin_is_refused(personas):
+    cookie = session_cookie(personas.owner)
+
+    async def scenario():
+        communicator = connect("/ws/events/", cookie, origin="http://evil.example")
+        connected, _ = await communicator.connect()
+        assert not connected
+    async_to_sync(scenario)()
+
+
+def test_an_outsider_cannot_watch_another_teams_project(personas):
+    cookie = session_cookie(personas.outsider)
+
+    async def scenario():
+        communicator = connect(f"/ws/events/project/{personas.alpha.pk}/", cookie)
+        connected, code = await communicator.connect()
+        assert not connected
+        assert code == 4403
+    async_to_sync(scenario)()
+
+
+def test_a_committed_event_reaches_a_connected_client(personas):
+    cookie = session_cookie(personas.member)
+
+    async def scenario():
+        communicator = connect(f"/ws/events/project/{personas.alpha.pk}/", cookie)
+        assert (await communicator.connect())[0]
+        await communicator.send_to(text_data=json.dumps({"type": "resume", "last_id": 0}))
+        event = await emit(personas.alpha, "project", personas.alpha.pk, "test.hello",
+                           {"message": "<i>hi</i>"})
+        html = await communicator.receive_from(timeout=10)
+        assert f'data-event-id="{event.pk}"' in html
+        assert 'hx-swap-oob="afterbegin:#event-log"' in html
+        assert "&lt;i&gt;hi&lt;/i&gt;" in html and "<i>hi</i>" not in html
+        await communicator.disconnect()
+    async_to_sync(scenario)()
+
+
+def test_a_rolled_back_event_never_reaches_the_client(personas):
+    cookie = session_cookie(personas.member)
+
+    def emit_then_roll_back():
+        with pytest.raises(RuntimeError), transaction.atomic():
+            event_emit(personas.alpha, "project", personas.alpha.pk, "test.ghost", {})
+            raise RuntimeError("roll back")
+
+    async def scenario():
+        communicator = connect("/ws/events/", cookie)
+        assert (await communicator.connect())[0]
+        await communicator.send_to(text_data=json.dumps({"type": "resume", "last_id": 0}))
+        await database_sync_to_async(emit_then_roll_back)()
+        # Longer than the DB poll in embedded mode, so a leak would show up here.
+        assert await communicator.receive_nothing(timeout=1.5)
+        real = await emit(personas.alpha, "project", personas.alpha.pk, "test.real", {})
+        assert await received_ids(communicator, 1) == [real.pk]
+        await communicator.disconnect()
+    async_to_sync(scenario)()
+
+
+def test_the_feed_carries_only_the_users_projects(personas):
+    cookie = session_cookie(personas.member)
+
+    async def scenario():
+        communicator = connect("/ws/events/?last_id=0", cookie)
+        assert (await communicator.connect())[0]
+        await emit(personas.beta, "project", personas.beta.pk, "test.theirs", {})
+        mine = await emit(personas.alpha, "project", personas.alpha.pk, "test.mine", {})
+        assert await received_ids(communicator, 1) == [mine.pk]
+        assert await communicator.receive_nothing(timeout=1)
+        await communicator.disconnect()
+    async_to_sync(scenario)()
+
+
+def test_a_reconnecting_client_receives_exactly_the_missed_events(personas):
+    cookie = session_cookie(personas.member)
+    project = personas.alpha
+
+    async def scenario():
+        first = connect("/ws/events/", cookie)
+        assert (await first.connect())[0]
+        await first.send_to(text_data=json.dumps({"type": "resume", "last_id": 0}))
+        seen = await emit(project, "project", project.pk, "test.seen", {})
+        assert await received_ids(first, 1) == [seen.pk]
+        await first.disconnect()
+
+        missed = [await emit(project, "project", project.pk, f"test.missed{i}", {}) for i in range(3)]
+
+        second = connect("/ws/events/", cookie)
+        assert (await second.connect())[0]
+        await second.send_to(text_data=json.dumps({"type": "resume", "last_id": seen.pk}))
+        assert await received_ids(second, 3) == [event.pk for event in missed]
+        assert await second.receive_nothing(timeout=1)
+        later = await emit(project, "project", project.pk, "test.later", {})
+        assert await received_ids(second, 1) == [later.pk]
+        await second.disconnect()
+    async_to_sync(scenario)()
+
+
+def test_nothing_is_sent_before_the_client_says_where_it_stands(personas):
+    cookie = session_cookie(personas.member)
+
+    async def scenario():
+        communicator = connect("/ws/events/", cookie)
+        assert (await communicator.connect())[0]
+        await emit(personas.alpha, "project", personas.alpha.pk, "test.early", {})
+        assert await communicator.receive_nothing(timeout=1)
+        await communicator.send_to(text_data="not json")
+        await communicator.send_to(text_data=json.dumps({"type": "resume", "last_id": -5}))
+        assert await communicator.receive_nothing(timeout=0.5)
+        await communicator.disconnect()
+    async_to_sync(scenario)()
+
+
+def test_a_member_removed_from_the_project_is_disconnected(personas):
+    from runtime_app.models import ProjectMembership
+
+    cookie = session_cookie(personas.member)
+
+    async def scenario():
+        communicator = connect(f"/ws/events/project/{personas.alpha.pk}/?last_id=0", cookie)
+        assert (await communicator.connect())[0]
+        await database_sync_to_async(
+            ProjectMembership.objects.filter(user=personas.member).delete
+        )()
+        await emit(personas.alpha, "project", personas.alpha.pk, "test.after_removal", {})
+        output = await communicator.receive_output(timeout=10)
+        assert output["type"] == "websocket.close"
+        assert output["code"] == 4403
+    async_to_sync(scenario)()
