@@ -45,7 +45,8 @@ def test_a_malformed_variable_is_refused_by_name(environ, named):
 
 
 def test_an_unknown_crucible_variable_is_refused_with_a_suggestion():
-    with pytest.raises(ConfigError, match="CRUCIBLE_DATA_DIRR is not a Crucible setting; did you mean CRUCIBLE_DATA_DIR"):
+    expected = "CRUCIBLE_DATA_DIRR is not a Crucible setting; did you mean CRUCIBLE_DATA_DIR"
+    with pytest.raises(ConfigError, match=expected):
         load({"CRUCIBLE_DATA_DIRR": "/tmp/x"})
 
 
