@@ -4,12 +4,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from runtime_app import roles, selectors
-
 
 @require_GET
 def agent_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "evolve_app/agent_list.html", {
-        "projects": selectors.projects_for_user(request.user),
-        "can_operate": request.user.has_perm(roles.OPERATE),
-    })
+    return render(request, "evolve_app/agent_list.html")

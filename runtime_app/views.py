@@ -29,15 +29,19 @@ def _live_context(request: HttpRequest, subject: tuple[str, int] | None = None) 
     return {"events": events, "last_event_id": last_event_id, "ws_path": ws_path}
 
 
-@require_GET
-def home(request: HttpRequest) -> HttpResponse:
+def _home(request: HttpRequest, project_form: ProjectForm, status: int = 200) -> HttpResponse:
     return render(request, "runtime_app/home.html", {
         "projects": selectors.projects_for_user(request.user),
-        "project_form": ProjectForm(),
+        "project_form": project_form,
         "can_operate": request.user.has_perm(roles.OPERATE),
         "roles": roles.roles_of(request.user),
         **_live_context(request),
-    })
+    }, status=status)
+
+
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    return _home(request, ProjectForm())
 
 
 @require_POST
@@ -53,13 +57,7 @@ def project_create(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Project {project.name} created.")
             return redirect("project_detail", project_id=project.pk)
-    return render(request, "runtime_app/home.html", {
-        "projects": selectors.projects_for_user(request.user),
-        "project_form": form,
-        "can_operate": request.user.has_perm(roles.OPERATE),
-        "roles": roles.roles_of(request.user),
-        **_live_context(request),
-    }, status=400)
+    return _home(request, form, status=400)
 
 
 @require_GET
