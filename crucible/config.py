@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import os
 import secrets
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,3 +194,12 @@ def persistent_secret(path: Path, make: Callable[[], str] = lambda: secrets.toke
     with os.fdopen(fd, "w") as handle:
         handle.write(value)
     return value
+
+
+def load_or_exit() -> Config:
+    """load() for process entry points (Daphne, Celery): one line and exit 2 on error."""
+    try:
+        return load()
+    except ConfigError as error:
+        print(f"crucible: configuration error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -84,3 +84,15 @@ def test_the_deploy_check_fails_without_https(tmp_path):
     )
     assert result.returncode != 0
     assert "SECURE_SSL_REDIRECT" in result.stdout + result.stderr
+
+
+def test_a_worker_started_directly_also_fails_with_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "crucible", "worker"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+        env={"PATH": "/usr/bin:/bin", "CRUCIBLE_DATA_DIR": str(tmp_path), "REDIS_URL": "redis:/oops"},
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "crucible: configuration error: REDIS_URL='redis:/oops' names no host"
+    ]
