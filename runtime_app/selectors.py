@@ -49,7 +49,9 @@ def events_for_user(
     limit: int = 200,
 ) -> list[Event]:
     """Events after after_id, oldest first, only from projects the user may see."""
-    events = Event.objects.filter(id__gt=after_id, project__in=projects_for_user(user))
+    events = Event.objects.select_related("project").filter(
+        id__gt=after_id, project__in=projects_for_user(user)
+    )
     if subject is not None:
         events = events.filter(subject_type=subject[0], subject_id=subject[1])
     return list(events.order_by("id")[:limit])
@@ -59,7 +61,9 @@ def events_recent_for_user(
     user: Any, *, up_to_id: int, subject: tuple[str, int] | None = None, limit: int = 50
 ) -> list[Event]:
     """The newest events up to up_to_id, newest first, for a page's first render."""
-    events = Event.objects.filter(id__lte=up_to_id, project__in=projects_for_user(user))
+    events = Event.objects.select_related("project").filter(
+        id__lte=up_to_id, project__in=projects_for_user(user)
+    )
     if subject is not None:
         events = events.filter(subject_type=subject[0], subject_id=subject[1])
     return list(events.order_by("-id")[:limit])
