@@ -34,10 +34,10 @@ def test_setup_creates_the_admin_and_demo_project_once(capsys, settings):
 
 
 @pytest.mark.django_db
-def test_setup_uses_the_password_from_the_environment(monkeypatch, settings, capsys):
+def test_setup_uses_the_password_from_the_environment(settings, capsys):
     from dataclasses import replace
 
-    monkeypatch.setattr(settings, "CONFIG", replace(settings.CONFIG, admin_password="s3cret-Admin"))
+    settings.CONFIG = replace(settings.CONFIG, admin_password="s3cret-Admin")
     call_command("crucible_setup")
     assert "s3cret-Admin" not in capsys.readouterr().out
     assert get_user_model().objects.get(username="admin").check_password("s3cret-Admin")
