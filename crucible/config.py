@@ -43,6 +43,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_WORKER_CONCURRENCY", "Celery worker processes `manage.py serve` starts", "2"),
     Variable("CRUCIBLE_EVENT_POLL_SECONDS", "how often live pages poll the DB for events"),
     Variable("CRUCIBLE_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", "INFO"),
+    Variable("CRUCIBLE_REPO_ROOTS", "comma-separated absolute dirs repositories may be registered under"),
     Variable("CRUCIBLE_REQUIRE_SERVICES", "tests: a missing service fails instead of skipping", "false"),
     Variable("DATABASE_URL", "postgres://user:pass@host/db (default: SQLite in the data dir)"),
     Variable("REDIS_URL", "redis://host:6379/0: Celery broker and channel layer (distributed)"),
@@ -69,6 +70,7 @@ class Config:
     event_poll_seconds: float
     log_level: str
     require_services: bool
+    repo_roots: list[Path]
     database_url: str | None
     redis_url: str | None
 
@@ -115,6 +117,16 @@ def _url(name: str, raw: str, schemes: tuple[str, ...]) -> str:
 
 def _words(raw: str) -> list[str]:
     return [word.strip() for word in raw.split(",") if word.strip()]
+
+
+def _directories(name: str, raw: str) -> list[Path]:
+    roots = []
+    for word in _words(raw):
+        path = Path(word)
+        if not path.is_absolute():
+            raise ConfigError(f"{name}: {word!r} is not an absolute path")
+        roots.append(Path(os.path.normpath(path)))
+    return roots
 
 
 def _unknown_variables(environ: Mapping[str, str]) -> None:
@@ -178,6 +190,7 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         ),
         database_url=database_url,
         redis_url=redis_url,
+        repo_roots=_directories("CRUCIBLE_REPO_ROOTS", get("CRUCIBLE_REPO_ROOTS") or ""),
     )
 
 

@@ -6,6 +6,7 @@ from runtime_app.models import (
     Event,
     Project,
     ProjectMembership,
+    Repository,
     WorkerHeartbeat,
 )
 
@@ -66,3 +67,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
 @admin.register(WorkerHeartbeat)
 class WorkerHeartbeatAdmin(ReadOnlyAdmin):
     list_display = ["hostname", "last_seen_at"]
+
+
+@admin.register(Repository)
+class RepositoryAdmin(admin.ModelAdmin):
+    list_display = ["name", "project", "path", "created_at"]
+    list_filter = ["project"]

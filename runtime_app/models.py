@@ -48,6 +48,29 @@ class ProjectMembership(models.Model):
         return f"{self.user} in {self.project}"
 
 
+class Repository(models.Model):
+    """A local git repository that a project's searches target, registered by path."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="repositories")
+    name = models.CharField(max_length=96)
+    path = models.CharField(max_length=1000)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "repositories"
+        constraints = [
+            models.UniqueConstraint(fields=["project", "path"], name="unique_repository_path"),
+            models.UniqueConstraint(fields=["project", "name"], name="unique_repository_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.path})"
+
+
 class Event(models.Model):
     """Append-only record of a state change, streamed live to pages that watch its subject."""
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import Max, QuerySet
 from django.http import Http404
 
-from runtime_app.models import ApiToken, AuditEntry, Event, Project
+from runtime_app.models import ApiToken, AuditEntry, Event, Project, Repository
 from runtime_app.subjects import subject_project_id
 
 
@@ -80,3 +80,14 @@ def audit_entries_for_user(user: Any) -> QuerySet[AuditEntry]:
 
 def api_tokens_for_user(user: Any) -> QuerySet[ApiToken]:
     return ApiToken.objects.filter(user=user)
+
+
+def repositories_for_user(user: Any) -> QuerySet[Repository]:
+    return Repository.objects.select_related("project").filter(project__in=projects_for_user(user))
+
+
+def repository_for_user(user: Any, repository_id: int) -> Repository:
+    repository = repositories_for_user(user).filter(pk=repository_id).first()
+    if repository is None:
+        raise Http404("No such repository.")
+    return repository

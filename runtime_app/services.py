@@ -15,12 +15,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from runtime_app import roles
+from runtime_app.git import GitError, repo_open
 from runtime_app.models import (
     ApiToken,
     AuditEntry,
     Event,
     Project,
     ProjectMembership,
+    Repository,
     WorkerHeartbeat,
 )
 
@@ -133,6 +135,60 @@ def project_member_add(actor: Any, project: Project, user: Any) -> ProjectMember
                 {"message": f"{user.get_username()} joined"},
             )
     return membership
+
+
+def _require_member(user: Any, project: Project) -> None:
+    if not (user.is_superuser or project.memberships.filter(user=user).exists()):
+        raise PermissionDenied("Only members of the project can do this.")
+
+
+def repository_register(
+    user: Any, project: Project, path: str, name: str = "", *, trusted: bool = False
+) -> Repository:
+    """Register a local git repository for a project.
+
+    From the web and API the path must lie under an allowed root (CRUCIBLE_REPO_ROOTS), so
+    a web user cannot point Crucible at arbitrary server paths; `trusted` is for the local
+    administrator's CLI.
+    """
+    from pathlib import Path
+
+    from django.conf import settings
+
+    _require(user, roles.OPERATE)
+    _require_member(user, project)
+    raw = (path or "").strip()
+    if not raw:
+        raise ValidationError({"path": "Give the repository's absolute path on the server."})
+    resolved = Path(raw).expanduser().resolve()
+    if not trusted:
+        roots = settings.CONFIG.repo_roots
+        if not roots:
+            raise ValidationError({"path": "No directories are allowed for repositories yet: an "
+                                           "administrator sets CRUCIBLE_REPO_ROOTS."})
+        if not any(resolved == root or root in resolved.parents for root in roots):
+            allowed = ", ".join(str(root) for root in roots)
+            raise ValidationError({"path": f"{resolved} is not under an allowed directory ({allowed})."})
+    try:
+        repo_open(resolved).close()
+    except GitError as error:
+        raise ValidationError({"path": str(error)}) from None
+    name = (name or "").strip() or resolved.name
+    if not PROJECT_NAME_RE.match(name):
+        raise ValidationError({"name": "Use 1–96 letters, digits, spaces, dots, dashes or underscores."})
+    existing = Repository.objects.filter(project=project, path=str(resolved)).first()
+    if existing:
+        return existing
+    if Repository.objects.filter(project=project, name=name).exists():
+        raise ValidationError({"name": f"This project already has a repository named {name!r}."})
+    with transaction.atomic():
+        repository = Repository.objects.create(
+            project=project, name=name, path=str(resolved), created_by=user
+        )
+        audit_record(user, "repository.register", project=project, target=f"{name} {resolved}")
+        event_emit(project, "project", project.pk, "repository.registered",
+                   {"message": f"repository {name} registered"})
+    return repository
 
 
 def project_ping(user: Any, project: Project) -> None:

@@ -1,0 +1,174 @@
+"""Freezing: the canonical record of a search's inputs, its preregistration hash and id.
+
+Search id and preregistration hash are SHA-256 over a canonical encoding (sorted-key
+compact UTF-8 JSON) of: the baseline commit, the requested and resolved model ids, the
+public evidence hash, the evaluator hash and the complete normalized spec. Same inputs give
+the same ids on any machine; a change to any input changes both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from runtime_app.fleet import preset_resolve_model
+from runtime_app.git import GitError, file_at, is_tree, ref_resolve, repo_open, worktree_changes
+from search_app.spec import SearchSpec, spec_normalized, spec_validate
+
+RECORD_FORMAT = "crucible-search/1"
+
+
+class FreezeError(ValueError):
+    """Freezing is impossible; `problems` say why, one line each."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def evidence_record(spec: SearchSpec, contents: dict[str, bytes]) -> dict[str, Any]:
+    return {
+        "files": [{"path": path, "sha256": sha256_hex(contents[path])} for path in spec.evidence.files],
+        "text": spec.evidence.text,
+    }
+
+
+def evaluator_record(spec: SearchSpec) -> dict[str, Any]:
+    """What judges candidates: gate and score commands, timeouts, hidden file contents."""
+    gates, score = spec.hard_gates, spec.score
+    return {
+        "hard_gates": {"commands": list(gates.commands), "timeout_seconds": gates.timeout_seconds},
+        "score": {
+            "command": score.command,
+            "metric": score.metric,
+            "direction": score.direction,
+            "trials": score.trials,
+            "timeout_seconds": score.timeout_seconds,
+        },
+        "hidden_files": [
+            {"path": path, "sha256": sha256_hex(content.encode())}
+            for path, content in sorted(spec.evaluator.files.items())
+        ],
+    }
+
+
+def preregistration_record(
+    *, baseline_commit: str, requested_model_id: str, resolved_model_id: str,
+    public_evidence_hash: str, evaluator_hash: str, spec: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "format": RECORD_FORMAT,
+        "baseline_commit": baseline_commit,
+        "requested_model_id": requested_model_id,
+        "resolved_model_id": resolved_model_id,
+        "public_evidence_hash": public_evidence_hash,
+        "evaluator_hash": evaluator_hash,
+        "spec": spec,
+    }
+
+
+def search_id_for(preregistration_hash: str) -> str:
+    return "search-" + preregistration_hash[:16]
+
+
+def candidate_batches(population: int, concurrency: int) -> list[list[str]]:
+    """Candidate ids cand_001 … in admission batches of `concurrency`, fixed at freeze."""
+    width = max(3, len(str(population)))
+    ids = [f"cand_{n:0{width}d}" for n in range(1, population + 1)]
+    return [ids[i : i + concurrency] for i in range(0, population, concurrency)]
+
+
+@dataclass(frozen=True)
+class FrozenInputs:
+    spec: SearchSpec
+    repository_path: str
+    ref: str
+    baseline_commit: str
+    requested_model_id: str
+    resolved_model_id: str
+    model_resolution: str
+    public_evidence_hash: str
+    evaluator_hash: str
+    record: dict[str, Any]
+    preregistration_hash: str
+    search_id: str
+    candidate_batches: list[list[str]]
+    evidence: dict[str, Any]
+    evaluator: dict[str, Any]
+
+    def hashed_inputs(self) -> dict[str, Any]:
+        """Everything a reviewer needs to recompute both hashes."""
+        return {
+            "record": self.record,
+            "record_canonical_json": canonical(self.record).decode(),
+            "evidence": self.evidence,
+            "evaluator": self.evaluator,
+            "model_resolution": self.model_resolution,
+        }
+
+
+def freeze_inputs(spec_text: str, repository_path: str, ref: str) -> FrozenInputs:
+    """Resolve and hash everything a search is frozen on; FreezeError lists what is wrong."""
+    report = spec_validate(spec_text)
+    if not report.valid:
+        raise FreezeError([f"spec {error}" for error in report.errors])
+    spec = report.spec
+    try:
+        repo = repo_open(repository_path)
+    except GitError as error:
+        raise FreezeError([str(error)]) from None
+    try:
+        try:
+            commit = ref_resolve(repo, ref)
+        except GitError as error:
+            raise FreezeError([str(error)]) from None
+        problems = []
+        dirty = worktree_changes(repo)
+        if dirty:
+            shown = ", ".join(dirty[:5]) + (" …" if len(dirty) > 5 else "")
+            problems.append(
+                f"{repository_path}: the baseline is dirty — uncommitted changes to {shown}; "
+                "commit or stash them first"
+            )
+        contents: dict[str, bytes] = {}
+        for path in spec.evidence.files:
+            data = file_at(repo, commit, path)
+            if data is None:
+                kind = "a directory; list its files" if is_tree(repo, commit, path) else "no such file"
+                problems.append(f"evidence.files: {path}: {kind} at {commit[:12]}")
+            else:
+                contents[path] = data
+        if problems:
+            raise FreezeError(problems)
+    finally:
+        repo.close()
+    requested = spec.worker.model or spec.worker.command
+    resolved, resolution = preset_resolve_model(spec.worker.provider, requested)
+    evidence = evidence_record(spec, contents)
+    evaluator = evaluator_record(spec)
+    evidence_hash = sha256_hex(canonical(evidence))
+    evaluator_hash = sha256_hex(canonical(evaluator))
+    record = preregistration_record(
+        baseline_commit=commit, requested_model_id=requested, resolved_model_id=resolved,
+        public_evidence_hash=evidence_hash, evaluator_hash=evaluator_hash,
+        spec=spec_normalized(spec),
+    )
+    prereg = sha256_hex(canonical(record))
+    return FrozenInputs(
+        spec=spec, repository_path=str(repository_path), ref=ref, baseline_commit=commit,
+        requested_model_id=requested, resolved_model_id=resolved, model_resolution=resolution,
+        public_evidence_hash=evidence_hash, evaluator_hash=evaluator_hash, record=record,
+        preregistration_hash=prereg, search_id=search_id_for(prereg),
+        candidate_batches=candidate_batches(spec.population, spec.concurrency),
+        evidence=evidence, evaluator=evaluator,
+    )

@@ -1,0 +1,497 @@
+"""Search specs: the TOML a person writes, its schema, and errors with line and column.
+
+`spec_validate(text)` never raises on bad input: every problem comes back as a SpecError
+(line, column, key path, what was expected, a "did you mean" for misspelled keys).
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+import tomllib
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from runtime_app.fleet import PRESETS
+
+LIVE_CEILING = 16  # the runtime's live-step ceiling; no search runs more at once
+MAX_STEPS = 1000
+MAX_SPEC_BYTES = 256 * 1024
+EFFORTS = ("off", "low", "medium", "high", "max")
+TIE_BREAKERS = ("diff_lines", "cost_microusd", "score", "tokens")
+ORDERING_KEYS = ("score", "runtime", "diff_lines", "cost_microusd")
+NAME_RE = r"^[a-z0-9_-]{1,96}$"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+Effort = Literal["off", "low", "medium", "high", "max"]
+
+
+def _check_repo_path(value: str) -> str:
+    """A bounded repo-relative path: no `..`, no absolute or drive paths, no control chars."""
+    if not value or len(value) > 400:
+        raise ValueError("a path of 1 to 400 characters")
+    if _CONTROL.search(value):
+        raise ValueError("a path without control characters")
+    if value.startswith(("/", "\\")) or _DRIVE.match(value):
+        raise ValueError("a repo-relative path, not an absolute or drive path")
+    parts = re.split(r"[\\/]", value)
+    if ".." in parts:
+        raise ValueError("a path that stays inside the repository (no `..`)")
+    if parts[0] == ".git" or ".git" in parts:
+        raise ValueError("a path outside `.git`")
+    return value
+
+
+def _check_path_list(values: list[str]) -> list[str]:
+    for value in values:
+        _check_repo_path(value)
+    if len(set(values)) != len(values):
+        duplicates = sorted({v for v in values if values.count(v) > 1})
+        raise ValueError(f"each path once; repeated: {', '.join(duplicates)}")
+    return values
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+Command = Annotated[str, Field(min_length=1, max_length=4000)]
+RepoPaths = Annotated[list[str], Field(max_length=500)]
+
+
+class WorkerSpec(_Section):
+    provider: str = Field(description="a fleet preset: " + ", ".join(PRESETS))
+    model: str = Field("", max_length=200, description="the model id requested from the provider")
+    reasoning_effort: Effort | list[Effort] = Field(
+        "high", description="one effort, or one per round (scouts low, finalists high)"
+    )
+    write_authority: Literal["worktree_write"] = Field(
+        "worktree_write", description="writers edit only their own worktree"
+    )
+    write_roots: RepoPaths = Field(default_factory=list, description="directories writers may change")
+    exact_files: RepoPaths = Field(default_factory=list, description="single files writers may change")
+    command: str = Field("", max_length=4000, description="the agent command line (provider `command`)")
+
+    @field_validator("provider")
+    @classmethod
+    def _known_provider(cls, value: str) -> str:
+        if value not in PRESETS:
+            raise ValueError(f"one of the fleet presets: {', '.join(PRESETS)}")
+        return value
+
+    @field_validator("write_roots", "exact_files")
+    @classmethod
+    def _paths(cls, values: list[str]) -> list[str]:
+        return _check_path_list(values)
+
+
+class BudgetSpec(_Section):
+    max_cost_microusd: int | None = Field(None, gt=0, description="spend ceiling in millionths of a dollar")
+    max_tokens: int | None = Field(None, gt=0, description="token ceiling across all calls")
+
+
+class EvidenceSpec(_Section):
+    files: RepoPaths = Field(
+        default_factory=list, description="repo files every writer sees, read at the baseline"
+    )
+    text: str = Field("", max_length=100_000, description="notes given identically to every writer")
+
+    @field_validator("files")
+    @classmethod
+    def _paths(cls, values: list[str]) -> list[str]:
+        return _check_path_list(values)
+
+
+class EvaluatorSpec(_Section):
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        description="hidden files (repo-relative path = content) only evaluation trees receive",
+    )
+
+    @field_validator("files")
+    @classmethod
+    def _paths(cls, files: dict[str, str]) -> dict[str, str]:
+        _check_path_list(list(files))
+        if sum(len(content) for content in files.values()) > 1_000_000:
+            raise ValueError("hidden files of at most 1,000,000 characters in all")
+        return files
+
+
+class HardGatesSpec(_Section):
+    commands: Annotated[list[Command], Field(min_length=1, max_length=50)] = Field(
+        description="run in order on each patched tree; the first failure eliminates"
+    )
+    forbid_test_changes: Literal[True] = Field(
+        True, description="always true: weakening tests is never allowed"
+    )
+    protected_paths: RepoPaths = Field(default_factory=list, description="paths no patch may touch")
+    timeout_seconds: int = Field(600, ge=1, le=86_400, description="per gate command")
+
+    @field_validator("protected_paths")
+    @classmethod
+    def _paths(cls, values: list[str]) -> list[str]:
+        return _check_path_list(values)
+
+
+class ScoreSpec(_Section):
+    command: Command = Field(description="writes the metric as JSON; counts only with exit code 0")
+    metric: str = Field(min_length=1, max_length=100, description="the key of the metric in the JSON")
+    direction: Literal["minimize", "maximize"] = Field("minimize", description="better is lower or higher")
+    trials: int = Field(5, ge=1, le=25, description="runs per candidate; the score is their median")
+    tie_breakers: Annotated[
+        list[Literal["diff_lines", "cost_microusd", "score", "tokens"]], Field(min_length=1)
+    ] = Field(default_factory=lambda: ["diff_lines"], description="applied in order on equal scores")
+    timeout_seconds: int = Field(900, ge=1, le=86_400, description="per trial")
+
+
+class SelectionSpec(_Section):
+    policy: Literal["pareto", "ordered"] = Field("pareto", description="how survivors are ranked")
+    ordering: list[Literal["score", "runtime", "diff_lines", "cost_microusd"]] = Field(
+        default_factory=lambda: ["cost_microusd", "score"],
+        description="for `ordered`: keys in priority order (cost-first by default)",
+    )
+    retain_diversity: bool = Field(True, description="identical patches collapse to one")
+
+
+class SearchSpec(_Section):
+    schema_version: Literal[1] = Field(1, description="the spec format version")
+    name: str = Field(pattern=NAME_RE, description="1–96 characters of a-z 0-9 - _")
+    objective: str = Field(min_length=1, max_length=4000, description="what the writers must achieve")
+    population: int = Field(ge=2, le=MAX_STEPS, description="candidates admitted")
+    rounds: Annotated[list[int], Field(min_length=2, max_length=20)] = Field(
+        description="survivors per round: first = population, strictly decreasing, last = 1"
+    )
+    concurrency: int = Field(ge=1, le=LIVE_CEILING, description="live steps at once, ≤ population")
+    integration_policy: Literal["review_only"] = Field(
+        "review_only", description="winners wait for a person's approval; nothing merges itself"
+    )
+    worker: WorkerSpec
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    evidence: EvidenceSpec = Field(default_factory=EvidenceSpec)
+    evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
+    hard_gates: HardGatesSpec
+    score: ScoreSpec
+    selection: SelectionSpec = Field(default_factory=SelectionSpec)
+
+
+@dataclass(frozen=True)
+class SpecError:
+    line: int
+    column: int
+    path: str
+    message: str
+    expected: str = ""
+    suggestion: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        where = f"{self.line}:{self.column}"
+        text = f"{where} {self.path or '(document)'}: {self.message}"
+        if self.expected:
+            text += f"; expected {self.expected}"
+        if self.suggestion:
+            text += f" (did you mean `{self.suggestion}`?)"
+        return text
+
+
+@dataclass(frozen=True)
+class SpecReport:
+    errors: tuple[SpecError, ...]
+    spec: SearchSpec | None
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+    def summary(self) -> dict[str, Any] | None:
+        return spec_summary(self.spec) if self.spec is not None else None
+
+
+# --- where keys are in the text ---------------------------------------------------------
+
+_HEADER = re.compile(r"^\s*\[\[?\s*(?P<name>[^\]\[]+?)\s*\]\]?\s*(#.*)?$")
+_KEY_PART = r"(?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')"
+_KEY = re.compile(rf"^\s*(?P<key>{_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
+
+
+def _split_key(raw: str) -> list[str]:
+    parts = re.findall(r"\"([^\"]*)\"|'([^']*)'|([A-Za-z0-9_-]+)", raw)
+    return [a or b or c for a, b, c in parts]
+
+
+def _value_balance(text: str, state: dict[str, Any]) -> None:
+    """Track open brackets and multi-line strings across lines, so lines inside a value
+    (an array of commands with `=` in them) are not taken for keys."""
+    i = 0
+    while i < len(text):
+        if state["string"]:
+            quote = state["string"]
+            if text.startswith(quote, i) and (len(quote) == 3 or text[i - 1 : i] != "\\"):
+                state["string"] = None
+                i += len(quote)
+                continue
+            if quote in {'"', '"""'} and text[i] == "\\":
+                i += 2
+                continue
+            i += 1
+            continue
+        char = text[i]
+        if char == "#":
+            return
+        for quote in ('"""', "'''", '"', "'"):
+            if text.startswith(quote, i):
+                state["string"] = quote
+                i += len(quote)
+                break
+        else:
+            if char in "[{":
+                state["depth"] += 1
+            elif char in "]}":
+                state["depth"] = max(0, state["depth"] - 1)
+            i += 1
+    if state["string"] in {'"', "'"}:
+        state["string"] = None  # single-line strings end with their line
+
+
+def key_positions(text: str) -> dict[tuple[str, ...], tuple[int, int]]:
+    """Map each key path (and table header) to its 1-based (line, column)."""
+    positions: dict[tuple[str, ...], tuple[int, int]] = {}
+    table: tuple[str, ...] = ()
+    state: dict[str, Any] = {"depth": 0, "string": None}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if state["depth"] == 0 and state["string"] is None:
+            header = _HEADER.match(line)
+            if header and not _KEY.match(line):
+                table = tuple(_split_key(header.group("name")))
+                positions.setdefault(table, (number, line.index("[") + 1))
+                continue
+            key = _KEY.match(line)
+            if key:
+                path = table + tuple(_split_key(key.group("key")))
+                column = len(line) - len(line.lstrip()) + 1
+                positions.setdefault(path, (number, column))
+                _value_balance(line[key.end():], state)
+                continue
+        _value_balance(line, state)
+    return positions
+
+
+def _locate(positions: dict[tuple[str, ...], tuple[int, int]], path: tuple[str, ...]) -> tuple[int, int]:
+    for end in range(len(path), 0, -1):
+        if path[:end] in positions:
+            return positions[path[:end]]
+    return (1, 1)
+
+
+# --- validation ---------------------------------------------------------------------------
+
+_MODEL_FOR_TABLE: dict[tuple[str, ...], type[BaseModel]] = {
+    (): SearchSpec,
+    ("worker",): WorkerSpec,
+    ("budget",): BudgetSpec,
+    ("evidence",): EvidenceSpec,
+    ("evaluator",): EvaluatorSpec,
+    ("hard_gates",): HardGatesSpec,
+    ("score",): ScoreSpec,
+    ("selection",): SelectionSpec,
+}
+_TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
+_REASONS = {
+    ("integration_policy",): "only `review_only`: a winner is merged only after a person approves it",
+    ("hard_gates", "forbid_test_changes"): "`true`: weakening tests is never allowed",
+}
+
+
+def _expected(error: dict[str, Any], path: tuple[str, ...]) -> str:
+    if path in _REASONS:
+        return _REASONS[path]
+    ctx = error.get("ctx") or {}
+    kind = error["type"]
+    if kind == "value_error":
+        return str(ctx.get("error", error["msg"]))
+    if kind == "literal_error":
+        return ctx.get("expected", "")
+    if kind in {"greater_than_equal", "greater_than", "less_than_equal", "less_than"}:
+        return error["msg"].replace("Input should be ", "a number ")
+    if kind in {"too_short", "string_too_short"}:
+        return f"at least {ctx.get('min_length', 1)} {'character' if 'string' in kind else 'item'}(s)"
+    if kind in {"too_long", "string_too_long"}:
+        return f"at most {ctx.get('max_length')} {'characters' if 'string' in kind else 'items'}"
+    if kind == "string_pattern_mismatch":
+        return "1–96 characters of a-z 0-9 - _"
+    if kind == "missing":
+        return "this key"
+    return error["msg"].replace("Input should be ", "")
+
+
+def _pydantic_errors(
+    error: ValidationError, positions: dict[tuple[str, ...], tuple[int, int]]
+) -> list[SpecError]:
+    found = []
+    for item in error.errors(include_url=False):
+        loc = tuple(str(part) for part in item["loc"])
+        # Union members repeat the location with a type tag; keep the field path only.
+        path = tuple(part for part in loc if not part.startswith(("literal[", "list[")) and part != "str")
+        if item["type"] == "extra_forbidden":
+            table, key = path[:-1], path[-1]
+            model = _MODEL_FOR_TABLE.get(table)
+            known = list(model.model_fields) if model else []
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            line, column = _locate(positions, path)
+            found.append(SpecError(
+                line, column, ".".join(path), f"unknown key `{key}`",
+                expected="one of " + ", ".join(known) if known else "", suggestion=close[0] if close else "",
+            ))
+            continue
+        line, column = _locate(positions, path)
+        message = "missing required key" if item["type"] == "missing" else "invalid value"
+        suggestion = ""
+        if path == ("worker", "provider") and isinstance(item.get("input"), str):
+            close = difflib.get_close_matches(item["input"], list(PRESETS), n=1, cutoff=0.6)
+            suggestion = close[0] if close else ""
+        found.append(SpecError(line, column, _dotted(path), message, _expected(item, path), suggestion))
+    return found
+
+
+def _dotted(path: tuple[str, ...]) -> str:
+    """`score.tie_breakers[0]`: keys joined by dots, list indexes in brackets."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if part.isdigit() else (f".{part}" if text else part)
+    return text
+
+
+def _cross_checks(data: dict[str, Any], positions: dict[tuple[str, ...], tuple[int, int]]) -> list[SpecError]:
+    """Rules between keys; each runs only when the keys it reads are well-formed."""
+    errors: list[SpecError] = []
+
+    def add(path: tuple[str, ...], message: str, expected: str) -> None:
+        line, column = _locate(positions, path)
+        errors.append(SpecError(line, column, ".".join(path), message, expected))
+
+    population, rounds = data.get("population"), data.get("rounds")
+    ints = isinstance(rounds, list) and rounds and all(type(r) is int for r in rounds)
+    if ints and len(rounds) >= 2:
+        if type(population) is int and rounds[0] != population:
+            add(("rounds",), f"the first round admits {rounds[0]}, not the population",
+                f"rounds[0] = population = {population}")
+        if any(b >= a for a, b in itertools.pairwise(rounds)):
+            add(("rounds",), "rounds do not narrow", "strictly decreasing survivor counts")
+        if rounds[-1] != 1:
+            add(("rounds",), f"the last round keeps {rounds[-1]}", "a last round of 1 (one winner)")
+    concurrency = data.get("concurrency")
+    if type(concurrency) is int and type(population) is int and concurrency > population:
+        add(("concurrency",), f"concurrency {concurrency} exceeds the population {population}",
+            "concurrency ≤ population")
+    worker = data.get("worker")
+    if isinstance(worker, dict):
+        roots, files = worker.get("write_roots", []), worker.get("exact_files", [])
+        if isinstance(roots, list) and isinstance(files, list) and not roots and not files:
+            add(("worker",), "writers have nowhere to write",
+                "`write_roots` or `exact_files` with at least one path")
+        effort = worker.get("reasoning_effort")
+        if isinstance(effort, list) and ints and len(effort) != len(rounds):
+            add(("worker", "reasoning_effort"), f"{len(effort)} efforts for {len(rounds)} rounds",
+                "one effort, or exactly one per round")
+        provider = worker.get("provider")
+        if provider in PRESETS:
+            if PRESETS[provider].needs_command and not str(worker.get("command", "")).strip():
+                add(("worker", "command"), "the `command` provider needs its command line",
+                    "worker.command, e.g. \"my-agent --yes\"")
+            if not PRESETS[provider].needs_command and not str(worker.get("model", "")).strip():
+                add(("worker", "model"), f"`{provider}` needs a model id",
+                    "worker.model, e.g. \"deepseek-v4-flash\"")
+    selection = data.get("selection")
+    if isinstance(selection, dict) and isinstance(selection.get("ordering"), list):
+        ordering = selection["ordering"]
+        if len(set(ordering)) != len(ordering):
+            add(("selection", "ordering"), "a key is repeated", "each ordering key once")
+    score = data.get("score")
+    if isinstance(score, dict) and isinstance(score.get("tie_breakers"), list):
+        breakers = score["tie_breakers"]
+        if len(set(breakers)) != len(breakers):
+            add(("score", "tie_breakers"), "a tie-breaker is repeated", "each tie-breaker once")
+    return errors
+
+
+def _too_large() -> SpecReport:
+    return SpecReport(
+        (SpecError(1, 1, "", "the spec is too large", f"at most {MAX_SPEC_BYTES:,} bytes"),), None
+    )
+
+
+def spec_validate(source: str | bytes) -> SpecReport:
+    """Parse and check a spec; every problem is reported at once, none raises."""
+    if isinstance(source, bytes):
+        if len(source) > MAX_SPEC_BYTES:
+            return _too_large()
+        try:
+            source = source.decode("utf-8")
+        except UnicodeDecodeError as error:
+            before = source[: error.start].decode("utf-8", errors="replace")
+            line = before.count("\n") + 1
+            column = len(before) - (before.rfind("\n") + 1) + 1
+            return SpecReport((SpecError(line, column, "", "the spec is not UTF-8 text", "UTF-8"),), None)
+    if len(source.encode("utf-8", errors="surrogatepass")) > MAX_SPEC_BYTES:
+        return _too_large()
+    try:
+        data = tomllib.loads(source)
+    except tomllib.TOMLDecodeError as error:
+        text = str(error)
+        match = _TOML_POSITION.search(text)
+        if match:
+            line, column = int(match.group(1)), int(match.group(2))
+        else:
+            line = source.count("\n") + 1
+            column = len(source) - (source.rfind("\n") + 1) + 1
+        message = _TOML_POSITION.sub("", text).replace("(at end of document)", "").strip()
+        return SpecReport((SpecError(line, column, "", f"not valid TOML: {message}", "TOML syntax"),), None)
+    except (UnicodeError, ValueError) as error:  # lone surrogates and the like
+        return SpecReport((SpecError(1, 1, "", f"not valid TOML: {error}", "TOML syntax"),), None)
+    positions = key_positions(source)
+    errors: list[SpecError] = []
+    spec = None
+    try:
+        spec = SearchSpec.model_validate(data)
+    except ValidationError as error:
+        errors += _pydantic_errors(error, positions)
+    errors += _cross_checks(data, positions)
+    errors.sort(key=lambda e: (e.line, e.column, e.path))
+    return SpecReport(tuple(errors), None if errors else spec)
+
+
+def spec_normalized(spec: SearchSpec) -> dict[str, Any]:
+    """The complete spec with every default filled in: what a freeze hashes."""
+    return spec.model_dump(mode="json")
+
+
+def spec_efforts(spec: SearchSpec) -> list[str]:
+    """The reasoning effort of each round."""
+    effort = spec.worker.reasoning_effort
+    return list(effort) if isinstance(effort, list) else [effort] * len(spec.rounds)
+
+
+def spec_summary(spec: SearchSpec) -> dict[str, Any]:
+    budget = spec.budget
+    return {
+        "name": spec.name,
+        "population": spec.population,
+        "rounds": spec.rounds,
+        "concurrency": spec.concurrency,
+        "provider": spec.worker.provider,
+        "model": spec.worker.model or spec.worker.command,
+        "efforts": spec_efforts(spec),
+        "budget_usd": None if budget.max_cost_microusd is None else budget.max_cost_microusd / 1_000_000,
+        "budget_tokens": budget.max_tokens,
+        "gates": list(spec.hard_gates.commands),
+        "score": f"{spec.score.direction} {spec.score.metric} over {spec.score.trials} trials",
+        "selection": spec.selection.policy
+        + (f" by {', '.join(spec.selection.ordering)}" if spec.selection.policy == "ordered" else "")
+        + (", diverse" if spec.selection.retain_diversity else ""),
+    }
