@@ -7,6 +7,7 @@ from ninja import NinjaAPI
 
 from runtime_app.api import router as runtime_router
 from runtime_app.auth import api_auth
+from search_app.api import router as search_router
 
 api = NinjaAPI(
     title="Crucible API",
@@ -16,6 +17,7 @@ api = NinjaAPI(
     docs_decorator=login_required,
 )
 api.add_router("/", runtime_router)
+api.add_router("/", search_router)
 
 
 def api_urls(ninja_api: NinjaAPI) -> tuple:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 
 from runtime_app import roles, selectors, services
+from runtime_app.git import GitError, refs_list, repo_open
 from runtime_app.health import health_status
 
 router = Router(tags=["runtime"])
@@ -107,3 +109,47 @@ def event_list(
             return []
         subject = (subject_type, subject_id)
     return selectors.events_for_user(request.user, after_id=after, subject=subject, limit=limit)
+
+
+class RepositoryIn(Schema):
+    project_id: int
+    path: str = Field(..., max_length=1000)
+    name: str = Field("", max_length=96)
+
+
+class RepositoryOut(Schema):
+    id: int
+    project_id: int
+    name: str
+    path: str
+    created_at: datetime
+
+
+class RefsOut(Schema):
+    branches: list[str]
+    tags: list[str]
+
+
+@router.get("/repositories", response=list[RepositoryOut])
+def repository_list(request: HttpRequest):
+    return selectors.repositories_for_user(request.user)
+
+
+@router.post("/repositories", response={201: RepositoryOut})
+def repository_register(request: HttpRequest, body: RepositoryIn):
+    """Register a git repository under an allowed root (CRUCIBLE_REPO_ROOTS)."""
+    project = selectors.project_for_user(request.user, body.project_id)
+    return Status(201, services.repository_register(request.user, project, body.path, body.name))
+
+
+@router.get("/repositories/{repository_id}/refs", response=RefsOut)
+def repository_refs(request: HttpRequest, repository_id: int):
+    repository = selectors.repository_for_user(request.user, repository_id)
+    try:
+        repo = repo_open(repository.path)
+    except GitError as error:
+        raise ValidationError(str(error)) from None
+    try:
+        return refs_list(repo)
+    finally:
+        repo.close()

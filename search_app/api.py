@@ -1,0 +1,178 @@
+"""REST routes of search_app: validate, save and freeze specs with the same services."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest
+from ninja import Field, Router, Schema, Status
+
+from runtime_app.selectors import project_for_user, repository_for_user
+from search_app import selectors, services
+from search_app.spec import spec_validate
+
+router = Router(tags=["search"])
+
+
+class SpecText(Schema):
+    text: str = Field(..., description="the spec's TOML")
+
+
+class SpecErrorOut(Schema):
+    line: int
+    column: int
+    path: str
+    message: str
+    expected: str
+    suggestion: str
+    text: str = Field(description="the error as one line, as the CLI prints it")
+
+
+class ValidationOut(Schema):
+    valid: bool
+    errors: list[SpecErrorOut]
+    summary: dict[str, Any] | None
+
+
+class SpecIn(Schema):
+    project_id: int
+    title: str
+    text: str
+
+
+class VersionOut(Schema):
+    number: int
+    valid: bool
+    created_at: datetime
+    text: str
+
+
+class SpecOut(Schema):
+    id: int
+    project_id: int
+    title: str
+    duplicated_from_id: int | None
+    versions: list[VersionOut]
+
+
+class DiffOut(Schema):
+    diff: str
+
+
+class FreezeIn(Schema):
+    project_id: int
+    repository_id: int
+    ref: str
+    text: str | None = Field(None, description="the spec's TOML; or give spec_id")
+    spec_id: int | None = Field(None, description="freeze the latest version of a saved spec")
+
+
+class SearchOut(Schema):
+    search_id: str
+    preregistration_hash: str
+    project_id: int
+    name: str
+    objective: str
+    repository_path: str
+    ref: str
+    baseline_commit: str
+    requested_model_id: str
+    resolved_model_id: str
+    model_resolution: str
+    public_evidence_hash: str
+    evaluator_hash: str
+    candidate_batches: list[list[str]]
+    hashed_inputs: dict[str, Any]
+    created_at: datetime
+
+
+def _validation(text: str) -> dict[str, Any]:
+    report = spec_validate(text)
+    return {
+        "valid": report.valid,
+        "errors": [{**error.as_dict(), "text": str(error)} for error in report.errors],
+        "summary": report.summary(),
+    }
+
+
+def _spec_out(spec) -> dict[str, Any]:
+    return {
+        "id": spec.pk, "project_id": spec.project_id, "title": spec.title,
+        "duplicated_from_id": spec.duplicated_from_id, "versions": list(spec.versions.all()),
+    }
+
+
+@router.post("/specs/validate", response=ValidationOut)
+def spec_validate_route(request: HttpRequest, body: SpecText):
+    """Every error at once, with line:column, key path, what was expected and a suggestion."""
+    return _validation(body.text)
+
+
+@router.post("/specs", response={201: SpecOut})
+def spec_create(request: HttpRequest, body: SpecIn):
+    project = project_for_user(request.user, body.project_id)
+    return Status(201, _spec_out(services.spec_create(request.user, project, body.title, body.text)))
+
+
+@router.get("/specs", response=list[SpecOut])
+def spec_list(request: HttpRequest):
+    return [_spec_out(spec) for spec in selectors.specs_for_user(request.user).prefetch_related("versions")]
+
+
+@router.get("/specs/{spec_id}", response=SpecOut)
+def spec_detail(request: HttpRequest, spec_id: int):
+    return _spec_out(selectors.spec_for_user(request.user, spec_id))
+
+
+@router.post("/specs/{spec_id}/versions", response={201: VersionOut})
+def spec_save(request: HttpRequest, spec_id: int, body: SpecText):
+    spec = selectors.spec_for_user(request.user, spec_id)
+    return Status(201, services.spec_save(request.user, spec, body.text))
+
+
+@router.post("/specs/{spec_id}/duplicate", response={201: SpecOut})
+def spec_duplicate(request: HttpRequest, spec_id: int):
+    spec = selectors.spec_for_user(request.user, spec_id)
+    return Status(201, _spec_out(services.spec_duplicate(request.user, spec)))
+
+
+@router.get("/specs/{spec_id}/diff", response=DiffOut)
+def spec_diff(request: HttpRequest, spec_id: int, old: int, new: int):
+    """Unified diff between versions `old` and `new` of a spec."""
+    spec = selectors.spec_for_user(request.user, spec_id)
+    return {"diff": selectors.spec_diff(
+        selectors.spec_version_get(spec, old), selectors.spec_version_get(spec, new)
+    )}
+
+
+@router.post("/searches", response={201: SearchOut})
+def search_freeze(request: HttpRequest, body: FreezeIn):
+    """Freeze a spec against a registered repository's ref; the same inputs give the same id."""
+    project = project_for_user(request.user, body.project_id)
+    repository = repository_for_user(request.user, body.repository_id)
+    version = None
+    if body.spec_id is not None:
+        version = selectors.spec_for_user(request.user, body.spec_id).latest
+        if version is None:
+            raise Http404("That spec has no saved text.")
+        text = version.text
+    elif body.text is not None:
+        text = body.text
+    else:
+        raise ValidationError({"text": "Give the spec's text or a saved spec's id."})
+    search = services.search_freeze(
+        request.user, project, text, body.ref, repository=repository, spec_version=version
+    )
+    return Status(201, search)
+
+
+@router.get("/searches", response=list[SearchOut])
+def search_list(request: HttpRequest):
+    return selectors.searches_for_user(request.user)
+
+
+@router.get("/searches/{search_id}", response=SearchOut)
+def search_detail(request: HttpRequest, search_id: str):
+    return selectors.search_for_user(request.user, search_id)
