@@ -34,6 +34,36 @@ def test_setup_creates_the_admin_and_demo_project_once(capsys, settings):
 
 
 @pytest.mark.django_db
+def test_the_demo_spec_freezes_against_the_demo_repository(settings, tmp_path):
+    from dataclasses import replace
+
+    from search_app.models import Spec
+    from search_app.services import search_freeze
+
+    settings.DATA_DIR = tmp_path
+    settings.CONFIG = replace(settings.CONFIG, data_dir=tmp_path)
+    call_command("crucible_setup")
+    call_command("crucible_setup")
+    project = Project.objects.get(name="demo")
+    repository = project.repositories.get()
+    assert repository.path == str(tmp_path / "demo-repos" / "certificate")
+    spec = Spec.objects.get(project=project)
+    admin = get_user_model().objects.get(username="admin")
+    search = search_freeze(admin, project, spec.latest.text, "HEAD", repository=repository)
+    assert search.name == "speed-up-certificate"
+    # Fixed author and dates: the demo baseline is the same commit on every machine.
+    from dulwich.repo import Repo
+
+    from runtime_app.management.commands.crucible_setup import Command
+
+    settings.DATA_DIR = tmp_path / "elsewhere"
+    with Repo(str(Command()._demo_repository())) as other:
+        assert other.head().decode() == search.baseline_commit
+    script = tmp_path / "demo-repos" / "certificate" / "scripts" / "benchmark_candidate.sh"
+    assert script.stat().st_mode & 0o111
+
+
+@pytest.mark.django_db
 def test_setup_uses_the_password_from_the_environment(settings, capsys):
     from dataclasses import replace
 

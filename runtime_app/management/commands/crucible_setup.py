@@ -1,19 +1,25 @@
-"""First-run setup, safe to repeat: roles, the admin account, and a demo project."""
+"""First-run setup, safe to repeat: roles, the admin account, a demo project with a demo
+repository (a small git repo made in the data dir) and a draft spec for it."""
 
 from __future__ import annotations
 
 import secrets
+import shutil
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from dulwich import porcelain
 
 from runtime_app import roles, services
 from runtime_app.models import Project, ProjectMembership
 
 DEMO_PROJECT = "demo"
+DEMO_REPO_SOURCE = Path(__file__).resolve().parents[2] / "demo_repo"
+DEMO_AUTHOR = b"Crucible demo <demo@crucible.invalid>"
 
 
 class Command(BaseCommand):
@@ -37,6 +43,34 @@ class Command(BaseCommand):
                     project, "project", project.pk, "project.created",
                     {"message": "Demo project ready: ping the workers from its page."},
                 )
+        services.repository_register(
+            admin, project, str(self._demo_repository()), "certificate", trusted=True
+        )
+        self._demo_spec(admin, project)
+
+    def _demo_repository(self) -> Path:
+        """A small git repo in the data dir, committed with fixed dates (same sha everywhere)."""
+        target = Path(settings.DATA_DIR) / "demo-repos" / "certificate"
+        if (target / ".git").exists():
+            return target
+        shutil.copytree(DEMO_REPO_SOURCE, target, dirs_exist_ok=True)
+        porcelain.init(str(target))
+        porcelain.add(str(target), paths=[str(p) for p in sorted(target.rglob("*"))
+                                          if p.is_file() and ".git" not in p.parts])
+        porcelain.commit(
+            str(target), message=b"Demo baseline", author=DEMO_AUTHOR, committer=DEMO_AUTHOR,
+            author_timestamp=1767225600, commit_timestamp=1767225600,
+            author_timezone=0, commit_timezone=0, no_verify=True,
+        )
+        return target
+
+    def _demo_spec(self, admin, project) -> None:
+        from search_app.models import Spec
+        from search_app.services import spec_create
+        from search_app.spec_templates import spec_template_get
+
+        if not Spec.objects.filter(project=project).exists():
+            spec_create(admin, project, "speed up the certificate", spec_template_get("speed-up").text)
 
     def _admin(self):
         User = get_user_model()
