@@ -22,9 +22,13 @@ def repo_open(path: str | Path) -> Repo:
     target = Path(path).expanduser()
     if not target.is_absolute():
         raise GitError(f"{path}: give an absolute path")
-    if not target.exists():
+    try:
+        exists, is_dir = target.exists(), target.is_dir()
+    except OSError as error:  # e.g. a name too long for the file system
+        raise GitError(f"{target}: cannot be read ({error.strerror})") from None
+    if not exists:
         raise GitError(f"{target}: no such directory")
-    if not target.is_dir():
+    if not is_dir:
         raise GitError(f"{target}: not a directory")
     try:
         repo = Repo(str(target))

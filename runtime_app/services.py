@@ -160,7 +160,10 @@ def repository_register(
     raw = (path or "").strip()
     if not raw:
         raise ValidationError({"path": "Give the repository's absolute path on the server."})
-    resolved = Path(raw).expanduser().resolve()
+    try:
+        resolved = Path(raw).expanduser().resolve()
+    except (RuntimeError, ValueError, OSError) as error:  # `~nobody`, NUL bytes, loops
+        raise ValidationError({"path": f"{raw}: not a usable path ({error})."}) from None
     if not trusted:
         roots = settings.CONFIG.repo_roots
         if not roots:

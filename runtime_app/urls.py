@@ -8,6 +8,7 @@ urlpatterns = [
     path("projects/<int:project_id>/", views.project_detail, name="project_detail"),
     path("projects/<int:project_id>/ping/", views.project_ping, name="project_ping"),
     path("repositories/", views.repositories, name="repositories"),
+    path("repositories/register/", views.repository_register, name="repository_register"),
     path("audit/", views.audit_log, name="audit_log"),
     path("account/", views.account, name="account"),
     path("account/tokens/<int:token_id>/revoke/", views.api_token_revoke, name="api_token_revoke"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
 from runtime_app.selectors import projects_for_user
@@ -14,6 +14,16 @@ from search_app.models import Search, Spec, SpecVersion
 
 def specs_for_user(user: Any) -> QuerySet[Spec]:
     return Spec.objects.select_related("project").filter(project__in=projects_for_user(user))
+
+
+def spec_list_for_user(user: Any) -> QuerySet[Spec]:
+    """Specs with their number of versions and the latest version's number and validity."""
+    latest = SpecVersion.objects.filter(spec=OuterRef("pk")).order_by("-number")
+    return specs_for_user(user).select_related("created_by").annotate(
+        version_count=Count("versions"),
+        latest_number=Subquery(latest.values("number")[:1]),
+        latest_valid=Subquery(latest.values("valid")[:1]),
+    )
 
 
 def spec_for_user(user: Any, spec_id: int) -> Spec:
@@ -30,10 +40,17 @@ def spec_version_get(spec: Spec, number: int) -> SpecVersion:
     return version
 
 
+def _diff_lines(text: str) -> list[str]:
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):  # else the diff glues `-last` and `+last` together
+        lines[-1] += "\n\\ No newline at end of file\n"
+    return lines
+
+
 def spec_diff(old: SpecVersion, new: SpecVersion) -> str:
     """A unified diff between two versions of a spec."""
     return "".join(difflib.unified_diff(
-        old.text.splitlines(keepends=True), new.text.splitlines(keepends=True),
+        _diff_lines(old.text), _diff_lines(new.text),
         fromfile=f"v{old.number}", tofile=f"v{new.number}",
     ))
 

@@ -2,4 +2,14 @@ from django.urls import path
 
 from search_app import views
 
-urlpatterns = [path("", views.search_list, name="search_list")]
+urlpatterns = [
+    path("", views.search_list, name="search_list"),
+    path("specs/new/", views.spec_new, name="spec_new"),
+    path("specs/validate/", views.spec_validate_partial, name="spec_validate"),
+    path("specs/refs/", views.spec_refs, name="spec_refs"),
+    path("specs/<int:spec_id>/", views.spec_edit, name="spec_edit"),
+    path("specs/<int:spec_id>/duplicate/", views.spec_duplicate, name="spec_duplicate"),
+    path("specs/<int:spec_id>/diff/", views.spec_diff, name="spec_diff"),
+    path("<str:search_id>/", views.search_detail, name="search_detail"),
+    path("<str:search_id>/record.json", views.search_record, name="search_record"),
+]

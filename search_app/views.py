@@ -1,10 +1,338 @@
-"""Pages of search_app."""
+"""Pages of search_app: the searches list, the spec editor, spec diffs and frozen searches.
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+Thin views: reads go through selectors (404 for outsiders), writes through services
+(PermissionDenied → 403, ValidationError → the page again with the problems, status 400).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from runtime_app import roles
+from runtime_app.selectors import repository_for_user
+from runtime_app.views import _apply_errors, _live_context, repository_refs
+from search_app import selectors, services
+from search_app.forms import SpecDiffForm, SpecEditorForm, normalize_newlines
+from search_app.freeze import candidate_batches, canonical, search_id_for, sha256_hex
+from search_app.models import Spec
+from search_app.spec import spec_validate
+from search_app.spec_templates import SPEC_TEMPLATES, spec_template_get
+
+GUTTER_MAX_LINES = 10_000  # the editor numbers at most this many lines
+MODEL_RESOLUTIONS = {
+    "preset_pinned": "the provider's model listing was not reachable; the preset's pinned id stands",
+    "requested_as_pinned":
+        "no listing was consulted and nothing is pinned; the requested id is recorded as is",
+    "listing": "resolved through the provider's model listing",
+}
+
+
+def _id(value: Any) -> int | None:
+    """A database id from a query or form value, or None for anything else."""
+    text = str(value if value is not None else "")
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
+
+
+def _can_operate(request: HttpRequest) -> bool:
+    return request.user.has_perm(roles.OPERATE)
 
 
 @require_GET
 def search_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "search_app/search_list.html")
+    return render(request, "search_app/search_list.html", {
+        "searches": selectors.searches_for_user(request.user).select_related("repository")[:200],
+        "specs": selectors.spec_list_for_user(request.user)[:200],
+        "can_operate": _can_operate(request),
+    })
+
+
+# --- the validation partial -------------------------------------------------------------------
+
+def _dollars(usd: float | None) -> str:
+    if usd is None:
+        return ""
+    return f"${usd:,.2f}" if usd >= 0.01 else f"${usd:.6f}"
+
+
+def validation_context(text: str) -> dict[str, Any]:
+    """What `_validation.html` shows: every error, or the summary card of a valid spec."""
+    if not text.strip():
+        return {"report": None}
+    report = spec_validate(text)
+    context: dict[str, Any] = {"report": report}
+    if report.valid:
+        spec, summary = report.spec, report.summary()
+        context.update(
+            summary=summary,
+            parsed=spec,
+            funnel=[
+                {"round": number, "survivors": survivors, "effort": effort,
+                 "width": max(4, round(100 * survivors / spec.population))}
+                for number, (survivors, effort) in enumerate(
+                    zip(summary["rounds"], summary["efforts"], strict=True), start=1)
+            ],
+            efforts_text=(f"{summary['efforts'][0]} in every round" if len(set(summary["efforts"])) == 1
+                          else "per round: " + " → ".join(summary["efforts"])),
+            batch_count=len(candidate_batches(spec.population, spec.concurrency)),
+            budget_dollars=_dollars(summary["budget_usd"]),
+            budget_tokens=f"{summary['budget_tokens']:,}" if summary["budget_tokens"] else "",
+        )
+    return context
+
+
+@require_POST
+def spec_validate_partial(request: HttpRequest) -> HttpResponse:
+    """HTMX: validate the editor's text as the user types. Reading only: any member may."""
+    text = normalize_newlines(request.POST.get("text", ""))
+    return render(request, "search_app/_validation.html", validation_context(text))
+
+
+@require_GET
+def spec_refs(request: HttpRequest) -> HttpResponse:
+    """HTMX: the branches and tags of the chosen repository, as the ref input's datalist."""
+    raw = request.GET.get("repository", "")
+    repository = None
+    if raw:
+        repository_id = _id(raw)
+        if repository_id is None:
+            raise Http404("No such repository.")
+        repository = repository_for_user(request.user, repository_id)
+    return render(request, "search_app/_refs.html", {
+        "repository": repository, "refs": repository_refs(repository) if repository else None,
+    })
+
+
+# --- the editor -------------------------------------------------------------------------------
+
+def _selected_repository(form: SpecEditorForm) -> Any:
+    repository_id = _id(form["repository"].value())
+    if repository_id is None:
+        return None
+    return form.fields["repository"].queryset.filter(pk=repository_id).first()
+
+
+def _editor(
+    request: HttpRequest, form: SpecEditorForm, *, text: str, spec: Spec | None = None,
+    version: Any = None, status: int = 200,
+) -> HttpResponse:
+    repository = _selected_repository(form)
+    context: dict[str, Any] = {
+        "form": form,
+        "spec": spec,
+        "version": version,
+        "text": text,
+        "line_numbers": range(1, min(text.count("\n") + 1, GUTTER_MAX_LINES) + 1),
+        "templates": SPEC_TEMPLATES,
+        "template_texts": {template.slug: template.text for template in SPEC_TEMPLATES},
+        "repository_choices": form.fields["repository"].queryset,
+        "selected_repository": repository,
+        "refs": repository_refs(repository) if repository else None,
+        "can_operate": _can_operate(request),
+        **validation_context(text),
+    }
+    if spec is not None:
+        context["versions"] = spec.versions.select_related("created_by").order_by("-number")
+        context["searches"] = selectors.searches_for_user(request.user).filter(spec_version__spec=spec)
+    return render(request, "search_app/spec_editor.html", context, status=status)
+
+
+def _initial(request: HttpRequest, spec: Spec | None) -> dict[str, Any]:
+    """Initial choices from the query (`?repository=3&ref=main`) or the spec's last freeze."""
+    initial: dict[str, Any] = {"ref": request.GET.get("ref", "")[:255]}
+    repository_id = _id(request.GET.get("repository"))
+    if spec is not None:
+        initial.update(project=spec.project_id, title=spec.title)
+        if repository_id is None:
+            last = selectors.searches_for_user(request.user).filter(spec_version__spec=spec).first()
+            if last is not None:
+                repository_id = last.repository_id
+                initial["ref"] = initial["ref"] or last.ref
+    if repository_id is not None:
+        initial["repository"] = repository_id
+    return initial
+
+
+def _title_from(text: str) -> str:
+    """A new draft's default title: the spec's `name`, when the TOML has one."""
+    try:
+        name = tomllib.loads(text).get("name")
+    except (ValueError, RecursionError):
+        name = None
+    return name.strip()[:96] if isinstance(name, str) and name.strip() else "Untitled spec"
+
+
+def _editor_url(spec: Spec, repository: Any, ref: str) -> str:
+    query = {key: value for key, value in (("repository", repository.pk if repository else ""),
+                                           ("ref", ref)) if value}
+    url = reverse("spec_edit", args=[spec.pk])
+    return f"{url}?{urlencode(query)}" if query else url
+
+
+def _editor_post(request: HttpRequest, spec: Spec | None) -> HttpResponse:
+    """Save a draft (`action=save`) or freeze (`action=freeze`); on a problem, the same page
+    again with everything the user typed and the problems, status 400."""
+    form = SpecEditorForm(request.user, request.POST, spec=spec)
+    text = normalize_newlines(request.POST.get("text", ""))
+    freezing = request.POST.get("action") == "freeze"
+    if not form.is_valid():
+        return _editor(request, form, text=text, spec=spec, status=400)
+    data = form.cleaned_data
+    project, repository, ref, text = data["project"], data["repository"], data["ref"].strip(), data["text"]
+    try:
+        with transaction.atomic():  # a failed freeze saves nothing
+            if spec is None:
+                saved = services.spec_create(request.user, project, data["title"] or _title_from(text), text)
+                version = saved.latest
+            else:
+                saved, previous = spec, spec.latest
+                version = services.spec_save(request.user, spec, text)
+            if freezing:
+                search = services.search_freeze(
+                    request.user, project, text, ref, repository=repository, spec_version=version
+                )
+    except ValidationError as error:
+        _apply_errors(form, error)
+        return _editor(request, form, text=text, spec=spec, status=400)
+    if freezing:
+        messages.success(request, f"Frozen as {search.search_id}.")
+        return redirect("search_detail", search_id=search.search_id)
+    if spec is None:
+        messages.success(request, f"Draft {saved.title} saved as v{version.number}.")
+    elif previous is not None and previous.pk == version.pk:
+        messages.info(request, f"No changes since v{version.number}; nothing new saved.")
+    else:
+        messages.success(request, f"Saved as v{version.number}.")
+    return redirect(_editor_url(saved, repository, ref))
+
+
+@require_http_methods(["GET", "POST"])
+def spec_new(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        return _editor_post(request, spec=None)
+    template = spec_template_get(request.GET.get("template"))
+    form = SpecEditorForm(request.user, initial=_initial(request, None))
+    projects = form.fields["project"].queryset
+    if "repository" in form.initial:
+        chosen = form.fields["repository"].queryset.filter(pk=form.initial["repository"]).first()
+        if chosen is not None:
+            form.initial["project"] = chosen.project_id
+    if "project" not in form.initial and len(projects) == 1:
+        form.initial["project"] = projects[0].pk
+    return _editor(request, form, text=template.text if template else "")
+
+
+@require_http_methods(["GET", "POST"])
+def spec_edit(request: HttpRequest, spec_id: int) -> HttpResponse:
+    spec = selectors.spec_for_user(request.user, spec_id)
+    if request.method == "POST":
+        return _editor_post(request, spec=spec)
+    version = spec.latest
+    if "version" in request.GET:
+        number = _id(request.GET["version"])
+        if number is None:
+            raise Http404("No such version.")
+        version = selectors.spec_version_get(spec, number)
+    template = spec_template_get(request.GET.get("template"))
+    text = template.text if template else (version.text if version else "")
+    form = SpecEditorForm(request.user, spec=spec, initial=_initial(request, spec))
+    return _editor(request, form, text=text, spec=spec, version=version)
+
+
+@require_POST
+def spec_duplicate(request: HttpRequest, spec_id: int) -> HttpResponse:
+    spec = selectors.spec_for_user(request.user, spec_id)
+    copy = services.spec_duplicate(request.user, spec)
+    messages.success(request, f"Duplicated {spec.title} as {copy.title}.")
+    return redirect("spec_edit", spec_id=copy.pk)
+
+
+def _diff_rows(diff: str) -> list[tuple[str, str]]:
+    rows = []
+    for index, line in enumerate(diff.split("\n")[:-1] if diff else []):
+        if index < 2:
+            kind = "file"
+        elif line.startswith("@@"):
+            kind = "hunk"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "del"
+        elif line.startswith("\\"):
+            kind = "note"
+        else:
+            kind = "context"
+        rows.append((kind, line))
+    return rows
+
+
+@require_GET
+def spec_diff(request: HttpRequest, spec_id: int) -> HttpResponse:
+    spec = selectors.spec_for_user(request.user, spec_id)
+    numbers = list(spec.versions.order_by("number").values_list("number", flat=True))
+    context: dict[str, Any] = {"spec": spec, "numbers": numbers, "rows": None}
+    if not numbers:
+        return render(request, "search_app/spec_diff.html", context)
+    query = request.GET if ("from" in request.GET or "to" in request.GET) else {
+        "from": numbers[-2] if len(numbers) > 1 else numbers[-1], "to": numbers[-1],
+    }
+    form = SpecDiffForm(query)
+    context["form"] = form
+    if not form.is_valid():
+        return render(request, "search_app/spec_diff.html", context, status=400)
+    old = selectors.spec_version_get(spec, form.cleaned_data["from"])
+    new = selectors.spec_version_get(spec, form.cleaned_data["to"])
+    context.update(old=old, new=new, rows=_diff_rows(selectors.spec_diff(old, new)))
+    return render(request, "search_app/spec_diff.html", context)
+
+
+# --- frozen searches --------------------------------------------------------------------------
+
+@require_GET
+def search_detail(request: HttpRequest, search_id: str) -> HttpResponse:
+    search = selectors.search_for_user(request.user, search_id)
+    hashed = search.hashed_inputs or {}
+    record_json = hashed.get("record_canonical_json", "")
+    evidence, evaluator = hashed.get("evidence") or {}, hashed.get("evaluator") or {}
+    recomputed = sha256_hex(record_json.encode())
+    return render(request, "search_app/search_detail.html", {
+        "search": search,
+        "record_json": record_json,
+        "evidence": evidence,
+        "evaluator": evaluator,
+        "evidence_json": canonical(evidence).decode(),
+        "evaluator_json": canonical(evaluator).decode(),
+        "model_resolution": search.model_resolution,
+        "model_resolution_note": MODEL_RESOLUTIONS.get(search.model_resolution, ""),
+        "checks": {
+            "preregistration": recomputed == search.preregistration_hash,
+            "search_id": search_id_for(recomputed) == search.search_id,
+            "evidence": sha256_hex(canonical(evidence)) == search.public_evidence_hash,
+            "evaluator": sha256_hex(canonical(evaluator)) == search.evaluator_hash,
+        },
+        "batches": search.candidate_batches,
+        "candidate_count": sum(len(batch) for batch in search.candidate_batches),
+        "empty_message": "No activity for this search yet.",
+        **_live_context(request, subject=("search", search.pk)),
+    })
+
+
+@require_GET
+def search_record(request: HttpRequest, search_id: str) -> HttpResponse:
+    """The exact canonical JSON bytes: `sha256sum` of this file is the preregistration hash."""
+    search = selectors.search_for_user(request.user, search_id)
+    response = HttpResponse(
+        (search.hashed_inputs or {}).get("record_canonical_json", "").encode(),
+        content_type="application/json; charset=utf-8",
+    )
+    response["Content-Disposition"] = f'attachment; filename="{search.search_id}.json"'
+    return response

@@ -1,0 +1,61 @@
+"""Forms collect input; the services hold the rules and raise ValidationError."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from runtime_app.selectors import projects_for_user, repositories_for_user
+
+
+def normalize_newlines(text: str) -> str:
+    """Browsers submit a textarea with CRLF line ends, htmx with LF: store and hash one form."""
+    return text.replace("\r\n", "\n")
+
+
+class RepositoryChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Any) -> str:
+        return f"{obj.project.name} / {obj.name}"
+
+
+class SpecEditorForm(forms.Form):
+    """The editor: where to freeze (project, repository, ref), a title, and the TOML."""
+
+    project = forms.ModelChoiceField(queryset=None, empty_label="Pick a project")
+    repository = RepositoryChoiceField(queryset=None, required=False, empty_label="Pick a repository")
+    ref = forms.CharField(max_length=255, required=False, label="Baseline ref")
+    title = forms.CharField(max_length=96, required=False, help_text="Defaults to the spec's name.")
+    # No max_length: the services and the validator report oversized specs with their own message.
+    text = forms.CharField(required=False, strip=False, widget=forms.Textarea)
+
+    def __init__(self, user: Any, *args: Any, spec: Any = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        projects = projects_for_user(user).order_by("name")
+        repositories = repositories_for_user(user).order_by("project__name", "name")
+        if spec is not None:  # a saved spec belongs to its project for good
+            projects = projects.filter(pk=spec.project_id)
+            repositories = repositories.filter(project_id=spec.project_id)
+        self.fields["project"].queryset = projects
+        self.fields["repository"].queryset = repositories
+
+    def clean_text(self) -> str:
+        return normalize_newlines(self.cleaned_data["text"])
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        project, repository = data.get("project"), data.get("repository")
+        if project is not None and repository is not None and repository.project_id != project.pk:
+            self.add_error("repository", f"{repository.name} belongs to project {repository.project.name}.")
+        return data
+
+
+class SpecDiffForm(forms.Form):
+    """Which two versions to compare: `?from=1&to=2`."""
+
+    from_ = forms.IntegerField(min_value=1, max_value=2**31 - 1)
+    to = forms.IntegerField(min_value=1, max_value=2**31 - 1)
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["from"] = self.fields.pop("from_")
