@@ -92,7 +92,11 @@ def worktree_changes(repo: Repo) -> list[str]:
     for group in status.staged.values():
         changed.update(p.decode() if isinstance(p, bytes) else p for p in group)
     changed.update(p.decode() if isinstance(p, bytes) else p for p in status.unstaged)
-    return sorted(changed)
+    # dulwich reports clean submodules as changed; their commit is pinned by the gitlink.
+    index = repo.open_index()
+    submodules = {path.decode() for path, entry in index.iteritems()
+                  if getattr(entry, "mode", 0) & 0o170000 == 0o160000}
+    return sorted(changed - submodules)
 
 
 def file_at(repo: Repo, commit: str, path: str) -> bytes | None:

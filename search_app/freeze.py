@@ -13,6 +13,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from dulwich.errors import NotTreeError
+from dulwich.objects import SubmoduleEncountered
+from dulwich.repo import Repo
+
 from runtime_app.fleet import preset_resolve_model
 from runtime_app.git import GitError, file_at, is_tree, ref_resolve, repo_open, worktree_changes
 from search_app.spec import SearchSpec, spec_normalized, spec_validate
@@ -117,6 +121,19 @@ class FrozenInputs:
         }
 
 
+def _evidence_file(repo: Repo, commit: str, path: str) -> tuple[bytes | None, str]:
+    """The bytes of an evidence file at the baseline, or None and why there are none."""
+    try:
+        data = file_at(repo, commit, path)
+        if data is not None:
+            return data, ""
+        return None, "a directory; list its files" if is_tree(repo, commit, path) else "no such file"
+    except NotTreeError:  # a path below a file
+        return None, "no such file"
+    except (KeyError, SubmoduleEncountered):  # a gitlink: its objects live in another repository
+        return None, "inside a submodule; list files of this repository"
+
+
 def freeze_inputs(spec_text: str, repository_path: str, ref: str) -> FrozenInputs:
     """Resolve and hash everything a search is frozen on; FreezeError lists what is wrong."""
     report = spec_validate(spec_text)
@@ -142,10 +159,9 @@ def freeze_inputs(spec_text: str, repository_path: str, ref: str) -> FrozenInput
             )
         contents: dict[str, bytes] = {}
         for path in spec.evidence.files:
-            data = file_at(repo, commit, path)
+            data, missing = _evidence_file(repo, commit, path)
             if data is None:
-                kind = "a directory; list its files" if is_tree(repo, commit, path) else "no such file"
-                problems.append(f"evidence.files: {path}: {kind} at {commit[:12]}")
+                problems.append(f"evidence.files: {path}: {missing} at {commit[:12]}")
             else:
                 contents[path] = data
         if problems:

@@ -23,7 +23,12 @@ def _check_title(title: str) -> str:
 
 
 def _check_text(text: str) -> str:
-    if len(text.encode("utf-8", errors="surrogatepass")) > MAX_SPEC_BYTES:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:  # lone surrogates cannot be stored or hashed
+        raise ValidationError({"text": f"The spec has a character that is not valid text at "
+                                       f"offset {error.start}."}) from None
+    if len(text.encode("utf-8")) > MAX_SPEC_BYTES:
         raise ValidationError({"text": f"A spec may be at most {MAX_SPEC_BYTES:,} bytes."})
     if "\x00" in text:
         raise ValidationError({"text": "A spec cannot contain NUL characters."})

@@ -10,6 +10,8 @@ import difflib
 import itertools
 import re
 import tomllib
+import types
+import typing
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any, Literal
 
@@ -26,12 +28,14 @@ ORDERING_KEYS = ("score", "runtime", "diff_lines", "cost_microusd")
 NAME_RE = r"^[a-z0-9_-]{1,96}$"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DRIVE = re.compile(r"^[A-Za-z]:")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 Effort = Literal["off", "low", "medium", "high", "max"]
 
 
 def _check_repo_path(value: str) -> str:
-    """A bounded repo-relative path: no `..`, no absolute or drive paths, no control chars."""
+    """A bounded repo-relative path: 1–400 characters, no `..`, no absolute or drive paths
+    (`/x`, `C:\\x`), no control characters, nothing inside `.git` (in any letter case)."""
     if not value or len(value) > 400:
         raise ValueError("a path of 1 to 400 characters")
     if _CONTROL.search(value):
@@ -41,7 +45,7 @@ def _check_repo_path(value: str) -> str:
     parts = re.split(r"[\\/]", value)
     if ".." in parts:
         raise ValueError("a path that stays inside the repository (no `..`)")
-    if parts[0] == ".git" or ".git" in parts:
+    if any(part.lower() == ".git" for part in parts):  # `.GIT` is the git dir on macOS/Windows
         raise ValueError("a path outside `.git`")
     return value
 
@@ -64,10 +68,15 @@ RepoPaths = Annotated[list[str], Field(max_length=500)]
 
 
 class WorkerSpec(_Section):
+    """Who writes the candidates and where they may write. `model` is required for the LLM
+    presets, `command` for the `command` preset; give `write_roots` or `exact_files` (or both)
+    with at least one path."""
+
     provider: str = Field(description="a fleet preset: " + ", ".join(PRESETS))
     model: str = Field("", max_length=200, description="the model id requested from the provider")
     reasoning_effort: Effort | list[Effort] = Field(
-        "high", description="one effort, or one per round (scouts low, finalists high)"
+        "high", description="one effort for every round, or a list with one per round "
+        "(scouts low, finalists high)"
     )
     write_authority: Literal["worktree_write"] = Field(
         "worktree_write", description="writers edit only their own worktree"
@@ -90,11 +99,17 @@ class WorkerSpec(_Section):
 
 
 class BudgetSpec(_Section):
+    """Ceilings for the whole search; admission stops before either would be exceeded.
+    Leave a key out for no ceiling."""
+
     max_cost_microusd: int | None = Field(None, gt=0, description="spend ceiling in millionths of a dollar")
     max_tokens: int | None = Field(None, gt=0, description="token ceiling across all calls")
 
 
 class EvidenceSpec(_Section):
+    """Public evidence, given identically to every writer. Files are read at the baseline
+    commit and hashed into the search id."""
+
     files: RepoPaths = Field(
         default_factory=list, description="repo files every writer sees, read at the baseline"
     )
@@ -107,6 +122,9 @@ class EvidenceSpec(_Section):
 
 
 class EvaluatorSpec(_Section):
+    """Hidden evaluator inputs: only evaluation trees receive them, after writers are done.
+    Their contents are hashed into the search id."""
+
     files: dict[str, str] = Field(
         default_factory=dict,
         description="hidden files (repo-relative path = content) only evaluation trees receive",
@@ -122,6 +140,8 @@ class EvaluatorSpec(_Section):
 
 
 class HardGatesSpec(_Section):
+    """Commands every patched tree must pass; any failure eliminates the candidate."""
+
     commands: Annotated[list[Command], Field(min_length=1, max_length=50)] = Field(
         description="run in order on each patched tree; the first failure eliminates"
     )
@@ -138,26 +158,36 @@ class HardGatesSpec(_Section):
 
 
 class ScoreSpec(_Section):
-    command: Command = Field(description="writes the metric as JSON; counts only with exit code 0")
-    metric: str = Field(min_length=1, max_length=100, description="the key of the metric in the JSON")
+    """How survivors of the gates are scored: repeated trials, the median counts."""
+
+    command: Command = Field(description="the benchmark the runtime runs on each surviving tree")
+    metric: str = Field(min_length=1, max_length=100, description="the name of the metric to compare")
     direction: Literal["minimize", "maximize"] = Field("minimize", description="better is lower or higher")
     trials: int = Field(5, ge=1, le=25, description="runs per candidate; the score is their median")
     tie_breakers: Annotated[
         list[Literal["diff_lines", "cost_microusd", "score", "tokens"]], Field(min_length=1)
-    ] = Field(default_factory=lambda: ["diff_lines"], description="applied in order on equal scores")
+    ] = Field(
+        default_factory=lambda: ["diff_lines"], description="applied in order on equal scores; each once"
+    )
     timeout_seconds: int = Field(900, ge=1, le=86_400, description="per trial")
 
 
 class SelectionSpec(_Section):
+    """How each round's survivors are chosen among the scored candidates."""
+
     policy: Literal["pareto", "ordered"] = Field("pareto", description="how survivors are ranked")
-    ordering: list[Literal["score", "runtime", "diff_lines", "cost_microusd"]] = Field(
+    ordering: Annotated[
+        list[Literal["score", "runtime", "diff_lines", "cost_microusd"]], Field(min_length=1)
+    ] = Field(
         default_factory=lambda: ["cost_microusd", "score"],
-        description="for `ordered`: keys in priority order (cost-first by default)",
+        description="for `ordered`: keys in priority order, each once (cost-first by default)",
     )
     retain_diversity: bool = Field(True, description="identical patches collapse to one")
 
 
 class SearchSpec(_Section):
+    """A search: what to achieve, how many candidates, and how the field narrows."""
+
     schema_version: Literal[1] = Field(1, description="the spec format version")
     name: str = Field(pattern=NAME_RE, description="1–96 characters of a-z 0-9 - _")
     objective: str = Field(min_length=1, max_length=4000, description="what the writers must achieve")
@@ -215,14 +245,23 @@ class SpecReport:
 
 # --- where keys are in the text ---------------------------------------------------------
 
-_HEADER = re.compile(r"^\s*\[\[?\s*(?P<name>[^\]\[]+?)\s*\]\]?\s*(#.*)?$")
-_KEY_PART = r"(?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')"
-_KEY = re.compile(rf"^\s*(?P<key>{_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
+_KEY_PART = r"(?:[A-Za-z0-9_-]+|\"(?:[^\"\\]|\\.)*\"|'[^']*')"
+_DOTTED = rf"{_KEY_PART}(?:[ \t]*\.[ \t]*{_KEY_PART})*"
+_HEADER = re.compile(rf"^\s*\[\[?[ \t]*(?P<name>{_DOTTED})[ \t]*\]\]?\s*(#.*)?$")
+_KEY = re.compile(rf"^\s*(?P<key>{_DOTTED})[ \t]*=")
 
 
 def _split_key(raw: str) -> list[str]:
-    parts = re.findall(r"\"([^\"]*)\"|'([^']*)'|([A-Za-z0-9_-]+)", raw)
-    return [a or b or c for a, b, c in parts]
+    """The parts of a (dotted, quoted, escaped) key, as TOML reads them."""
+    try:
+        node: Any = tomllib.loads(f"{raw} = 0")
+    except tomllib.TOMLDecodeError:
+        return []
+    parts = []
+    while isinstance(node, dict) and len(node) == 1:
+        key, node = next(iter(node.items()))
+        parts.append(key)
+    return parts
 
 
 def _value_balance(text: str, state: dict[str, Any]) -> None:
@@ -232,7 +271,7 @@ def _value_balance(text: str, state: dict[str, Any]) -> None:
     while i < len(text):
         if state["string"]:
             quote = state["string"]
-            if text.startswith(quote, i) and (len(quote) == 3 or text[i - 1 : i] != "\\"):
+            if text.startswith(quote, i):
                 state["string"] = None
                 i += len(quote)
                 continue
@@ -264,7 +303,8 @@ def key_positions(text: str) -> dict[tuple[str, ...], tuple[int, int]]:
     positions: dict[tuple[str, ...], tuple[int, int]] = {}
     table: tuple[str, ...] = ()
     state: dict[str, Any] = {"depth": 0, "string": None}
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, raw_line in enumerate(text.split("\n"), start=1):
+        line = raw_line.removesuffix("\r")
         if state["depth"] == 0 and state["string"] is None:
             header = _HEADER.match(line)
             if header and not _KEY.match(line):
@@ -305,7 +345,46 @@ _TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 _REASONS = {
     ("integration_policy",): "only `review_only`: a winner is merged only after a person approves it",
     ("hard_gates", "forbid_test_changes"): "`true`: weakening tests is never allowed",
+    ("worker", "reasoning_effort"): "'off', 'low', 'medium', 'high' or 'max', or a list of those "
+    "with one per round",
 }
+
+
+def _value_at(data: Any, path: tuple[str | int, ...]) -> Any:
+    for part in path:
+        in_table = isinstance(data, dict) and isinstance(part, str) and part in data
+        in_array = isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
+        if not (in_table or in_array):
+            return None
+        data = data[part]
+    return data
+
+
+def _union_fields() -> frozenset[tuple[str, ...]]:
+    """Key paths of fields typed as a union (`reasoning_effort`: one effort or a list)."""
+    found = set()
+    for table, model in _MODEL_FOR_TABLE.items():
+        for name, field in model.model_fields.items():
+            members = [arg for arg in typing.get_args(field.annotation) if arg is not type(None)]
+            if typing.get_origin(field.annotation) in (typing.Union, types.UnionType) and len(members) > 1:
+                found.add((*table, name))
+    return frozenset(found)
+
+
+_UNION_FIELDS = _union_fields()
+
+
+def _field_path(loc: tuple[str | int, ...], data: dict[str, Any]) -> tuple[str | int, ...] | None:
+    """The key path of an error, without the member tag pydantic puts after a union field
+    (`literal[...]`, `list[...]`); None when the error comes from the member the value's
+    type did not pick (a string checked as a list), so each mistake is reported once."""
+    for index in range(1, len(loc)):
+        if loc[:index] in _UNION_FIELDS and isinstance(loc[index], str):
+            is_list = isinstance(_value_at(data, loc[:index]), list)
+            if is_list != loc[index].startswith("list["):
+                return None
+            return loc[:index] + loc[index + 1 :]
+    return loc
 
 
 def _expected(error: dict[str, Any], path: tuple[str, ...]) -> str:
@@ -331,40 +410,44 @@ def _expected(error: dict[str, Any], path: tuple[str, ...]) -> str:
 
 
 def _pydantic_errors(
-    error: ValidationError, positions: dict[tuple[str, ...], tuple[int, int]]
+    error: ValidationError, positions: dict[tuple[str, ...], tuple[int, int]], data: dict[str, Any]
 ) -> list[SpecError]:
     found = []
     for item in error.errors(include_url=False):
-        loc = tuple(str(part) for part in item["loc"])
-        # Union members repeat the location with a type tag; keep the field path only.
-        path = tuple(part for part in loc if not part.startswith(("literal[", "list[")) and part != "str")
+        path = _field_path(tuple(item["loc"]), data)
+        if path is None:
+            continue
+        keys = tuple(str(part) for part in path)
+        line, column = _locate(positions, keys)
         if item["type"] == "extra_forbidden":
-            table, key = path[:-1], path[-1]
+            table, key = keys[:-1], keys[-1]
             model = _MODEL_FOR_TABLE.get(table)
             known = list(model.model_fields) if model else []
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-            line, column = _locate(positions, path)
             found.append(SpecError(
-                line, column, ".".join(path), f"unknown key `{key}`",
+                line, column, _dotted(path), f"unknown key `{key}`",
                 expected="one of " + ", ".join(known) if known else "", suggestion=close[0] if close else "",
             ))
             continue
-        line, column = _locate(positions, path)
         message = "missing required key" if item["type"] == "missing" else "invalid value"
         suggestion = ""
-        if path == ("worker", "provider") and isinstance(item.get("input"), str):
+        if keys == ("worker", "provider") and isinstance(item.get("input"), str):
             close = difflib.get_close_matches(item["input"], list(PRESETS), n=1, cutoff=0.6)
             suggestion = close[0] if close else ""
-        found.append(SpecError(line, column, _dotted(path), message, _expected(item, path), suggestion))
+        found.append(SpecError(line, column, _dotted(path), message, _expected(item, keys), suggestion))
     return found
 
 
-def _dotted(path: tuple[str, ...]) -> str:
+def _dotted(path: tuple[str | int, ...]) -> str:
     """`score.tie_breakers[0]`: keys joined by dots, list indexes in brackets."""
     text = ""
     for part in path:
-        text += f"[{part}]" if part.isdigit() else (f".{part}" if text else part)
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
     return text
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
 def _cross_checks(data: dict[str, Any], positions: dict[tuple[str, ...], tuple[int, int]]) -> list[SpecError]:
@@ -400,7 +483,7 @@ def _cross_checks(data: dict[str, Any], positions: dict[tuple[str, ...], tuple[i
             add(("worker", "reasoning_effort"), f"{len(effort)} efforts for {len(rounds)} rounds",
                 "one effort, or exactly one per round")
         provider = worker.get("provider")
-        if provider in PRESETS:
+        if isinstance(provider, str) and provider in PRESETS:
             if PRESETS[provider].needs_command and not str(worker.get("command", "")).strip():
                 add(("worker", "command"), "the `command` provider needs its command line",
                     "worker.command, e.g. \"my-agent --yes\"")
@@ -408,12 +491,12 @@ def _cross_checks(data: dict[str, Any], positions: dict[tuple[str, ...], tuple[i
                 add(("worker", "model"), f"`{provider}` needs a model id",
                     "worker.model, e.g. \"deepseek-v4-flash\"")
     selection = data.get("selection")
-    if isinstance(selection, dict) and isinstance(selection.get("ordering"), list):
+    if isinstance(selection, dict) and _strings(selection.get("ordering")):
         ordering = selection["ordering"]
         if len(set(ordering)) != len(ordering):
             add(("selection", "ordering"), "a key is repeated", "each ordering key once")
     score = data.get("score")
-    if isinstance(score, dict) and isinstance(score.get("tie_breakers"), list):
+    if isinstance(score, dict) and _strings(score.get("tie_breakers")):
         breakers = score["tie_breakers"]
         if len(set(breakers)) != len(breakers):
             add(("score", "tie_breakers"), "a tie-breaker is repeated", "each tie-breaker once")
@@ -440,6 +523,14 @@ def spec_validate(source: str | bytes) -> SpecReport:
             return SpecReport((SpecError(line, column, "", "the spec is not UTF-8 text", "UTF-8"),), None)
     if len(source.encode("utf-8", errors="surrogatepass")) > MAX_SPEC_BYTES:
         return _too_large()
+    surrogate = _SURROGATE.search(source)
+    if surrogate:  # only from str input (JSON "\\ud800"); cannot be stored or hashed as UTF-8
+        before = source[: surrogate.start()]
+        line = before.count("\n") + 1
+        column = surrogate.start() - (before.rfind("\n") + 1) + 1
+        return SpecReport(
+            (SpecError(line, column, "", "the spec has a lone surrogate character", "UTF-8 text"),), None
+        )
     try:
         data = tomllib.loads(source)
     except tomllib.TOMLDecodeError as error:
@@ -454,13 +545,16 @@ def spec_validate(source: str | bytes) -> SpecReport:
         return SpecReport((SpecError(line, column, "", f"not valid TOML: {message}", "TOML syntax"),), None)
     except (UnicodeError, ValueError) as error:  # lone surrogates and the like
         return SpecReport((SpecError(1, 1, "", f"not valid TOML: {error}", "TOML syntax"),), None)
+    except RecursionError:  # tomllib recurses per nested array or table: `a = [[[[…`
+        return SpecReport((SpecError(1, 1, "", "not valid TOML: values nested too deeply",
+                                     "arrays and tables nested a few levels at most"),), None)
     positions = key_positions(source)
     errors: list[SpecError] = []
     spec = None
     try:
         spec = SearchSpec.model_validate(data)
     except ValidationError as error:
-        errors += _pydantic_errors(error, positions)
+        errors += _pydantic_errors(error, positions, data)
     errors += _cross_checks(data, positions)
     errors.sort(key=lambda e: (e.line, e.column, e.path))
     return SpecReport(tuple(errors), None if errors else spec)

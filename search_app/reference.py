@@ -1,0 +1,259 @@
+"""docs/spec-reference.md, generated from the spec schema so the two cannot drift.
+
+`spec_reference_markdown()` walks SearchSpec and its section models: every key with its
+type, default, range or allowed values and description. `manage.py search reference
+--write` rewrites the file; a test fails when the checked-in file differs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from runtime_app.fleet import PRESETS
+from search_app import freeze
+from search_app.spec import LIVE_CEILING, MAX_SPEC_BYTES, SearchSpec, _check_repo_path
+
+REFERENCE_PATH = Path(__file__).resolve().parent.parent / "docs" / "spec-reference.md"
+
+# The example from the seed document (shared/seeds/workflow-experimental-search.md),
+# byte for byte; tests check it against tests/search_app/specs/seed_example.toml.
+SEED_EXAMPLE = """\
+name = "speed-up-certificate"
+objective = "Reduce runtime without changing exact results"
+population = 32
+rounds = [32, 8, 3, 1]
+concurrency = 16
+integration_policy = "review_only"
+
+[worker]
+provider = "deepseek"
+model = "deepseek-v4-flash"
+reasoning_effort = "high"
+write_authority = "worktree_write"
+write_roots = ["code"]
+
+[budget]
+max_cost_microusd = 5000000
+max_tokens = 10000000
+
+[hard_gates]
+commands = [
+"PYTHONWARNINGS=error python certificate.py",
+"git diff --exit-code -- expected_result.json",
+]
+forbid_test_changes = true
+protected_paths = ["tests", "expected_result.json"]
+
+[score]
+command = "./scripts/benchmark_candidate.sh"
+direction = "minimize"
+metric = "median_runtime_ms"
+trials = 5
+tie_breakers = ["diff_lines", "cost_microusd"]
+
+[selection]
+policy = "pareto"
+retain_diversity = true
+"""
+
+
+def _code(value: Any) -> str:
+    """A value as it is written in TOML, in backticks."""
+    return f"`{_toml(value)}`"
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    if isinstance(value, dict):
+        inner = ", ".join(f"{_toml(k)} = {_toml(v)}" for k, v in value.items())
+        return "{ " + inner + " }" if inner else "{}"
+    return str(value)
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _type(schema: dict[str, Any]) -> str:
+    if "anyOf" in schema:
+        return " or ".join(_type(member) for member in schema["anyOf"] if member.get("type") != "null")
+    kind = schema.get("type")
+    if kind == "array":
+        return f"array of {_type(schema.get('items', {}))}s"
+    if kind == "object":
+        return f"table of {_type(schema.get('additionalProperties', {}))}s"
+    return {"integer": "integer", "string": "string", "boolean": "boolean"}.get(kind, str(kind))
+
+
+def _range(schema: dict[str, Any], *, paths: bool = False) -> str:
+    """Allowed values and bounds, as the schema states them."""
+    if "anyOf" in schema:
+        members = [m for m in schema["anyOf"] if m.get("type") != "null"]
+        texts = [("an array: " if m.get("type") == "array" else "") + _range(m, paths=paths) for m in members]
+        return "; or ".join(text for text in texts if text)
+    parts = []
+    if "const" in schema:
+        parts.append(f"only {_code(schema['const'])}")
+    if "enum" in schema:
+        parts.append("one of " + ", ".join(_code(v) for v in schema["enum"]))
+    low = schema.get("minimum")
+    high = schema.get("maximum")
+    if "exclusiveMinimum" in schema:
+        parts.append(f"> {schema['exclusiveMinimum']:,}")
+    elif low is not None and high is not None:
+        parts.append(f"{low:,} – {high:,}")
+    elif low is not None:
+        parts.append(f"≥ {low:,}")
+    for least, most, unit in (("minLength", "maxLength", "characters"), ("minItems", "maxItems", "items")):
+        a, b = schema.get(least), schema.get(most)
+        if a is not None and b is not None:
+            parts.append(f"{a:,}–{b:,} {unit}")
+        elif a is not None:
+            parts.append(f"at least {a:,} {unit if a != 1 else unit[:-1]}")
+        elif b is not None:
+            parts.append(f"at most {b:,} {unit}")
+    if "pattern" in schema:
+        parts.append(f"matches `{schema['pattern']}`")
+    if schema.get("type") == "array":
+        each = _range(schema.get("items", {}), paths=paths)
+        if paths:
+            each = "a repo path (see [Paths](#paths))"
+        if each:
+            parts.append(f"each {each}")
+    if schema.get("type") == "boolean" and not parts:
+        parts.append("`true` or `false`")
+    if schema.get("type") == "object" and paths:
+        parts.append("keys are repo paths (see [Paths](#paths)), values the file contents")
+    return "; ".join(parts)
+
+
+def _path_fields(model: type[BaseModel]) -> set[str]:
+    """Fields checked as repo-relative paths (the `_paths` validators)."""
+    fields: set[str] = set()
+    for decorator in model.__pydantic_decorators__.field_validators.values():
+        if decorator.cls_var_name == "_paths":
+            fields.update(decorator.info.fields)
+    return fields
+
+
+def _default(name: str, model: type[BaseModel]) -> str:
+    field = model.model_fields[name]
+    if field.is_required():
+        return "required"
+    value = field.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return "optional"
+    if value is None:
+        return "unset"
+    return _code(value)
+
+
+def _table(model: type[BaseModel], schema: dict[str, Any], defs: dict[str, Any], prefix: str) -> list[str]:
+    rows = [
+        "| key | type | default | range / allowed values | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    paths = _path_fields(model)
+    for name, field in model.model_fields.items():
+        prop = schema["properties"][name]
+        if "$ref" in prop:
+            section = prop["$ref"].rsplit("/", 1)[-1]
+            kind, allowed = f"table `[{name}]`", f"see [`[{name}]`](#{name})"
+            description = defs[section].get("description", "")
+        else:
+            kind, allowed = _type(prop), _range(prop, paths=name in paths)
+            description = field.description or ""
+            if prefix == "worker." and name == "provider":
+                allowed = "one of " + ", ".join(f"`{preset}`" for preset in PRESETS) + \
+                    " (see [Provider presets](#provider-presets))"
+        rows.append(
+            f"| `{prefix}{name}` | {_cell(kind)} | {_cell(_default(name, model))} | {_cell(allowed)} "
+            f"| {_cell(description)} |"
+        )
+    return rows
+
+
+def _doc(text: str | None) -> str:
+    return " ".join((text or "").split())
+
+
+def spec_reference_markdown() -> str:
+    schema = SearchSpec.model_json_schema()
+    defs = schema.get("$defs", {})
+    out = [
+        "# Spec reference",
+        "",
+        "<!-- Generated from search_app/spec.py by `manage.py search reference --write`; do not edit. -->",
+        "",
+        "A spec is the TOML a person writes to describe a search. Crucible validates it (every",
+        "error at once, each with `line:column`, the key path, what was expected and a \"did you",
+        "mean\" for misspelled keys), and freezes it against a git baseline into an immutable",
+        "search. Check a file with `manage.py search validate FILE`; freeze it with",
+        "`manage.py search freeze FILE --repo PATH --ref REF`.",
+        "",
+        "The seed's example, which validates unchanged:",
+        "",
+        "```toml",
+        SEED_EXAMPLE.rstrip("\n"),
+        "```",
+        "",
+        "## Rules for every spec",
+        "",
+        f"- A spec is UTF-8 TOML of at most {MAX_SPEC_BYTES:,} bytes.",
+        "- Unknown keys are errors, at every level; a close match is suggested.",
+        "- Values are not converted: `population = \"32\"` is a string, not an integer, and is refused.",
+        "- Keys marked *required* must be present; every other key has the default shown.",
+        "",
+        "### Paths",
+        "",
+        _doc(_check_repo_path.__doc__) + " Each list holds a path at most once.",
+        "",
+        "## Top level",
+        "",
+        _doc(SearchSpec.__doc__),
+        "",
+        *_table(SearchSpec, schema, defs, ""),
+        "",
+        f"The runtime never runs more than {LIVE_CEILING} steps of a search at once.",
+    ]
+    for name, field in SearchSpec.model_fields.items():
+        model = field.annotation
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            continue
+        section = defs[model.__name__]
+        out += ["", f"## [{name}]", "", _doc(model.__doc__), "", *_table(model, section, defs, f"{name}.")]
+        if name == "worker":
+            out += [
+                "",
+                "### Provider presets",
+                "",
+                "| preset | kind | needs |",
+                "|---|---|---|",
+                *(
+                    f"| `{preset.name}` | {preset.kind} | "
+                    f"{'`worker.command`' if preset.needs_command else '`worker.model`'} — "
+                    f"{_cell(preset.description)} |"
+                    for preset in PRESETS.values()
+                ),
+            ]
+    out += [
+        "",
+        "## Freezing",
+        "",
+        _doc(freeze.__doc__),
+        "",
+        "## Not defined yet",
+        "",
+        "How the score command reports `score.metric` to the runtime (its output contract) belongs",
+        "to the evaluator host, which a later issue builds; this reference will describe it then.",
+        "",
+    ]
+    return "\n".join(out)
