@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from runtime_app.services import repository_register
 from search_app.models import Search
 from tests.e2e.conftest import WAIT_MS, in_worker_thread
+from tests.gitrepo import repo_create
 
 pytestmark = pytest.mark.integration
 SEED = (Path(__file__).resolve().parent.parent / "search_app" / "specs" / "seed_example.toml").read_text()
@@ -20,21 +20,11 @@ NEW_SEARCH = re.compile(r"^http://127\.0\.0\.1:\d+/searches/specs/new/$")
 SEARCH_PAGE = re.compile(r"^http://127\.0\.0\.1:\d+/searches/search-[0-9a-f]{16}/$")
 
 
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e", *args],
-                   cwd=cwd, check=True, capture_output=True)
-
-
 @pytest.fixture
 def repository(personas, tmp_path):
     """A real git repo with one commit, registered for alpha before the browser starts."""
-    path = tmp_path / "certificate"
-    (path / "code").mkdir(parents=True)
-    (path / "code" / "solve.py").write_text("def solve():\n    return 42\n")
-    git(path, "init", "-q", "-b", "main")
-    git(path, "add", ".")
-    git(path, "commit", "-q", "-m", "baseline")
-    git(path, "tag", "v1.0")
+    path = repo_create(tmp_path / "certificate", {"code/solve.py": "def solve():\n    return 42\n"},
+                       tags=("v1.0",))
     return repository_register(personas.owner, personas.alpha, str(path), "certificate", trusted=True)
 
 

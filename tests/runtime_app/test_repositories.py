@@ -15,24 +15,15 @@ from runtime_app import roles
 from runtime_app.models import AuditEntry, ProjectMembership, Repository
 from runtime_app.services import repository_register
 from tests.conftest import make_user
+from tests.gitrepo import repo_create
 
 pytestmark = pytest.mark.django_db
 
 
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e", *args],
-                   cwd=cwd, check=True, capture_output=True)
 
 
 def make_repo(path: Path) -> Path:
-    path.mkdir(parents=True)
-    (path / "README").write_text("hello\n")
-    git(path, "init", "-q", "-b", "main")
-    git(path, "add", ".")
-    git(path, "commit", "-q", "-m", "first")
-    git(path, "branch", "speedup")
-    git(path, "tag", "v0.1")
-    return path
+    return repo_create(path, {"README": "hello\n"}, branches=("speedup",), tags=("v0.1",))
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,30 +11,18 @@ from django.test import Client
 from runtime_app.services import api_token_create, repository_register
 from search_app.models import Search
 from search_app.spec import spec_validate
+from tests.gitrepo import git, repo_create
 
 pytestmark = pytest.mark.django_db
 SEED = (Path(__file__).parent / "specs" / "seed_example.toml").read_text()
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=Test", "-c", "user.email=test@example.com",
-         "-c", "commit.gpgsign=false", *args],
-        cwd=repo, check=True, capture_output=True, text=True,
-    ).stdout.strip()
 
 
 @pytest.fixture
 def repo_path(tmp_path) -> Path:
-    repo = tmp_path / "roots" / "certificate"
-    repo.mkdir(parents=True)
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "code").mkdir()
-    (repo / "code" / "certificate.py").write_text("print('ok')\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "baseline")
-    git(repo, "tag", "v1")
-    return repo
+    files = {"code/certificate.py": "print('ok')\n"}
+    return repo_create(tmp_path / "roots" / "certificate", files, tags=("v1",))
 
 
 @pytest.fixture

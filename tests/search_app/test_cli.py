@@ -14,7 +14,7 @@ from search_app.models import Search
 from search_app.reference import spec_reference_markdown
 from search_app.spec import spec_validate
 from tests.conftest import REPO_ROOT, make_user, subprocess_env
-from tests.search_app.baseline_repo import baseline_repo
+from tests.gitrepo import baseline_repo
 from tests.search_app.test_freeze import (
     GOLDEN_BASELINE_COMMIT,
     GOLDEN_PREREGISTRATION_HASH,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import html
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,30 +18,18 @@ from search_app.models import Search, Spec, SpecVersion
 from search_app.spec import spec_validate
 from search_app.spec_templates import SPEC_TEMPLATES
 from tests.conftest import make_user
+from tests.gitrepo import git, repo_create
 
 pytestmark = pytest.mark.django_db
 SEED = (Path(__file__).parent / "specs" / "seed_example.toml").read_text()
 TYPO = SEED.replace("trials = 5", "trails = 5").replace("population = 32", "population = 1")
 
 
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@e", *args],
-        cwd=cwd, check=True, capture_output=True, text=True,
-    ).stdout.strip()
 
 
 def make_repo(root: Path, name: str = "certificate") -> Path:
-    path = root / name
-    (path / "code").mkdir(parents=True)
-    (path / "code" / "solve.py").write_text("def solve():\n    return 42\n")
-    (path / "certificate.py").write_text("print('ok')\n")
-    git(path, "init", "-q", "-b", "main")
-    git(path, "add", ".")
-    git(path, "commit", "-q", "-m", "baseline")
-    git(path, "branch", "feature")
-    git(path, "tag", "v1.0")
-    return path
+    files = {"code/solve.py": "def solve():\n    return 42\n", "certificate.py": "print('ok')\n"}
+    return repo_create(root / name, files, branches=("feature",), tags=("v1.0",))
 
 
 @pytest.fixture

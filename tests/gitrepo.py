@@ -1,4 +1,5 @@
-"""A real git repository with fixed names and dates, so its commit shas never change."""
+"""Real git repositories for tests, committed with fixed names and dates, so their commit
+shas never change and no user or system git config leaks in."""
 
 from __future__ import annotations
 
@@ -47,14 +48,25 @@ def write_files(repo: Path, files: dict[str, str]) -> None:
         path.chmod(0o644)
 
 
-def baseline_repo(path: Path) -> Path:
-    """Two commits on `main`: the baseline (tagged `v1`), then a change to code/certificate.py."""
+def repo_create(
+    path: Path, files: dict[str, str], *, branches: tuple[str, ...] = (), tags: tuple[str, ...] = ()
+) -> Path:
+    """A repository at path with one commit of `files` on `main`, plus branches and tags."""
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q", "-b", "main")
-    write_files(path, BASELINE_FILES)
+    write_files(path, files)
     git(path, "add", "-A")
     git(path, "commit", "-q", "-m", "baseline")
-    git(path, "tag", "v1")
+    for branch in branches:
+        git(path, "branch", branch)
+    for tag in tags:
+        git(path, "tag", tag)
+    return path
+
+
+def baseline_repo(path: Path) -> Path:
+    """Two commits on `main`: the baseline (tagged `v1`), then a change to code/certificate.py."""
+    repo_create(path, BASELINE_FILES, tags=("v1",))
     closed_form = "def certificate(n):\n    return (n - 1) * n * (2 * n - 1) // 6\n"
     write_files(path, {"code/certificate.py": closed_form})
     git(path, "commit", "-q", "-am", "closed form", date="2026-01-03T03:04:05+00:00")
