@@ -136,3 +136,23 @@ def search_freeze(
     except IntegrityError:  # frozen concurrently by someone else: theirs stands
         return Search.objects.get(search_id=frozen.search_id)
     return search
+
+
+def spec_draft_save(
+    user: Any, project: Project, spec: Spec | None, title: str, text: str
+) -> tuple[Spec, SpecVersion]:
+    """Save text as a new spec (spec None) or as the next version of spec."""
+    if spec is None:
+        spec = spec_create(user, project, title, text)
+        return spec, spec.latest
+    return spec, spec_save(user, spec, text)
+
+
+def spec_draft_freeze(
+    user: Any, project: Project, spec: Spec | None, title: str, text: str, ref: str,
+    repository: Repository,
+) -> Search:
+    """Save the text as a version and freeze that version; a failed freeze saves nothing."""
+    with transaction.atomic():
+        _, version = spec_draft_save(user, project, spec, title, text)
+        return search_freeze(user, project, text, ref, repository=repository, spec_version=version)

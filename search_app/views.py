@@ -11,7 +11,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -188,18 +187,15 @@ def _editor_post(request: HttpRequest, spec: Spec | None) -> HttpResponse:
         return _editor(request, form, text=text, spec=spec, status=400)
     data = form.cleaned_data
     project, repository, ref, text = data["project"], data["repository"], data["ref"].strip(), data["text"]
+    title = data["title"] or _title_from(text)
+    previous = spec.latest if spec is not None else None
     try:
-        with transaction.atomic():  # a failed freeze saves nothing
-            if spec is None:
-                saved = services.spec_create(request.user, project, data["title"] or _title_from(text), text)
-                version = saved.latest
-            else:
-                saved, previous = spec, spec.latest
-                version = services.spec_save(request.user, spec, text)
-            if freezing:
-                search = services.search_freeze(
-                    request.user, project, text, ref, repository=repository, spec_version=version
-                )
+        if freezing:
+            search = services.spec_draft_freeze(
+                request.user, project, spec, title, text, ref, repository
+            )
+        else:
+            saved, version = services.spec_draft_save(request.user, project, spec, title, text)
     except ValidationError as error:
         _apply_errors(form, error)
         return _editor(request, form, text=text, spec=spec, status=400)
