@@ -10,7 +10,6 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 
 from runtime_app import roles, selectors, services
-from runtime_app.git import GitError, refs_list, repo_open
 from runtime_app.health import health_status
 
 router = Router(tags=["runtime"])
@@ -128,6 +127,7 @@ class RepositoryOut(Schema):
 class RefsOut(Schema):
     branches: list[str]
     tags: list[str]
+    head: str = Field(description="the checked-out branch, if any")
 
 
 @router.get("/repositories", response=list[RepositoryOut])
@@ -144,12 +144,7 @@ def repository_register(request: HttpRequest, body: RepositoryIn):
 
 @router.get("/repositories/{repository_id}/refs", response=RefsOut)
 def repository_refs(request: HttpRequest, repository_id: int):
-    repository = selectors.repository_for_user(request.user, repository_id)
-    try:
-        repo = repo_open(repository.path)
-    except GitError as error:
-        raise ValidationError(str(error)) from None
-    try:
-        return refs_list(repo)
-    finally:
-        repo.close()
+    refs = selectors.repository_refs(selectors.repository_for_user(request.user, repository_id))
+    if refs["error"]:
+        raise ValidationError(refs["error"])
+    return refs

@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import Max, QuerySet
 from django.http import Http404
 
+from runtime_app.git import GitError, refs_list, repo_open
 from runtime_app.models import ApiToken, AuditEntry, Event, Project, Repository
 from runtime_app.subjects import subject_project_id
 
@@ -91,3 +92,20 @@ def repository_for_user(user: Any, repository_id: int) -> Repository:
     if repository is None:
         raise Http404("No such repository.")
     return repository
+
+
+def repository_refs(repository) -> dict:
+    """A registered repository's branches, tags and checked-out branch, read live from git;
+    `error` says why they cannot be read (moved, deleted, no longer a repository)."""
+    try:
+        repo = repo_open(repository.path)
+    except GitError as error:
+        return {"branches": [], "tags": [], "head": "", "error": str(error)}
+    try:
+        refs = refs_list(repo)
+        chain, _ = repo.refs.follow(b"HEAD")
+        head = chain[-1].decode() if chain else ""
+    finally:
+        repo.close()
+    return {**refs, "head": head.removeprefix("refs/heads/") if head.startswith("refs/heads/") else "",
+            "error": ""}

@@ -11,7 +11,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from runtime_app import roles, selectors, services
 from runtime_app.forms import ApiTokenForm, ProjectForm, RepositoryForm
-from runtime_app.git import GitError, refs_list, repo_open
 
 
 def _apply_errors(form: Form, error: ValidationError) -> None:
@@ -82,28 +81,11 @@ def project_ping(request: HttpRequest, project_id: int) -> HttpResponse:
     return redirect("project_detail", project_id=project.pk)
 
 
-def repository_refs(repository) -> dict:
-    """A registered repository's branches, tags and checked-out branch, read live from git;
-    `error` says why they cannot be read (moved, deleted, no longer a repository)."""
-    try:
-        repo = repo_open(repository.path)
-    except GitError as error:
-        return {"branches": [], "tags": [], "head": "", "error": str(error)}
-    try:
-        refs = refs_list(repo)
-        chain, _ = repo.refs.follow(b"HEAD")
-        head = chain[-1].decode() if chain else ""
-    finally:
-        repo.close()
-    return {**refs, "head": head.removeprefix("refs/heads/") if head.startswith("refs/heads/") else "",
-            "error": ""}
-
-
 def _repositories(request: HttpRequest, form: RepositoryForm, status: int = 200) -> HttpResponse:
     listed = selectors.repositories_for_user(request.user).order_by("project__name", "name")
     return render(request, "runtime_app/repositories.html", {
         "projects": selectors.projects_for_user(request.user).order_by("name"),
-        "repositories": [(repository, repository_refs(repository)) for repository in listed],
+        "repositories": [(repository, selectors.repository_refs(repository)) for repository in listed],
         "form": form,
         "can_operate": request.user.has_perm(roles.OPERATE),
     }, status=status)

@@ -18,8 +18,8 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from runtime_app import roles
-from runtime_app.selectors import repository_for_user
-from runtime_app.views import _apply_errors, _live_context, repository_refs
+from runtime_app.selectors import repositories_for_user, repository_for_user, repository_refs
+from runtime_app.views import _apply_errors, _live_context
 from search_app import selectors, services
 from search_app.forms import SpecDiffForm, SpecEditorForm, normalize_newlines
 from search_app.freeze import candidate_batches, canonical, search_id_for, sha256_hex
@@ -156,8 +156,14 @@ def _initial(request: HttpRequest, spec: Spec | None) -> dict[str, Any]:
             if last is not None:
                 repository_id = last.repository_id
                 initial["ref"] = initial["ref"] or last.ref
+        if repository_id is None:  # a project with one repository needs no choosing
+            only = list(spec.project.repositories.values_list("pk", flat=True)[:2])
+            repository_id = only[0] if len(only) == 1 else None
     if repository_id is not None:
         initial["repository"] = repository_id
+        repository = repositories_for_user(request.user).filter(pk=repository_id).first()
+        if repository is not None and not initial["ref"]:
+            initial["ref"] = repository_refs(repository)["head"]  # the checked-out branch
     return initial
 
 

@@ -99,7 +99,7 @@ def test_registering_a_repository_needs_an_allowed_root(api, personas, repo_path
     assert outside.status_code == 400 and "not under an allowed directory" in outside.json()["detail"]
     repository_id = api.get("/api/repositories").json()[0]["id"]
     refs = api.get(f"/api/repositories/{repository_id}/refs").json()
-    assert refs == {"branches": ["main"], "tags": ["v1"]}
+    assert refs == {"branches": ["main"], "tags": ["v1"], "head": "main"}
 
 
 def test_freezing_through_the_api_records_the_search(api, personas, repo_path):

@@ -160,6 +160,15 @@ def test_choosing_a_repository_preselects_it_and_lists_its_branches_and_tags(per
     assert 'data-default="main"' in content
 
 
+def test_a_saved_spec_of_a_project_with_one_repository_opens_with_it_and_its_branch(
+    personas, repository
+):
+    spec = services.spec_create(personas.owner, personas.alpha, "speed", SEED)
+    content = login(personas.owner).get(f"/searches/specs/{spec.pk}/").content.decode()
+    assert f'<option value="{repository.pk}" data-project="{personas.alpha.pk}" selected>' in content
+    assert 'name="ref" id="id_ref" value="main"' in content
+
+
 def test_the_refs_partial_lists_branches_and_tags(personas, repository):
     content = login(personas.member).get(f"/searches/specs/refs/?repository={repository.pk}").content.decode()
     assert 'id="ref-options"' in content
