@@ -29,6 +29,7 @@ test: lint
 
 bench: setup
 	$(PY) bench/event_latency.py
+	$(PY) bench/worktree_creation.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 from dulwich import porcelain
 from dulwich.errors import NotGitRepository
+from dulwich.index import Index
 from dulwich.objects import Blob, Commit, Tag, Tree
+from dulwich.refs import check_ref_format
 from dulwich.repo import Repo
 
 _HEX = re.compile(r"^[0-9a-f]{4,40}$")
@@ -117,3 +120,130 @@ def is_tree(repo: Repo, commit: str, path: str) -> bool:
     except KeyError:
         return False
     return isinstance(repo[sha], Tree)
+
+
+# ------------------------------------------------------------------------ commits and tags (dulwich)
+
+_IDENTITY = re.compile(r"[^<>\n\r\0]+ <[^<>\n\r\0]+>")
+_TRAILER_KEY = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,62}")
+
+
+def commit_create(
+    repo_path: str | Path,
+    *,
+    message: str,
+    author: str,
+    trailers: dict[str, str],
+    parent_commit: str | None,
+    tree_from_worktree: str | Path | None = None,
+    committer: str | None = None,
+    when: datetime | None = None,
+    branch: str | None = None,
+) -> str:
+    """A commit object made with dulwich, no hooks run; returns its sha.
+
+    The tree is the index of `tree_from_worktree` (a worktree of this repository, e.g. one
+    `patch_apply` staged) or, when None, the repository's own index. `author` and
+    `committer` (default: the author) are "Name <email>"; `when` defaults to now. Trailers
+    follow the message after a blank line as "Key: value" lines, in the order given.
+    With `branch`, refs/heads/<branch> moves to the commit only if it still points at
+    `parent_commit` (or is created if it does not exist).
+    """
+    committer = committer or author
+    for role, identity in (("author", author), ("committer", committer)):
+        if not _IDENTITY.fullmatch(identity):
+            raise GitError(f"{role} {identity!r}: give it as 'Name <email>'")
+    text = _message_with_trailers(message, trailers)
+    timestamp, offset = _when(when)
+    if branch is not None and not check_ref_format(f"refs/heads/{branch}".encode()):
+        raise GitError(f"{branch!r}: not a valid branch name")
+    repo = repo_open(repo_path)
+    try:
+        parents = [ref_resolve(repo, parent_commit).encode()] if parent_commit else []
+        commit = Commit()
+        commit.tree = _index_for(repo, tree_from_worktree).commit(repo.object_store)
+        commit.parents = parents
+        commit.author, commit.committer = author.encode(), committer.encode()
+        commit.author_time = commit.commit_time = timestamp
+        commit.author_timezone = commit.commit_timezone = offset
+        commit.encoding = b"UTF-8"
+        commit.message = text.encode()
+        repo.object_store.add_object(commit)
+        if branch is not None:
+            _branch_advance(repo, branch, parents[0] if parents else None, commit.id)
+        return commit.id.decode()
+    finally:
+        repo.close()
+
+
+def tag_create(
+    repo_path: str | Path, name: str, commit: str, message: str, tagger: str, when: datetime | None = None
+) -> str:
+    """An annotated tag refs/tags/<name> on `commit`, made with dulwich; returns the tag's sha.
+
+    Refuses to move an existing tag.
+    """
+    if not _IDENTITY.fullmatch(tagger):
+        raise GitError(f"tagger {tagger!r}: give it as 'Name <email>'")
+    ref = f"refs/tags/{name}".encode()
+    if not check_ref_format(ref):
+        raise GitError(f"{name!r}: not a valid tag name")
+    timestamp, offset = _when(when)
+    repo = repo_open(repo_path)
+    try:
+        target = ref_resolve(repo, commit).encode()
+        tag = Tag()
+        tag.object = (Commit, target)
+        tag.name = name.encode()
+        tag.tagger = tagger.encode()
+        tag.tag_time, tag.tag_timezone = timestamp, offset
+        tag.message = (message.rstrip() + "\n").encode()
+        repo.object_store.add_object(tag)
+        if not repo.refs.add_if_new(ref, tag.id):
+            raise GitError(f"tag {name} already exists; tags are never moved")
+        return tag.id.decode()
+    finally:
+        repo.close()
+
+
+def _when(when: datetime | None) -> tuple[int, int]:
+    """Seconds since the epoch and the UTC offset in seconds, as git stores a time."""
+    when = when or datetime.now(UTC)
+    offset = when.utcoffset()
+    if offset is None:
+        raise GitError("give the time with a time zone")
+    return int(when.timestamp()), int(offset.total_seconds())
+
+
+def _message_with_trailers(message: str, trailers: dict[str, str]) -> str:
+    body = "\n".join(line.rstrip() for line in message.strip().splitlines())
+    if not body:
+        raise GitError("give the commit a message")
+    lines = []
+    for key, value in trailers.items():
+        if not _TRAILER_KEY.fullmatch(key):
+            raise GitError(f"trailer {key!r}: a key is letters, digits and '-', starting with a letter")
+        if not value.strip() or any(char in value for char in "\n\r\0"):
+            raise GitError(f"trailer {key}: give a value on one line")
+        lines.append(f"{key}: {value.strip()}")
+    return body + "\n" + ("\n" + "\n".join(lines) + "\n" if lines else "")
+
+
+def _index_for(repo: Repo, worktree: str | Path | None) -> Index:
+    if worktree is None:
+        return repo.open_index()
+    from runtime_app.worktrees import worktree_admin_dir
+
+    admin = worktree_admin_dir(worktree)
+    if admin.parent.parent != Path(repo.commondir()).resolve():
+        raise GitError(f"{worktree}: a worktree of another repository")
+    return Index(str(admin / "index"))
+
+
+def _branch_advance(repo: Repo, branch: str, parent: bytes | None, new: bytes) -> None:
+    ref = f"refs/heads/{branch}".encode()
+    if ref in repo.refs:
+        if parent is None or not repo.refs.set_if_equals(ref, parent, new):
+            raise GitError(f"branch {branch} does not point at the parent commit any more; not moved")
+    elif not repo.refs.add_if_new(ref, new):
+        raise GitError(f"branch {branch} was created meanwhile; not moved")

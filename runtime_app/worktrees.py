@@ -1,0 +1,453 @@
+"""Worktrees for candidates and evaluations, and the patches that move between them.
+
+A worktree is a `git worktree add --detach` checkout under `DATA_DIR/worktrees/<name>`: it
+shares the repository's object store, so nothing is copied but the files. It is the
+fastest way bench/worktree_creation.py measured: 1.4–6× faster than dulwich's
+`worktree_add` on 5,000 files, depending on the machine's file I/O.
+Every git call runs with hooks off, no system or user config, no terminal prompt, in its
+own process group and under a timeout. A candidate controls the files of its worktree,
+never the repository's `.git`: each call checks that the worktree's `.git` file points
+back at it before git reads anything through it.
+
+A patch is the binary-safe `git diff` of a worktree's files (tracked changes and new
+untracked files, not ignored ones) against the commit it was made at, staged in a
+temporary index so the worktree's own index is never touched. Applying one makes a fresh
+worktree, checks the patch with `git apply --check`, applies it with `git apply --index`,
+then compares the resulting tree with what the patch declares; any failure removes the
+worktree and raises GitError with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+
+from runtime_app.git import GitError, ref_resolve, repo_open
+
+GIT_TIMEOUT_SECONDS = 300.0
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+_SHA = re.compile(r"[0-9a-f]{40}")
+# Config that could run a program, change what a patch looks like or read the user's files.
+_SAFE_CONFIG = (
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.excludesFile=/dev/null",
+    "core.attributesFile=/dev/null",
+    "core.quotePath=true",
+    "diff.noprefix=false",
+    "diff.mnemonicPrefix=false",
+    "diff.suppressBlankEmpty=false",
+    "apply.whitespace=nowarn",
+    "apply.ignoreWhitespace=no",
+    "advice.detachedHead=false",
+)
+_DIFF_OPTIONS = (
+    "--binary", "--full-index", "--no-renames", "--no-ext-diff", "--no-textconv", "--no-color",
+    "--no-relative", "--src-prefix=a/", "--dst-prefix=b/", "--unified=3", "--inter-hunk-context=0",
+    "--diff-algorithm=default", "--indent-heuristic", "--submodule=short", "--ignore-submodules=none",
+    "-O/dev/null",
+)
+
+
+def worktrees_root() -> Path:
+    return Path(settings.DATA_DIR).resolve() / "worktrees"
+
+
+# ---------------------------------------------------------------------------------------- git CLI
+
+
+def git_run(
+    args: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None, stdin: bytes = b"",
+    timeout: float = GIT_TIMEOUT_SECONDS,
+) -> bytes:
+    """Run `git args` safely and return its stdout; a failure raises GitError with git's words."""
+    argv = ["git", *(item for pair in _SAFE_CONFIG for item in ("-c", pair)), *args]
+    try:
+        process = subprocess.Popen(
+            argv, cwd=cwd, env=git_env(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, start_new_session=True,
+        )
+    except OSError as error:
+        raise GitError(f"git {args[0]} could not start in {cwd}: {error.strerror}") from None
+    try:
+        stdout, stderr = process.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise GitError(f"git {args[0]} timed out after {timeout:g} s") from None
+    if process.returncode != 0:
+        message = stderr.decode(errors="replace").strip().splitlines()
+        detail = "; ".join(line.strip() for line in message[-4:]) or f"exit code {process.returncode}"
+        raise GitError(f"git {args[0]} failed: {detail}")
+    return stdout
+
+
+def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without any GIT_ variable, plus the ones that keep git sealed."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    env.update(
+        GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_ATTR_NOSYSTEM="1",
+        GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="/bin/false", GIT_OPTIONAL_LOCKS="0", LC_ALL="C",
+    )
+    env.update(extra or {})
+    return env
+
+
+# -------------------------------------------------------------------------------------- worktrees
+
+
+def name_check(name: str) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
+        raise GitError(
+            f"{name!r}: a worktree name is 1–100 letters, digits, '_', '.' or '-', starts with a "
+            "letter or digit and has no '..'"
+        )
+    return name
+
+
+def worktree_create(repo_path: str | Path, commit: str, name: str) -> Path:
+    """A detached checkout of `commit` at DATA_DIR/worktrees/<name>, sharing the object store."""
+    name_check(name)
+    repo_path, sha = _commit_resolve(repo_path, commit)
+    target = worktrees_root() / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.mkdir()  # claims the name atomically; git fills an empty directory
+    except FileExistsError:
+        raise GitError(f"worktree {name}: {target} already exists; remove it first") from None
+    args = ["worktree", "add", "--quiet", "--detach", str(target), sha]
+    try:
+        try:
+            git_run(args, cwd=repo_path)
+        except GitError as error:
+            if "already registered" not in str(error):
+                raise
+            worktree_prune(repo_path)  # a worktree deleted by hand left its record behind
+            git_run(args, cwd=repo_path)
+    except BaseException as error:
+        _partial_remove(target)
+        if isinstance(error, GitError):
+            raise GitError(f"worktree {name}: {error}") from None
+        raise
+    return target
+
+
+def worktree_remove(repo_path: str | Path, path: str | Path) -> None:
+    """Delete a worktree's files, whatever state a candidate left them in, and forget it in git."""
+    root = worktrees_root()
+    path = Path(path)
+    if path.parent.resolve() != root:
+        raise GitError(f"{path}: not a worktree under {root}; refusing to delete it")
+    name_check(path.name)
+    _partial_remove(root / path.name)
+    worktree_prune(repo_path)
+
+
+def worktree_prune(repo_path: str | Path) -> None:
+    """Forget every worktree of the repository whose directory no longer exists."""
+    git_run(["worktree", "prune"], cwd=Path(repo_path))
+
+
+def permissions_restore(path: Path) -> None:
+    """Make every directory under path (not following symlinks) searchable and writable again."""
+    if path.is_symlink() or not path.is_dir():
+        return
+    path.chmod(stat.S_IMODE(path.lstat().st_mode) | stat.S_IRWXU)
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                permissions_restore(Path(entry.path))
+
+
+def worktree_admin_dir(worktree: str | Path) -> Path:
+    """The repository's private directory for this worktree, checked to point back at it.
+
+    A candidate can rewrite its worktree's `.git` file to aim git at a directory it made,
+    with a config that runs programs; the back-pointer `gitdir` lives in the repository's
+    own `.git/worktrees/<name>/`, which the sandbox does not let it write.
+    """
+    worktree = Path(worktree).resolve()
+    dot_git = worktree / ".git"
+    try:
+        mode = dot_git.lstat().st_mode
+        text = dot_git.read_bytes()[:4096].decode() if stat.S_ISREG(mode) else ""
+    except (OSError, UnicodeDecodeError):
+        text = ""
+    admin = Path(text.removeprefix("gitdir: ").strip()) if text.startswith("gitdir: ") else None
+    if admin is None or not admin.is_absolute():
+        raise GitError(f"{worktree}: not a git worktree (its .git is not a gitdir file)")
+    admin = admin.resolve()
+    try:
+        back = Path((admin / "gitdir").read_text().strip()).resolve()
+    except OSError:
+        back = None
+    if back != dot_git or admin.parent.name != "worktrees" or admin.is_relative_to(worktree):
+        raise GitError(f"{worktree}: its .git does not point at a worktree record that points back")
+    return admin
+
+
+def _commit_resolve(repo_path: str | Path, commit: str) -> tuple[Path, str]:
+    repo = repo_open(repo_path)
+    try:
+        return Path(repo.path), ref_resolve(repo, commit)
+    finally:
+        repo.close()
+
+
+def _partial_remove(path: Path) -> None:
+    if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
+        path.unlink()
+    elif path.is_dir():
+        permissions_restore(path)
+        shutil.rmtree(path)
+
+
+def _worktree_git(worktree: Path, index: Path | None = None) -> tuple[Path, dict[str, str]]:
+    """The checked worktree root and the environment that points git at it (and an index)."""
+    worktree = Path(worktree).resolve()
+    env = {"GIT_DIR": str(worktree_admin_dir(worktree)), "GIT_WORK_TREE": str(worktree)}
+    if index is not None:
+        env["GIT_INDEX_FILE"] = str(index)
+    return worktree, env
+
+
+# ---------------------------------------------------------------------------------------- patches
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A git diff as bytes, with what it does: (added, deleted, path) per file, None if binary."""
+
+    text: bytes
+    sha256: str
+    numstat: list[tuple[int | None, int | None, str]] = field(default_factory=list)
+    diff_lines: int = 0
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.text
+
+
+def patch_from_text(text: bytes) -> Patch:
+    """Describe a git diff: its SHA-256, numstat (as `git apply --numstat` reads it) and files."""
+    numstat = _numstat_entries(text)
+    sources = [source for _, source in _blocks(text) if source]
+    files = list(dict.fromkeys([*(path for _, _, path in numstat), *sources]))
+    diff_lines = sum((added or 0) + (deleted or 0) for added, deleted, _ in numstat)
+    return Patch(text, hashlib.sha256(text).hexdigest(), numstat, diff_lines, files)
+
+
+def patch_extract(worktree: str | Path, *, base: str | None = None) -> Patch:
+    """The patch from `base` (default: the commit the worktree was made at) to its files now.
+
+    Tracked changes and new untracked files that are not ignored; binary files as git binary
+    patches. Staged through a temporary index: the worktree's own index is not touched.
+    """
+    with tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
+        worktree, env = _worktree_git(Path(worktree), Path(temp) / "index")
+        base = _base_resolve(worktree, env, base)
+        _files_stage(worktree, env, base)
+        text = git_run(["diff", "--cached", *_DIFF_OPTIONS, base, "--"], cwd=worktree, env=env)
+    return patch_from_text(text)
+
+
+def worktree_tree(worktree: str | Path, *, base: str | None = None) -> str:
+    """The sha of the tree of the worktree's files as they are now (what patch_extract diffs)."""
+    with tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
+        worktree, env = _worktree_git(Path(worktree), Path(temp) / "index")
+        _files_stage(worktree, env, _base_resolve(worktree, env, base))
+        return git_run(["write-tree"], cwd=worktree, env=env).decode().strip()
+
+
+def patch_apply(repo_path: str | Path, commit: str, patch_text: bytes, name: str) -> Path:
+    """A fresh worktree at `commit` with the patch applied and staged, verified against the patch.
+
+    Rejected (GitError naming the reason, worktree removed) if `git apply --check` fails, the
+    apply fails, or the resulting tree's name-status differs from what the patch declares.
+    """
+    try:
+        declared = patch_name_status(patch_text)
+    except GitError as error:
+        raise GitError(f"patch rejected for {name}: not a well-formed git diff ({error})") from None
+    worktree = worktree_create(repo_path, commit, name)
+    try:
+        _patch_apply_in(worktree, patch_text, declared)
+    except BaseException as error:
+        with contextlib.suppress(GitError):  # the files go first; a failed prune only leaves a record
+            worktree_remove(repo_path, worktree)
+        if isinstance(error, GitError):
+            raise GitError(f"patch rejected for {name}: {error}") from None
+        raise
+    return worktree
+
+
+def patch_name_status(text: bytes) -> dict[str, str]:
+    """What a git diff declares it does, as {path: "A" | "D" | "M"} once all its parts are applied.
+
+    The kind of each part comes from its `diff --git` header lines; its path from
+    `git apply --numstat`, so both must agree on how many parts there are.
+    """
+    blocks = _blocks(text)
+    entries = _numstat_entries(text)
+    if len(blocks) != len(entries):
+        raise GitError(
+            f"the patch has {len(entries)} file diffs but {len(blocks)} git diff headers; "
+            "only `git diff` output is accepted"
+        )
+    declared: dict[str, str] = {}
+    for (kind, source), (_, _, path) in zip(blocks, entries, strict=True):
+        changes = [(path, "A" if kind in "RC" else kind)]
+        if kind == "R":
+            changes.insert(0, (source, "D"))
+        for changed, status in changes:
+            _status_combine(declared, changed, status)
+    return declared
+
+
+def _patch_apply_in(worktree: Path, patch_text: bytes, declared: dict[str, str]) -> None:
+    worktree, env = _worktree_git(worktree)
+    base = _base_resolve(worktree, env, None)
+    if patch_text:
+        try:
+            git_run(["apply", "--check", "--binary", "-"], cwd=worktree, env=env, stdin=patch_text)
+        except GitError as error:
+            raise GitError(f"it does not apply to {base[:12]} ({error})") from None
+        git_run(["apply", "--binary", "--index", "-"], cwd=worktree, env=env, stdin=patch_text)
+    staged = git_run(["write-tree"], cwd=worktree, env=env).decode().strip()
+    if worktree_tree(worktree, base=base) != staged:
+        raise GitError("after applying, the files on disk differ from the staged tree")
+    applied = _tree_name_status(worktree, env, base, staged)
+    if applied != declared:
+        raise GitError(f"the applied tree changes {_describe(applied)} but the patch declares "
+                       f"{_describe(declared)}")
+
+
+def _base_resolve(worktree: Path, env: dict[str, str], base: str | None) -> str:
+    if base is not None and not _SHA.fullmatch(base):
+        raise GitError(f"{base!r}: give the base as a full 40-character commit sha")
+    try:
+        out = git_run(["rev-parse", "--verify", "--quiet", f"{base or 'HEAD'}^{{commit}}"],
+                      cwd=worktree, env=env)
+    except GitError:
+        raise GitError(f"{worktree}: base {base or 'HEAD'} is not a commit of this repository") from None
+    return out.decode().strip()
+
+
+def _files_stage(worktree: Path, env: dict[str, str], base: str) -> None:
+    """Fill the (temporary) index with base, then with every file on disk that is not ignored.
+
+    Starting from base keeps tracked files that match an ignore rule; entries read from a
+    tree have no stat data, so every file is hashed again rather than trusted by its mtime.
+    """
+    git_run(["read-tree", base], cwd=worktree, env=env)
+    git_run(["add", "--all", "--", "."], cwd=worktree, env=env)
+
+
+def _numstat_entries(text: bytes) -> list[tuple[int | None, int | None, str]]:
+    """(added, deleted, path) per part of the patch, as `git apply --numstat` reads it."""
+    if not text:
+        return []
+    with tempfile.TemporaryDirectory(prefix="crucible-numstat-") as temp:
+        out = git_run(["apply", "--numstat", "-z", "-"], cwd=Path(temp), stdin=text,
+                      env={"GIT_CEILING_DIRECTORIES": str(Path(temp).parent)})
+    entries = []
+    for entry in out.split(b"\0")[:-1]:
+        added, deleted, path = entry.split(b"\t", 2)
+        entries.append((_count(added), _count(deleted), path.decode(errors="surrogateescape")))
+    return entries
+
+
+def _count(value: bytes) -> int | None:
+    return None if value == b"-" else int(value)
+
+
+def _blocks(text: bytes) -> list[tuple[str, str]]:
+    """Per `diff --git` part: its kind, A(dded) D(eleted) R(enamed) C(opied) or M(odified), and
+    for a rename or copy the path it comes from."""
+    blocks: list[tuple[str, str]] = []
+    in_header = False
+    for line in text.split(b"\n"):
+        if line.startswith(b"diff --git "):
+            blocks.append(("M", ""))
+            in_header = True
+        elif in_header and line.startswith((b"--- ", b"@@ ", b"GIT binary patch", b"Binary files ")):
+            in_header = False
+        elif in_header:
+            for prefix, kind in ((b"new file mode ", "A"), (b"deleted file mode ", "D"),
+                                 (b"rename from ", "R"), (b"copy from ", "C")):
+                if line.startswith(prefix):
+                    source = _unquote(line.removeprefix(prefix)) if kind in "RC" else ""
+                    blocks[-1] = (kind, source)
+    return blocks
+
+
+_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("f"): 12, ord("n"): 10, ord("r"): 13, ord("t"): 9,
+            ord("v"): 11, ord('"'): 34, ord("\\"): 92}
+
+
+def _unquote(name: bytes) -> str:
+    """A path as git writes it in a header: as is, or C-quoted with octal escapes."""
+    if not (name.startswith(b'"') and name.endswith(b'"') and len(name) >= 2):
+        return name.decode(errors="surrogateescape")
+    out, body, position = bytearray(), name[1:-1], 0
+    while position < len(body):
+        byte = body[position]
+        if byte != ord("\\"):
+            out.append(byte)
+            position += 1
+        elif body[position + 1 : position + 2].isdigit():
+            out.append(int(body[position + 1 : position + 4], 8))
+            position += 4
+        else:
+            out.append(_ESCAPES.get(body[position + 1], body[position + 1]))
+            position += 2
+    return bytes(out).decode(errors="surrogateescape")
+
+
+_COMBINED = {("A", "M"): "A", ("M", "M"): "M", ("M", "D"): "D", ("D", "A"): "M", ("A", "D"): None}
+
+
+def _status_combine(declared: dict[str, str], path: str, status: str) -> None:
+    """Fold a later part of the patch touching the same path into what the earlier ones did."""
+    if path not in declared:
+        declared[path] = status
+        return
+    pair = (declared[path], status)
+    if pair not in _COMBINED:
+        raise GitError(f"the patch touches {path} twice in ways that cannot follow each other")
+    combined = _COMBINED[pair]
+    if combined is None:
+        del declared[path]
+    else:
+        declared[path] = combined
+
+
+def _tree_name_status(worktree: Path, env: dict[str, str], base: str, tree: str) -> dict[str, str]:
+    out = git_run(["diff-tree", "-r", "-z", "--no-renames", "--name-status", base, tree],
+                  cwd=worktree, env=env)
+    fields = out.split(b"\0")
+    changes = {}
+    for status, path in zip(fields[0::2], fields[1::2], strict=False):
+        if status:
+            code = status.decode()[0]
+            changes[path.decode(errors="surrogateescape")] = "M" if code == "T" else code
+    return changes
+
+
+def _describe(changes: dict[str, str]) -> str:
+    if not changes:
+        return "nothing"
+    return ", ".join(f"{status} {path}" for path, status in sorted(changes.items()))
