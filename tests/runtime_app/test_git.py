@@ -12,28 +12,12 @@ import pytest
 
 from runtime_app.git import GitError, commit_create, ref_resolve, repo_open, tag_create
 from runtime_app.worktrees import patch_apply, patch_extract, worktree_create, worktree_tree
-from tests.gitrepo import GIT_ENV, baseline_repo, git, repo_create
+from tests.gitrepo import GIT_ENV, git, repo_create
 
 AUTHOR = "Ada Lovelace <ada@crucible.invalid>"
 WHEN = datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone(timedelta(hours=2)))
 TRAILERS = {"Crucible-Search": "search-7", "Crucible-Candidate": "cand_003",
             "Crucible-Patch-SHA256": "ab" * 32}
-
-
-@pytest.fixture
-def data_dir(tmp_path, settings) -> Path:
-    settings.DATA_DIR = tmp_path / "data"
-    return settings.DATA_DIR
-
-
-@pytest.fixture
-def repo(tmp_path, data_dir) -> Path:
-    return baseline_repo(tmp_path / "repo")
-
-
-@pytest.fixture
-def v1(repo) -> str:
-    return git(repo, "rev-parse", "v1^{commit}")
 
 
 @pytest.fixture

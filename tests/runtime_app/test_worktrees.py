@@ -30,28 +30,11 @@ from runtime_app.worktrees import (
     worktree_remove,
     worktree_tree,
 )
-from tests.gitrepo import BASELINE_FILES, GIT_ENV, baseline_repo, git, repo_create
+from tests.gitrepo import BASELINE_FILES, GIT_ENV, git, repo_create
 
 BINARY = bytes(range(256)) * 4 + b"\0\0tail\0"
 HOOKS = ("post-checkout", "pre-commit", "commit-msg", "post-commit", "reference-transaction",
          "pre-applypatch", "post-index-change")
-
-
-@pytest.fixture
-def data_dir(tmp_path, settings) -> Path:
-    settings.DATA_DIR = tmp_path / "data"
-    return settings.DATA_DIR
-
-
-@pytest.fixture
-def repo(tmp_path, data_dir) -> Path:
-    """The certificate repo: `v1` is the baseline, `main` one commit later."""
-    return baseline_repo(tmp_path / "repo")
-
-
-@pytest.fixture
-def v1(repo) -> str:
-    return git(repo, "rev-parse", "v1^{commit}")
 
 
 def registered(repo: Path) -> list[str]:
