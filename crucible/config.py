@@ -44,6 +44,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_EVENT_POLL_SECONDS", "how often live pages poll the DB for events"),
     Variable("CRUCIBLE_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", "INFO"),
     Variable("CRUCIBLE_REPO_ROOTS", "comma-separated absolute dirs repositories may be registered under"),
+    Variable("CRUCIBLE_SANDBOX", "bubblewrap for commands: required, preferred or off", "preferred"),
     Variable("CRUCIBLE_REQUIRE_SERVICES", "tests: a missing service fails instead of skipping", "false"),
     Variable("DATABASE_URL", "postgres://user:pass@host/db (default: SQLite in the data dir)"),
     Variable("REDIS_URL", "redis://host:6379/0: Celery broker and channel layer (distributed)"),
@@ -71,6 +72,7 @@ class Config:
     log_level: str
     require_services: bool
     repo_roots: list[Path]
+    sandbox: str
     database_url: str | None
     redis_url: str | None
 
@@ -163,6 +165,9 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
     event_poll_seconds = (
         _number("CRUCIBLE_EVENT_POLL_SECONDS", poll, 0.05, 60) if poll else (5.0 if redis_url else 0.5)
     )
+    sandbox = (get("CRUCIBLE_SANDBOX") or "preferred").strip().lower()
+    if sandbox not in {"required", "preferred", "off"}:
+        raise ConfigError(f"CRUCIBLE_SANDBOX={sandbox!r}; use required, preferred or off")
     secret_key = get("CRUCIBLE_SECRET_KEY") or None
     if secret_key is not None and len(secret_key) < 32:
         raise ConfigError("CRUCIBLE_SECRET_KEY is shorter than 32 characters")
@@ -191,6 +196,7 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         database_url=database_url,
         redis_url=redis_url,
         repo_roots=_directories("CRUCIBLE_REPO_ROOTS", get("CRUCIBLE_REPO_ROOTS") or ""),
+        sandbox=sandbox,
     )
 
 

@@ -6,6 +6,7 @@ from runtime_app.models import (
     Event,
     Project,
     ProjectMembership,
+    Receipt,
     Repository,
     WorkerHeartbeat,
 )
@@ -53,6 +54,12 @@ class EventAdmin(ReadOnlyAdmin):
 class AuditEntryAdmin(ReadOnlyAdmin):
     list_display = ["created_at", "actor_name", "action", "project", "target"]
     list_filter = ["action"]
+
+
+@admin.register(Receipt)
+class ReceiptAdmin(ReadOnlyAdmin):
+    list_display = ["id", "kind", "label", "project", "isolation", "exit_code", "timed_out", "started_at"]
+    list_filter = ["kind", "isolation", "timed_out"]
 
 
 @admin.register(ApiToken)

@@ -148,3 +148,18 @@ def repository_refs(request: HttpRequest, repository_id: int):
     if refs["error"]:
         raise ValidationError(refs["error"])
     return refs
+
+
+@router.get("/receipts/{receipt_id}", response=dict[str, Any])
+def receipt_detail(request: HttpRequest, receipt_id: int):
+    """Every field of one receipt, as recorded; the same JSON as the page's download link."""
+    return selectors.receipt_for_user(request.user, receipt_id).as_dict()
+
+
+@router.get("/receipts", response=list[dict[str, Any]])
+def receipt_list(
+    request: HttpRequest, subject_type: str, subject_id: int, limit: int = Query(200, ge=1, le=1000),
+):
+    """Receipts of one subject (e.g. subject_type=candidate&subject_id=7), oldest first."""
+    receipts = selectors.receipts_for_subject(request.user, subject_type, subject_id)[:limit]
+    return [receipt.as_dict() for receipt in receipts]

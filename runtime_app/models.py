@@ -152,3 +152,115 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.hostname
+
+
+class ReceiptQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise ValueError("receipts are immutable once written")
+
+
+class Receipt(models.Model):
+    """What the runtime did and saw: a command, a patch apply, an LLM call, a merge, a review.
+
+    Written once, after the work ended; the evidence a candidate is judged by. Secrets never
+    appear here: env values are not stored and declared secret values are redacted from output.
+    """
+
+    KINDS = [
+        ("command", "command"), ("apply", "patch apply"), ("extract", "patch extract"),
+        ("policy", "change policy"), ("llm_call", "LLM call"), ("merge", "merge"),
+        ("review", "review"),
+    ]
+
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="receipts"
+    )
+    kind = models.CharField(max_length=16, choices=KINDS)
+    subject_type = models.CharField(max_length=32, blank=True)
+    subject_id = models.BigIntegerField(null=True, blank=True)
+    label = models.CharField(max_length=200, blank=True, help_text="e.g. cand_007 gate 1")
+    argv = models.JSONField(default=list, blank=True)
+    cwd = models.CharField(max_length=1000, blank=True, help_text="relative to the tree")
+    env_names = models.JSONField(default=list, blank=True)
+    env_refused = models.JSONField(default=list, blank=True, help_text="secret-like names kept out")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    duration_seconds = models.FloatField()
+    exit_code = models.IntegerField(null=True, blank=True)
+    signal = models.IntegerField(null=True, blank=True)
+    timed_out = models.BooleanField(default=False)
+    isolation = models.CharField(max_length=32, blank=True)
+    limits = models.JSONField(default=dict, blank=True)
+    rusage = models.JSONField(default=dict, blank=True)
+    stdout_excerpt = models.TextField(blank=True)
+    stdout_bytes = models.BigIntegerField(default=0)
+    stdout_sha256 = models.CharField(max_length=64, blank=True)
+    stderr_excerpt = models.TextField(blank=True)
+    stderr_bytes = models.BigIntegerField(default=0)
+    stderr_sha256 = models.CharField(max_length=64, blank=True)
+    artifacts = models.JSONField(default=list, blank=True, help_text="[{path, size, sha256}]")
+    error = models.TextField(blank=True, help_text="why the work could not run, if it could not")
+    detail = models.JSONField(default=dict, blank=True)
+    # LLM calls
+    requested_model = models.CharField(max_length=200, blank=True)
+    resolved_model = models.CharField(max_length=200, blank=True)
+    request_id = models.CharField(max_length=200, blank=True)
+    input_tokens = models.BigIntegerField(null=True, blank=True)
+    output_tokens = models.BigIntegerField(null=True, blank=True)
+    cache_read_tokens = models.BigIntegerField(null=True, blank=True)
+    cache_write_tokens = models.BigIntegerField(null=True, blank=True)
+    cost_microusd = models.BigIntegerField(null=True, blank=True)
+    price_table_version = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ReceiptQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["subject_type", "subject_id", "id"])]
+
+    def __str__(self) -> str:
+        return f"receipt #{self.pk} {self.kind} {self.label}".strip()
+
+    def save(self, *args, **kwargs) -> None:
+        if self.pk is not None:
+            raise ValueError("receipts are immutable once written")
+        super().save(*args, **kwargs)
+
+    @property
+    def succeeded(self) -> bool:
+        return not self.error and not self.timed_out and self.signal is None and self.exit_code == 0
+
+    @property
+    def outcome(self) -> str:
+        """One phrase a person reads first: passed, exit 3, killed by signal 9, timed out …"""
+        if self.error:
+            return "did not run"
+        if "verdict" in self.detail:
+            return self.detail["verdict"]
+        if self.timed_out:
+            return "timed out"
+        if self.signal:
+            return f"killed by signal {self.signal}"
+        if self.exit_code is None:
+            return "recorded"
+        return "passed" if self.exit_code == 0 else f"exit {self.exit_code}"
+
+    @property
+    def streams(self) -> list[tuple[str, str, int, str]]:
+        """(name, excerpt, total bytes, sha256) of stdout and stderr, for templates."""
+        return [
+            ("stdout", self.stdout_excerpt, self.stdout_bytes, self.stdout_sha256),
+            ("stderr", self.stderr_excerpt, self.stderr_bytes, self.stderr_sha256),
+        ]
+
+    def as_dict(self) -> dict:
+        """The receipt as JSON-ready data, every field, for export and the API."""
+        data = {"id": self.pk}
+        for item in self._meta.concrete_fields:
+            if item.name == "id":
+                continue
+            value = getattr(self, item.attname)
+            data[item.attname] = value.isoformat() if hasattr(value, "isoformat") else value
+        data["outcome"] = self.outcome
+        return data

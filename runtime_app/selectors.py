@@ -8,7 +8,7 @@ from django.db.models import Max, QuerySet
 from django.http import Http404
 
 from runtime_app.git import GitError, refs_list, repo_open
-from runtime_app.models import ApiToken, AuditEntry, Event, Project, Repository
+from runtime_app.models import ApiToken, AuditEntry, Event, Project, Receipt, Repository
 from runtime_app.subjects import subject_project_id
 
 
@@ -109,3 +109,23 @@ def repository_refs(repository) -> dict:
         repo.close()
     return {**refs, "head": head.removeprefix("refs/heads/") if head.startswith("refs/heads/") else "",
             "error": ""}
+
+
+def receipts_for_user(user: Any) -> QuerySet[Receipt]:
+    """Receipts of the user's projects; receipts with no project are for superusers only."""
+    if not user.is_authenticated or not user.is_active:
+        return Receipt.objects.none()
+    if user.is_superuser:
+        return Receipt.objects.all()
+    return Receipt.objects.filter(project__memberships__user=user)
+
+
+def receipt_for_user(user: Any, receipt_id: int) -> Receipt:
+    receipt = receipts_for_user(user).filter(pk=receipt_id).first()
+    if receipt is None:
+        raise Http404("No such receipt.")
+    return receipt
+
+
+def receipts_for_subject(user: Any, subject_type: str, subject_id: int) -> QuerySet[Receipt]:
+    return receipts_for_user(user).filter(subject_type=subject_type, subject_id=subject_id)

@@ -22,6 +22,7 @@ from runtime_app.models import (
     Event,
     Project,
     ProjectMembership,
+    Receipt,
     Repository,
     WorkerHeartbeat,
 )
@@ -273,3 +274,75 @@ def worker_heartbeat_record(hostname: str) -> None:
     WorkerHeartbeat.objects.update_or_create(
         hostname=hostname, defaults={"last_seen_at": timezone.now()}
     )
+
+
+def receipt_record(
+    receipt: Receipt, *, project: Project | None = None, subject: tuple[str, int] | None = None,
+    label: str = "",
+) -> Receipt:
+    """Write a receipt once, attached to its project and subject (e.g. ("candidate", 7))."""
+    if receipt.pk is not None:
+        raise ValueError("this receipt is already written")
+    receipt.project = project
+    if subject is not None:
+        receipt.subject_type, receipt.subject_id = subject
+    receipt.label = label[:200]
+    receipt.save()
+    return receipt
+
+
+def command_run(
+    command: Any, *, project: Project | None = None, subject: tuple[str, int] | None = None,
+    label: str = "", **options: Any,
+) -> Receipt:
+    """Run a command in the sandbox (see runtime_app.sandbox.run) and write its receipt."""
+    from runtime_app import sandbox
+
+    return receipt_record(sandbox.run(command, **options), project=project, subject=subject, label=label)
+
+
+def patch_admit(
+    repo_path: Any, commit: str, patch_text: bytes, name: str, rules: Any, *,
+    project: Project | None = None, subject: tuple[str, int] | None = None, label: str = "",
+) -> tuple[Any, Receipt]:
+    """Apply a candidate's patch to a fresh baseline worktree and judge it by the change policy.
+
+    Returns (worktree path, receipt) when admitted, (None, receipt) when the patch does not
+    apply cleanly or breaks a rule; a refused patch's worktree is removed. The receipt says
+    which stage refused it and why, path by path.
+    """
+    from datetime import UTC, datetime
+    from time import monotonic
+
+    from runtime_app.policy import policy_check
+    from runtime_app.worktrees import patch_apply, patch_from_text, worktree_remove, worktree_tree
+
+    started_at, started = datetime.now(UTC), monotonic()
+    patch = patch_from_text(patch_text)
+    detail: dict[str, Any] = {
+        "patch_sha256": patch.sha256, "diff_lines": patch.diff_lines, "files": patch.files[:200],
+        "baseline": commit,
+    }
+    worktree = None
+    try:
+        worktree = patch_apply(repo_path, commit, patch_text, name)
+    except GitError as error:
+        detail.update(verdict="rejected", stage="apply", reason=str(error))
+    else:
+        with repo_open(repo_path) as repo:
+            baseline_tree = repo[commit.encode()].tree
+            verdict = policy_check(repo, baseline_tree, worktree_tree(worktree, base=commit), rules)
+        if verdict.accepted:
+            detail.update(verdict="admitted", stage="policy")
+        else:
+            detail.update(verdict="rejected", stage="policy", reason=str(verdict),
+                          violations=[{"path": v.path, "reason": v.reason} for v in verdict.violations])
+            worktree_remove(repo_path, worktree)
+            worktree = None
+    receipt = Receipt(
+        kind="apply", argv=["git", "apply", "--check", "--index"], cwd=".",
+        started_at=started_at, finished_at=datetime.now(UTC),
+        duration_seconds=round(monotonic() - started, 6),
+        exit_code=0 if worktree is not None else 1, detail=detail,
+    )
+    return worktree, receipt_record(receipt, project=project, subject=subject, label=label)

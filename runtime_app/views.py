@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.forms import Form
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -155,3 +155,17 @@ def api_token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
         raise PermissionDenied(" ".join(error.messages)) from error
     messages.success(request, f"Token {token.name} revoked.")
     return redirect("account")
+
+
+@require_GET
+def receipt_detail(request: HttpRequest, receipt_id: int) -> HttpResponse:
+    receipt = selectors.receipt_for_user(request.user, receipt_id)
+    return render(request, "runtime_app/receipt_detail.html", {"receipt": receipt})
+
+
+@require_GET
+def receipt_json(request: HttpRequest, receipt_id: int) -> HttpResponse:
+    receipt = selectors.receipt_for_user(request.user, receipt_id)
+    response = JsonResponse(receipt.as_dict(), json_dumps_params={"indent": 2})
+    response["Content-Disposition"] = f'attachment; filename="receipt-{receipt.pk}.json"'
+    return response

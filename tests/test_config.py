@@ -19,6 +19,7 @@ def test_defaults_give_the_embedded_mode():
     assert config.event_poll_seconds == 0.5
     assert config.allowed_hosts == ["127.0.0.1", "localhost"]
     assert config.data_dir.name == "var"
+    assert config.sandbox == "preferred"
 
 
 def test_redis_url_switches_to_slower_safety_polling():
@@ -36,6 +37,7 @@ def test_redis_url_switches_to_slower_safety_polling():
         ({"CRUCIBLE_SECRET_KEY": "short"}, "CRUCIBLE_SECRET_KEY"),
         ({"CRUCIBLE_EVENT_POLL_SECONDS": "0"}, "CRUCIBLE_EVENT_POLL_SECONDS"),
         ({"CRUCIBLE_LOG_LEVEL": "LOUD"}, "CRUCIBLE_LOG_LEVEL"),
+        ({"CRUCIBLE_SANDBOX": "sometimes"}, "CRUCIBLE_SANDBOX"),
         ({"CRUCIBLE_CSRF_TRUSTED_ORIGINS": "crucible.example"}, "CRUCIBLE_CSRF_TRUSTED_ORIGINS"),
     ],
 )

@@ -1,0 +1,70 @@
+"""Reading a metric from a command the runtime ran: structured output only, never prose.
+
+The contract (docs/sandbox.md): a score command reports by writing a JSON object to the
+file named by `$CRUCIBLE_METRICS_FILE`, or, if it writes no such file, by printing a JSON
+object as the last non-empty line of stdout. The metric counts only when the command
+exited 0 within its time, and only as a finite number. Anything else is no metric, with a
+reason a person can act on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime_app.models import Receipt
+
+METRICS_FILE_LIMIT = 1 << 20
+
+
+@dataclass(frozen=True)
+class MetricReading:
+    value: float | None
+    reason: str  # where the value came from, or why there is none
+    source: str = ""  # "file" or "stdout"
+
+    @property
+    def counted(self) -> bool:
+        return self.value is not None
+
+
+def metric_read(receipt: Receipt, metric: str, metrics_file: str | Path | None = None) -> MetricReading:
+    """The named metric from a command's structured output, if the command succeeded."""
+    if not receipt.succeeded:
+        return MetricReading(None, f"the command {receipt.outcome}; a metric only counts after exit 0")
+    data, source, problem = _structured_output(receipt, metrics_file)
+    if data is None:
+        return MetricReading(None, problem)
+    if metric not in data:
+        names = ", ".join(sorted(map(str, data))[:10]) or "none"
+        return MetricReading(None, f"the {source} has no metric {metric!r} (it has: {names})", source)
+    value = data[metric]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return MetricReading(None, f"metric {metric!r} is {value!r}, not a finite number", source)
+    return MetricReading(float(value), f"from the {source}", source)
+
+
+def _structured_output(receipt: Receipt, metrics_file: str | Path | None) -> tuple[dict | None, str, str]:
+    if metrics_file is not None and Path(metrics_file).is_file():
+        path = Path(metrics_file)
+        if path.is_symlink() or path.stat().st_size > METRICS_FILE_LIMIT:
+            return None, "file", "the metrics file is a symlink or larger than 1 MiB"
+        try:
+            data = json.loads(path.read_bytes())
+        except (ValueError, UnicodeDecodeError) as error:
+            return None, "file", f"the metrics file is not JSON: {error}"
+        if not isinstance(data, dict):
+            return None, "file", "the metrics file holds JSON that is not an object"
+        return data, "metrics file", ""
+    lines = [line.strip() for line in receipt.stdout_excerpt.splitlines() if line.strip()]
+    if not lines:
+        return None, "stdout", "the command wrote no metrics file and printed nothing"
+    try:
+        data = json.loads(lines[-1])
+    except ValueError:
+        return None, "stdout", "no metrics file, and the last line of stdout is not a JSON object"
+    if not isinstance(data, dict):
+        return None, "stdout", "the last line of stdout is JSON but not an object"
+    return data, "last line of stdout", ""
