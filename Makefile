@@ -30,6 +30,7 @@ test: lint
 bench: setup
 	$(PY) bench/event_latency.py
 	$(PY) bench/worktree_creation.py
+	$(PY) bench/sandbox_overhead.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache
