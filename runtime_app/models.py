@@ -238,6 +238,8 @@ class Receipt(models.Model):
             return "did not run"
         if "verdict" in self.detail:
             return self.detail["verdict"]
+        if self.detail.get("cancelled"):
+            return "cancelled"
         if self.timed_out:
             return "timed out"
         if self.signal:

@@ -322,7 +322,7 @@ def _hidden_paths() -> list[Path]:
 
 
 def _bubblewrap_argv(
-    tree: Path, cwd: Path, env: Mapping[str, str], readable: Sequence[Path]
+    tree: Path, cwd: Path, env: Mapping[str, str], readable: Sequence[Path], writable: bool = True
 ) -> list[str]:
     argv = ["bwrap", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]  # noqa: S108
     hidden = [path for path in _hidden_paths() if path != tree]
@@ -334,10 +334,11 @@ def _bubblewrap_argv(
         argv += ["--tmpfs", str(path)]
     # Crucible's own Python stays usable (gates run pytest with it) even if it lives in a home.
     interpreter = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
-    exposed = [*readable, *(p for p in sorted(interpreter) if any(_inside(p, h) for h in before))]
+    covered = [*before, Path("/tmp")]  # noqa: S108  (the private tmpfs covers the host's /tmp)
+    exposed = [*readable, *(p for p in sorted(interpreter) if any(_inside(p, h) for h in covered))]
     for path in exposed:
         argv += ["--ro-bind", str(path), str(path)]
-    argv += ["--bind", str(tree), str(tree)]
+    argv += ["--bind" if writable else "--ro-bind", str(tree), str(tree)]
     for path in after:
         argv += ["--tmpfs", str(path)]
     argv += ["--dir", SANDBOX_HOME]
@@ -367,11 +368,15 @@ def run(
     readable: Sequence[str | Path] = (),
     redact_values: Iterable[str] = (),
     kind: str = "command",
+    writable: bool = True,
+    cancel: threading.Event | None = None,
 ) -> Receipt:
     """Run `command` (argv list, or a shell line for /bin/sh) contained, and describe it.
 
     `tree` is the one writable place (default: `cwd`), and `cwd` must lie inside it.
     `readable` are host paths re-exposed read-only under bubblewrap (a worktree's git dir).
+    `writable=False` binds the tree read-only (bubblewrap only; with rlimits only the
+    receipt says it was not enforced). Setting `cancel` stops the command like a timeout.
     Returns an unsaved Receipt; `services.receipt_record` writes it.
     """
     limits = limits or Limits()
@@ -398,7 +403,7 @@ def run(
     scratch: Path | None = None
     if chosen == BUBBLEWRAP:
         env_full, refused = env_build(env, home=SANDBOX_HOME)
-        outer = _bubblewrap_argv(tree_path, cwd_path, env_full, readable_paths)
+        outer = _bubblewrap_argv(tree_path, cwd_path, env_full, readable_paths, writable)
         full_argv, popen_env, popen_cwd = [*outer, prlimit, *limits.prlimit_args(), "--", *argv], {}, "/"
     else:
         scratch = Path(tempfile.mkdtemp(prefix="crucible-home-"))
@@ -424,6 +429,7 @@ def run(
     started_at = datetime.now(UTC)
     started = time.monotonic()
     timed_out = False
+    cancelled = False
     stray = 0
     peak = None
     status = 0
@@ -446,9 +452,17 @@ def run(
         outcome: list[tuple[int, int, object]] = []
         waiter = threading.Thread(target=lambda: outcome.append(os.wait4(process.pid, 0)), daemon=True)
         waiter.start()
-        waiter.join(timeout)
-        if waiter.is_alive():
-            timed_out = True
+        deadline = started + timeout
+        while waiter.is_alive():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            if cancel is not None and cancel.is_set():
+                cancelled = True
+                break
+            waiter.join(min(remaining, 0.1) if cancel is not None else remaining)
+        if timed_out or cancelled:
             _killpg(process.pid)
             if cgroup:
                 cgroup.kill_all()
@@ -482,7 +496,7 @@ def run(
         # bubblewrap and the cgroup shim report a child's fatal signal as 128 + N.
         if chosen == BUBBLEWRAP and exit_code > 128 and exit_code - 128 < signal.NSIG:
             signal_number = exit_code - 128
-    if timed_out:
+    if timed_out or cancelled:
         signal_number = signal.SIGKILL
     out, err = captures.values()
     return Receipt(
@@ -511,6 +525,8 @@ def run(
         stderr_bytes=err.total,
         stderr_sha256=err.digest.hexdigest(),
         detail={
+            **({"cancelled": True} if cancelled else {}),
+            **({"read_only": "bubblewrap" if chosen == BUBBLEWRAP else "not enforced"} if not writable else {}),
             **({"stray_processes_killed": stray} if stray else {}),
             **({"peak_processes": peak} if peak is not None else {}),
         },

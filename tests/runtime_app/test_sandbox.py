@@ -282,3 +282,22 @@ def test_git_works_in_a_worktree_whose_repository_is_made_readable(repo, v1, mod
                   cwd=worktree, timeout=30, isolation=mode, readable=[repo / ".git"])
     assert receipt.succeeded, receipt.stderr_excerpt
     assert receipt.stdout_excerpt.split() == [v1, "??", "new.txt"]
+
+
+def test_setting_cancel_stops_the_command_and_the_receipt_says_cancelled(tree, mode):
+    import threading
+
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    receipt = run("sleep 60", cwd=tree, timeout=60, isolation=mode, cancel=cancel)
+    assert receipt.detail["cancelled"] and receipt.outcome == "cancelled" and not receipt.succeeded
+    assert receipt.duration_seconds < 10 and not receipt.timed_out
+
+
+def test_a_read_only_tree_cannot_be_written_under_bubblewrap(tree):
+    available, reason = sandbox.bubblewrap_probe()
+    if not available:
+        service_missing(reason)
+    receipt = run("cat README; echo x > README", cwd=tree, timeout=30, isolation="required", writable=False)
+    assert receipt.stdout_excerpt == "hello\n" and receipt.exit_code != 0
+    assert (tree / "README").read_text() == "hello\n" and receipt.detail["read_only"] == "bubblewrap"
