@@ -526,7 +526,7 @@ def run(
         stderr_sha256=err.digest.hexdigest(),
         detail={
             **({"cancelled": True} if cancelled else {}),
-            **({"read_only": "bubblewrap" if chosen == BUBBLEWRAP else "not enforced"} if not writable else {}),
+            **({} if writable else {"read_only": "bubblewrap" if chosen == BUBBLEWRAP else "not enforced"}),
             **({"stray_processes_killed": stray} if stray else {}),
             **({"peak_processes": peak} if peak is not None else {}),
         },
