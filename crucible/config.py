@@ -45,6 +45,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", "INFO"),
     Variable("CRUCIBLE_REPO_ROOTS", "comma-separated absolute dirs repositories may be registered under"),
     Variable("CRUCIBLE_SANDBOX", "bubblewrap for commands: required, preferred or off", "preferred"),
+    Variable("CRUCIBLE_STEP_LEASE_SECONDS", "how long a worker's claim on a step lasts unrenewed", "60"),
     Variable("CRUCIBLE_REQUIRE_SERVICES", "tests: a missing service fails instead of skipping", "false"),
     Variable("DATABASE_URL", "postgres://user:pass@host/db (default: SQLite in the data dir)"),
     Variable("REDIS_URL", "redis://host:6379/0: Celery broker and channel layer (distributed)"),
@@ -73,6 +74,7 @@ class Config:
     require_services: bool
     repo_roots: list[Path]
     sandbox: str
+    step_lease_seconds: int
     database_url: str | None
     redis_url: str | None
 
@@ -197,6 +199,9 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         redis_url=redis_url,
         repo_roots=_directories("CRUCIBLE_REPO_ROOTS", get("CRUCIBLE_REPO_ROOTS") or ""),
         sandbox=sandbox,
+        step_lease_seconds=_integer(
+            "CRUCIBLE_STEP_LEASE_SECONDS", get("CRUCIBLE_STEP_LEASE_SECONDS") or "", 3, 3600
+        ),
     )
 
 

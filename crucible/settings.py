@@ -135,6 +135,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "worker-heartbeat": {"task": "runtime_app.tasks.worker_heartbeat", "schedule": 10.0},
+    # Takes back steps whose worker died and re-drives running searches (lost messages).
+    "steps-reconcile": {"task": "search_app.tasks.steps_reconcile", "schedule": 5.0},
 }
 if CONFIG.redis_url:
     CELERY_BROKER_URL = CONFIG.redis_url

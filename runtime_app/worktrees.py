@@ -129,13 +129,14 @@ def worktree_create(repo_path: str | Path, commit: str, name: str) -> Path:
         raise GitError(f"worktree {name}: {target} already exists; remove it first") from None
     args = ["worktree", "add", "--quiet", "--detach", str(target), sha]
     try:
-        try:
-            git_run(args, cwd=repo_path)
-        except GitError as error:
-            if "already registered" not in str(error):
-                raise
-            worktree_prune(repo_path)  # a worktree deleted by hand left its record behind
-            git_run(args, cwd=repo_path)
+        with repo_lock(repo_path):
+            try:
+                git_run(args, cwd=repo_path)
+            except GitError as error:
+                if "already registered" not in str(error):
+                    raise
+                git_run(["worktree", "prune"], cwd=repo_path)  # a worktree deleted by hand left its record
+                git_run(args, cwd=repo_path)
     except BaseException as error:
         _partial_remove(target)
         if isinstance(error, GitError):
@@ -157,7 +158,26 @@ def worktree_remove(repo_path: str | Path, path: str | Path) -> None:
 
 def worktree_prune(repo_path: str | Path) -> None:
     """Forget every worktree of the repository whose directory no longer exists."""
-    git_run(["worktree", "prune"], cwd=Path(repo_path))
+    with repo_lock(repo_path):
+        git_run(["worktree", "prune"], cwd=Path(repo_path))
+
+
+@contextlib.contextmanager
+def repo_lock(repo_path: str | Path):
+    """One worktree add or prune at a time per repository, across threads and processes:
+    git's worktree bookkeeping is not safe to change concurrently (a prune can drop the record
+    of a worktree being added, and an add can read another's half-written record)."""
+    import fcntl
+
+    locks = Path(settings.DATA_DIR).resolve() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(str(Path(repo_path).resolve()).encode()).hexdigest()[:20]
+    with open(locks / f"repo-{key}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def permissions_restore(path: Path) -> None:

@@ -176,3 +176,45 @@ def search_list(request: HttpRequest):
 @router.get("/searches/{search_id}", response=SearchOut)
 def search_detail(request: HttpRequest, search_id: str):
     return selectors.search_for_user(request.user, search_id)
+
+
+class RunOut(Schema):
+    search_id: str
+    status: str
+    detail: str
+
+
+@router.post("/searches/{search_id}/start", response={202: RunOut})
+def search_start(request: HttpRequest, search_id: str):
+    """Start a frozen search; workers take it from here. Starting it again changes nothing."""
+    search = selectors.search_for_user(request.user, search_id)
+    run = services.search_start(request.user, search)
+    return Status(202, {"search_id": search.search_id, "status": run.status,
+                        "detail": "Follow it at GET /api/searches/{id}/run or on its page."})
+
+
+@router.post("/searches/{search_id}/cancel", response={202: RunOut})
+def search_cancel(request: HttpRequest, search_id: str):
+    """Cancel a running search: no new steps; running ones stop and their receipts say so."""
+    search = selectors.search_for_user(request.user, search_id)
+    run = services.search_cancel(request.user, search)
+    return Status(202, {"search_id": search.search_id, "status": run.status,
+                        "detail": "Running steps are being stopped."})
+
+
+@router.get("/searches/{search_id}/run", response=dict[str, Any])
+def search_run(request: HttpRequest, search_id: str):
+    """Status, phase, budget, outcome, and every candidate with its fate and receipt ids."""
+    return selectors.search_run_report(selectors.search_for_user(request.user, search_id))
+
+
+@router.get("/searches/{search_id}/candidates", response=list[dict[str, Any]])
+def search_candidates(request: HttpRequest, search_id: str):
+    return selectors.search_run_report(selectors.search_for_user(request.user, search_id))["candidates"]
+
+
+@router.get("/searches/{search_id}/receipts", response=list[dict[str, Any]])
+def search_receipts(request: HttpRequest, search_id: str):
+    """Every receipt of the search's candidates, oldest first."""
+    search = selectors.search_for_user(request.user, search_id)
+    return [receipt.as_dict() for receipt in selectors.search_receipts(request.user, search)]

@@ -13,4 +13,11 @@ class SearchAppConfig(AppConfig):
 
             return Search.objects.filter(pk=subject_id).values_list("project_id", flat=True).first()
 
+        def candidate_project(subject_id: int) -> int | None:
+            from search_app.models import Candidate
+
+            found = Candidate.objects.filter(pk=subject_id).values_list("search__project_id", flat=True)
+            return found.first()
+
         subject_type_register("search", search_project)
+        subject_type_register("candidate", candidate_project)

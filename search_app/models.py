@@ -97,3 +97,138 @@ class Search(models.Model):
         if self.pk is not None:
             raise ValueError("a frozen search is immutable; changing anything means a new search")
         super().save(*args, **kwargs)
+
+
+class SearchRun(models.Model):
+    """The running state of a frozen search: status, round, budget and outcome."""
+
+    STATUSES = [
+        ("running", "running"), ("cancelling", "cancelling"), ("cancelled", "cancelled"),
+        ("finished", "finished"),
+    ]
+    search = models.OneToOneField(Search, on_delete=models.CASCADE, related_name="run")
+    status = models.CharField(max_length=16, choices=STATUSES, default="running")
+    outcome = models.CharField(max_length=8, blank=True, help_text="winner or NONE once finished")
+    winner = models.ForeignKey(
+        "Candidate", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reason = models.TextField(blank=True)
+    phase = models.CharField(max_length=16, default="rounds", help_text="rounds, replay, review or done")
+    round_index = models.PositiveIntegerField(default=0)
+    rankings = models.JSONField(default=dict, blank=True, help_text="{round: [candidate ids, best first]}")
+    replayed = models.JSONField(default=list, blank=True, help_text="candidate ids replayed, in order")
+    budget_cost_microusd = models.BigIntegerField(null=True, blank=True)
+    budget_tokens = models.BigIntegerField(null=True, blank=True)
+    reserved_cost_microusd = models.BigIntegerField(default=0)
+    reserved_tokens = models.BigIntegerField(default=0)
+    spent_cost_microusd = models.BigIntegerField(default=0)
+    spent_tokens = models.BigIntegerField(default=0)
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"run of {self.search.search_id}: {self.status} {self.outcome}".strip()
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in ("cancelled", "finished")
+
+
+class Candidate(models.Model):
+    """One writer's attempt: its patch, how far it got, its scores and why it fell."""
+
+    STATES = [
+        ("queued", "queued"), ("writing", "writing"), ("evaluating", "evaluating"),
+        ("alive", "alive"), ("eliminated", "eliminated"), ("not_admitted", "not admitted"),
+        ("winner", "winner"), ("cancelled", "cancelled"),
+    ]
+    search = models.ForeignKey(Search, on_delete=models.CASCADE, related_name="candidates")
+    candidate_id = models.CharField(max_length=16)
+    number = models.PositiveIntegerField()
+    batch = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=STATES, default="queued")
+    round_reached = models.IntegerField(default=-1, help_text="last round it was evaluated in")
+    patch = models.BinaryField(default=b"", blank=True)
+    patch_sha256 = models.CharField(max_length=64, blank=True)
+    diff_lines = models.IntegerField(null=True, blank=True)
+    files = models.JSONField(default=list, blank=True)
+    gates_passed = models.IntegerField(default=0)
+    score = models.FloatField(null=True, blank=True, help_text="median of its latest round's trials")
+    spread = models.FloatField(null=True, blank=True, help_text="max − min of those trials")
+    trials = models.JSONField(default=dict, blank=True, help_text="{round: [values]}")
+    runtime_seconds = models.FloatField(null=True, blank=True, help_text="mean trial wall time")
+    cost_microusd = models.BigIntegerField(default=0)
+    tokens = models.BigIntegerField(default=0)
+    reason = models.TextField(blank=True, help_text="why it fell, or why it went on")
+    duplicate_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["search", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["search", "candidate_id"], name="unique_candidate_id")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.candidate_id} ({self.state})"
+
+
+class Step(models.Model):
+    """A unit of work (generate, evaluate, replay, review): claimed by lease, done once."""
+
+    KINDS = [("generate", "generate"), ("evaluate", "evaluate"), ("replay", "replay"), ("review", "review")]
+    STATES = [
+        ("pending", "pending"), ("running", "running"), ("done", "done"), ("failed", "failed"),
+        ("cancelled", "cancelled"),
+    ]
+    search = models.ForeignKey(Search, on_delete=models.CASCADE, related_name="steps")
+    candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="steps")
+    kind = models.CharField(max_length=16, choices=KINDS)
+    round = models.IntegerField(default=0)
+    state = models.CharField(max_length=16, choices=STATES, default="pending")
+    attempts = models.PositiveIntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True, help_text="last handed to the broker")
+    reserved_cost_microusd = models.BigIntegerField(default=0)
+    reserved_tokens = models.BigIntegerField(default=0)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["candidate", "kind", "round"], name="unique_step")
+        ]
+        indexes = [
+            models.Index(fields=["search", "state"]), models.Index(fields=["state", "lease_expires_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.candidate.candidate_id} r{self.round} ({self.state})"
+
+
+class Review(models.Model):
+    """An independent read-only reviewer's verdict on a candidate; it never approves a merge."""
+
+    search = models.ForeignKey(Search, on_delete=models.CASCADE, related_name="reviews")
+    candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="reviews")
+    verdict = models.CharField(max_length=8, choices=[("approve", "approve"), ("reject", "reject")])
+    findings = models.JSONField(default=list, blank=True)
+    reviewer = models.CharField(max_length=200)
+    receipt = models.ForeignKey(
+        "runtime_app.Receipt", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"review of {self.candidate.candidate_id}: {self.verdict}"

@@ -66,3 +66,65 @@ def search_for_user(user: Any, search_id: str) -> Search:
     if search is None:
         raise Http404("No such search.")
     return search
+
+
+def search_run_report(search: Search) -> dict[str, Any]:
+    """The run's state, budget, funnel and every candidate with its fate and receipts (JSON-ready)."""
+    from runtime_app.models import Receipt
+    from search_app.models import SearchRun
+
+    run = SearchRun.objects.filter(search=search).select_related("winner").first()  # never a stale cache
+    candidates = list(search.candidates.order_by("number"))
+    receipts: dict[int, list[int]] = {}
+    for candidate_pk, receipt_pk in Receipt.objects.filter(
+        subject_type="candidate", subject_id__in=[c.pk for c in candidates]
+    ).values_list("subject_id", "pk"):
+        receipts.setdefault(candidate_pk, []).append(receipt_pk)
+    counts: dict[str, int] = {}
+    for candidate in candidates:
+        if candidate.number:
+            counts[candidate.state] = counts.get(candidate.state, 0) + 1
+    review = search.reviews.order_by("-id").first()
+    return {
+        "search_id": search.search_id,
+        "name": search.name,
+        "status": run.status if run else "not started",
+        "phase": run.phase if run else "",
+        "round": run.round_index if run else None,
+        "outcome": run.outcome if run else "",
+        "winner": run.winner.candidate_id if run and run.winner else None,
+        "reason": run.reason if run else "",
+        "budget": {
+            "max_cost_microusd": run.budget_cost_microusd if run else None,
+            "max_tokens": run.budget_tokens if run else None,
+            "spent_cost_microusd": run.spent_cost_microusd if run else 0,
+            "spent_tokens": run.spent_tokens if run else 0,
+            "reserved_cost_microusd": run.reserved_cost_microusd if run else 0,
+            "reserved_tokens": run.reserved_tokens if run else 0,
+        },
+        "states": counts,
+        "review": {"candidate": review.candidate.candidate_id, "verdict": review.verdict,
+                   "findings": review.findings} if review else None,
+        "candidates": [
+            {
+                "candidate_id": c.candidate_id, "state": c.state, "round_reached": c.round_reached,
+                "gates_passed": c.gates_passed, "score": c.score, "spread": c.spread, "trials": c.trials,
+                "cost_microusd": c.cost_microusd, "tokens": c.tokens, "diff_lines": c.diff_lines,
+                "patch_sha256": c.patch_sha256, "reason": c.reason, "receipts": receipts.get(c.pk, []),
+            }
+            for c in candidates
+        ],
+    }
+
+
+def search_receipts(user: Any, search: Search) -> QuerySet:
+    from runtime_app.selectors import receipts_for_user
+
+    candidate_ids = list(search.candidates.values_list("pk", flat=True))
+    return receipts_for_user(user).filter(subject_type="candidate", subject_id__in=candidate_ids)
+
+
+def step_search_pk(step_pk: int) -> int | None:
+    from search_app.models import Step
+
+    return Step.objects.filter(pk=step_pk).values_list("search_id", flat=True).first()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -13,6 +15,8 @@ from runtime_app.services import _require, _require_member, audit_record, event_
 from search_app.freeze import FreezeError, freeze_inputs
 from search_app.models import Search, Spec, SpecVersion
 from search_app.spec import MAX_SPEC_BYTES, spec_validate
+
+logger = logging.getLogger(__name__)
 
 
 def _check_title(title: str) -> str:
@@ -156,3 +160,602 @@ def spec_draft_freeze(
     with transaction.atomic():
         _, version = spec_draft_save(user, project, spec, title, text)
         return search_freeze(user, project, text, ref, repository=repository, spec_version=version)
+
+
+# ----------------------------------------------------------------------------- running a search
+#
+# The database is the source of truth. `search_advance` is the only place that decides what
+# happens next (admission, round closing, selection, replay, review, outcome); it runs under
+# a row lock on the SearchRun, so two drivers never decide twice. `step_execute` claims one
+# step by compare-and-set, does its work with a heartbeat extending its lease, and records
+# the result in one transaction only if it still holds the lease. Steps are idempotent: a
+# done step is never run again, and a step whose worker died is taken over after its lease
+# expires (`steps_reconcile`).
+
+MAX_ATTEMPTS = 3
+MAX_REPLAYS = 3
+RESULT_FIELDS_NOT_STORED = ("patch_hex",)
+
+
+def _lease_seconds() -> int:
+    from django.conf import settings
+
+    return settings.CONFIG.step_lease_seconds
+
+
+def _search_event(search: Search, kind: str, message: str, **payload: Any) -> None:
+    event_emit(search.project, "search", search.pk, kind, {"message": message, **payload})
+
+
+def _candidate_event(candidate: Any, message: str) -> None:
+    _search_event(
+        candidate.search, "candidate.updated", f"{candidate.candidate_id}: {message}",
+        candidate_id=candidate.candidate_id, state=candidate.state, round=candidate.round_reached,
+        score=candidate.score, reason=candidate.reason,
+    )
+
+
+def search_start(user: Any, search: Search, *, enqueue: bool = True) -> Any:
+    """Start a frozen search: its candidates and run state are written; work begins on commit.
+
+    Starting a search that already runs or ran returns its run unchanged. `enqueue=False`
+    leaves driving it to the caller (the CLI's `search_run_inline`).
+    """
+    from search_app.execution import search_spec
+    from search_app.models import Candidate, SearchRun, Step
+
+    _require(user, roles.OPERATE)
+    _require_member(user, search.project)
+    spec = search_spec(search)
+    with transaction.atomic():
+        run, created = SearchRun.objects.get_or_create(
+            search=search,
+            defaults={"started_by": user, "budget_cost_microusd": spec.budget.max_cost_microusd,
+                      "budget_tokens": spec.budget.max_tokens},
+        )
+        if not created:
+            return run
+        baseline = Candidate.objects.create(
+            search=search, candidate_id="baseline", number=0, batch=0, state="evaluating",
+            reason="the unchanged baseline, for comparison",
+        )
+        Candidate.objects.bulk_create([
+            Candidate(search=search, candidate_id=candidate_id, number=number, batch=batch)
+            for batch, ids in enumerate(search.candidate_batches)
+            for number, candidate_id in ((int(cid.split("_")[1]), cid) for cid in ids)
+        ])
+        Step.objects.create(search=search, candidate=baseline, kind="evaluate", round=0)
+        if enqueue:
+            from search_app.tasks import search_drive
+
+            transaction.on_commit(lambda: search_drive.delay(search.pk))
+        audit_record(user, "search.start", project=search.project, target=f"{search.search_id} {search.name}")
+        _search_event(search, "search.started", f"{search.name} started: {spec.population} candidates, "
+                      f"rounds {spec.rounds}")
+    return run
+
+
+def search_cancel(user: Any, search: Search) -> Any:
+    """Ask a running search to stop: no new steps; running ones are stopped and say so."""
+    from search_app.models import SearchRun
+
+    _require(user, roles.OPERATE)
+    _require_member(user, search.project)
+    with transaction.atomic():
+        run = SearchRun.objects.select_for_update().filter(search=search).first()
+        if run is None:
+            raise ValidationError("This search has not started.")
+        if run.terminal or run.status == "cancelling":
+            return run
+        run.status = "cancelling"
+        run.save(update_fields=["status", "updated_at"])
+        audit_record(user, "search.cancel", project=search.project, target=search.search_id)
+        _search_event(search, "search.cancelling", f"{search.name}: cancel requested by {user}")
+    return run
+
+
+def _reservation(run: Any, concurrency: int) -> tuple[int, int]:
+    """A writer's worst case: it may spend up to the budget's share of one live slot."""
+    cost = run.budget_cost_microusd // concurrency if run.budget_cost_microusd else 0
+    tokens = run.budget_tokens // concurrency if run.budget_tokens else 0
+    return cost, tokens
+
+
+def _fits(run: Any, cost: int, tokens: int) -> bool:
+    if run.budget_cost_microusd and run.spent_cost_microusd + run.reserved_cost_microusd + cost > \
+            run.budget_cost_microusd:
+        return False
+    return not (run.budget_tokens and run.spent_tokens + run.reserved_tokens + tokens > run.budget_tokens)
+
+
+def search_advance(search_pk: int) -> list[int]:
+    """Decide what happens next; return the ids of steps ready to run (at most `concurrency` live)."""
+    from search_app.execution import search_spec
+    from search_app.models import SearchRun
+
+    with transaction.atomic():
+        run = SearchRun.objects.select_for_update().select_related("search__project").filter(
+            search_id=search_pk).first()
+        if run is None or run.terminal:
+            return []
+        search = run.search
+        spec = search_spec(search)
+        if run.status == "cancelling":
+            _cancel_settle(run)
+            return []
+        steps = list(search.steps.select_related("candidate"))
+        live = [step for step in steps if step.state in ("pending", "running")]
+        if run.phase == "rounds":
+            _admit(run, spec, steps, live)
+            if not live and _round_complete(run, steps):
+                _round_close(run, spec)
+        busy = search.steps.filter(state__in=("pending", "running")).exists
+        if run.phase == "replay" and not busy():
+            _replay_next(run, spec)
+        if run.phase == "review" and not busy():
+            _outcome_winner(run)
+        run.save()
+        return list(search.steps.filter(state="pending").order_by("id").values_list("id", flat=True)
+                    [: spec.concurrency])
+
+
+def _admit(run: Any, spec: Any, steps: list, live: list) -> None:
+    """Round 0: queue each written candidate's evaluation, and admit writers in batch order."""
+    from search_app.models import Step
+
+    search = run.search
+    done_generate = {s.candidate_id for s in steps if s.kind == "generate" and s.state == "done"}
+    has_evaluate = {s.candidate_id for s in steps if s.kind == "evaluate" and s.round == 0}
+    for step in steps:
+        candidate = step.candidate
+        if step.kind == "generate" and step.candidate_id in done_generate and \
+                step.candidate_id not in has_evaluate and candidate.state == "evaluating":
+            live.append(Step.objects.create(search=search, candidate=candidate, kind="evaluate", round=0))
+    queued = list(search.candidates.filter(state="queued").order_by("number"))
+    for candidate in queued:
+        if len(live) >= spec.concurrency:
+            break
+        cost, tokens = _reservation(run, spec.concurrency)
+        if not _fits(run, cost, tokens):
+            if any(s.reserved_cost_microusd or s.reserved_tokens for s in live):
+                break  # a live writer may hand back part of its reservation: wait for it
+            _not_admitted(run, queued[queued.index(candidate):])
+            break
+        run.reserved_cost_microusd += cost
+        run.reserved_tokens += tokens
+        candidate.state = "writing"
+        candidate.save(update_fields=["state", "updated_at"])
+        live.append(Step.objects.create(search=search, candidate=candidate, kind="generate", round=0,
+                                        reserved_cost_microusd=cost, reserved_tokens=tokens))
+        _candidate_event(candidate, "admitted; its writer starts")
+
+
+def _not_admitted(run: Any, candidates: list) -> None:
+    spent = f"{run.spent_cost_microusd:,} µUSD and {run.spent_tokens:,} tokens spent"
+    for candidate in candidates:
+        candidate.state = "not_admitted"
+        candidate.reason = f"not admitted: the budget cannot cover another writer ({spent})"
+        candidate.save(update_fields=["state", "reason", "updated_at"])
+    _search_event(run.search, "search.budget_exhausted",
+                  f"admission stopped: the budget cannot cover another writer; "
+                  f"{len(candidates)} not admitted")
+
+
+def _round_complete(run: Any, steps: list) -> bool:
+    if run.round_index == 0 and run.search.candidates.filter(state__in=("queued", "writing")).exists():
+        return False
+    return not any(s.state in ("pending", "running") for s in steps)
+
+
+def _entries(candidates: list) -> list:
+    from search_app.selection import Entry
+
+    return [Entry(c.candidate_id, score=c.score, cost_microusd=c.cost_microusd, tokens=c.tokens,
+                  diff_lines=c.diff_lines or 0, runtime_seconds=c.runtime_seconds or 0.0,
+                  patch_sha256=c.patch_sha256) for c in candidates]
+
+
+def _better(spec: Any, score: float, than: float) -> bool:
+    return score < than if spec.score.direction == "minimize" else score > than
+
+
+def _round_close(run: Any, spec: Any) -> None:
+    """Select the round's survivors; promote them to fresh trials, or go on to replay."""
+    from search_app.models import Step
+    from search_app.selection import select
+
+    search, round_index = run.search, run.round_index
+    baseline = search.candidates.get(number=0)
+    participants = list(search.candidates.filter(state="alive", round_reached=round_index, number__gt=0))
+    if baseline.score is not None:
+        for candidate in [c for c in participants if not _better(spec, c.score, baseline.score)]:
+            _eliminate(candidate, f"round {round_index}: score {candidate.score:g} is not better than the "
+                                  f"baseline's {baseline.score:g}")
+            participants.remove(candidate)
+    if not participants:
+        _outcome_none(run, f"no candidate survived round {round_index}")
+        return
+    last = round_index >= len(spec.rounds) - 1
+    keep = len(participants) if last else spec.rounds[round_index + 1]
+    decisions = select(_entries(participants), keep, direction=spec.score.direction,
+                       policy=spec.selection.policy, ordering=spec.selection.ordering,
+                       tie_breakers=spec.score.tie_breakers, retain_diversity=spec.selection.retain_diversity)
+    by_id = {c.candidate_id: c for c in participants}
+    run.rankings = {**run.rankings, str(round_index): [d.candidate_id for d in decisions
+                                                       if not d.duplicate_of]}
+    for decision in decisions:
+        candidate = by_id[decision.candidate_id]
+        if decision.duplicate_of:
+            candidate.duplicate_of = by_id[decision.duplicate_of]
+        if decision.promoted and not last:
+            candidate.state, candidate.reason = "evaluating", f"round {round_index}: {decision.reason}"
+            candidate.save(update_fields=["state", "reason", "duplicate_of", "updated_at"])
+            Step.objects.create(search=search, candidate=candidate, kind="evaluate", round=round_index + 1)
+            _candidate_event(candidate, f"promoted to round {round_index + 1}")
+        elif not decision.promoted:
+            _eliminate(candidate, f"round {round_index}: {decision.reason}")
+        else:
+            candidate.reason = f"round {round_index}: {decision.reason}"
+            candidate.save(update_fields=["reason", "duplicate_of", "updated_at"])
+    _search_event(search, "search.round_closed", f"round {round_index} closed: "
+                  f"{sum(d.promoted for d in decisions)} of {len(decisions)} go on", round=round_index)
+    if last:
+        run.phase = "replay"
+    else:
+        run.round_index = round_index + 1
+
+
+def _one_line(text: str) -> str:
+    """Reasons are shown in tables and event logs: keep each on one line."""
+    import re
+
+    return re.sub(r"\s*\n\s*(?:-\s*)?", "; ", text.strip()).replace(":;", ":")
+
+
+def _eliminate(candidate: Any, reason: str) -> None:
+    candidate.state, candidate.reason = "eliminated", _one_line(reason)
+    candidate.save(update_fields=["state", "reason", "duplicate_of", "updated_at"])
+    _candidate_event(candidate, f"eliminated — {reason}")
+
+
+def _replay_order(run: Any) -> list[str]:
+    order: list[str] = []
+    for round_key in sorted(run.rankings, key=int, reverse=True):
+        order.extend(cid for cid in run.rankings[round_key] if cid not in order)
+    return order
+
+
+def _replay_next(run: Any, spec: Any) -> None:
+    """Replay the best candidate not yet replayed; after MAX_REPLAYS failures, NONE."""
+    from search_app.models import Step
+
+    search = run.search
+    passed = search.steps.filter(kind="replay", state="done", result__passed=True).select_related("candidate")
+    if passed.exists():
+        candidate = passed.first().candidate
+        run.phase = "review"
+        Step.objects.create(search=search, candidate=candidate, kind="review", round=run.round_index)
+        _candidate_event(candidate, "replay passed; an independent reviewer reads it")
+        return
+    remaining = [cid for cid in _replay_order(run) if cid not in run.replayed]
+    if not remaining or len(run.replayed) >= MAX_REPLAYS:
+        _outcome_none(run, f"no candidate passed replay ({', '.join(run.replayed) or 'none replayed'})")
+        return
+    candidate = search.candidates.get(candidate_id=remaining[0])
+    run.replayed = [*run.replayed, candidate.candidate_id]
+    Step.objects.create(search=search, candidate=candidate, kind="replay", round=run.round_index)
+    _candidate_event(candidate, "provisional winner: replaying on a clean baseline")
+
+
+def _outcome_winner(run: Any) -> None:
+    from django.utils import timezone
+
+    review = run.search.reviews.order_by("-id").select_related("candidate").first()
+    if review is None:
+        _outcome_none(run, "the review step did not finish")
+        return
+    candidate = review.candidate
+    candidate.state = "winner"
+    candidate.reason = f"winner: replay passed; reviewer says {review.verdict}; awaiting human approval"
+    candidate.save(update_fields=["state", "reason", "updated_at"])
+    run.outcome, run.winner, run.status, run.phase = "winner", candidate, "finished", "done"
+    run.reason = candidate.reason
+    run.finished_at = timezone.now()
+    _candidate_event(candidate, candidate.reason)
+    _search_event(run.search, "search.finished", f"{run.search.name}: winner {candidate.candidate_id} "
+                  f"(score {candidate.score:g}), awaiting approval", outcome="winner")
+
+
+def _outcome_none(run: Any, reason: str) -> None:
+    from django.utils import timezone
+
+    run.outcome, run.status, run.phase, run.reason = "NONE", "finished", "done", reason
+    run.finished_at = timezone.now()
+    for candidate in run.search.candidates.filter(state__in=("alive", "evaluating")).exclude(number=0):
+        _eliminate(candidate, candidate.reason or reason)
+    _search_event(run.search, "search.finished", f"{run.search.name}: NONE — {reason}", outcome="NONE")
+
+
+def _cancel_settle(run: Any) -> None:
+    from django.utils import timezone
+
+    search = run.search
+    search.steps.filter(state="pending").update(state="cancelled", finished_at=timezone.now())
+    if search.steps.filter(state="running").exists():
+        run.save()
+        return
+    run.reserved_cost_microusd = run.reserved_tokens = 0
+    run.status, run.phase, run.finished_at = "cancelled", "done", timezone.now()
+    run.reason = "cancelled by a person"
+    for candidate in search.candidates.exclude(state__in=("eliminated", "not_admitted", "winner")):
+        candidate.state = "cancelled"
+        candidate.reason = candidate.reason or "the search was cancelled"
+        candidate.save(update_fields=["state", "reason", "updated_at"])
+    run.save()
+    _search_event(search, "search.cancelled", f"{search.name}: cancelled", outcome="cancelled")
+
+
+def steps_enqueue_mark(step_pks: list[int]) -> list[int]:
+    """Mark steps handed to the broker; a step already handed over within a lease is skipped,
+    so each completion does not flood the queue with duplicates (a lost message is handed
+    over again once a lease has passed)."""
+    from datetime import timedelta
+
+    from django.db.models import Q
+    from django.utils import timezone
+
+    from search_app.models import Step
+
+    now = timezone.now()
+    stale = now - timedelta(seconds=_lease_seconds())
+    marked = []
+    for step_pk in step_pks:
+        if Step.objects.filter(pk=step_pk, state="pending").filter(
+                Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=stale)).update(enqueued_at=now):
+            marked.append(step_pk)
+    return marked
+
+
+def step_claim(step_pk: int, owner: str) -> Any:
+    """Take a pending step (or one whose lease expired) by compare-and-set; None if taken."""
+    from datetime import timedelta
+
+    from django.db.models import F, Q
+    from django.utils import timezone
+
+    from search_app.models import Step
+
+    now = timezone.now()
+    claimed = Step.objects.filter(pk=step_pk).filter(
+        Q(state="pending") | Q(state="running", lease_expires_at__lt=now)
+    ).filter(attempts__lt=MAX_ATTEMPTS).update(
+        state="running", lease_owner=owner, lease_expires_at=now + timedelta(seconds=_lease_seconds()),
+        attempts=F("attempts") + 1, started_at=now,
+    )
+    if not claimed:
+        return None
+    return Step.objects.select_related("search__project", "candidate__search__project").get(pk=step_pk)
+
+
+def _heartbeat(step_pk: int, owner: str, search_pk: int, cancel: Any, stop: Any) -> None:
+    """Extend the lease while the step works; notice cancellation or a lost lease."""
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from search_app.models import SearchRun, Step
+
+    renew_every = max(_lease_seconds() / 6, 0.5)
+    renewed = time.monotonic()
+    try:
+        while not stop.wait(min(renew_every, 1.0)):  # cancellation is noticed within a second
+            kept = True
+            if time.monotonic() - renewed >= renew_every:
+                renewed = time.monotonic()
+                kept = Step.objects.filter(pk=step_pk, state="running", lease_owner=owner).update(
+                    lease_expires_at=timezone.now() + timedelta(seconds=_lease_seconds()))
+            cancelling = SearchRun.objects.filter(search_id=search_pk, status="cancelling").exists()
+            if not kept or cancelling:
+                cancel.set()
+    finally:
+        connection.close()
+
+
+def step_execute(step_pk: int, owner: str) -> bool:
+    """Claim a step, do its work, and record the result if the lease is still ours."""
+    import threading
+
+    from search_app import execution
+
+    step = step_claim(step_pk, owner)
+    if step is None:
+        return False
+    cancel, stop = threading.Event(), threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(step.pk, owner, step.search_id, cancel, stop),
+                            daemon=True)
+    beat.start()
+    try:
+        if step.kind == "generate":
+            result = execution.generate(step, cancel)
+        elif step.kind == "evaluate":
+            result = execution.evaluate(step, cancel, gates=step.round == 0)
+        elif step.kind == "replay":
+            result = execution.evaluate(step, cancel, gates=True)
+        else:
+            result = execution.review(step, cancel)
+    except Exception as error:  # a runtime fault: the step fails with its reason, the search goes on
+        logger.exception("step %s failed", step_pk)
+        result = {"error": f"{type(error).__name__}: {error}"}
+    finally:
+        stop.set()
+        beat.join()
+    return _step_record(step.pk, owner, result)
+
+
+def _step_record(step_pk: int, owner: str, result: dict) -> bool:
+    from django.utils import timezone
+
+    from search_app.execution import replay_verdict
+    from search_app.models import Review, SearchRun, Step
+
+    with transaction.atomic():
+        run = SearchRun.objects.select_for_update().get(search__steps__pk=step_pk)
+        step = Step.objects.select_related("candidate", "search__project").get(pk=step_pk)
+        if step.state != "running" or step.lease_owner != owner:
+            return False  # another worker took it over; our receipts stay as evidence
+        candidate = step.candidate
+        stored = {k: v for k, v in result.items() if k not in RESULT_FIELDS_NOT_STORED}
+        step.result, step.finished_at = stored, timezone.now()
+        step.state = "cancelled" if result.get("cancelled") else ("failed" if "error" in result else "done")
+        step.error = result.get("error", "")
+        usage = result.get("usage", {})
+        if step.reserved_cost_microusd or step.reserved_tokens or usage:
+            # Actual use replaces the reservation; a writer never counts beyond what it reserved.
+            run.reserved_cost_microusd -= step.reserved_cost_microusd
+            run.reserved_tokens -= step.reserved_tokens
+            cost = usage.get("cost_microusd", 0)
+            tokens = usage.get("tokens", 0)
+            if run.budget_cost_microusd:
+                cost = min(cost, step.reserved_cost_microusd)
+            if run.budget_tokens:
+                tokens = min(tokens, step.reserved_tokens)
+            run.spent_cost_microusd += cost
+            run.spent_tokens += tokens
+            candidate.cost_microusd += cost
+            candidate.tokens += tokens
+        step.save()
+        run.save()
+        if step.state == "cancelled":
+            return True
+        if "error" in result:
+            if candidate.number == 0:
+                candidate.state, candidate.reason = "eliminated", f"baseline not measured: {result['error']}"
+                candidate.save()
+            else:
+                _eliminate(candidate, f"{step.kind} step failed in the runtime: {result['error']}")
+            return True
+        _result_apply(step, candidate, result, replay_verdict, Review)
+    return True
+
+
+def _result_apply(step: Any, candidate: Any, result: dict, replay_verdict: Any, review_model: Any) -> None:
+    if step.kind == "generate":
+        candidate.patch = bytes.fromhex(result.get("patch_hex", ""))
+        candidate.patch_sha256 = result.get("patch_sha256", "")
+        candidate.diff_lines = result.get("diff_lines")
+        candidate.files = result.get("files", [])
+        if "eliminated" in result:
+            _eliminate(candidate, result["eliminated"])
+        else:
+            candidate.state = "evaluating"
+            candidate.save()
+            _candidate_event(candidate, f"wrote a patch of {candidate.diff_lines} lines")
+        return
+    if step.kind == "review":
+        review_model.objects.create(search=step.search, candidate=candidate, verdict=result["verdict"],
+                                    findings=result.get("findings", []), reviewer=result.get("reviewer", ""),
+                                    receipt_id=result.get("review_receipt"))
+        findings = len(result.get("findings", []))
+        _candidate_event(candidate, f"reviewer says {result['verdict']} ({findings} findings)")
+        return
+    if step.kind == "replay":
+        earlier = [v for values in candidate.trials.values() for v in values]
+        if "eliminated" in result:
+            passed, why = False, f"replay failed: {result['eliminated']}"
+        else:
+            passed, why = replay_verdict(earlier, result["score"])
+            why = ("replay passed: " if passed else "replay failed: ") + why
+        step.result = {**step.result, "passed": passed, "why": why}
+        step.save(update_fields=["result"])
+        if not passed:
+            _eliminate(candidate, why)
+        else:
+            candidate.reason = why
+            candidate.save()
+            _candidate_event(candidate, why)
+        return
+    # evaluate
+    candidate.gates_passed = max(candidate.gates_passed, result.get("gates_passed", 0))
+    if "eliminated" in result:
+        if candidate.number == 0:
+            candidate.state, candidate.reason = "eliminated", f"baseline: {result['eliminated']}"
+            candidate.save()
+            _candidate_event(candidate, candidate.reason)
+        else:
+            candidate.round_reached = step.round
+            _eliminate(candidate, f"round {step.round}: {result['eliminated']}")
+        return
+    candidate.round_reached = step.round
+    candidate.score, candidate.spread = result["score"], result["spread"]
+    candidate.runtime_seconds = result["runtime_seconds"]
+    candidate.trials = {**candidate.trials, str(step.round): result["trials"]}
+    candidate.state = "alive"
+    candidate.save()
+    _candidate_event(candidate, f"round {step.round}: score {candidate.score:g} ± {candidate.spread:g}")
+
+
+def steps_reconcile() -> list[int]:
+    """Release steps whose worker vanished (lease expired); fail those that lost 3 workers.
+
+    Returns the searches still running, so the caller drives each of them (a lost message
+    delays work but never loses it).
+    """
+    from django.utils import timezone
+
+    from search_app.models import SearchRun, Step
+
+    now = timezone.now()
+    for step in Step.objects.filter(state="running", lease_expires_at__lt=now).select_related("candidate"):
+        with transaction.atomic():
+            if step.attempts >= MAX_ATTEMPTS:
+                claimed = Step.objects.filter(pk=step.pk, state="running", lease_expires_at__lt=now).update(
+                    state="failed", error=f"lost its worker {step.attempts} times", finished_at=now)
+                if claimed and step.candidate.number:
+                    _eliminate(step.candidate, f"{step.kind} step lost its worker {step.attempts} times")
+            else:
+                Step.objects.filter(pk=step.pk, state="running", lease_expires_at__lt=now).update(
+                    state="pending", lease_owner="", enqueued_at=None)
+    running = SearchRun.objects.filter(status__in=("running", "cancelling"))
+    return list(running.values_list("search_id", flat=True))
+
+
+def search_run_inline(search: Search, *, workers: int | None = None, progress: Any = None,
+                      poll: float = 0.2) -> Any:
+    """Drive a started search to its end in this process (the CLI's way; no Celery needed)."""
+    import os
+    import socket
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    from django.db import connection
+
+    from search_app.execution import search_spec
+    from search_app.models import SearchRun
+
+    owner = f"inline@{socket.gethostname()}:{os.getpid()}"
+    concurrency = workers or search_spec(search).concurrency
+
+    def work(step_pk: int) -> None:
+        try:
+            step_execute(step_pk, owner)
+        finally:
+            connection.close()
+
+    in_flight: dict[int, Any] = {}
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="crucible-step") as pool:
+        while True:
+            for step_pk in search_advance(search.pk):
+                if step_pk not in in_flight and len(in_flight) < concurrency:
+                    in_flight[step_pk] = pool.submit(work, step_pk)
+            run = SearchRun.objects.get(search=search)
+            if progress is not None:
+                progress(run)
+            if run.terminal and not in_flight:
+                return run
+            if in_flight:
+                done, _ = wait(in_flight.values(), timeout=poll, return_when=FIRST_COMPLETED)
+                for step_pk in [pk for pk, future in in_flight.items() if future in done]:
+                    in_flight.pop(step_pk).result()
+            else:
+                steps_reconcile()
+                time.sleep(poll)

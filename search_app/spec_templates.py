@@ -27,6 +27,8 @@ SPEC_TEMPLATES: tuple[SpecTemplate, ...] = (
                  "Make a failing behaviour pass, judged by a hidden regression test."),
     SpecTemplate("refactor-with-gates", "Refactor with gates",
                  "Simplify code while lint, types, tests and golden outputs stay green."),
+    SpecTemplate("demo-scripted", "Demo: scripted writers",
+                 "The demo repository's speed-up, written by scripted command workers (no API key)."),
 )
 
 

@@ -12,4 +12,7 @@ urlpatterns = [
     path("specs/<int:spec_id>/diff/", views.spec_diff, name="spec_diff"),
     path("<str:search_id>/", views.search_detail, name="search_detail"),
     path("<str:search_id>/record.json", views.search_record, name="search_record"),
+    path("<str:search_id>/run/", views.search_run_partial, name="search_run_partial"),
+    path("<str:search_id>/start/", views.search_start, name="search_start"),
+    path("<str:search_id>/cancel/", views.search_cancel, name="search_cancel"),
 ]

@@ -324,6 +324,7 @@ def search_detail(request: HttpRequest, search_id: str) -> HttpResponse:
         "batches": search.candidate_batches,
         "candidate_count": sum(len(batch) for batch in search.candidate_batches),
         "empty_message": "No activity for this search yet.",
+        **_run_context(request, search),
         **_live_context(request, subject=("search", search.pk)),
     })
 
@@ -338,3 +339,35 @@ def search_record(request: HttpRequest, search_id: str) -> HttpResponse:
     )
     response["Content-Disposition"] = f'attachment; filename="{search.search_id}.json"'
     return response
+
+
+def _run_context(request: HttpRequest, search) -> dict[str, Any]:
+    report = selectors.search_run_report(search)
+    return {"search": search, "report": report, "can_operate": request.user.has_perm(roles.OPERATE)}
+
+
+@require_GET
+def search_run_partial(request: HttpRequest, search_id: str) -> HttpResponse:
+    """The run card alone: the page polls it while the search runs (no JavaScript: reload)."""
+    search = selectors.search_for_user(request.user, search_id)
+    return render(request, "search_app/_run.html", _run_context(request, search))
+
+
+@require_POST
+def search_start(request: HttpRequest, search_id: str) -> HttpResponse:
+    search = selectors.search_for_user(request.user, search_id)
+    services.search_start(request.user, search)
+    messages.success(request, f"{search.search_id} started: workers are taking its steps.")
+    return redirect("search_detail", search_id=search.search_id)
+
+
+@require_POST
+def search_cancel(request: HttpRequest, search_id: str) -> HttpResponse:
+    search = selectors.search_for_user(request.user, search_id)
+    try:
+        services.search_cancel(request.user, search)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(request, f"{search.search_id}: cancelling; running steps are being stopped.")
+    return redirect("search_detail", search_id=search.search_id)

@@ -47,7 +47,7 @@ def test_the_demo_spec_freezes_against_the_demo_repository(settings, tmp_path):
     project = Project.objects.get(name="demo")
     repository = project.repositories.get()
     assert repository.path == str(tmp_path / "demo-repos" / "certificate")
-    spec = Spec.objects.get(project=project)
+    spec = Spec.objects.get(project=project, title="speed up the certificate")
     admin = get_user_model().objects.get(username="admin")
     search = search_freeze(admin, project, spec.latest.text, "HEAD", repository=repository)
     assert search.name == "speed-up-certificate"
@@ -121,3 +121,18 @@ def test_serve_starts_web_and_worker_and_ctrl_c_stops_both(tmp_path):
     finally:
         stop_process(serve)
         log.close()
+
+
+def test_a_demo_repository_from_an_older_crucible_gets_the_current_files(settings, tmp_path):
+    from runtime_app.management.commands.crucible_setup import DEMO_REPO_SOURCE, Command
+    from tests.gitrepo import git
+
+    settings.DATA_DIR = tmp_path
+    repo = Command()._demo_repository()
+    git(repo, "rm", "-q", "scripts/demo_writer.py")
+    git(repo, "commit", "-q", "-m", "older demo")
+    again = Command()._demo_repository()
+    assert (again / "scripts" / "demo_writer.py").read_bytes() == (
+        DEMO_REPO_SOURCE / "scripts" / "demo_writer.py").read_bytes()
+    assert git(repo, "status", "--porcelain") == ""
+    assert git(repo, "log", "-1", "--format=%s") == "Demo: the current demo files"

@@ -140,14 +140,6 @@ def test_validate_without_a_file_is_a_usage_error():
 
 
 @pytest.fixture
-def demo(transactional_db):
-    admin = make_user("admin", roles.VIEWER, roles.OPERATOR)
-    project = Project.objects.create(name="demo", created_by=admin)
-    ProjectMembership.objects.create(project=project, user=admin)
-    return project
-
-
-@pytest.fixture
 def spec_file(tmp_path) -> Path:
     path = tmp_path / "speed-up.toml"
     path.write_text(WITH_EVIDENCE)

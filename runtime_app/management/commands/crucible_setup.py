@@ -52,6 +52,7 @@ class Command(BaseCommand):
         """A small git repo in the data dir, committed with fixed dates (same sha everywhere)."""
         target = Path(settings.DATA_DIR) / "demo-repos" / "certificate"
         if (target / ".git").exists():
+            self._demo_repository_update(target)
             return target
         shutil.copytree(DEMO_REPO_SOURCE, target, dirs_exist_ok=True)
         porcelain.init(str(target))
@@ -64,13 +65,37 @@ class Command(BaseCommand):
         )
         return target
 
+    def _demo_repository_update(self, target: Path) -> None:
+        """A demo repository made by an older Crucible gets the current demo files as a commit."""
+        changed = []
+        for source in sorted(DEMO_REPO_SOURCE.rglob("*")):
+            if source.is_file() and "__pycache__" not in source.parts:
+                relative = source.relative_to(DEMO_REPO_SOURCE)
+                current = target / relative
+                if not current.exists() or current.read_bytes() != source.read_bytes():
+                    current.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(source, current)
+                    changed.append(str(current))
+        if changed:
+            porcelain.add(str(target), paths=changed)
+            porcelain.commit(
+                str(target), message=b"Demo: the current demo files", author=DEMO_AUTHOR,
+                committer=DEMO_AUTHOR, author_timestamp=1767312000, commit_timestamp=1767312000,
+                author_timezone=0, commit_timezone=0, no_verify=True,
+            )
+
     def _demo_spec(self, admin, project) -> None:
         from search_app.models import Spec
         from search_app.services import spec_create
         from search_app.spec_templates import spec_template_get
 
-        if not Spec.objects.filter(project=project).exists():
-            spec_create(admin, project, "speed up the certificate", spec_template_get("speed-up").text)
+        demo_specs = {
+            "speed up the certificate": "speed-up",
+            "demo: scripted writers speed up the certificate": "demo-scripted",
+        }
+        for title, slug in demo_specs.items():
+            if not Spec.objects.filter(project=project, title=title).exists():
+                spec_create(admin, project, title, spec_template_get(slug).text)
 
     def _admin(self):
         User = get_user_model()

@@ -1,14 +1,20 @@
-"""`manage.py search validate|freeze|reference`: the CLI door into the same spec services.
+"""`manage.py search …`: the CLI door into the same spec and run services.
 
     search validate FILE            every error as FILE:line:column path: message; exit 1 if any
     search freeze FILE --repo PATH --ref REF [--project demo] [--user admin]
+    search run FILE --repo PATH [--ref HEAD] [--json]   freeze, run here to the end, show the outcome
+    search status SEARCH_ID [--json]
+    search cancel SEARCH_ID
+    search receipts SEARCH_ID [--candidate cand_007] [--json]
     search reference [--write [PATH]]  the spec reference, generated from the schema
 
-Exit codes: 0 done, 1 the spec or the freeze was refused, 2 the file could not be read.
+Exit codes: 0 done (a NONE outcome is a result, not an error), 1 the spec, the freeze or the
+request was refused, 2 the file could not be read.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -18,11 +24,14 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import BaseCommand
+from django.http import Http404
 
 from runtime_app.models import Project
+from runtime_app.selectors import receipts_for_user
 from runtime_app.services import repository_register
 from search_app.reference import REFERENCE_PATH, spec_reference_markdown
-from search_app.services import search_freeze
+from search_app.selectors import search_for_user, search_run_report
+from search_app.services import search_cancel, search_freeze, search_run_inline, search_start
 from search_app.spec import SpecReport, spec_validate
 
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
@@ -48,6 +57,22 @@ class Command(BaseCommand):
         freeze.add_argument("--ref", required=True, help="the baseline: a branch, tag, HEAD or commit sha")
         freeze.add_argument("--project", default="demo", help="the project's name (default: demo)")
         freeze.add_argument("--user", default=None, help="who freezes (default: the admin account)")
+        run = actions.add_parser("run", help="freeze a spec and run the search here to its outcome")
+        run.add_argument("file", help="the spec (TOML); `-` for standard input")
+        run.add_argument("--repo", required=True, help="the git repository's path")
+        run.add_argument("--ref", default="HEAD", help="the baseline (default: HEAD)")
+        run.add_argument("--project", default="demo", help="the project's name (default: demo)")
+        run.add_argument("--user", default=None, help="who runs it (default: the admin account)")
+        run.add_argument("--json", action="store_true", help="print the outcome as JSON, no live display")
+        for name, text in (("status", "a search's state and candidates"), ("cancel", "stop a running search"),
+                           ("receipts", "the receipts of a search's candidates")):
+            sub = actions.add_parser(name, help=text)
+            sub.add_argument("search_id", help="e.g. search-1a2b3c4d5e6f7a8b")
+            sub.add_argument("--user", default=None, help="who asks (default: the admin account)")
+            if name != "cancel":
+                sub.add_argument("--json", action="store_true", help="print JSON")
+            if name == "receipts":
+                sub.add_argument("--candidate", default=None, help="only this candidate's receipts")
         reference = actions.add_parser("reference", help="print docs/spec-reference.md")
         reference.add_argument("--write", nargs="?", const=str(REFERENCE_PATH), default=None, metavar="PATH",
                                help=f"write it to a file (default: {REFERENCE_PATH})")
@@ -58,6 +83,21 @@ class Command(BaseCommand):
         elif action == "freeze":
             self._freeze(options["file"], options["repo"], options["ref"], options["project"],
                          options["user"] or settings.CONFIG.admin_username)
+        elif action == "run":
+            self._run(options["file"], options["repo"], options["ref"], options["project"],
+                      options["user"] or settings.CONFIG.admin_username, as_json=options["json"])
+        elif action in ("status", "cancel", "receipts"):
+            user = self._user(options["user"] or settings.CONFIG.admin_username)
+            try:
+                search = search_for_user(user, options["search_id"])
+            except Http404:
+                self._fail([f"no search {options['search_id']!r} that {user} can see"], 1)
+            if action == "status":
+                self._status(search, as_json=options["json"])
+            elif action == "cancel":
+                self._cancel(user, search)
+            else:
+                self._receipts(user, search, options["candidate"], as_json=options["json"])
         else:
             self._reference(write=options["write"])
 
@@ -114,7 +154,27 @@ class Command(BaseCommand):
 
     # --- freeze ---------------------------------------------------------------------------
 
+    def _user(self, username: str) -> Any:
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            self._fail([f"no user named {username!r}: pass --user with an existing account"], 1)
+        return user
+
     def _freeze(self, file: str, repo: str, ref: str, project_name: str, username: str) -> None:
+        search = self._frozen(file, repo, ref, project_name, username)
+        batches = search.candidate_batches
+        candidates = sum(len(batch) for batch in batches)
+        lines = [
+            f"search id        {search.search_id}",
+            f"preregistration  {search.preregistration_hash}",
+            f"baseline commit  {search.baseline_commit} ({search.ref})",
+            f"candidates       {candidates} in {len(batches)} batch{'es' if len(batches) != 1 else ''} "
+            f"of up to {max(len(batch) for batch in batches)}",
+        ]
+        for line in lines:
+            self.stdout.write(_printable(line))
+
+    def _frozen(self, file: str, repo: str, ref: str, project_name: str, username: str) -> Any:
         label, data = self._read(file)
         report = spec_validate(data)
         if not report.valid:
@@ -133,17 +193,60 @@ class Command(BaseCommand):
             self._fail([str(message) for message in error.messages], 1)
         except PermissionDenied as error:
             self._fail([f"{username}: {error}"], 1)
-        batches = search.candidate_batches
-        candidates = sum(len(batch) for batch in batches)
-        lines = [
-            f"search id        {search.search_id}",
-            f"preregistration  {search.preregistration_hash}",
-            f"baseline commit  {search.baseline_commit} ({search.ref})",
-            f"candidates       {candidates} in {len(batches)} batch{'es' if len(batches) != 1 else ''} "
-            f"of up to {max(len(batch) for batch in batches)}",
-        ]
-        for line in lines:
-            self.stdout.write(_printable(line))
+        return search
+
+    # --- run, status, cancel, receipts ----------------------------------------------------
+
+    def _run(self, file: str, repo: str, ref: str, project_name: str, username: str, *,
+             as_json: bool) -> None:
+        search = self._frozen(file, repo, ref, project_name, username)
+        user = self._user(username)
+        try:
+            search_start(user, search, enqueue=False)
+        except (ValidationError, PermissionDenied) as error:
+            self._fail([str(error)], 1)
+        if as_json:
+            search_run_inline(search)
+            self.stdout.write(json.dumps(search_run_report(search), indent=2))
+            return
+        from rich.live import Live
+
+        console = _console(self.stdout._out)
+        console.print(f"[bold]{_printable(search.name)}[/] {search.search_id} "
+                      f"at {search.baseline_commit[:12]}")
+        with Live(console=console, refresh_per_second=4, transient=True) as live:
+            search_run_inline(search, progress=lambda run: live.update(_progress(search, run)))
+        console.print(_outcome_table(search_run_report(search)))
+
+    def _status(self, search: Any, *, as_json: bool) -> None:
+        report = search_run_report(search)
+        if as_json:
+            self.stdout.write(json.dumps(report, indent=2))
+            return
+        _console(self.stdout._out).print(_outcome_table(report))
+
+    def _cancel(self, user: Any, search: Any) -> None:
+        try:
+            run = search_cancel(user, search)
+        except (ValidationError, PermissionDenied) as error:
+            self._fail([" ".join(getattr(error, "messages", [str(error)]))], 1)
+        self.stdout.write(f"{search.search_id}: {run.status}")
+
+    def _receipts(self, user: Any, search: Any, candidate_id: str | None, *, as_json: bool) -> None:
+        candidates = search.candidates.all()
+        if candidate_id:
+            candidates = candidates.filter(candidate_id=candidate_id)
+            if not candidates.exists():
+                self._fail([f"{search.search_id} has no candidate {candidate_id!r}"], 1)
+        names = dict(candidates.values_list("pk", "candidate_id"))
+        receipts = receipts_for_user(user).filter(subject_type="candidate", subject_id__in=list(names))
+        if as_json:
+            self.stdout.write(json.dumps([r.as_dict() for r in receipts], indent=2))
+            return
+        for receipt in receipts:
+            self.stdout.write(_printable(
+                f"#{receipt.pk:<6} {names[receipt.subject_id]:<9} {receipt.kind:<8} {receipt.outcome:<14} "
+                f"{receipt.duration_seconds:8.3f} s  {receipt.isolation or '-':<13} {receipt.label}"))
 
     # --- reference ------------------------------------------------------------------------
 
@@ -154,3 +257,59 @@ class Command(BaseCommand):
             self.stdout.write(f"wrote {write}")
         else:
             self.stdout.write(text, ending="")
+
+
+def _console(out: Any) -> Any:
+    from rich.console import Console
+
+    # Piped or redirected output gets wide lines rather than reasons folded into a narrow column.
+    width = None if out.isatty() else 200
+    return Console(file=out, highlight=False, width=width)
+
+
+def _progress(search: Any, run: Any) -> Any:
+    """The live display: phase and round, candidates per state, budget."""
+    from rich.table import Table
+
+    counts: dict[str, int] = {}
+    for state in search.candidates.exclude(number=0).values_list("state", flat=True):
+        counts[state] = counts.get(state, 0) + 1
+    table = Table(show_header=False, box=None)
+    table.add_row("phase", f"{run.phase}, round {run.round_index}" if run.phase == "rounds" else run.phase)
+    table.add_row("candidates", ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    live = search.steps.filter(state="running").select_related("candidate")
+    table.add_row("running", ", ".join(f"{s.kind} {s.candidate.candidate_id}" for s in live) or "—")
+    if run.budget_cost_microusd or run.budget_tokens:
+        table.add_row("budget", f"{run.spent_cost_microusd:,} of {run.budget_cost_microusd or '∞'} µUSD, "
+                                f"{run.spent_tokens:,} of {run.budget_tokens or '∞'} tokens")
+    return table
+
+
+def _outcome_table(report: dict) -> Any:
+    from rich.table import Table
+
+    outcome = report["outcome"] or report["status"]
+    title = f"{report['search_id']} {report['name']}: {outcome}"
+    if report["winner"]:
+        title += f" — {report['winner']} (awaiting approval)"
+    table = Table(title=_printable(title), title_justify="left")
+    columns = ("candidate", "state", "round", "gates", "score", "±", "diff", "cost µUSD", "receipts",
+               "reason")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for c in report["candidates"]:
+        receipts = c["receipts"]
+        shown = f"#{receipts[0]}–#{receipts[-1]} ({len(receipts)})" if receipts else ""
+        table.add_row(
+            c["candidate_id"], c["state"], str(c["round_reached"]) if c["round_reached"] >= 0 else "",
+            str(c["gates_passed"]), f"{c['score']:g}" if c["score"] is not None else "",
+            f"{c['spread']:g}" if c["spread"] is not None else "", str(c["diff_lines"] or ""),
+            str(c["cost_microusd"]), shown, _printable(c["reason"]),
+        )
+    if report["review"]:
+        review = report["review"]
+        table.caption = _printable(f"review of {review['candidate']}: {review['verdict']}, "
+                                   f"{len(review['findings'])} findings. {report['reason']}")
+    else:
+        table.caption = _printable(report["reason"])
+    return table

@@ -1,0 +1,43 @@
+"""Shared set-up for the search benchmarks: a temp data dir, a migrated SQLite database, an
+operator in a project, and helpers to freeze and run a spec in this process."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def django_setup(data_dir: Path) -> None:
+    os.environ["CRUCIBLE_DATA_DIR"] = str(data_dir)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crucible.settings")
+    sys.path.insert(0, str(REPO_ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", "--noinput", verbosity=0)
+
+
+def operator_and_project():
+    from django.contrib.auth import get_user_model
+
+    from runtime_app import roles
+    from runtime_app.models import Project, ProjectMembership
+
+    roles.roles_sync()
+    user = get_user_model().objects.create_superuser("bench", password="bench-password-1")
+    project = Project.objects.create(name="bench", created_by=user)
+    ProjectMembership.objects.create(project=project, user=user)
+    return user, project
+
+
+def freeze_and_run(user, project, spec_text: str, repo: Path):
+    from search_app import services
+
+    search = services.search_freeze(user, project, spec_text, "HEAD", repository_path=str(repo))
+    services.search_start(user, search, enqueue=False)
+    return search, services.search_run_inline(search)

@@ -1,0 +1,296 @@
+"""The work of each step: write a candidate, evaluate it, replay it, review it.
+
+Each function does the runtime's part — worktrees, the sandbox, the change policy, hidden
+files, metrics — writes a receipt for everything it runs, and returns a plain dict that
+`services.step_execute` records in one transaction. Nothing here changes a Candidate or a
+Step: a step that dies half-way leaves only receipts, and running it again is safe.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import threading
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runtime_app import services as runtime_services
+from runtime_app.git import GitError
+from runtime_app.metrics import metric_read
+from runtime_app.models import Receipt
+from runtime_app.policy import PolicyRules
+from runtime_app.sandbox import Limits, SandboxError
+from runtime_app.worktrees import patch_extract, worktree_create, worktree_remove, worktrees_root
+from search_app.models import Search, Step
+from search_app.spec import SearchSpec, spec_validate
+
+WRITER_TIMEOUT_SECONDS = 1800
+REVIEW_TIMEOUT_SECONDS = 300
+REVIEWER_SCRIPT = Path(__file__).resolve().parent / "reviewer.py"
+# Replay accepts a score within this share of the earlier median, or within the earlier spread.
+REPLAY_TOLERANCE = 0.25
+
+
+def search_spec(search: Search) -> SearchSpec:
+    report = spec_validate(search.spec_text)
+    if report.spec is None:  # frozen specs were valid; this only guards a corrupted row
+        raise ValueError(f"{search.search_id}: its frozen spec no longer validates")
+    return report.spec
+
+
+def effort_for(spec: SearchSpec, round_index: int) -> str:
+    effort = spec.worker.reasoning_effort
+    if isinstance(effort, str):
+        return effort
+    return effort[min(round_index, len(effort) - 1)]
+
+
+def writer_prompt(search: Search, spec: SearchSpec, candidate_id: str, round_index: int) -> str:
+    """The shared prefix (identical for every candidate), then the candidate's own suffix."""
+    allowed = [*spec.worker.write_roots, *spec.worker.exact_files]
+    evidence = search.hashed_inputs.get("evidence", {})
+    lines = [
+        f"# Crucible search {search.search_id}: {spec.name}",
+        "", "## Objective", spec.objective,
+        "", "## Rules",
+        f"- Change only these paths: {', '.join(allowed)}.",
+        "- Tests, test configuration, protected paths, symlinks, binary files and mode changes are refused.",
+        f"- Protected: {', '.join(spec.hard_gates.protected_paths) or 'none beyond the defaults'}.",
+        "- Your files are judged only by commands the runtime runs later; what you print is not evidence.",
+        "", "## Evidence", spec.evidence.text or "(no notes)",
+        *(f"- file at the baseline: {item['path']} (sha256 {item['sha256'][:12]})"
+          for item in evidence.get("files", [])),
+        "", "## Response contract",
+        "Edit the files in your working directory, then exit. Your patch is what changed there.",
+        "Optionally print a last line of JSON with your usage: "
+        '{"input_tokens": N, "output_tokens": N, "cost_microusd": N}.',
+        "", "---",
+        f"Round {round_index}, effort {effort_for(spec, round_index)}. You are {candidate_id}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def policy_rules(spec: SearchSpec) -> PolicyRules:
+    return PolicyRules.from_spec(spec)
+
+
+def _worktree_name(step: Step, purpose: str) -> str:
+    # The same name on every attempt: a retry first removes what a crashed attempt left.
+    return f"{step.search.search_id}-{step.candidate.candidate_id}-{purpose}-r{step.round}"
+
+
+def _fresh_worktree_path(repo: str, name: str) -> None:
+    """Remove a worktree a crashed earlier attempt left under this name."""
+    leftover = worktrees_root() / name
+    if leftover.exists() or leftover.is_symlink():
+        worktree_remove(repo, leftover)
+
+
+def _record(receipt: Receipt, step: Step, label: str) -> Receipt:
+    return runtime_services.receipt_record(
+        receipt, project=step.search.project, subject=("candidate", step.candidate_id), label=label
+    )
+
+
+def _run(step: Step, command: Sequence[str] | str, label: str, *, cwd: Path, timeout: float,
+         cancel: threading.Event, env: dict[str, str] | None = None, stdin: bytes = b"",
+         writable: bool = True, readable: Sequence[Path] = (), kind: str = "command",
+         limits: Limits | None = None) -> Receipt:
+    repo_git = Path(step.search.repository_path) / ".git"
+    try:
+        return runtime_services.command_run(
+            command, cwd=cwd, timeout=timeout, env=env, stdin=stdin, writable=writable, kind=kind,
+            readable=[repo_git, *readable], cancel=cancel, limits=limits, project=step.search.project,
+            subject=("candidate", step.candidate_id), label=label,
+        )
+    except SandboxError as error:  # refused before it ran (e.g. bubblewrap required): say so
+        from django.utils import timezone
+
+        now = timezone.now()
+        receipt = Receipt(kind=kind, argv=[command] if isinstance(command, str) else list(command),
+                          started_at=now, finished_at=now, duration_seconds=0, error=str(error))
+        return _record(receipt, step, label)
+
+
+def _usage(receipt: Receipt) -> dict[str, int]:
+    lines = [line for line in receipt.stdout_excerpt.splitlines() if line.strip()]
+    try:
+        data = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    usage = {}
+    for name in ("input_tokens", "output_tokens", "cost_microusd", "tokens"):
+        value = data.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            usage[name] = value
+    if "tokens" not in usage and ("input_tokens" in usage or "output_tokens" in usage):
+        usage["tokens"] = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+    return usage
+
+
+# ------------------------------------------------------------------------------------ generate
+
+
+def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
+    """Run the writer in its own worktree; once it has ended, extract its patch."""
+    search, candidate = step.search, step.candidate
+    spec = search_spec(search)
+    name = _worktree_name(step, "write")
+    _fresh_worktree_path(search.repository_path, name)
+    worktree = worktree_create(search.repository_path, search.baseline_commit, name)
+    try:
+        env = {
+            "CRUCIBLE_CANDIDATE_ID": candidate.candidate_id, "CRUCIBLE_ROUND": str(step.round),
+            "CRUCIBLE_EFFORT": effort_for(spec, step.round), "CRUCIBLE_SEARCH_ID": search.search_id,
+            "CRUCIBLE_MAX_COST_MICROUSD": str(step.reserved_cost_microusd),
+            "CRUCIBLE_MAX_TOKENS": str(step.reserved_tokens),
+        }
+        prompt = writer_prompt(search, spec, candidate.candidate_id, step.round)
+        writer = _run(step, spec.worker.command, f"{candidate.candidate_id} writer", cwd=worktree,
+                      timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel, env=env, stdin=prompt.encode())
+        if writer.detail.get("cancelled"):
+            return {"cancelled": True, "receipts": [writer.pk]}
+        # The writer's processes are gone (the sandbox killed its group and cgroup): its tree
+        # is frozen, so the patch extracted now is final.
+        try:
+            patch = patch_extract(worktree)
+        except GitError as error:
+            return {"eliminated": f"its patch could not be extracted: {error}", "receipts": [writer.pk]}
+    finally:
+        worktree_remove(search.repository_path, worktree)
+    usage = _usage(writer)
+    result = {
+        "receipts": [writer.pk], "writer_outcome": writer.outcome, "usage": usage,
+        "patch_sha256": patch.sha256, "diff_lines": patch.diff_lines, "files": patch.files[:200],
+    }
+    if patch.empty:
+        result["eliminated"] = f"the writer ({writer.outcome}) changed nothing"
+    return {**result, "patch_hex": patch.text.hex()}
+
+
+# ------------------------------------------------------------------------------------ evaluate
+
+
+def evaluate(step: Step, cancel: threading.Event, *, gates: bool) -> dict[str, Any]:
+    """Fresh baseline + the patch, change policy, hidden files, gates in order, then trials."""
+    search, candidate = step.search, step.candidate
+    spec = search_spec(search)
+    label = f"{candidate.candidate_id} r{step.round} {step.kind}"
+    name = _worktree_name(step, step.kind)
+    _fresh_worktree_path(search.repository_path, name)
+    worktree, admit = runtime_services.patch_admit(
+        search.repository_path, search.baseline_commit, bytes(candidate.patch), name,
+        policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
+        label=f"{label} apply",
+    )
+    receipts = [admit.pk]
+    if worktree is None:
+        return {"eliminated": f"patch refused at {admit.detail['stage']}: {admit.detail['reason']}",
+                "receipts": receipts}
+    try:
+        _hidden_files_write(worktree, spec.evaluator.files)
+        gates_passed = 0
+        if gates:
+            for number, command in enumerate(spec.hard_gates.commands, start=1):
+                gate = _run(step, command, f"{label} gate {number}", cwd=worktree,
+                            timeout=spec.hard_gates.timeout_seconds, cancel=cancel)
+                receipts.append(gate.pk)
+                if gate.detail.get("cancelled"):
+                    return {"cancelled": True, "receipts": receipts}
+                if not gate.succeeded:
+                    return {"eliminated": f"gate {number} `{command}` {gate.outcome} (receipt #{gate.pk})",
+                            "receipts": receipts, "gates_passed": gates_passed}
+                gates_passed += 1
+        values, durations = [], []
+        for number in range(1, spec.score.trials + 1):
+            metrics_file = worktree / f".crucible-metrics-{uuid.uuid4().hex}.json"
+            trial = _run(step, spec.score.command, f"{label} trial {number}", cwd=worktree,
+                         timeout=spec.score.timeout_seconds, cancel=cancel,
+                         env={"CRUCIBLE_METRICS_FILE": str(metrics_file)})
+            receipts.append(trial.pk)
+            if trial.detail.get("cancelled"):
+                return {"cancelled": True, "receipts": receipts}
+            reading = metric_read(trial, spec.score.metric, metrics_file)
+            metrics_file.unlink(missing_ok=True)
+            if not reading.counted:
+                return {"eliminated": f"trial {number}: {reading.reason} (receipt #{trial.pk})",
+                        "receipts": receipts, "gates_passed": gates_passed, "trials": values}
+            values.append(reading.value)
+            durations.append(trial.duration_seconds)
+    finally:
+        worktree_remove(search.repository_path, worktree)
+    return {
+        "receipts": receipts, "gates_passed": gates_passed, "trials": values,
+        "score": statistics.median(values), "spread": max(values) - min(values),
+        "runtime_seconds": statistics.fmean(durations),
+    }
+
+
+def _hidden_files_write(worktree: Path, files: dict[str, str]) -> None:
+    """Hidden evaluator files arrive only now, after every writer's authority is gone."""
+    root = worktree.resolve()
+    for relative, content in files.items():
+        target = (worktree / relative).resolve()
+        if root not in target.parents:
+            raise GitError(f"hidden file {relative} would land outside the evaluation tree")
+        if target.is_symlink() or target.is_dir():
+            raise GitError(f"hidden file {relative} collides with a link or directory in the patch")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+
+
+def replay_verdict(earlier: list[float], replayed: float) -> tuple[bool, str]:
+    """Does a replayed median agree with the earlier trials, within their noise?"""
+    median = statistics.median(earlier)
+    band = max(max(earlier) - min(earlier), abs(median) * REPLAY_TOLERANCE)
+    if abs(replayed - median) <= band:
+        return True, f"replayed median {replayed:g} is within {band:g} of {median:g}"
+    return False, f"replayed median {replayed:g} moved more than {band:g} from {median:g}"
+
+
+# -------------------------------------------------------------------------------------- review
+
+
+def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
+    """An independent reviewer reads the patched tree (read-only) and the patch."""
+    search, candidate = step.search, step.candidate
+    spec = search_spec(search)
+    name = _worktree_name(step, "review")
+    _fresh_worktree_path(search.repository_path, name)
+    worktree, admit = runtime_services.patch_admit(
+        search.repository_path, search.baseline_commit, bytes(candidate.patch), name,
+        policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
+        label=f"{candidate.candidate_id} review apply",
+    )
+    if worktree is None:
+        return {"verdict": "reject", "findings": [{"severity": "high", "message": admit.detail["reason"]}],
+                "receipts": [admit.pk]}
+    try:
+        protected = [*spec.hard_gates.protected_paths, "tests"]
+        reviewer = _run(
+            step, [sys.executable, str(REVIEWER_SCRIPT), "--protected", ",".join(protected)],
+            f"{candidate.candidate_id} review", cwd=worktree, timeout=REVIEW_TIMEOUT_SECONDS,
+            cancel=cancel, stdin=bytes(candidate.patch), writable=False, readable=[REVIEWER_SCRIPT],
+            kind="review",
+        )
+    finally:
+        worktree_remove(search.repository_path, worktree)
+    if reviewer.detail.get("cancelled"):
+        return {"cancelled": True, "receipts": [admit.pk, reviewer.pk]}
+    verdict, findings = "reject", [{"severity": "high", "message": f"the reviewer {reviewer.outcome}"}]
+    if reviewer.succeeded:
+        lines = [line for line in reviewer.stdout_excerpt.splitlines() if line.strip()]
+        try:
+            data = json.loads(lines[-1])
+            if data.get("verdict") in ("approve", "reject") and isinstance(data.get("findings"), list):
+                verdict, findings = data["verdict"], data["findings"][:100]
+        except (ValueError, IndexError, AttributeError):
+            findings = [{"severity": "high", "message": "the reviewer's last line is not its JSON verdict"}]
+    return {"verdict": verdict, "findings": findings, "reviewer": "crucible static reviewer",
+            "receipts": [admit.pk, reviewer.pk], "review_receipt": reviewer.pk}
+

@@ -1,0 +1,92 @@
+"""A small real repository whose scripted writer follows a test's plan, and specs for it.
+The baseline's answer() returns 2.
+
+The plan maps candidate ids to behaviours, committed in the baseline as plan.json:
+  N (int)                       code/answer.py returns N (the score, maximised)
+  {"value": N, "cost": C}       the same, and the writer reports a cost of C µUSD
+  {"value": N, "delay": S}      the same, after S seconds of writing
+  {"file": PATH}                answer() returns the int read from PATH at run time
+  "broken"                      a syntax error (the gate fails)
+  "hang"                        importing answer sleeps for a minute (the gate times out)
+  "sleep"                       the writer itself sleeps for a minute
+  "tests"                       the writer changes the tests (the change policy refuses it)
+  "nothing" (or no entry)       the writer changes nothing
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.gitrepo import repo_create
+
+WRITER = '''import json, os, pathlib, sys, time
+sys.stdin.read()
+plan = json.loads(pathlib.Path("plan.json").read_text())
+what = plan.get(os.environ["CRUCIBLE_CANDIDATE_ID"], "nothing")
+code = pathlib.Path("code/answer.py")
+if isinstance(what, int):
+    code.write_text(f"def answer():\\n    return {what}\\n")
+elif isinstance(what, dict) and "file" in what:
+    code.write_text(f"def answer():\\n    return int(open({what['file']!r}).read())\\n")
+elif isinstance(what, dict) and "delay" in what:
+    time.sleep(what["delay"])
+    code.write_text(f"def answer():\\n    return {what['value']}\\n")
+elif isinstance(what, dict):
+    code.write_text(f"def answer():\\n    return {what['value']}\\n")
+    print(json.dumps({"cost_microusd": what["cost"], "input_tokens": 10, "output_tokens": 5}))
+elif what == "broken":
+    code.write_text("def answer(:\\n")
+elif what == "hang":
+    code.write_text("import time\\ntime.sleep(60)\\n\\ndef answer():\\n    return 99\\n")
+elif what == "sleep":
+    time.sleep(60)
+elif what == "tests":
+    code.write_text("def answer():\\n    return 50\\n")
+    pathlib.Path("tests/test_answer.py").write_text("def test_nothing():\\n    pass\\n")
+'''
+
+GATE = "python -c \"import sys; sys.path.insert(0, 'code'); import answer; assert answer.answer() > 0\""
+SCORE = ("python -c \"import json, sys; sys.path.insert(0, 'code'); import answer; "
+         "print(json.dumps({'value': answer.answer()}))\"")
+
+
+def plan_repo(path: Path, plan: dict) -> Path:
+    return repo_create(path, {
+        "code/answer.py": "def answer():\n    return 2\n",
+        "tests/test_answer.py": "def test_answer():\n    assert True\n",
+        "scripts/writer.py": WRITER,
+        "plan.json": json.dumps(plan),
+    })
+
+
+def spec_text(*, population: int, rounds: list[int], concurrency: int | None = None, trials: int = 2,
+              budget: str = "", gate_timeout: int = 60, name: str = "plan-search",
+              policy: str = "ordered") -> str:
+    concurrency = concurrency or min(4, population)
+    return f'''name = "{name}"
+objective = "Make answer() return the largest number you can"
+population = {population}
+rounds = {rounds}
+concurrency = {concurrency}
+
+[worker]
+provider = "command"
+command = "python scripts/writer.py"
+write_roots = ["code"]
+{budget}
+[hard_gates]
+commands = [{json.dumps(GATE)}]
+protected_paths = ["tests", "scripts", "plan.json"]
+timeout_seconds = {gate_timeout}
+
+[score]
+command = {json.dumps(SCORE)}
+metric = "value"
+direction = "maximize"
+trials = {trials}
+
+[selection]
+policy = "{policy}"
+ordering = ["score", "diff_lines"]
+'''

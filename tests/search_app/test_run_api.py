@@ -1,0 +1,60 @@
+"""The run routes: start, cancel, follow; only operators of the project may start or cancel."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from runtime_app import roles
+from runtime_app.models import ProjectMembership
+from search_app import services
+from search_app.models import SearchRun
+from tests.conftest import make_user
+from tests.search_app.conftest import login
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_an_operator_starts_a_search_and_follows_it_to_its_outcome(personas, small_search):
+    client = login(personas.member)
+    started = client.post(f"/api/searches/{small_search.search_id}/start")
+    assert started.status_code == 202 and started.json()["status"] == "running"
+    assert client.post(f"/api/searches/{small_search.search_id}/start").status_code == 202  # harmless again
+    services.search_run_inline(small_search)  # stands in for the workers the start enqueued
+    report = client.get(f"/api/searches/{small_search.search_id}/run").json()
+    assert (report["outcome"], report["winner"]) == ("winner", "cand_001")
+    candidates = client.get(f"/api/searches/{small_search.search_id}/candidates").json()
+    assert [c["candidate_id"] for c in candidates] == ["baseline", "cand_001", "cand_002"]
+    receipts = client.get(f"/api/searches/{small_search.search_id}/receipts").json()
+    assert {r["id"] for r in receipts} == {pk for c in candidates for pk in c["receipts"]}
+
+
+def test_cancel_through_the_api_marks_the_run_cancelling(personas, small_search):
+    client = login(personas.member)
+    client.post(f"/api/searches/{small_search.search_id}/start")
+    cancelled = client.post(f"/api/searches/{small_search.search_id}/cancel")
+    assert cancelled.status_code == 202 and cancelled.json()["status"] == "cancelling"
+    services.search_advance(small_search.pk)
+    assert SearchRun.objects.get(search=small_search).status == "cancelled"
+
+
+def test_cancelling_a_search_that_never_started_is_a_400(personas, small_search):
+    response = login(personas.member).post(f"/api/searches/{small_search.search_id}/cancel")
+    assert response.status_code == 400 and "has not started" in str(response.json())
+
+
+def test_a_viewer_cannot_start_or_cancel(personas, small_search):
+    viewer = make_user("viewer-only", roles.VIEWER)
+    ProjectMembership.objects.create(project=personas.alpha, user=viewer)
+    client = login(viewer)
+    assert client.post(f"/api/searches/{small_search.search_id}/start").status_code == 403
+    assert client.post(f"/api/searches/{small_search.search_id}/cancel").status_code == 403
+    assert not SearchRun.objects.exists()
+    assert client.get(f"/api/searches/{small_search.search_id}/run").json()["status"] == "not started"
+
+
+@pytest.mark.parametrize("route", ["start", "cancel"])
+def test_an_outsider_gets_404_and_anonymous_users_401(personas, small_search, route):
+    assert login(personas.outsider).post(f"/api/searches/{small_search.search_id}/{route}").status_code == 404
+    assert Client().post(f"/api/searches/{small_search.search_id}/{route}").status_code == 401
+    assert login(personas.outsider).get(f"/api/searches/{small_search.search_id}/run").status_code == 404

@@ -1,0 +1,89 @@
+"""`manage.py search run|status|receipts|cancel` as real subprocesses, and the demo search.
+
+The demo test runs the scripted-writer demo exactly as a user would after `make run`
+(`manage.py search run search_app/spec_templates/demo-scripted.toml --repo …`) and checks
+that the runtime picks the fast correct candidate and explains every other fate.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT, subprocess_env
+from tests.search_app.runs import plan_repo, spec_text
+
+pytestmark = pytest.mark.django_db(transaction=True)
+DEMO_SPEC = REPO_ROOT / "search_app" / "spec_templates" / "demo-scripted.toml"
+
+
+def search(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "manage.py", "search", *args], cwd=REPO_ROOT,
+                          env=subprocess_env(), capture_output=True, timeout=timeout)
+
+
+def test_run_prints_the_outcome_and_status_and_receipts_agree(demo, tmp_path):
+    repo = plan_repo(tmp_path / "repo", {"cand_001": 5, "cand_002": 9, "cand_003": "broken"})
+    spec = tmp_path / "spec.toml"
+    spec.write_text(spec_text(population=3, rounds=[3, 1]))
+    done = search("run", str(spec), "--repo", str(repo), "--json")
+    assert done.returncode == 0, done.stderr.decode()
+    report = json.loads(done.stdout)
+    assert (report["status"], report["outcome"], report["winner"]) == ("finished", "winner", "cand_002")
+    by_id = {c["candidate_id"]: c for c in report["candidates"]}
+    assert "gate 1" in by_id["cand_003"]["reason"] and by_id["cand_002"]["receipts"]
+
+    status = search("status", report["search_id"], "--json")
+    assert json.loads(status.stdout)["winner"] == "cand_002"
+    table = search("status", report["search_id"]).stdout.decode()
+    assert f"{report['search_id']} plan-search: winner — cand_002 (awaiting approval)" in table
+    receipts = search("receipts", report["search_id"], "--candidate", "cand_002").stdout.decode().splitlines()
+    assert len(receipts) == len(by_id["cand_002"]["receipts"])
+    assert any("cand_002 writer" in line for line in receipts)
+    assert all(line.split()[1] == "cand_002" for line in receipts)
+    # Cancelling a finished search changes nothing and says so.
+    assert search("cancel", report["search_id"]).stdout.decode().strip().endswith("finished")
+
+
+def test_the_live_display_ends_with_the_outcome_table(demo, tmp_path):
+    repo = plan_repo(tmp_path / "repo", {"cand_001": 4})
+    spec = tmp_path / "spec.toml"
+    spec.write_text(spec_text(population=2, rounds=[2, 1]))
+    done = search("run", str(spec), "--repo", str(repo))
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    assert "winner — cand_001 (awaiting approval)" in out and "changed nothing" in out
+
+
+@pytest.mark.parametrize("action", ["status", "receipts", "cancel"])
+def test_an_unknown_search_is_one_line_and_exit_1(demo, action):
+    done = search(action, "search-0000000000000000")
+    assert done.returncode == 1
+    assert done.stderr.decode().strip() == "no search 'search-0000000000000000' that admin can see"
+
+
+def test_the_demo_picks_the_fast_correct_candidate_and_explains_every_other(demo, tmp_path, settings):
+    from runtime_app.management.commands.crucible_setup import Command
+
+    settings.DATA_DIR = tmp_path
+    repo = Command()._demo_repository()
+    done = search("run", str(DEMO_SPEC), "--repo", str(repo), "--json", timeout=600)
+    assert done.returncode == 0, done.stderr.decode()
+    report = json.loads(done.stdout)
+    fate = {c["candidate_id"]: c for c in report["candidates"]}
+    # cand_001 and cand_011 wrote the same sieve: one of them wins, the other is its duplicate.
+    assert report["outcome"] == "winner" and report["winner"] in ("cand_001", "cand_011")
+    other = "cand_011" if report["winner"] == "cand_001" else "cand_001"
+    assert f"identical patch to {report['winner']}" in fate[other]["reason"]
+    assert "gate 1 `python certificate.py`" in fate["cand_003"]["reason"]  # faster but wrong
+    assert "patch refused at policy" in fate["cand_004"]["reason"]  # touches the tests
+    assert "not better than the baseline" in fate["cand_005"]["reason"]  # slower
+    assert "gate 1" in fate["cand_006"]["reason"]  # breaks the build
+    assert "gate 2" in fate["cand_008"]["reason"]  # hard-coded answer, caught by a hidden test
+    assert "changed nothing" in fate["cand_010"]["reason"]
+    # The fake score printed by cand_007 was never read: its score is its measured runtime.
+    assert fate["cand_007"]["score"] is None or fate["cand_007"]["score"] > fate[report["winner"]]["score"]
+    assert report["review"]["verdict"] == "approve"
