@@ -295,8 +295,11 @@ def search_advance(search_pk: int) -> list[int]:
         if run.phase == "review" and not busy():
             _outcome_winner(run)
         run.save()
-        return list(search.steps.filter(state="pending").order_by("id").values_list("id", flat=True)
-                    [: spec.concurrency])
+        # Never more than `concurrency` steps running, however many are pending (a round's
+        # promotions are all created at once).
+        slots = spec.concurrency - search.steps.filter(state="running").count()
+        pending = search.steps.filter(state="pending").order_by("id").values_list("id", flat=True)
+        return list(pending[: max(slots, 0)])
 
 
 def _admit(run: Any, spec: Any, steps: list, live: list) -> None:

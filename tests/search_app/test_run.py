@@ -40,6 +40,18 @@ def run_inline(personas, search):
     return services.search_run_inline(search)
 
 
+def most_steps_at_once(search) -> int:
+    """The largest number of steps whose [started, finished] intervals overlap."""
+    edges = []
+    for started, finished in Step.objects.filter(search=search).values_list("started_at", "finished_at"):
+        edges += [(started, 1), (finished, -1)]
+    live = peak = 0
+    for _, change in sorted(edges, key=lambda edge: (edge[0], edge[1])):
+        live += change
+        peak = max(peak, live)
+    return peak
+
+
 def fates(search) -> dict[str, tuple[str, str]]:
     return {c.candidate_id: (c.state, c.reason) for c in search.candidates.all()}
 
@@ -65,6 +77,7 @@ def test_the_best_candidate_wins_and_every_other_says_why(personas, tmp_path, da
     # Every command left a receipt on its candidate; no step is left unfinished.
     assert Receipt.objects.filter(subject_type="candidate", subject_id=winner.pk, kind="command").count() >= 8
     assert not Step.objects.filter(search=search, state__in=("pending", "running")).exists()
+    assert most_steps_at_once(search) <= 4  # the spec's concurrency
     events = Event.objects.filter(subject_type="search", subject_id=search.pk)
     kinds = set(events.values_list("kind", flat=True))
     assert {"search.started", "candidate.updated", "search.round_closed", "search.finished"} <= kinds
@@ -156,6 +169,25 @@ def test_cancelling_stops_running_writers_and_their_receipts_say_so(personas, tm
     assert all(r.duration_seconds < 30 for r in writers)
     assert set(Candidate.objects.filter(search=search).exclude(number=0).values_list("state", flat=True)) == {
         "cancelled"}
+
+
+def test_promotions_created_at_once_still_run_at_most_concurrency_steps(personas, tmp_path, data_dir):
+    plan = {f"cand_00{n}": n + 2 for n in range(1, 9)}
+    search = frozen(personas, tmp_path, plan, population=8, rounds=[8, 6, 1], concurrency=2)
+    services.search_start(personas.owner, search, enqueue=False)
+    while SearchRun.objects.get(search=search).round_index == 0:
+        for step_pk in services.search_advance(search.pk):
+            if Step.objects.get(pk=step_pk).round == 0:
+                services.step_execute(step_pk, "test")
+    assert Step.objects.filter(search=search, kind="evaluate", round=1, state="pending").count() == 6
+    ready = services.search_advance(search.pk)
+    assert len(ready) == 2
+    for step_pk in ready:  # two other workers now hold them
+        services.step_claim(step_pk, "elsewhere")
+    assert services.search_advance(search.pk) == []  # six pending, but no free slot
+    Step.objects.filter(pk__in=ready).update(state="pending", attempts=0, lease_owner="")
+    run = services.search_run_inline(search)
+    assert run.winner.candidate_id == "cand_008" and most_steps_at_once(search) <= 2
 
 
 def test_a_done_step_is_never_run_again(personas, tmp_path, data_dir):
