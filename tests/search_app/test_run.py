@@ -249,3 +249,15 @@ def test_the_writer_prompt_prefix_is_identical_for_every_candidate(personas, tmp
     prefixes = {prompt.rsplit("---", 1)[0] for prompt in prompts}
     assert len(prefixes) == 1 and all(p.rstrip().endswith(f"You are cand_00{n}.") for n, p in
                                       zip((1, 2, 3), prompts, strict=True))
+
+
+def test_a_pareto_search_keeps_the_trade_offs_and_replays_the_best_score(personas, tmp_path, data_dir):
+    search = frozen(personas, tmp_path, {"cand_001": 5, "cand_002": 9, "cand_003": 7, "cand_004": 9},
+                    population=4, rounds=[4, 2, 1], policy="pareto")
+    run = run_inline(personas, search)
+    fate = fates(search)
+    # cand_002 and cand_004 wrote the same patch: one copy goes on, the other is collapsed.
+    assert run.winner.candidate_id in ("cand_002", "cand_004")
+    twin = "cand_004" if run.winner.candidate_id == "cand_002" else "cand_002"
+    assert "identical patch" in fate[twin][1]
+    assert "Pareto front" in search.candidates.get(candidate_id="cand_003").reason
