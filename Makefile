@@ -31,6 +31,8 @@ bench: setup
 	$(PY) bench/event_latency.py
 	$(PY) bench/worktree_creation.py
 	$(PY) bench/sandbox_overhead.py
+	$(PY) bench/search_orchestration.py
+	$(PY) bench/selection_accuracy.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache
