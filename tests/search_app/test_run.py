@@ -13,7 +13,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from django.conf import settings as django_settings
 
 from runtime_app.models import Event, Receipt
 from search_app import services
@@ -29,8 +28,8 @@ def data_dir(tmp_path, settings) -> Path:
     return settings.DATA_DIR
 
 
-def frozen(personas, tmp_path, plan: dict, **spec):
-    repo = plan_repo(tmp_path / f"repo-{uuid.uuid4().hex[:6]}", plan)
+def frozen(personas, tmp_path, plan: dict, repo_name: str = "", **spec):
+    repo = plan_repo(tmp_path / (repo_name or f"repo-{uuid.uuid4().hex[:6]}"), plan)
     return services.search_freeze(personas.owner, personas.alpha, spec_text(**spec), "HEAD",
                                   repository_path=str(repo))
 
@@ -111,23 +110,20 @@ def test_a_gate_that_hangs_times_out_and_the_search_goes_on(personas, tmp_path, 
 
 
 def test_a_winner_that_fails_replay_hands_over_to_the_next_candidate(personas, tmp_path, data_dir):
-    # A file outside the tree that the candidate's code reads: visible read-only in the sandbox.
-    flag = Path(django_settings.BASE_DIR, "var", f"replay-flag-{uuid.uuid4().hex[:8]}")
-    flag.parent.mkdir(exist_ok=True)
+    # A file outside the tree that the candidate's code reads: inside the repository's git dir,
+    # which the sandbox exposes read-only (wherever the repository and the clone live).
+    flag = tmp_path / "flagged" / ".git" / "replay-flag"
+    search = frozen(personas, tmp_path, {"cand_001": {"file": str(flag)}, "cand_002": 20},
+                    repo_name="flagged", population=2, rounds=[2, 1])
     flag.write_text("50")
-    try:
-        search = frozen(personas, tmp_path, {"cand_001": {"file": str(flag)}, "cand_002": 20},
-                        population=2, rounds=[2, 1])
-        services.search_start(personas.owner, search, enqueue=False)
-        owner = "test"
-        while SearchRun.objects.get(search=search).phase == "rounds":
-            for step_pk in services.search_advance(search.pk):
-                if Step.objects.get(pk=step_pk).kind != "replay":
-                    services.step_execute(step_pk, owner)
-        flag.write_text("3")  # the provisional winner's score collapses before its replay
-        run = services.search_run_inline(search)
-    finally:
-        flag.unlink()
+    services.search_start(personas.owner, search, enqueue=False)
+    while SearchRun.objects.get(search=search).phase == "rounds":
+        for step_pk in services.search_advance(search.pk):
+            if Step.objects.get(pk=step_pk).kind != "replay":
+                services.step_execute(step_pk, "test")
+    assert search.candidates.get(candidate_id="cand_001").score == 50.0
+    flag.write_text("3")  # the provisional winner's score collapses before its replay
+    run = services.search_run_inline(search)
     assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
     assert run.replayed == ["cand_001", "cand_002"]
     assert "replay failed" in fates(search)["cand_001"][1]
