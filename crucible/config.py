@@ -46,6 +46,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_REPO_ROOTS", "comma-separated absolute dirs repositories may be registered under"),
     Variable("CRUCIBLE_SANDBOX", "bubblewrap for commands: required, preferred or off", "preferred"),
     Variable("CRUCIBLE_STEP_LEASE_SECONDS", "how long a worker's claim on a step lasts unrenewed", "60"),
+    Variable("CRUCIBLE_PROVIDER_CONCURRENCY", "model calls in flight per provider account, per process", "8"),
     Variable("CRUCIBLE_REQUIRE_SERVICES", "tests: a missing service fails instead of skipping", "false"),
     Variable("DATABASE_URL", "postgres://user:pass@host/db (default: SQLite in the data dir)"),
     Variable("REDIS_URL", "redis://host:6379/0: Celery broker and channel layer (distributed)"),
@@ -75,6 +76,7 @@ class Config:
     repo_roots: list[Path]
     sandbox: str
     step_lease_seconds: int
+    provider_concurrency: int
     database_url: str | None
     redis_url: str | None
 
@@ -199,6 +201,9 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         redis_url=redis_url,
         repo_roots=_directories("CRUCIBLE_REPO_ROOTS", get("CRUCIBLE_REPO_ROOTS") or ""),
         sandbox=sandbox,
+        provider_concurrency=_integer(
+            "CRUCIBLE_PROVIDER_CONCURRENCY", get("CRUCIBLE_PROVIDER_CONCURRENCY") or "", 1, 256
+        ),
         step_lease_seconds=_integer(
             "CRUCIBLE_STEP_LEASE_SECONDS", get("CRUCIBLE_STEP_LEASE_SECONDS") or "", 3, 3600
         ),

@@ -4,6 +4,7 @@ from runtime_app.models import (
     ApiToken,
     AuditEntry,
     Event,
+    PriceOverride,
     Project,
     ProjectMembership,
     Receipt,
@@ -80,3 +81,9 @@ class WorkerHeartbeatAdmin(ReadOnlyAdmin):
 class RepositoryAdmin(admin.ModelAdmin):
     list_display = ["name", "project", "path", "created_at"]
     list_filter = ["project"]
+
+
+@admin.register(PriceOverride)
+class PriceOverrideAdmin(admin.ModelAdmin):
+    list_display = ["model_prefix", "input", "output", "cache_write", "cache_read", "note", "updated_at"]
+    search_fields = ["model_prefix"]

@@ -266,3 +266,21 @@ class Receipt(models.Model):
             data[item.attname] = value.isoformat() if hasattr(value, "isoformat") else value
         data["outcome"] = self.outcome
         return data
+
+
+class PriceOverride(models.Model):
+    """An administrator's price for a model, in place of the shipped price table's."""
+
+    model_prefix = models.CharField(max_length=200, unique=True, help_text="e.g. claude-sonnet-4")
+    input = models.FloatField(help_text="USD per million input tokens")
+    output = models.FloatField(help_text="USD per million output tokens")
+    cache_write = models.FloatField(help_text="USD per million tokens written to the prompt cache")
+    cache_read = models.FloatField(help_text="USD per million tokens read from the prompt cache")
+    note = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["model_prefix"]
+
+    def __str__(self) -> str:
+        return f"{self.model_prefix}: {self.input}/{self.output} USD per MTok"

@@ -17,7 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from django.utils import timezone
+
 from runtime_app import services as runtime_services
+from runtime_app.fleet import PRESETS
 from runtime_app.git import GitError
 from runtime_app.metrics import metric_read
 from runtime_app.models import Receipt
@@ -50,6 +53,14 @@ def effort_for(spec: SearchSpec, round_index: int) -> str:
 
 def writer_prompt(search: Search, spec: SearchSpec, candidate_id: str, round_index: int) -> str:
     """The shared prefix (identical for every candidate), then the candidate's own suffix."""
+    return "".join(writer_prompt_parts(search, spec, candidate_id, round_index))
+
+
+def writer_prompt_parts(
+    search: Search, spec: SearchSpec, candidate_id: str, round_index: int
+) -> tuple[str, str]:
+    """(prefix, suffix): the prefix is byte-identical for every candidate of a search (it is
+    what a provider caches); the suffix carries the round, the effort and, last, the id."""
     allowed = [*spec.worker.write_roots, *spec.worker.exact_files]
     evidence = search.hashed_inputs.get("evidence", {})
     lines = [
@@ -67,10 +78,10 @@ def writer_prompt(search: Search, spec: SearchSpec, candidate_id: str, round_ind
         "Edit the files in your working directory, then exit. Your patch is what changed there.",
         "Optionally print a last line of JSON with your usage: "
         '{"input_tokens": N, "output_tokens": N, "cost_microusd": N}.',
-        "", "---",
-        f"Round {round_index}, effort {effort_for(spec, round_index)}. You are {candidate_id}.",
+        "", "---", "",
     ]
-    return "\n".join(lines) + "\n"
+    suffix = f"Round {round_index}, effort {effort_for(spec, round_index)}. You are {candidate_id}.\n"
+    return "\n".join(lines), suffix
 
 
 def policy_rules(spec: SearchSpec) -> PolicyRules:
@@ -150,22 +161,33 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
             "CRUCIBLE_MAX_COST_MICROUSD": str(step.reserved_cost_microusd),
             "CRUCIBLE_MAX_TOKENS": str(step.reserved_tokens),
         }
-        prompt = writer_prompt(search, spec, candidate.candidate_id, step.round)
-        writer = _run(step, spec.worker.command, f"{candidate.candidate_id} writer", cwd=worktree,
-                      timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel, env=env, stdin=prompt.encode())
+        kind = PRESETS[spec.worker.provider].kind
+        if kind in ("anthropic", "openai-compatible"):
+            written = llm_write(step, spec, worktree, cancel)
+            if written.get("cancelled"):
+                return written
+            writer = written.pop("receipt")
+        elif kind == "command":
+            prompt = writer_prompt(search, spec, candidate.candidate_id, step.round)
+            writer = _run(step, spec.worker.command, f"{candidate.candidate_id} writer", cwd=worktree,
+                          timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel, env=env, stdin=prompt.encode())
+            written = {"usage": _usage(writer), "receipts": [writer.pk]}
+        else:
+            return {"eliminated": f"provider kind {kind!r} has no writer in this version of Crucible "
+                                  "(anthropic and command workers run today)"}
         if writer.detail.get("cancelled"):
-            return {"cancelled": True, "receipts": [writer.pk]}
+            return {"cancelled": True, "receipts": written["receipts"]}
         # The writer's processes are gone (the sandbox killed its group and cgroup): its tree
         # is frozen, so the patch extracted now is final.
         try:
             patch = patch_extract(worktree)
         except GitError as error:
-            return {"eliminated": f"its patch could not be extracted: {error}", "receipts": [writer.pk]}
+            return {"eliminated": f"its patch could not be extracted: {error}",
+                    "receipts": written["receipts"], "usage": written["usage"]}
     finally:
         worktree_remove(search.repository_path, worktree)
-    usage = _usage(writer)
     result = {
-        "receipts": [writer.pk], "writer_outcome": writer.outcome, "usage": usage,
+        "receipts": written["receipts"], "writer_outcome": writer.outcome, "usage": written["usage"],
         "patch_sha256": patch.sha256, "diff_lines": patch.diff_lines, "files": patch.files[:200],
     }
     if patch.empty:
@@ -294,3 +316,82 @@ def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
     return {"verdict": verdict, "findings": findings, "reviewer": "crucible static reviewer",
             "receipts": [admit.pk, reviewer.pk], "review_receipt": reviewer.pk}
 
+
+
+# ---------------------------------------------------------------------------------- LLM writers
+
+MAX_TURNS = 30
+SHELL_TIMEOUT_SECONDS = 120
+
+
+def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event) -> dict[str, Any]:
+    """Crucible's own tool loop: the model edits the worktree through the editor tool and runs
+    commands through the sandboxed shell tool, until it ends its turn or hits a limit.
+
+    Before each call the worst case (every prompt byte a cache-written token, full output) must
+    fit what is left of the step's reservation, so a writer never spends beyond it.
+    """
+    from runtime_app.llm import LLMError, ToolChat
+    from runtime_app.prices import price_for, worst_case_microusd
+    from runtime_app.tools import EDITOR_TOOL, SHELL_TOOL, tool_dispatch
+
+    search, candidate = step.search, step.candidate
+    preset = PRESETS[spec.worker.provider]
+    prefix, suffix = writer_prompt_parts(search, spec, candidate.candidate_id, step.round)
+    model = search.resolved_model_id or spec.worker.model
+    chat = ToolChat(preset.kind, model, prefix, suffix, [EDITOR_TOOL, SHELL_TOOL],
+                    effort_for(spec, step.round), base_url=preset.base_url(),
+                    key_variable=preset.key_variable, account=preset.name)
+    price, _ = price_for(model)
+    receipts: list[int] = []
+    totals = {"input_tokens": 0, "output_tokens": 0, "cache_write_tokens": 0, "cache_read_tokens": 0,
+              "cost_microusd": 0}
+    stop = "the model ended its turn"
+    last = None
+
+    def record(receipt: Receipt) -> Receipt:
+        return _record(receipt, step, f"{candidate.candidate_id} writer call {len(receipts) + 1}")
+
+    def shell(command: str) -> str:
+        ran = _run(step, command, f"{candidate.candidate_id} writer shell", cwd=worktree,
+                   timeout=SHELL_TIMEOUT_SECONDS, cancel=cancel)
+        receipts.append(ran.pk)
+        return f"exit {ran.exit_code} ({ran.outcome})\n{ran.stdout_excerpt}{ran.stderr_excerpt}"
+
+    for _turn in range(MAX_TURNS):
+        if cancel.is_set():
+            return {"cancelled": True, "receipts": receipts}
+        limit = step.reserved_cost_microusd
+        worst = worst_case_microusd(price, chat.prompt_bytes(), chat.max_tokens) if price else 0
+        if limit and price is not None and totals["cost_microusd"] + worst > limit:
+            stop = "the next call could exceed the step's budget reservation"
+            break
+        try:
+            reply, uses = chat.turn(record, cancel)
+        except LLMError as error:
+            if error.receipt is not None:
+                receipts.append(error.receipt.pk)
+                last = error.receipt
+            stop = str(error)
+            break
+        receipts.append(reply.receipt.pk)
+        last = reply.receipt
+        for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"):
+            totals[name] += getattr(reply.usage, name)
+        totals["cost_microusd"] += reply.cost_microusd
+        if not uses:
+            break
+        chat.results([(use.id, *tool_dispatch(use.name, use.input, worktree=worktree, shell=shell,
+                                              write_roots=spec.worker.write_roots,
+                                              exact_files=spec.worker.exact_files)) for use in uses])
+    else:
+        stop = f"the turn limit ({MAX_TURNS}) was reached"
+    if last is None:
+        now = timezone.now()
+        last = _record(Receipt(kind="llm_call", started_at=now, finished_at=now, duration_seconds=0,
+                               error=stop), step, f"{candidate.candidate_id} writer")
+        receipts.append(last.pk)
+    tokens = sum(totals[name] for name in ("input_tokens", "output_tokens", "cache_write_tokens",
+                                             "cache_read_tokens"))
+    return {"receipt": last, "receipts": receipts, "stop": stop,
+            "usage": {"cost_microusd": totals["cost_microusd"], "tokens": tokens, **totals}}

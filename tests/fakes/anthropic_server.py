@@ -1,0 +1,171 @@
+"""A loopback HTTP server that speaks the Anthropic Messages API, for tests and benches.
+
+The real `anthropic` SDK is pointed at it with `base_url`. It answers POST /v1/messages
+(non-streaming) with scripted tool-use conversations, usage computed from the request (the
+cacheable prefix — tools and system blocks up to the last `cache_control` — is written to
+its cache on first sight and read from it afterwards), and a `request-id` header. Queue
+faults with `fail_next`: ("429", retry_after), ("529",) or ("529", retry_after), ("malformed",),
+("slow", seconds). Requests' headers are kept in `request_headers` (the key arrives as
+`x-api-key` or `authorization: Bearer`, depending on the SDK version).
+
+The default script edits files: on the first turn of a conversation it asks the `editor`
+tool to create or replace the file named in `plan[candidate]` (the candidate id is read from
+the prompt's last line, "You are cand_007."), then ends the turn once it sees a tool result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Script = Callable[[dict[str, Any], str], list[dict[str, Any]]]
+
+
+def tokens_of(value: Any) -> int:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return max(1, math.ceil(len(text.encode()) / 4))
+
+
+class FakeAnthropic:
+    def __init__(self, plan: dict[str, dict[str, str]] | None = None, script: Script | None = None,
+                 resolved_suffix: str = "-20261201") -> None:
+        self.plan = plan or {}
+        self.script = script or self._edit_script
+        self.resolved_suffix = resolved_suffix
+        self.requests: list[dict[str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []
+        self.faults: list[tuple] = []
+        self.cached_prefixes: set[str] = set()
+        self.lock = threading.Lock()
+        self.counter = 0
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> FakeAnthropic:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def keys_seen(self) -> set[str]:
+        """Every API key a request carried."""
+        keys = set()
+        for headers in self.request_headers:
+            if "x-api-key" in headers:
+                keys.add(headers["x-api-key"])
+            if headers.get("authorization", "").startswith("Bearer "):
+                keys.add(headers["authorization"][7:])
+        return keys
+
+    def fail_next(self, *faults: tuple) -> None:
+        with self.lock:
+            self.faults.extend(faults)
+
+    # --- what the model "says" ------------------------------------------------------------
+
+    def _edit_script(self, request: dict[str, Any], candidate: str) -> list[dict[str, Any]]:
+        last = request["messages"][-1]
+        has_result = isinstance(last["content"], list) and any(
+            block.get("type") == "tool_result" for block in last["content"])
+        if has_result or candidate not in self.plan:
+            return [{"type": "text", "text": f"{candidate}: done."}]
+        edit = self.plan[candidate]
+        return [
+            {"type": "text", "text": f"I will edit {edit['path']}."},
+            {"type": "tool_use", "id": f"toolu_{self.counter:04d}", "name": "editor",
+             "input": {"command": "create", "path": edit["path"], "file_text": edit["content"]}},
+        ]
+
+    def _respond(self, request: dict[str, Any]) -> dict[str, Any]:
+        prompt = json.dumps(request["messages"][0]["content"])
+        found = re.search(r"You are (cand_\d+)", prompt)
+        candidate = found.group(1) if found else "unknown"
+        content = self.script(request, candidate)
+        prefix_parts: list[Any] = [request.get("tools", [])]
+        system = request.get("system", [])
+        blocks = system if isinstance(system, list) else [{"type": "text", "text": system}]
+        cut = max((i for i, b in enumerate(blocks) if b.get("cache_control")), default=-1)
+        prefix_parts.extend(blocks[: cut + 1])
+        prefix_tokens = tokens_of(prefix_parts) if cut >= 0 else 0
+        digest = hashlib.sha256(json.dumps(prefix_parts, sort_keys=True).encode()).hexdigest()
+        with self.lock:
+            seen = digest in self.cached_prefixes
+            if cut >= 0:
+                self.cached_prefixes.add(digest)
+        rest = tokens_of([blocks[cut + 1:], request["messages"]])
+        usage = {
+            "input_tokens": rest + (0 if cut >= 0 else tokens_of(prefix_parts)),
+            "output_tokens": tokens_of(content),
+            "cache_creation_input_tokens": 0 if seen else prefix_tokens,
+            "cache_read_input_tokens": prefix_tokens if seen else 0,
+        }
+        usage["output_tokens"] = min(usage["output_tokens"], request.get("max_tokens", 4096))
+        return {
+            "id": f"msg_fake_{self.counter:05d}", "type": "message", "role": "assistant",
+            "model": request["model"] + self.resolved_suffix, "content": content,
+            "stop_reason": "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn",
+            "stop_sequence": None, "usage": usage,
+        }
+
+    # --- HTTP -----------------------------------------------------------------------------
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:  # quiet
+                return
+
+            def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                with fake.lock:
+                    fake.counter += 1
+                    number = fake.counter
+                    fault = fake.faults.pop(0) if fake.faults else None
+                    fake.request_headers.append({k.lower(): v for k, v in self.headers.items()})
+                request_id = {"request-id": f"req_fake_{number:05d}"}
+                if self.path.rstrip("/") != "/v1/messages":
+                    self._send(404, b'{"type":"error","error":{"type":"not_found_error","message":"no"}}')
+                    return
+                request = json.loads(body)
+                with fake.lock:
+                    fake.requests.append(request)
+                if fault and fault[0] == "429":
+                    error = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
+                    self._send(429, json.dumps(error).encode(), {**request_id, "retry-after": str(fault[1])})
+                    return
+                if fault and fault[0] == "529":
+                    error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+                    wait = {"retry-after": str(fault[1])} if len(fault) > 1 else {}
+                    self._send(529, json.dumps(error).encode(), {**request_id, **wait})
+                    return
+                if fault and fault[0] == "malformed":
+                    self._send(200, b'{"id": "msg_broken", "content": [', request_id)
+                    return
+                if fault and fault[0] == "slow":
+                    time.sleep(fault[1])
+                self._send(200, json.dumps(fake._respond(request)).encode(), request_id)
+
+        return Handler

@@ -1,0 +1,121 @@
+"""A full search whose writers are LLM workers: the real anthropic SDK against the loopback fake."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from runtime_app.models import Event, Receipt
+from search_app import services
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.search_app.runs import plan_repo, spec_text
+
+pytestmark = pytest.mark.django_db(transaction=True)
+KEY = "sk-ant-test-secret-0123456789"
+
+
+def llm_spec(**options) -> str:
+    text = spec_text(**options)
+    return text.replace('provider = "command"\ncommand = "python scripts/writer.py"',
+                        'provider = "anthropic"\nmodel = "fake-sonnet"')
+
+
+def answer(value: int) -> dict[str, str]:
+    return {"path": "code/answer.py", "content": f"def answer():\n    return {value}\n"}
+
+
+@pytest.fixture
+def fake(monkeypatch, tmp_path, settings):
+    settings.DATA_DIR = tmp_path / "data"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    plan = {"cand_001": answer(5), "cand_002": answer(9), "cand_003": {"path": "tests/test_answer.py",
+                                                                        "content": "x = 1\n"}}
+    with FakeAnthropic(plan=plan) as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        yield server
+
+
+def test_llm_writers_edit_through_the_tool_loop_and_the_best_wins(personas, tmp_path, fake, caplog):
+    caplog.set_level(logging.DEBUG)
+    repo = plan_repo(tmp_path / "repo", {})
+    search = services.search_freeze(personas.owner, personas.alpha, llm_spec(population=4, rounds=[4, 1]),
+                                    "HEAD", repository_path=str(repo))
+    services.search_start(personas.owner, search, enqueue=False)
+    run = services.search_run_inline(search)
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
+    fate = {c.candidate_id: c for c in search.candidates.all()}
+    # cand_003's model tried to edit the tests: the editor refused and told it why.
+    refusals = [block for request in fake.requests for message in request["messages"]
+                if isinstance(message["content"], list) for block in message["content"]
+                if block.get("type") == "tool_result" and block.get("is_error")]
+    assert len(refusals) == 1 and "outside the paths you may change (code)" in refusals[0]["content"]
+    assert fate["cand_003"].state == "eliminated" and "changed nothing" in fate["cand_003"].reason
+    assert "changed nothing" in fate["cand_004"].reason  # the model had no plan: it only talked
+    calls = Receipt.objects.filter(kind="llm_call", subject_type="candidate")
+    assert calls.count() == 7  # two turns each for three edits, one for cand_004
+    assert {c.resolved_model for c in calls} == {"fake-sonnet-20261201"}
+    assert run.spent_cost_microusd == sum(c.cost_microusd for c in calls) > 0
+    assert fate["cand_002"].cost_microusd > 0 and fate["cand_002"].tokens > 0
+    # The shared prefix is byte-identical for every candidate, so all but the first read the cache.
+    first_turns = [r for r in fake.requests if len(r["messages"]) == 1]
+    assert len({json.dumps(r["system"]) for r in first_turns}) == 1
+    assert sum(1 for c in calls if c.cache_read_tokens) >= 6
+    # The key reached the provider only: no receipt, event or log line carries it.
+    assert fake.keys_seen() == {KEY}
+    assert KEY not in json.dumps([r.as_dict() for r in Receipt.objects.all()])
+    assert KEY not in json.dumps(list(Event.objects.values("payload")))
+    assert KEY not in caplog.text
+
+
+def test_a_provider_that_keeps_failing_fails_the_candidate_not_the_search(personas, tmp_path, fake):
+    fake.fail_next(*[("529", 0)] * 6)
+    repo = plan_repo(tmp_path / "repo", {})
+    search = services.search_freeze(personas.owner, personas.alpha,
+                                    llm_spec(population=2, rounds=[2, 1], concurrency=1),
+                                    "HEAD", repository_path=str(repo))
+    services.search_start(personas.owner, search, enqueue=False)
+    run = services.search_run_inline(search)
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
+    assert "changed nothing" in search.candidates.get(candidate_id="cand_001").reason
+    failed = Receipt.objects.get(kind="llm_call", error__contains="529")
+    assert failed.label == "cand_001 writer call 1"
+
+
+def test_the_budget_reservation_stops_a_writer_before_it_could_overspend(personas, tmp_path, fake):
+    repo = plan_repo(tmp_path / "repo", {})
+    budget = "[budget]\nmax_cost_microusd = 200\n"  # far less than one call's worst case
+    search = services.search_freeze(personas.owner, personas.alpha,
+                                    llm_spec(population=2, rounds=[2, 1], budget=budget),
+                                    "HEAD", repository_path=str(repo))
+    services.search_start(personas.owner, search, enqueue=False)
+    run = services.search_run_inline(search)
+    assert run.outcome == "NONE" and run.spent_cost_microusd == 0 and not fake.requests
+    assert "budget reservation" in Receipt.objects.filter(kind="llm_call").first().error
+
+
+def test_openai_compatible_writers_run_the_same_loop_against_a_local_server(personas, tmp_path, monkeypatch,
+                                                                           settings):
+    from tests.fakes.openai_server import FakeOpenAI
+
+    settings.DATA_DIR = tmp_path / "data"
+    monkeypatch.setenv("LOCAL_LLM_API_KEY", "local-secret-key-0123")
+    plan = {"cand_001": answer(6), "cand_002": answer(8)}
+    with FakeOpenAI(plan=plan) as server:
+        monkeypatch.setenv("LOCAL_LLM_BASE_URL", server.base_url)
+        server.fail_next(("429", 0), ("malformed",))
+        repo = plan_repo(tmp_path / "repo", {})
+        text = llm_spec(population=3, rounds=[3, 1]).replace('provider = "anthropic"', 'provider = "local"')
+        search = services.search_freeze(personas.owner, personas.alpha, text, "HEAD",
+                                        repository_path=str(repo))
+        services.search_start(personas.owner, search, enqueue=False)
+        run = services.search_run_inline(search)
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
+    calls = Receipt.objects.filter(kind="llm_call")
+    assert {c.resolved_model for c in calls} == {"fake-sonnet-2026-12-01"}
+    assert all(c.request_id.startswith("req_oai_") for c in calls)
+    assert sum(len(c.detail["retries"]) for c in calls) == 2
+    assert sum(1 for c in calls if c.cache_read_tokens) >= 3  # the shared system prompt was cached
+    assert server.keys_seen() == {"local-secret-key-0123"}
+    assert "local-secret-key-0123" not in json.dumps([r.as_dict() for r in Receipt.objects.all()])
