@@ -72,8 +72,7 @@ def writer_prompt_parts(
         f"- Protected: {', '.join(spec.hard_gates.protected_paths) or 'none beyond the defaults'}.",
         "- Your files are judged only by commands the runtime runs later; what you print is not evidence.",
         "", "## Evidence", spec.evidence.text or "(no notes)",
-        *(f"- file at the baseline: {item['path']} (sha256 {item['sha256'][:12]})"
-          for item in evidence.get("files", [])),
+        *_evidence_files(search, evidence.get("files", [])),
         "", "## Response contract",
         "Edit the files in your working directory, then exit. Your patch is what changed there.",
         "Optionally print a last line of JSON with your usage: "
@@ -82,6 +81,30 @@ def writer_prompt_parts(
     ]
     suffix = f"Round {round_index}, effort {effort_for(spec, round_index)}. You are {candidate_id}.\n"
     return "\n".join(lines), suffix
+
+
+EVIDENCE_FILE_LIMIT = 50_000
+
+
+def _evidence_files(search: Search, files: list[dict]) -> list[str]:
+    """Each public evidence file as it was at the baseline (checked against its frozen hash)."""
+    import hashlib
+
+    from runtime_app.git import file_at, repo_open
+
+    lines: list[str] = []
+    if not files:
+        return lines
+    with repo_open(search.repository_path) as repo:
+        for item in files:
+            data = file_at(repo, search.baseline_commit, item["path"]) or b""
+            if hashlib.sha256(data).hexdigest() != item["sha256"]:
+                lines.append(f"- {item['path']}: no longer matches its frozen hash; not shown")
+                continue
+            text = data[:EVIDENCE_FILE_LIMIT].decode(errors="replace")
+            cut = " (first 50,000 bytes)" if len(data) > EVIDENCE_FILE_LIMIT else ""
+            lines += ["", f"### {item['path']} at the baseline{cut}", "```", text.rstrip("\n"), "```"]
+    return lines
 
 
 def policy_rules(spec: SearchSpec) -> PolicyRules:
@@ -293,6 +316,11 @@ def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
         return {"verdict": "reject", "findings": [{"severity": "high", "message": admit.detail["reason"]}],
                 "receipts": [admit.pk]}
     try:
+        preset = PRESETS[spec.worker.provider]
+        budgeted = search.run.budget_cost_microusd or search.run.budget_tokens
+        llm = preset.kind in ("anthropic", "openai-compatible")
+        if llm and (step.reserved_cost_microusd or not budgeted):
+            return _llm_review(step, spec, worktree, cancel, admit)
         protected = [*spec.hard_gates.protected_paths, "tests"]
         reviewer = _run(
             step, [sys.executable, str(REVIEWER_SCRIPT), "--protected", ",".join(protected)],
@@ -315,6 +343,89 @@ def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
             findings = [{"severity": "high", "message": "the reviewer's last line is not its JSON verdict"}]
     return {"verdict": verdict, "findings": findings, "reviewer": "crucible static reviewer",
             "receipts": [admit.pk, reviewer.pk], "review_receipt": reviewer.pk}
+
+
+def _verdict_from(text: str) -> tuple[str, list] | None:
+    """The reviewer's verdict from its last JSON line, or None if it gave none."""
+    for line in reversed([line.strip() for line in text.splitlines() if line.strip()]):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and data.get("verdict") in ("approve", "reject") and \
+                isinstance(data.get("findings", []), list):
+            return data["verdict"], data.get("findings", [])[:100]
+    return None
+
+
+REVIEW_INSTRUCTIONS = """You are an independent reviewer of a candidate patch in an experimental search.
+You cannot change anything: the tree is read-only. Read the patch below and the files it
+touches (editor `view`, or read-only shell commands), and judge whether it does what the
+objective asks without cheating: no weakened checks, no hard-coded expected results, no
+reaching outside the program. End with one line of JSON:
+{"verdict": "approve" or "reject", "findings": [{"path": ..., "line": ...,
+  "severity": "low|medium|high", "message": ...}]}
+"""
+
+
+def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
+                admit: Receipt) -> dict[str, Any]:
+    """The same provider as the writers, with the read-only tool set."""
+    from runtime_app.llm import LLMError, ToolChat
+    from runtime_app.tools import EDITOR_TOOL, SHELL_TOOL, tool_dispatch
+
+    search, candidate = step.search, step.candidate
+    preset = PRESETS[spec.worker.provider]
+    patch = bytes(candidate.patch).decode(errors="replace")[:100_000]
+    prefix = (f"{REVIEW_INSTRUCTIONS}\n## Objective\n{spec.objective}\n\n## Paths writers may change\n"
+              f"{', '.join([*spec.worker.write_roots, *spec.worker.exact_files])}\n")
+    suffix = f"Review {candidate.candidate_id}'s patch:\n```diff\n{patch}\n```\n"
+    chat = ToolChat(preset.kind, search.resolved_model_id or spec.worker.model, prefix, suffix,
+                    [EDITOR_TOOL, SHELL_TOOL], "off", base_url=preset.base_url(),
+                    key_variable=preset.key_variable, account=preset.name)
+    receipts = [admit.pk]
+    usage = {"cost_microusd": 0, "tokens": 0}
+    verdict = None
+
+    def record(receipt: Receipt) -> Receipt:
+        return _record(receipt, step, f"{candidate.candidate_id} reviewer call {len(receipts)}")
+
+    def shell(command: str) -> str:
+        ran = _run(step, command, f"{candidate.candidate_id} reviewer shell", cwd=worktree,
+                   timeout=SHELL_TIMEOUT_SECONDS, cancel=cancel, writable=False)
+        receipts.append(ran.pk)
+        return f"exit {ran.exit_code} ({ran.outcome})\n{ran.stdout_excerpt}{ran.stderr_excerpt}"
+
+    last = None
+    for _turn in range(MAX_TURNS):
+        if cancel.is_set():
+            return {"cancelled": True, "receipts": receipts}
+        try:
+            reply, uses = chat.turn(record, cancel)
+        except LLMError as error:
+            if error.receipt is not None:
+                receipts.append(error.receipt.pk)
+                last = error.receipt
+            break
+        receipts.append(reply.receipt.pk)
+        last = reply.receipt
+        usage["cost_microusd"] += reply.cost_microusd
+        usage["tokens"] += reply.usage.tokens
+        if usage["cost_microusd"] > step.reserved_cost_microusd > 0:
+            break
+        if not uses:
+            content = chat.messages[-1]["content"]
+            if not isinstance(content, str):
+                content = "\n".join(block.get("text", "") for block in content if isinstance(block, dict))
+            verdict = _verdict_from(content)
+            break
+        chat.results([(use.id, *tool_dispatch(use.name, use.input, worktree=worktree, shell=shell,
+                                              read_only=True)) for use in uses])
+    found, findings = verdict or ("reject", [{"severity": "high",
+                                               "message": "the reviewer gave no JSON verdict"}])
+    return {"verdict": found, "findings": findings,
+            "reviewer": f"{preset.name} {chat.model} (read-only tools)",
+            "receipts": receipts, "review_receipt": last.pk if last else None, "usage": usage}
 
 
 

@@ -437,7 +437,13 @@ def _replay_next(run: Any, spec: Any) -> None:
     if passed.exists():
         candidate = passed.first().candidate
         run.phase = "review"
-        Step.objects.create(search=search, candidate=candidate, kind="review", round=run.round_index)
+        cost, tokens = _reservation(run, spec.concurrency)
+        if not _fits(run, cost, tokens):
+            cost = tokens = 0  # no room for a model review: the static reviewer reads it instead
+        run.reserved_cost_microusd += cost
+        run.reserved_tokens += tokens
+        Step.objects.create(search=search, candidate=candidate, kind="review", round=run.round_index,
+                            reserved_cost_microusd=cost, reserved_tokens=tokens)
         _candidate_event(candidate, "replay passed; an independent reviewer reads it")
         return
     remaining = [cid for cid in _replay_order(run) if cid not in run.replayed]

@@ -38,6 +38,7 @@ class FakeAnthropic:
                  resolved_suffix: str = "-20261201") -> None:
         self.plan = plan or {}
         self.script = script or self._edit_script
+        self.review_verdict = "approve"
         self.resolved_suffix = resolved_suffix
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
@@ -77,6 +78,9 @@ class FakeAnthropic:
     # --- what the model "says" ------------------------------------------------------------
 
     def _edit_script(self, request: dict[str, Any], candidate: str) -> list[dict[str, Any]]:
+        if "independent reviewer" in json.dumps(request.get("system", "")):
+            verdict = {"verdict": self.review_verdict, "findings": []}
+            return [{"type": "text", "text": f"Read the patch.\n{json.dumps(verdict)}"}]
         last = request["messages"][-1]
         has_result = isinstance(last["content"], list) and any(
             block.get("type") == "tool_result" for block in last["content"])

@@ -53,13 +53,20 @@ def test_llm_writers_edit_through_the_tool_loop_and_the_best_wins(personas, tmp_
     assert len(refusals) == 1 and "outside the paths you may change (code)" in refusals[0]["content"]
     assert fate["cand_003"].state == "eliminated" and "changed nothing" in fate["cand_003"].reason
     assert "changed nothing" in fate["cand_004"].reason  # the model had no plan: it only talked
-    calls = Receipt.objects.filter(kind="llm_call", subject_type="candidate")
+    calls = Receipt.objects.filter(kind="llm_call", subject_type="candidate", label__contains="writer")
     assert calls.count() == 7  # two turns each for three edits, one for cand_004
+    review = search.reviews.get()
+    assert review.verdict == "approve" and review.reviewer == "anthropic fake-sonnet (read-only tools)"
+    reviewer_calls = Receipt.objects.filter(kind="llm_call", label__contains="reviewer")
+    assert reviewer_calls.count() == 1
     assert {c.resolved_model for c in calls} == {"fake-sonnet-20261201"}
-    assert run.spent_cost_microusd == sum(c.cost_microusd for c in calls) > 0
+    all_calls = Receipt.objects.filter(kind="llm_call")
+    assert run.spent_cost_microusd == sum(c.cost_microusd for c in all_calls) > 0
     assert fate["cand_002"].cost_microusd > 0 and fate["cand_002"].tokens > 0
     # The shared prefix is byte-identical for every candidate, so all but the first read the cache.
-    first_turns = [r for r in fake.requests if len(r["messages"]) == 1]
+    first_turns = [request for request in fake.requests
+                   if len(request["messages"]) == 1 and "# Crucible search" in str(request["system"])]
+    assert len(first_turns) == 4
     assert len({json.dumps(r["system"]) for r in first_turns}) == 1
     assert sum(1 for c in calls if c.cache_read_tokens) >= 6
     # The key reached the provider only: no receipt, event or log line carries it.
@@ -119,3 +126,36 @@ def test_openai_compatible_writers_run_the_same_loop_against_a_local_server(pers
     assert sum(1 for c in calls if c.cache_read_tokens) >= 3  # the shared system prompt was cached
     assert server.keys_seen() == {"local-secret-key-0123"}
     assert "local-secret-key-0123" not in json.dumps([r.as_dict() for r in Receipt.objects.all()])
+
+
+def test_the_demo_runs_end_to_end_with_fake_llm_writers(personas, tmp_path, fake, settings):
+    """The demo repository and spec, written by LLM workers (the fake server) instead of scripts."""
+    import importlib.util
+
+    from runtime_app.management.commands.crucible_setup import DEMO_REPO_SOURCE, Command
+    from tests.conftest import REPO_ROOT
+
+    spec_path = DEMO_REPO_SOURCE / "scripts" / "demo_writer.py"
+    loader = importlib.util.spec_from_file_location("demo_writer", spec_path)
+    strategies = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(strategies)
+    fake.plan = {
+        "cand_001": {"path": "code/primes.py", "content": strategies.SIEVE},
+        "cand_002": {"path": "code/primes.py", "content": strategies.OFF_BY_ONE},
+        "cand_003": {"path": "code/primes.py", "content": strategies.WHEEL},
+        "cand_004": {"path": "code/primes.py", "content": strategies.BROKEN},
+    }
+    settings.DATA_DIR = tmp_path
+    repo = Command()._demo_repository()
+    text = (REPO_ROOT / "search_app" / "spec_templates" / "demo-scripted.toml").read_text()
+    text = text.replace('provider = "command"\ncommand = "python scripts/demo_writer.py"',
+                        'provider = "anthropic"\nmodel = "fake-sonnet"')
+    text = text.replace("population = 12\nrounds = [12, 4, 2, 1]", "population = 4\nrounds = [4, 2, 1]")
+    text = text.replace('reasoning_effort = ["low", "medium", "high", "high"]', 'reasoning_effort = "low"')
+    search = services.search_freeze(personas.owner, personas.alpha, text, "HEAD", repository_path=str(repo))
+    services.search_start(personas.owner, search, enqueue=False)
+    run = services.search_run_inline(search)
+    fate = {c.candidate_id: c.reason for c in search.candidates.all()}
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_001", fate
+    assert "gate 1" in fate["cand_002"] and "gate 1" in fate["cand_004"]
+    assert Receipt.objects.filter(kind="llm_call").exists()
