@@ -47,6 +47,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_SANDBOX", "bubblewrap for commands: required, preferred or off", "preferred"),
     Variable("CRUCIBLE_STEP_LEASE_SECONDS", "how long a worker's claim on a step lasts unrenewed", "60"),
     Variable("CRUCIBLE_PROVIDER_CONCURRENCY", "model calls in flight per provider account, per process", "8"),
+    Variable("CRUCIBLE_DRAFT_MODEL", "preset:model the spec editor's draft button asks"),
     Variable("CRUCIBLE_REQUIRE_SERVICES", "tests: a missing service fails instead of skipping", "false"),
     Variable("DATABASE_URL", "postgres://user:pass@host/db (default: SQLite in the data dir)"),
     Variable("REDIS_URL", "redis://host:6379/0: Celery broker and channel layer (distributed)"),
@@ -77,6 +78,7 @@ class Config:
     sandbox: str
     step_lease_seconds: int
     provider_concurrency: int
+    draft_model: str
     database_url: str | None
     redis_url: str | None
 
@@ -133,6 +135,13 @@ def _directories(name: str, raw: str) -> list[Path]:
             raise ConfigError(f"{name}: {word!r} is not an absolute path")
         roots.append(Path(os.path.normpath(path)))
     return roots
+
+
+def _draft_model(raw: str) -> str:
+    value = raw.strip()
+    if value and (value.count(":") < 1 or not all(part.strip() for part in value.split(":", 1))):
+        raise ConfigError(f"CRUCIBLE_DRAFT_MODEL={raw!r}; use preset:model, e.g. anthropic:claude-sonnet-4-5")
+    return value
 
 
 def _unknown_variables(environ: Mapping[str, str]) -> None:
@@ -201,6 +210,7 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         redis_url=redis_url,
         repo_roots=_directories("CRUCIBLE_REPO_ROOTS", get("CRUCIBLE_REPO_ROOTS") or ""),
         sandbox=sandbox,
+        draft_model=_draft_model(get("CRUCIBLE_DRAFT_MODEL") or ""),
         provider_concurrency=_integer(
             "CRUCIBLE_PROVIDER_CONCURRENCY", get("CRUCIBLE_PROVIDER_CONCURRENCY") or "", 1, 256
         ),

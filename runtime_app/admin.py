@@ -1,5 +1,8 @@
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 
+from runtime_app.keys import VARIABLE_CHOICES, provider_key_set
 from runtime_app.models import (
     ApiToken,
     AuditEntry,
@@ -7,6 +10,7 @@ from runtime_app.models import (
     PriceOverride,
     Project,
     ProjectMembership,
+    ProviderKey,
     Receipt,
     Repository,
     WorkerHeartbeat,
@@ -87,3 +91,43 @@ class RepositoryAdmin(admin.ModelAdmin):
 class PriceOverrideAdmin(admin.ModelAdmin):
     list_display = ["model_prefix", "input", "output", "cache_write", "cache_read", "note", "updated_at"]
     search_fields = ["model_prefix"]
+
+
+class ProviderKeyForm(forms.ModelForm):
+    value = forms.CharField(widget=forms.PasswordInput(render_value=False), strip=True,
+                            help_text="Write-only: stored encrypted; only its last four characters show.")
+
+    class Meta:
+        model = ProviderKey
+        fields = ["variable"]
+        widgets = {"variable": forms.Select(choices=[(v, v) for v in VARIABLE_CHOICES])}
+
+    def clean_value(self) -> str:
+        value = self.cleaned_data["value"]
+        if len(value) < 8 or any(c.isspace() for c in value):
+            raise ValidationError("Paste the whole key: at least 8 characters, no spaces.")
+        return value
+
+
+@admin.register(ProviderKey)
+class ProviderKeyAdmin(admin.ModelAdmin):
+    """Keys go in through provider_key_set (encrypted, audited); they never come out."""
+
+    form = ProviderKeyForm
+    list_display = ["variable", "hint", "updated_by", "updated_at"]
+
+    def has_module_permission(self, request) -> bool:
+        return request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return request.user.is_superuser
+
+    def has_add_permission(self, request) -> bool:
+        return request.user.is_superuser
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return request.user.is_superuser
+
+    def save_model(self, request, obj, form, change) -> None:
+        saved = provider_key_set(request.user, form.cleaned_data["variable"], form.cleaned_data["value"])
+        obj.pk, obj.ciphertext, obj.hint = saved.pk, saved.ciphertext, saved.hint

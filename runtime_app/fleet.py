@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Preset:
     name: str
-    kind: str  # anthropic | openai-compatible | command
+    kind: str  # anthropic | bedrock | openai-compatible | command
     description: str
     pinned_models: dict[str, str] = field(default_factory=dict)
     needs_command: bool = False
@@ -33,6 +33,8 @@ PRESETS: dict[str, Preset] = {
     for preset in (
         Preset("anthropic", "anthropic", "Anthropic's API through the official SDK",
                key_variable="ANTHROPIC_API_KEY", base_url_variable="ANTHROPIC_BASE_URL"),
+        Preset("bedrock", "bedrock", "Anthropic models on AWS Bedrock (the standard AWS environment)",
+               key_variable="AWS_BEARER_TOKEN_BEDROCK", base_url_variable="BEDROCK_BASE_URL"),
         Preset("openai", "openai-compatible", "OpenAI's API",
                key_variable="OPENAI_API_KEY", base_url_variable="OPENAI_BASE_URL"),
         Preset("deepseek", "openai-compatible", "DeepSeek's OpenAI-compatible endpoint",

@@ -57,8 +57,10 @@ def account_slot(account: str) -> threading.BoundedSemaphore:
 def anthropic_client(base_url: str | None = None) -> Any:
     import anthropic
 
+    from runtime_app.keys import provider_key
+
     return anthropic.Anthropic(
-        api_key=os.environ.get("ANTHROPIC_API_KEY") or "missing-key",
+        api_key=provider_key("ANTHROPIC_API_KEY") or "missing-key",
         base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or None,
         max_retries=0,  # Crucible retries itself, honouring retry-after, and counts the retries
         timeout=600.0,
@@ -174,11 +176,27 @@ def anthropic_call(
     return Reply(message, usage, cost, receipt)
 
 
+def bedrock_client(base_url: str | None = None) -> Any:
+    """Bedrock through the anthropic SDK: a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK) if set,
+    else SigV4 with the standard AWS credentials (environment, profile, instance role)."""
+    import anthropic
+
+    from runtime_app.keys import provider_key
+
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return anthropic.AnthropicBedrock(
+        api_key=provider_key("AWS_BEARER_TOKEN_BEDROCK"), aws_region=region,
+        base_url=base_url or os.environ.get("BEDROCK_BASE_URL") or None, max_retries=0, timeout=600.0,
+    )
+
+
 def openai_client(base_url: str | None = None, api_key_variable: str = "OPENAI_API_KEY") -> Any:
     import openai
 
+    from runtime_app.keys import provider_key
+
     return openai.OpenAI(
-        api_key=os.environ.get(api_key_variable) or "missing-key",
+        api_key=provider_key(api_key_variable) or "missing-key",
         base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None, max_retries=0, timeout=600.0,
     )
 
@@ -262,9 +280,9 @@ class ToolChat:
                  base_url: str | None = None, key_variable: str | None = None, account: str = "") -> None:
         self.kind, self.model, self.effort = kind, model, effort
         self.account = account or kind
-        self.anthropic = kind == "anthropic"
+        self.anthropic = kind in ("anthropic", "bedrock")
         if self.anthropic:
-            self.client = anthropic_client(base_url)
+            self.client = bedrock_client(base_url) if kind == "bedrock" else anthropic_client(base_url)
             self.system = [{"type": "text", "text": prefix, "cache_control": {"type": "ephemeral"}}]
             self.messages: list[dict] = [{"role": "user", "content": suffix}]
             self.tools = tools

@@ -284,3 +284,25 @@ class PriceOverride(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model_prefix}: {self.input}/{self.output} USD per MTok"
+
+
+class ProviderKey(models.Model):
+    """A provider API key an administrator stored, encrypted (Fernet, keyed from the secret key).
+
+    Used when the workers' environment does not set the variable; shown only by its last four
+    characters, never decrypted into a page, a receipt, an event or a log line.
+    """
+
+    variable = models.CharField(max_length=64, unique=True, help_text="e.g. ANTHROPIC_API_KEY")
+    ciphertext = models.TextField()
+    hint = models.CharField(max_length=8, help_text="the key's last four characters")
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["variable"]
+
+    def __str__(self) -> str:
+        return f"{self.variable} (…{self.hint})"

@@ -30,6 +30,7 @@ from runtime_app.worktrees import patch_extract, worktree_create, worktree_remov
 from search_app.models import Search, Step
 from search_app.spec import SearchSpec, spec_validate
 
+LLM_KINDS = ("anthropic", "bedrock", "openai-compatible")
 WRITER_TIMEOUT_SECONDS = 1800
 REVIEW_TIMEOUT_SECONDS = 300
 REVIEWER_SCRIPT = Path(__file__).resolve().parent / "reviewer.py"
@@ -185,7 +186,7 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
             "CRUCIBLE_MAX_TOKENS": str(step.reserved_tokens),
         }
         kind = PRESETS[spec.worker.provider].kind
-        if kind in ("anthropic", "openai-compatible"):
+        if kind in LLM_KINDS:
             written = llm_write(step, spec, worktree, cancel)
             if written.get("cancelled"):
                 return written
@@ -318,7 +319,7 @@ def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
     try:
         preset = PRESETS[spec.worker.provider]
         budgeted = search.run.budget_cost_microusd or search.run.budget_tokens
-        llm = preset.kind in ("anthropic", "openai-compatible")
+        llm = preset.kind in LLM_KINDS
         if llm and (step.reserved_cost_microusd or not budgeted):
             return _llm_review(step, spec, worktree, cancel, admit)
         protected = [*spec.hard_gates.protected_paths, "tests"]

@@ -768,3 +768,60 @@ def search_run_inline(search: Search, *, workers: int | None = None, progress: A
             else:
                 steps_reconcile()
                 time.sleep(poll)
+
+
+# ------------------------------------------------------------------------------- drafting a spec
+
+DRAFT_INSTRUCTIONS = """You draft Crucible search specs. A person describes what they want; you reply
+with one complete spec in TOML, in a ```toml block, and nothing else of substance. Follow the
+reference exactly (keys, types, ranges): population equals the first round; rounds strictly
+decrease to 1; concurrency at most 16 and at most the population. Keep commands and paths
+plausible for the repository described; the person will edit them before saving.
+"""
+
+
+def spec_draft_write(user: Any, project: Project, description: str) -> tuple[str, str]:
+    """Ask the configured model for a spec; returns (TOML text, who drafted it). Nothing is saved:
+    the text is shown in the editor as an editable draft and validated like any other."""
+    import re
+
+    from django.conf import settings
+
+    from runtime_app.fleet import PRESETS
+    from runtime_app.llm import LLMError, ToolChat
+    from runtime_app.services import receipt_record
+    from search_app.reference import spec_reference_markdown
+    from search_app.spec_templates import spec_template_get
+
+    _require(user, roles.OPERATE)
+    _require_member(user, project)
+    description = (description or "").strip()
+    if not 10 <= len(description) <= 4000:
+        raise ValidationError({"description": "Describe what you want in 10 to 4,000 characters."})
+    configured = settings.CONFIG.draft_model
+    if not configured:
+        raise ValidationError({"description": "Drafting is off: an administrator sets "
+                                              "CRUCIBLE_DRAFT_MODEL (e.g. anthropic:claude-sonnet-4-5) "
+                                              "and the provider's key."})
+    preset_name, model = configured.split(":", 1)
+    preset = PRESETS.get(preset_name)
+    if preset is None or preset.kind == "command":
+        raise ValidationError({"description": f"CRUCIBLE_DRAFT_MODEL names {preset_name!r}, "
+                                              "not an LLM preset."})
+    prefix = (DRAFT_INSTRUCTIONS + "\n# The spec reference\n\n" + spec_reference_markdown()
+              + "\n# An example\n\n```toml\n" + spec_template_get("speed-up").text + "```\n")
+    chat = ToolChat(preset.kind, model, prefix, description, [], "off", base_url=preset.base_url(),
+                    key_variable=preset.key_variable, account=preset.name)
+    try:
+        reply, _ = chat.turn(lambda receipt: receipt_record(
+            receipt, project=project, subject=("project", project.pk), label="spec draft"), None)
+    except LLMError as error:
+        raise ValidationError({"description": f"The model could not draft a spec: {error}"}) from None
+    content = chat.messages[-1]["content"]
+    if not isinstance(content, str):
+        content = "\n".join(block.get("text", "") for block in content if isinstance(block, dict))
+    found = re.search(r"```(?:toml)?\s*\n(.*?)```", content, re.DOTALL)
+    text = (found.group(1) if found else content).strip() + "\n"
+    if not text.strip():
+        raise ValidationError({"description": "The model answered without a spec; try describing it again."})
+    return _check_text(text), f"{preset.name} {reply.receipt.resolved_model or model}"

@@ -6,6 +6,7 @@ urlpatterns = [
     path("", views.search_list, name="search_list"),
     path("specs/new/", views.spec_new, name="spec_new"),
     path("specs/validate/", views.spec_validate_partial, name="spec_validate"),
+    path("specs/draft/", views.spec_draft, name="spec_draft"),
     path("specs/refs/", views.spec_refs, name="spec_refs"),
     path("specs/<int:spec_id>/", views.spec_edit, name="spec_edit"),
     path("specs/<int:spec_id>/duplicate/", views.spec_duplicate, name="spec_duplicate"),

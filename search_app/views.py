@@ -134,6 +134,7 @@ def _editor(
         "templates": SPEC_TEMPLATES,
         "template_texts": {template.slug: template.text for template in SPEC_TEMPLATES},
         "repository_choices": form.fields["repository"].queryset,
+        "draft_projects": form.fields["project"].queryset,
         "selected_repository": repository,
         "refs": repository_refs(repository) if repository else None,
         "can_operate": _can_operate(request),
@@ -371,3 +372,26 @@ def search_cancel(request: HttpRequest, search_id: str) -> HttpResponse:
     else:
         messages.success(request, f"{search.search_id}: cancelling; running steps are being stopped.")
     return redirect("search_detail", search_id=search.search_id)
+
+
+@require_POST
+def spec_draft(request: HttpRequest) -> HttpResponse:
+    """Describe a search in words: the configured model drafts the TOML, shown in the editor
+    unsaved and validated like any typed text."""
+    form = SpecEditorForm(request.user, initial={"project": _id(request.POST.get("project"))})
+    description = request.POST.get("description", "")
+    project_id = _id(request.POST.get("project"))
+    project = form.fields["project"].queryset.filter(pk=project_id).first() if project_id else None
+    if project is None:
+        context_error = "Pick one of your projects for the draft."
+    else:
+        try:
+            text, drafted_by = services.spec_draft_write(request.user, project, description)
+        except ValidationError as error:
+            context_error = " ".join(error.messages)
+        else:
+            messages.info(request, f"Drafted by {drafted_by}. Nothing is saved yet: read it, edit it, "
+                                   "then save or freeze.")
+            return _editor(request, form, text=text)
+    messages.error(request, context_error)
+    return _editor(request, form, text="", status=400)

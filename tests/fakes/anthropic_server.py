@@ -1,9 +1,10 @@
 """A loopback HTTP server that speaks the Anthropic Messages API, for tests and benches.
 
-The real `anthropic` SDK is pointed at it with `base_url`. It answers POST /v1/messages
-(non-streaming) with scripted tool-use conversations, usage computed from the request (the
-cacheable prefix — tools and system blocks up to the last `cache_control` — is written to
-its cache on first sight and read from it afterwards), and a `request-id` header. Queue
+The real `anthropic` SDK (and its Bedrock client) is pointed at it with `base_url`. It
+answers POST /v1/messages and Bedrock's POST /model/{model}/invoke (non-streaming) with
+scripted tool-use conversations, usage computed from the request (the cacheable prefix —
+tools and system blocks up to the last `cache_control` — is written to its cache on first
+sight and read from it afterwards), and a `request-id` header. Queue
 faults with `fail_next`: ("429", retry_after), ("529",) or ("529", retry_after), ("malformed",),
 ("slow", seconds). Requests' headers are kept in `request_headers` (the key arrives as
 `x-api-key` or `authorization: Bearer`, depending on the SDK version).
@@ -39,6 +40,7 @@ class FakeAnthropic:
         self.plan = plan or {}
         self.script = script or self._edit_script
         self.review_verdict = "approve"
+        self.draft_toml = ""
         self.resolved_suffix = resolved_suffix
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
@@ -78,6 +80,8 @@ class FakeAnthropic:
     # --- what the model "says" ------------------------------------------------------------
 
     def _edit_script(self, request: dict[str, Any], candidate: str) -> list[dict[str, Any]]:
+        if "You draft Crucible search specs" in json.dumps(request.get("system", "")):
+            return [{"type": "text", "text": f"Here is a draft.\n\n```toml\n{self.draft_toml}```\n"}]
         if "independent reviewer" in json.dumps(request.get("system", "")):
             verdict = {"verdict": self.review_verdict, "findings": []}
             return [{"type": "text", "text": f"Read the patch.\n{json.dumps(verdict)}"}]
@@ -150,10 +154,13 @@ class FakeAnthropic:
                     fault = fake.faults.pop(0) if fake.faults else None
                     fake.request_headers.append({k.lower(): v for k, v in self.headers.items()})
                 request_id = {"request-id": f"req_fake_{number:05d}"}
-                if self.path.rstrip("/") != "/v1/messages":
+                bedrock = re.fullmatch(r"/model/([^/]+)/invoke", self.path)
+                if self.path.rstrip("/") != "/v1/messages" and not bedrock:
                     self._send(404, b'{"type":"error","error":{"type":"not_found_error","message":"no"}}')
                     return
                 request = json.loads(body)
+                if bedrock:  # Bedrock carries the model in the path, not the body
+                    request["model"] = bedrock.group(1)
                 with fake.lock:
                     fake.requests.append(request)
                 if fault and fault[0] == "429":

@@ -159,3 +159,24 @@ def test_the_demo_runs_end_to_end_with_fake_llm_writers(personas, tmp_path, fake
     assert run.outcome == "winner" and run.winner.candidate_id == "cand_001", fate
     assert "gate 1" in fate["cand_002"] and "gate 1" in fate["cand_004"]
     assert Receipt.objects.filter(kind="llm_call").exists()
+
+
+def test_bedrock_writers_sign_with_the_standard_aws_environment(personas, tmp_path, fake, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFAKEFAKEFAKE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-never-recorded-0123456789")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.delenv("AWS_BEARER_TOKEN_BEDROCK", raising=False)
+    monkeypatch.setenv("BEDROCK_BASE_URL", fake.base_url)
+    repo = plan_repo(tmp_path / "repo", {})
+    text = llm_spec(population=2, rounds=[2, 1]).replace(
+        'provider = "anthropic"\nmodel = "fake-sonnet"',
+        'provider = "bedrock"\nmodel = "fake-sonnet-bedrock"')
+    search = services.search_freeze(personas.owner, personas.alpha, text, "HEAD", repository_path=str(repo))
+    services.search_start(personas.owner, search, enqueue=False)
+    run = services.search_run_inline(search)
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
+    assert all(h["authorization"].startswith("AWS4-HMAC-SHA256 Credential=AKIAFAKEFAKEFAKE/")
+               and "/eu-west-1/bedrock/" in h["authorization"] for h in fake.request_headers)
+    receipts = json.dumps([r.as_dict() for r in Receipt.objects.all()])
+    assert "aws-secret-never-recorded" not in receipts and "AKIAFAKEFAKEFAKE" not in receipts
+    assert Receipt.objects.filter(kind="llm_call", resolved_model="fake-sonnet-bedrock-20261201").exists()
