@@ -33,6 +33,7 @@ bench: setup
 	$(PY) bench/sandbox_overhead.py
 	$(PY) bench/search_orchestration.py
 	$(PY) bench/selection_accuracy.py
+	$(PY) bench/llm_tool_loop.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

@@ -93,7 +93,7 @@ def main() -> None:
                                                                     rounds=[32, 1], concurrency=16), repo)
         calls = Receipt.objects.filter(kind="llm_call", subject_type="candidate")
         by_candidate = {c.pk: c.candidate_id for c in search.candidates.all()}
-        later = [c for c in calls if by_candidate[c.subject_id] != "cand_001"]
+        later = [c for c in calls if by_candidate[c.subject_id] != "cand_001" and "writer" in c.label]
         cached = sum(c.cache_read_tokens for c in later)
         total = sum(c.input_tokens + c.cache_read_tokens + c.cache_write_tokens for c in later)
         first_turn = [c for c in later if c.label.endswith("call 1")]
@@ -102,8 +102,11 @@ def main() -> None:
         writes = sum(1 for c in calls if c.cache_write_tokens)
         print(f"prefix reuse: population 32, outcome {run.outcome}, {calls.count()} calls, "
               f"{writes} of them wrote the cache")
-        print(f"  candidates 2..32: {cached:,} of {total:,} input tokens read from the cache "
-              f"= {cached / total:.1%} (first calls only: {first_cached / first_total:.1%})")
+        print(f"  candidates 2..32, first calls (the shared prefix plus the candidate's suffix): "
+              f"{first_cached:,} of {first_total:,} input tokens read from the cache "
+              f"= {first_cached / first_total:.1%}")
+        print(f"  candidates 2..32, all writer calls (two turns each: the second also carries the tool "
+              f"call and its result): {cached / total:.1%}")
 
         turns = 12
         with FakeAnthropic(script=multi_turn_script(turns)) as fake:
@@ -116,10 +119,15 @@ def main() -> None:
         step_seconds = (step.finished_at - step.started_at).total_seconds()
         n_calls = sum(1 for r in receipts if r.kind == "llm_call")
         latencies = [r.duration_seconds * 1000 for r in receipts if r.kind == "llm_call"]
+        conversation = [r for r in receipts if r.kind == "llm_call"]
+        read = sum(r.cache_read_tokens for r in conversation)
+        whole = sum(r.input_tokens + r.cache_read_tokens + r.cache_write_tokens for r in conversation)
         print(f"tool loop: {n_calls} turns in one writer step of {step_seconds * 1000:.0f} ms; "
               f"model calls {model_seconds * 1000:.0f} ms (median {statistics.median(latencies):.1f} ms "
               f"each, the fake's round trip through the SDK)")
         overhead = (step_seconds - model_seconds) / n_calls * 1000
+        print(f"  its {n_calls} calls read {read / whole:.1%} of their input tokens from the cache "
+              "(the conversation's own breakpoint moves forward each turn)")
         print(f"  overhead per turn, without the model: {overhead:.1f} ms "
               f"(the step also creates and removes the worktree and extracts the patch)")
 

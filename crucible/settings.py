@@ -180,5 +180,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": CONFIG.log_level},
-    "loggers": {"daphne": {"level": "WARNING"}},
+    # The provider SDKs' HTTP clients log every request URL at INFO: noise, not evidence.
+    "loggers": {name: {"level": "WARNING"} for name in ("daphne", "httpx", "httpx2", "openai", "anthropic")},
 }

@@ -342,9 +342,17 @@ class ToolChat:
     def results(self, results: list[tuple[str, str, bool]]) -> None:
         """Hand the tool results (id, text, is_error) back to the model."""
         if self.anthropic:
-            self.messages.append({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": tool_id, "content": text, "is_error": is_error}
-                for tool_id, text, is_error in results]})
+            # A second cache breakpoint rides on the newest tool result, so each turn reads the
+            # whole conversation so far from the cache (the API allows four; we use two).
+            for message in self.messages:
+                if isinstance(message["content"], list):
+                    for block in message["content"]:
+                        block.pop("cache_control", None)
+            blocks = [{"type": "tool_result", "tool_use_id": tool_id, "content": text, "is_error": is_error}
+                      for tool_id, text, is_error in results]
+            if blocks:
+                blocks[-1]["cache_control"] = {"type": "ephemeral"}
+            self.messages.append({"role": "user", "content": blocks})
         else:
             for tool_id, text, is_error in results:
                 self.messages.append({"role": "tool", "tool_call_id": tool_id,

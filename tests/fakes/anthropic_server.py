@@ -97,29 +97,43 @@ class FakeAnthropic:
              "input": {"command": "create", "path": edit["path"], "file_text": edit["content"]}},
         ]
 
+    def _usage(self, request: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, int]:
+        """Cache accounting as the API does it: the prompt is tools, system blocks, then message
+        blocks; each block marked `cache_control` is a breakpoint. The longest breakpoint prefix
+        seen before is read from the cache, the rest up to the last breakpoint is written, and
+        what follows the last breakpoint is plain input. Markers themselves are not content."""
+        system = request.get("system", [])
+        units: list[Any] = [request.get("tools", [])]
+        units += system if isinstance(system, list) else [{"type": "text", "text": system}]
+        for message in request["messages"]:
+            blocks = message["content"]
+            if isinstance(blocks, str):
+                blocks = [{"type": "text", "text": blocks}]
+            units += [{"role": message["role"], **block} for block in blocks]
+        breakpoints = [i for i, unit in enumerate(units)
+                       if isinstance(unit, dict) and unit.get("cache_control")]
+        plain = [{k: v for k, v in unit.items() if k != "cache_control"} if isinstance(unit, dict) else unit
+                 for unit in units]
+        tokens = [tokens_of(unit) for unit in plain]
+        digests = {i: hashlib.sha256(json.dumps(plain[: i + 1], sort_keys=True).encode()).hexdigest()
+                   for i in breakpoints}
+        with self.lock:
+            read_upto = max((i for i in breakpoints if digests[i] in self.cached_prefixes), default=-1)
+            self.cached_prefixes.update(digests.values())
+        last = max(breakpoints, default=-1)
+        return {
+            "input_tokens": sum(tokens[last + 1:]),
+            "output_tokens": tokens_of(content),
+            "cache_creation_input_tokens": sum(tokens[read_upto + 1: last + 1]),
+            "cache_read_input_tokens": sum(tokens[: read_upto + 1]),
+        }
+
     def _respond(self, request: dict[str, Any]) -> dict[str, Any]:
         prompt = json.dumps(request["messages"][0]["content"])
         found = re.search(r"You are (cand_\d+)", prompt)
         candidate = found.group(1) if found else "unknown"
         content = self.script(request, candidate)
-        prefix_parts: list[Any] = [request.get("tools", [])]
-        system = request.get("system", [])
-        blocks = system if isinstance(system, list) else [{"type": "text", "text": system}]
-        cut = max((i for i, b in enumerate(blocks) if b.get("cache_control")), default=-1)
-        prefix_parts.extend(blocks[: cut + 1])
-        prefix_tokens = tokens_of(prefix_parts) if cut >= 0 else 0
-        digest = hashlib.sha256(json.dumps(prefix_parts, sort_keys=True).encode()).hexdigest()
-        with self.lock:
-            seen = digest in self.cached_prefixes
-            if cut >= 0:
-                self.cached_prefixes.add(digest)
-        rest = tokens_of([blocks[cut + 1:], request["messages"]])
-        usage = {
-            "input_tokens": rest + (0 if cut >= 0 else tokens_of(prefix_parts)),
-            "output_tokens": tokens_of(content),
-            "cache_creation_input_tokens": 0 if seen else prefix_tokens,
-            "cache_read_input_tokens": prefix_tokens if seen else 0,
-        }
+        usage = self._usage(request, content)
         usage["output_tokens"] = min(usage["output_tokens"], request.get("max_tokens", 4096))
         return {
             "id": f"msg_fake_{self.counter:05d}", "type": "message", "role": "assistant",
