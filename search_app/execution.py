@@ -433,6 +433,7 @@ def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.
 # ---------------------------------------------------------------------------------- LLM writers
 
 MAX_TURNS = 30
+MAX_TOKENS_PER_WRITER = 2_000_000  # without a token budget; with one, the step's reservation
 SHELL_TIMEOUT_SECONDS = 120
 
 
@@ -477,6 +478,12 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
         worst = worst_case_microusd(price, chat.prompt_bytes(), chat.max_tokens) if price else 0
         if limit and price is not None and totals["cost_microusd"] + worst > limit:
             stop = "the next call could exceed the step's budget reservation"
+            break
+        used = sum(totals[name] for name in ("input_tokens", "output_tokens", "cache_write_tokens",
+                                               "cache_read_tokens"))
+        token_limit = step.reserved_tokens or MAX_TOKENS_PER_WRITER
+        if used + chat.prompt_bytes() + chat.max_tokens > token_limit:
+            stop = f"the next call could exceed the writer's token limit ({token_limit:,})"
             break
         try:
             reply, uses = chat.turn(record, cancel)

@@ -85,6 +85,13 @@ def search_run_report(search: Search) -> dict[str, Any]:
         if candidate.number:
             counts[candidate.state] = counts.get(candidate.state, 0) + 1
     review = search.reviews.order_by("-id").first()
+    from django.db.models import Count, Sum
+
+    calls = Receipt.objects.filter(subject_type="candidate", subject_id__in=[c.pk for c in candidates],
+                                   kind="llm_call").aggregate(
+        calls=Count("id"), input=Sum("input_tokens"), read=Sum("cache_read_tokens"),
+        write=Sum("cache_write_tokens"), output=Sum("output_tokens"), cost=Sum("cost_microusd"))
+    prompt_tokens = (calls["input"] or 0) + (calls["read"] or 0) + (calls["write"] or 0)
     return {
         "search_id": search.search_id,
         "name": search.name,
@@ -103,6 +110,14 @@ def search_run_report(search: Search) -> dict[str, Any]:
             "reserved_tokens": run.reserved_tokens if run else 0,
         },
         "states": counts,
+        "llm": {
+            "calls": calls["calls"], "input_tokens": calls["input"] or 0,
+            "output_tokens": calls["output"] or 0,
+            "cache_read_tokens": calls["read"] or 0, "cache_write_tokens": calls["write"] or 0,
+            "cost_microusd": calls["cost"] or 0,
+            # The share of prompt tokens read from the provider's cache (None before any call).
+            "cache_hit_ratio": round((calls["read"] or 0) / prompt_tokens, 4) if prompt_tokens else None,
+        },
         "review": {"candidate": review.candidate.candidate_id, "verdict": review.verdict,
                    "findings": review.findings} if review else None,
         "candidates": [

@@ -60,6 +60,16 @@ def test_llm_writers_edit_through_the_tool_loop_and_the_best_wins(personas, tmp_
     reviewer_calls = Receipt.objects.filter(kind="llm_call", label__contains="reviewer")
     assert reviewer_calls.count() == 1
     assert {c.resolved_model for c in calls} == {"fake-sonnet-20261201"}
+    from search_app.selectors import search_run_report
+
+    llm = search_run_report(search)["llm"]
+    assert llm["calls"] == 8 and 0.5 < llm["cache_hit_ratio"] < 1
+    assert llm["cache_hit_ratio"] == round(llm["cache_read_tokens"] / (
+        llm["input_tokens"] + llm["cache_read_tokens"] + llm["cache_write_tokens"]), 4)
+    from tests.search_app.conftest import login
+
+    card = login(personas.owner).get(f"/searches/{search.search_id}/run/").content.decode()
+    assert f"cache hit ratio {llm['cache_hit_ratio']:.3f}" in card
     all_calls = Receipt.objects.filter(kind="llm_call")
     assert run.spent_cost_microusd == sum(c.cost_microusd for c in all_calls) > 0
     assert fate["cand_002"].cost_microusd > 0 and fate["cand_002"].tokens > 0
@@ -180,3 +190,15 @@ def test_bedrock_writers_sign_with_the_standard_aws_environment(personas, tmp_pa
     receipts = json.dumps([r.as_dict() for r in Receipt.objects.all()])
     assert "aws-secret-never-recorded" not in receipts and "AKIAFAKEFAKEFAKE" not in receipts
     assert Receipt.objects.filter(kind="llm_call", resolved_model="fake-sonnet-bedrock-20261201").exists()
+
+
+def test_a_token_budget_caps_each_writer_before_its_first_call(personas, tmp_path, fake):
+    repo = plan_repo(tmp_path / "repo", {})
+    budget = "[budget]\nmax_tokens = 4000\n"  # 2,000 per live writer: less than one prompt's worst case
+    search = services.search_freeze(personas.owner, personas.alpha,
+                                    llm_spec(population=2, rounds=[2, 1], budget=budget),
+                                    "HEAD", repository_path=str(repo))
+    services.search_start(personas.owner, search, enqueue=False)
+    run = services.search_run_inline(search)
+    assert run.outcome == "NONE" and run.spent_tokens == 0 and not fake.requests
+    assert "token limit (2,000)" in Receipt.objects.filter(kind="llm_call").first().error

@@ -312,4 +312,8 @@ def _outcome_table(report: dict) -> Any:
                                    f"{len(review['findings'])} findings. {report['reason']}")
     else:
         table.caption = _printable(report["reason"])
+    if report["llm"]["calls"]:
+        llm = report["llm"]
+        table.caption += (f" Model calls: {llm['calls']}, {llm['cost_microusd']:,} µUSD, "
+                          f"cache hit ratio {llm['cache_hit_ratio']:.1%}.")
     return table
