@@ -11,6 +11,7 @@ from runtime_app.models import (
     Project,
     ProjectMembership,
     ProviderKey,
+    ProviderPreset,
     Receipt,
     Repository,
     WorkerHeartbeat,
@@ -131,3 +132,9 @@ class ProviderKeyAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change) -> None:
         saved = provider_key_set(request.user, form.cleaned_data["variable"], form.cleaned_data["value"])
         obj.pk, obj.ciphertext, obj.hint = saved.pk, saved.ciphertext, saved.hint
+
+
+@admin.register(ProviderPreset)
+class ProviderPresetAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "model", "base_url", "key_variable", "concurrency", "price_model"]
+    search_fields = ["name", "model"]

@@ -20,6 +20,10 @@ class Preset:
     key_variable: str = ""  # the server environment variable holding the API key
     base_url_variable: str = ""  # …and the one naming the server, if any
     default_base_url: str = ""
+    default_model: str = ""  # used when a spec names the preset without a model
+    concurrency: int = 0  # calls in flight for this account; 0: CRUCIBLE_PROVIDER_CONCURRENCY
+    price_model: str = ""  # the price-table entry to charge by, if not the model id
+    managed: bool = False  # an administrator's preset (runtime_app.ProviderPreset)
 
     def base_url(self) -> str | None:
         import os
@@ -49,10 +53,37 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+def preset_get(name: str) -> Preset | None:
+    """A built-in preset, or an administrator's from the database; None if there is neither."""
+    if name in PRESETS:
+        return PRESETS[name]
+    try:
+        from runtime_app.models import ProviderPreset
+
+        row = ProviderPreset.objects.filter(name=name).first()
+    except Exception:  # no database here (pure validation, or before migrate): built-ins only
+        return None
+    return row.as_preset() if row is not None else None
+
+
+def preset_names() -> list[str]:
+    """Every preset a spec may name: the built-ins, then the administrators' (if reachable)."""
+    try:
+        from runtime_app.models import ProviderPreset
+
+        managed = list(ProviderPreset.objects.order_by("name").values_list("name", flat=True))
+    except Exception:  # no database here: built-ins only
+        managed = []
+    return [*PRESETS, *managed]
+
+
 def preset_resolve_model(preset_name: str, requested: str) -> tuple[str, str]:
     """(resolved model id, how it was resolved). Without a reachable model listing the
-    preset's pinned id stands, or the requested id itself when nothing is pinned."""
-    preset = PRESETS[preset_name]
+    preset's pinned id stands, or the requested id itself when nothing is pinned; a spec that
+    names no model gets its preset's default model."""
+    preset = preset_get(preset_name) or PRESETS["command"]
+    if not requested and preset.default_model:
+        return preset.default_model, "preset_default"
     if requested in preset.pinned_models:
         return preset.pinned_models[requested], "preset_pinned"
     return requested, "requested_as_pinned"

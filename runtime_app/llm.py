@@ -46,21 +46,22 @@ class Reply:
     receipt: Receipt
 
 
-def account_slot(account: str) -> threading.BoundedSemaphore:
+def account_slot(account: str, limit: int = 0) -> threading.BoundedSemaphore:
     """The semaphore bounding calls in flight for one provider account (process-wide)."""
     from django.conf import settings
 
     with _limits_lock:
-        return _limits.setdefault(account, threading.BoundedSemaphore(settings.CONFIG.provider_concurrency))
+        return _limits.setdefault(
+            account, threading.BoundedSemaphore(limit or settings.CONFIG.provider_concurrency))
 
 
-def anthropic_client(base_url: str | None = None) -> Any:
+def anthropic_client(base_url: str | None = None, key_variable: str | None = None) -> Any:
     import anthropic
 
     from runtime_app.keys import provider_key
 
     return anthropic.Anthropic(
-        api_key=provider_key("ANTHROPIC_API_KEY") or "missing-key",
+        api_key=provider_key(key_variable or "ANTHROPIC_API_KEY") or "missing-key",
         base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or None,
         max_retries=0,  # Crucible retries itself, honouring retry-after, and counts the retries
         timeout=600.0,
@@ -79,7 +80,7 @@ def _retry_after(error: Any, attempt: int) -> float:
 
 
 def _with_retries(send: Callable[[], Any], sdk: Any, cancel: threading.Event | None, account: str,
-                  request_id_header: str) -> tuple[Any, str | None, list[str], str]:
+                  request_id_header: str, limit: int = 0) -> tuple[Any, str | None, list[str], str]:
     """(parsed response or None, request id, retries, failure): the retry policy for both SDKs."""
     started = time.monotonic()
     retries: list[str] = []
@@ -89,7 +90,7 @@ def _with_retries(send: Callable[[], Any], sdk: Any, cancel: threading.Event | N
         if cancel is not None and cancel.is_set():
             return None, request_id, retries, "cancelled"
         try:
-            with account_slot(account):
+            with account_slot(account, limit):
                 raw = send()
             request_id = raw.headers.get(request_id_header)
             parsed = raw.parse()
@@ -141,7 +142,7 @@ def _call_receipt(record: Callable[[Receipt], Receipt], *, endpoint: str, model:
 def anthropic_call(
     client: Any, *, model: str, system: list[dict], messages: list[dict], tools: list[dict],
     max_tokens: int, record: Callable[[Receipt], Receipt], cancel: threading.Event | None = None,
-    thinking: dict | None = None, account: str = "anthropic",
+    thinking: dict | None = None, account: str = "anthropic", account_limit: int = 0, price_model: str = "",
 ) -> Reply:
     """One Messages call with retries; its receipt is written through `record` either way."""
     import anthropic
@@ -152,7 +153,8 @@ def anthropic_call(
     if thinking:
         options["thinking"] = thinking
     message, request_id, retries, failure = _with_retries(
-        lambda: client.messages.with_raw_response.create(**options), anthropic, cancel, account, "request-id")
+        lambda: client.messages.with_raw_response.create(**options), anthropic, cancel, account, "request-id",
+        account_limit)
     if message is not None and not getattr(message, "content", None) and message.stop_reason is None:
         message, failure = None, "the response has no content and no stop reason"
     usage, cost, version, resolved = Usage(), 0, "", ""
@@ -164,7 +166,7 @@ def anthropic_call(
             cache_read_tokens=getattr(raw_usage, "cache_read_input_tokens", 0) or 0,
         )
         resolved = message.model or ""
-        cost, version = _priced(model, resolved, usage)
+        cost, version = _priced(price_model or model, price_model or resolved, usage)
     receipt = _call_receipt(
         record, endpoint="anthropic.messages.create", model=model, resolved=resolved, started_at=started_at,
         started=started, request_id=request_id, usage=usage, cost=cost, price_version=version,
@@ -204,7 +206,8 @@ def openai_client(base_url: str | None = None, api_key_variable: str = "OPENAI_A
 def openai_call(
     client: Any, *, model: str, messages: list[dict], tools: list[dict], max_tokens: int,
     record: Callable[[Receipt], Receipt], cancel: threading.Event | None = None,
-    reasoning_effort: str | None = None, account: str = "openai",
+    reasoning_effort: str | None = None, account: str = "openai", account_limit: int = 0,
+    price_model: str = "",
 ) -> Reply:
     """One chat-completions call (any OpenAI-compatible server) with the same retries and receipt."""
     import openai
@@ -217,7 +220,7 @@ def openai_call(
         options["reasoning_effort"] = reasoning_effort
     completion, request_id, retries, failure = _with_retries(
         lambda: client.chat.completions.with_raw_response.create(**options), openai, cancel, account,
-        "x-request-id")
+        "x-request-id", account_limit)
     if completion is not None and not completion.choices:
         completion, failure = None, "the response has no choices"
     usage, cost, version, resolved = Usage(), 0, "", ""
@@ -227,7 +230,7 @@ def openai_call(
         usage = Usage(input_tokens=(raw.prompt_tokens if raw else 0) - cached,
                       output_tokens=raw.completion_tokens if raw else 0, cache_read_tokens=cached)
         resolved = completion.model or ""
-        cost, version = _priced(model, resolved, usage)
+        cost, version = _priced(price_model or model, price_model or resolved, usage)
     finish = completion.choices[0].finish_reason if completion is not None else None
     receipt = _call_receipt(
         record, endpoint="openai.chat.completions.create", model=model, resolved=resolved,
@@ -277,12 +280,15 @@ class ToolChat:
     tool results in."""
 
     def __init__(self, kind: str, model: str, prefix: str, suffix: str, tools: list[dict], effort: str, *,
-                 base_url: str | None = None, key_variable: str | None = None, account: str = "") -> None:
+                 base_url: str | None = None, key_variable: str | None = None, account: str = "",
+                 account_limit: int = 0, price_model: str = "") -> None:
         self.kind, self.model, self.effort = kind, model, effort
         self.account = account or kind
+        self.limits = {"account": self.account, "account_limit": account_limit, "price_model": price_model}
         self.anthropic = kind in ("anthropic", "bedrock")
         if self.anthropic:
-            self.client = bedrock_client(base_url) if kind == "bedrock" else anthropic_client(base_url)
+            self.client = (bedrock_client(base_url) if kind == "bedrock"
+                           else anthropic_client(base_url, key_variable))
             self.system = [{"type": "text", "text": prefix, "cache_control": {"type": "ephemeral"}}]
             self.messages: list[dict] = [{"role": "user", "content": suffix}]
             self.tools = tools
@@ -312,14 +318,14 @@ class ToolChat:
                         if self.effort in THINKING_BUDGET else None)
             reply = anthropic_call(self.client, model=self.model, system=self.system, messages=self.messages,
                                    tools=self.tools, max_tokens=self.max_tokens, record=record, cancel=cancel,
-                                   thinking=thinking, account=self.account)
+                                   thinking=thinking, **self.limits)
             content = [block.model_dump(exclude_none=True) for block in reply.message.content]
             self.messages.append({"role": "assistant", "content": content})
             uses = [ToolUse(b.id, b.name, b.input) for b in reply.message.content if b.type == "tool_use"]
             return reply, uses
         reply = openai_call(self.client, model=self.model, messages=self.messages, tools=self.tools,
                             max_tokens=self.max_tokens, record=record, cancel=cancel,
-                            reasoning_effort=OPENAI_EFFORT.get(self.effort), account=self.account)
+                            reasoning_effort=OPENAI_EFFORT.get(self.effort), **self.limits)
         message = reply.message.choices[0].message
         calls = message.tool_calls or []
         entry: dict[str, Any] = {"role": "assistant", "content": message.content or ""}

@@ -306,3 +306,54 @@ class ProviderKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.variable} (…{self.hint})"
+
+
+
+class ProviderPreset(models.Model):
+    """An administrator's provider preset: a name specs can use for a provider, server, model
+    and limits (beside the built-in presets in runtime_app/fleet.py)."""
+
+    KINDS = [
+        ("anthropic", "Anthropic"), ("bedrock", "AWS Bedrock"), ("openai-compatible", "OpenAI-compatible"),
+    ]
+    KEY_DEFAULTS = {"anthropic": "ANTHROPIC_API_KEY", "bedrock": "AWS_BEARER_TOKEN_BEDROCK",
+                    "openai-compatible": "OPENAI_API_KEY"}
+
+    name = models.SlugField(max_length=40, unique=True, help_text="what a spec's worker.provider names")
+    kind = models.CharField(max_length=20, choices=KINDS)
+    model = models.CharField(max_length=200, blank=True, help_text="the model when a spec names none")
+    base_url = models.URLField(blank=True, help_text="the provider's server; empty: the kind's default")
+    key_variable = models.CharField(
+        max_length=64, blank=True, help_text="where its key is: an environment variable or a stored key"
+    )
+    concurrency = models.PositiveIntegerField(default=4, help_text="model calls in flight for this preset")
+    price_model = models.CharField(max_length=200, blank=True,
+                                   help_text="the price-table entry (model id prefix) to charge by")
+    description = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from runtime_app.fleet import PRESETS
+
+        if self.name in PRESETS:
+            raise ValidationError({"name": f"{self.name!r} is a built-in preset; choose another name."})
+        if self.concurrency < 1:
+            raise ValidationError({"concurrency": "At least one call in flight."})
+
+    def as_preset(self):
+        from runtime_app.fleet import Preset
+
+        return Preset(
+            self.name, self.kind, self.description or f"{self.get_kind_display()} preset",
+            key_variable=self.key_variable or self.KEY_DEFAULTS[self.kind],
+            default_base_url=self.base_url, default_model=self.model, concurrency=self.concurrency,
+            price_model=self.price_model, managed=True,
+        )

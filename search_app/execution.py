@@ -20,7 +20,7 @@ from typing import Any
 from django.utils import timezone
 
 from runtime_app import services as runtime_services
-from runtime_app.fleet import PRESETS
+from runtime_app.fleet import preset_get
 from runtime_app.git import GitError
 from runtime_app.metrics import metric_read
 from runtime_app.models import Receipt
@@ -185,7 +185,7 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
             "CRUCIBLE_MAX_COST_MICROUSD": str(step.reserved_cost_microusd),
             "CRUCIBLE_MAX_TOKENS": str(step.reserved_tokens),
         }
-        kind = PRESETS[spec.worker.provider].kind
+        kind = preset_get(spec.worker.provider).kind
         if kind in LLM_KINDS:
             written = llm_write(step, spec, worktree, cancel)
             if written.get("cancelled"):
@@ -317,7 +317,7 @@ def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
         return {"verdict": "reject", "findings": [{"severity": "high", "message": admit.detail["reason"]}],
                 "receipts": [admit.pk]}
     try:
-        preset = PRESETS[spec.worker.provider]
+        preset = preset_get(spec.worker.provider)
         budgeted = search.run.budget_cost_microusd or search.run.budget_tokens
         llm = preset.kind in LLM_KINDS
         if llm and (step.reserved_cost_microusd or not budgeted):
@@ -376,14 +376,15 @@ def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.
     from runtime_app.tools import EDITOR_TOOL, SHELL_TOOL, tool_dispatch
 
     search, candidate = step.search, step.candidate
-    preset = PRESETS[spec.worker.provider]
+    preset = preset_get(spec.worker.provider)
     patch = bytes(candidate.patch).decode(errors="replace")[:100_000]
     prefix = (f"{REVIEW_INSTRUCTIONS}\n## Objective\n{spec.objective}\n\n## Paths writers may change\n"
               f"{', '.join([*spec.worker.write_roots, *spec.worker.exact_files])}\n")
     suffix = f"Review {candidate.candidate_id}'s patch:\n```diff\n{patch}\n```\n"
     chat = ToolChat(preset.kind, search.resolved_model_id or spec.worker.model, prefix, suffix,
                     [EDITOR_TOOL, SHELL_TOOL], "off", base_url=preset.base_url(),
-                    key_variable=preset.key_variable, account=preset.name)
+                    key_variable=preset.key_variable, account=preset.name,
+                    account_limit=preset.concurrency, price_model=preset.price_model)
     receipts = [admit.pk]
     usage = {"cost_microusd": 0, "tokens": 0}
     verdict = None
@@ -449,13 +450,14 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
     from runtime_app.tools import EDITOR_TOOL, SHELL_TOOL, tool_dispatch
 
     search, candidate = step.search, step.candidate
-    preset = PRESETS[spec.worker.provider]
+    preset = preset_get(spec.worker.provider)
     prefix, suffix = writer_prompt_parts(search, spec, candidate.candidate_id, step.round)
     model = search.resolved_model_id or spec.worker.model
     chat = ToolChat(preset.kind, model, prefix, suffix, [EDITOR_TOOL, SHELL_TOOL],
                     effort_for(spec, step.round), base_url=preset.base_url(),
-                    key_variable=preset.key_variable, account=preset.name)
-    price, _ = price_for(model)
+                    key_variable=preset.key_variable, account=preset.name,
+                    account_limit=preset.concurrency, price_model=preset.price_model)
+    price, _ = price_for(preset.price_model or model)
     receipts: list[int] = []
     totals = {"input_tokens": 0, "output_tokens": 0, "cache_write_tokens": 0, "cache_read_tokens": 0,
               "cost_microusd": 0}

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from runtime_app.fleet import PRESETS
+from runtime_app.fleet import PRESETS, preset_get, preset_names
 
 LIVE_CEILING = 16  # the runtime's live-step ceiling; no search runs more at once
 MAX_STEPS = 1000
@@ -88,8 +88,8 @@ class WorkerSpec(_Section):
     @field_validator("provider")
     @classmethod
     def _known_provider(cls, value: str) -> str:
-        if value not in PRESETS:
-            raise ValueError(f"one of the fleet presets: {', '.join(PRESETS)}")
+        if value not in PRESETS and value not in preset_names():
+            raise ValueError(f"one of the fleet presets: {', '.join(preset_names())}")
         return value
 
     @field_validator("write_roots", "exact_files")
@@ -432,7 +432,7 @@ def _pydantic_errors(
         message = "missing required key" if item["type"] == "missing" else "invalid value"
         suggestion = ""
         if keys == ("worker", "provider") and isinstance(item.get("input"), str):
-            close = difflib.get_close_matches(item["input"], list(PRESETS), n=1, cutoff=0.6)
+            close = difflib.get_close_matches(item["input"], preset_names(), n=1, cutoff=0.6)
             suggestion = close[0] if close else ""
         found.append(SpecError(line, column, _dotted(path), message, _expected(item, keys), suggestion))
     return found
@@ -483,11 +483,13 @@ def _cross_checks(data: dict[str, Any], positions: dict[tuple[str, ...], tuple[i
             add(("worker", "reasoning_effort"), f"{len(effort)} efforts for {len(rounds)} rounds",
                 "one effort, or exactly one per round")
         provider = worker.get("provider")
-        if isinstance(provider, str) and provider in PRESETS:
-            if PRESETS[provider].needs_command and not str(worker.get("command", "")).strip():
+        preset = preset_get(provider) if isinstance(provider, str) else None
+        if preset is not None:
+            if preset.needs_command and not str(worker.get("command", "")).strip():
                 add(("worker", "command"), "the `command` provider needs its command line",
                     "worker.command, e.g. \"my-agent --yes\"")
-            if not PRESETS[provider].needs_command and not str(worker.get("model", "")).strip():
+            if not preset.needs_command and not preset.default_model and \
+                    not str(worker.get("model", "")).strip():
                 add(("worker", "model"), f"`{provider}` needs a model id",
                     "worker.model, e.g. \"deepseek-v4-flash\"")
     selection = data.get("selection")

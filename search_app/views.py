@@ -33,6 +33,7 @@ MODEL_RESOLUTIONS = {
     "requested_as_pinned":
         "no listing was consulted and nothing is pinned; the requested id is recorded as is",
     "listing": "resolved through the provider's model listing",
+    "preset_default": "the spec named no model; its preset's default model stands",
 }
 
 

@@ -202,3 +202,31 @@ def test_a_token_budget_caps_each_writer_before_its_first_call(personas, tmp_pat
     run = services.search_run_inline(search)
     assert run.outcome == "NONE" and run.spent_tokens == 0 and not fake.requests
     assert "token limit (2,000)" in Receipt.objects.filter(kind="llm_call").first().error
+
+
+def test_an_administrators_preset_is_named_by_a_spec_without_a_model(personas, tmp_path, fake):
+    from django.core.exceptions import ValidationError as ModelValidationError
+
+    from runtime_app.models import ProviderPreset
+    from search_app.spec import spec_validate
+
+    preset = ProviderPreset(name="team-fake", kind="anthropic", model="fake-sonnet", base_url=fake.base_url,
+                            concurrency=1, price_model="fake-opus")
+    preset.full_clean()
+    preset.save()
+    text = llm_spec(population=2, rounds=[2, 1]).replace(
+        'provider = "anthropic"\nmodel = "fake-sonnet"', 'provider = "team-fake"')
+    assert spec_validate(text).valid
+    typo = spec_validate(text.replace("team-fake", "team-fak"))
+    assert typo.errors[0].suggestion == "team-fake"
+    repo = plan_repo(tmp_path / "repo", {})
+    search = services.search_freeze(personas.owner, personas.alpha, text, "HEAD", repository_path=str(repo))
+    assert (search.resolved_model_id, search.model_resolution) == ("fake-sonnet", "preset_default")
+    services.search_start(personas.owner, search, enqueue=False)
+    run = services.search_run_inline(search)
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
+    calls = Receipt.objects.filter(kind="llm_call")
+    assert {c.requested_model for c in calls} == {"fake-sonnet"}
+    assert {c.price_table_version for c in calls} == {calls[0].price_table_version}
+    with pytest.raises(ModelValidationError, match="built-in preset"):
+        ProviderPreset(name="anthropic", kind="anthropic").full_clean()
