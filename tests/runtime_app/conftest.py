@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from runtime_app import sandbox
+from runtime_app.sandbox import BUBBLEWRAP, RLIMITS_ONLY
+from tests.conftest import service_missing
 from tests.gitrepo import baseline_repo, git
 
 
@@ -24,3 +27,15 @@ def repo(tmp_path, data_dir) -> Path:
 @pytest.fixture
 def v1(repo) -> str:
     return git(repo, "rev-parse", "v1^{commit}")
+
+
+@pytest.fixture(params=[BUBBLEWRAP, RLIMITS_ONLY])
+def mode(request) -> str:
+    """The CRUCIBLE_SANDBOX value that gives the parametrised isolation: bubblewrap (a skip
+    locally when it cannot start, a failure in CI) and rlimits only."""
+    if request.param == BUBBLEWRAP:
+        available, reason = sandbox.bubblewrap_probe()
+        if not available:
+            service_missing(reason)
+        return "required"
+    return "off"

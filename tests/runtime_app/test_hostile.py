@@ -22,22 +22,12 @@ from runtime_app import sandbox, services
 from runtime_app.git import GitError
 from runtime_app.metrics import metric_read
 from runtime_app.policy import PolicyRules
-from runtime_app.sandbox import BUBBLEWRAP, RLIMITS_ONLY, Limits, run
+from runtime_app.sandbox import RLIMITS_ONLY, Limits, run
 from runtime_app.worktrees import patch_extract, worktree_create, worktree_remove
 from tests.conftest import service_missing
 from tests.gitrepo import git
 
 GIB = 1 << 30
-
-
-@pytest.fixture(params=[BUBBLEWRAP, RLIMITS_ONLY])
-def mode(request) -> str:
-    if request.param == BUBBLEWRAP:
-        available, reason = sandbox.bubblewrap_probe()
-        if not available:
-            service_missing(reason)
-        return "required"
-    return "off"
 
 
 @pytest.fixture

@@ -28,17 +28,6 @@ def tree(data_dir) -> Path:
     return path
 
 
-@pytest.fixture(params=[BUBBLEWRAP, RLIMITS_ONLY])
-def mode(request) -> str:
-    """The CRUCIBLE_SANDBOX value that gives the parametrised isolation."""
-    if request.param == BUBBLEWRAP:
-        available, reason = sandbox.bubblewrap_probe()
-        if not available:
-            service_missing(reason)
-        return "required"
-    return "off"
-
-
 @pytest.fixture
 def no_bubblewrap(tmp_path, monkeypatch) -> None:
     """A PATH where `bwrap` is a program that cannot start, as on a host without user namespaces."""
