@@ -136,5 +136,6 @@ class ProviderKeyAdmin(admin.ModelAdmin):
 
 @admin.register(ProviderPreset)
 class ProviderPresetAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "model", "base_url", "key_variable", "concurrency", "price_model"]
+    list_display = ["name", "kind", "model", "efforts", "base_url", "key_variable", "concurrency",
+                    "price_model"]
     search_fields = ["name", "model"]

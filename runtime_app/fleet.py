@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+EFFORTS = ("off", "low", "medium", "high", "max")  # what `reasoning_effort` may say
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -23,6 +25,7 @@ class Preset:
     default_model: str = ""  # used when a spec names the preset without a model
     concurrency: int = 0  # calls in flight for this account; 0: CRUCIBLE_PROVIDER_CONCURRENCY
     price_model: str = ""  # the price-table entry to charge by, if not the model id
+    efforts: tuple[str, ...] = ()  # reasoning effort per round when a spec sets none; the last repeats
     managed: bool = False  # an administrator's preset (runtime_app.ProviderPreset)
 
     def base_url(self) -> str | None:
@@ -75,6 +78,14 @@ def preset_names() -> list[str]:
     except Exception:  # no database here: built-ins only
         managed = []
     return [*PRESETS, *managed]
+
+
+def preset_efforts(preset_name: str, rounds: int) -> list[str] | None:
+    """The preset's default effort for each of `rounds` rounds, or None if it has none."""
+    preset = preset_get(preset_name)
+    if preset is None or not preset.efforts:
+        return None
+    return [preset.efforts[min(index, len(preset.efforts) - 1)] for index in range(rounds)]
 
 
 def preset_resolve_model(preset_name: str, requested: str) -> tuple[str, str]:

@@ -326,6 +326,11 @@ class ProviderPreset(models.Model):
     key_variable = models.CharField(
         max_length=64, blank=True, help_text="where its key is: an environment variable or a stored key"
     )
+    efforts = models.CharField(
+        max_length=80, blank=True,
+        help_text="reasoning effort when a spec sets none: one (off, low, medium, high, max) or a "
+        "comma-separated list, one per round, the last repeating (e.g. low, medium, high)",
+    )
     concurrency = models.PositiveIntegerField(default=4, help_text="model calls in flight for this preset")
     price_model = models.CharField(max_length=200, blank=True,
                                    help_text="the price-table entry (model id prefix) to charge by")
@@ -341,12 +346,19 @@ class ProviderPreset(models.Model):
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
-        from runtime_app.fleet import PRESETS
+        from runtime_app.fleet import EFFORTS, PRESETS
 
         if self.name in PRESETS:
             raise ValidationError({"name": f"{self.name!r} is a built-in preset; choose another name."})
         if self.concurrency < 1:
             raise ValidationError({"concurrency": "At least one call in flight."})
+        unknown = [effort for effort in self.effort_list() if effort not in EFFORTS]
+        if unknown or (self.efforts.strip() and not self.effort_list()):
+            raise ValidationError({"efforts": f"Unknown effort {', '.join(unknown) or self.efforts!r}: "
+                                   f"use {', '.join(EFFORTS)}, separated by commas."})
+
+    def effort_list(self) -> list[str]:
+        return [part.strip() for part in self.efforts.split(",") if part.strip()]
 
     def as_preset(self):
         from runtime_app.fleet import Preset
@@ -355,5 +367,5 @@ class ProviderPreset(models.Model):
             self.name, self.kind, self.description or f"{self.get_kind_display()} preset",
             key_variable=self.key_variable or self.KEY_DEFAULTS[self.kind],
             default_base_url=self.base_url, default_model=self.model, concurrency=self.concurrency,
-            price_model=self.price_model, managed=True,
+            price_model=self.price_model, efforts=tuple(self.effort_list()), managed=True,
         )

@@ -39,6 +39,9 @@ REPLAY_TOLERANCE = 0.25
 
 
 def search_spec(search: Search) -> SearchSpec:
+    """The spec as frozen: every default filled in, a preset's effort defaults included."""
+    if search.spec_normalized:
+        return SearchSpec.model_validate(search.spec_normalized)
     report = spec_validate(search.spec_text)
     if report.spec is None:  # frozen specs were valid; this only guards a corrupted row
         raise ValueError(f"{search.search_id}: its frozen spec no longer validates")
@@ -381,8 +384,10 @@ def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.
     prefix = (f"{REVIEW_INSTRUCTIONS}\n## Objective\n{spec.objective}\n\n## Paths writers may change\n"
               f"{', '.join([*spec.worker.write_roots, *spec.worker.exact_files])}\n")
     suffix = f"Review {candidate.candidate_id}'s patch:\n```diff\n{patch}\n```\n"
+    # The reviewer judges a finalist, so it thinks at the final round's effort.
+    finalist_effort = effort_for(spec, len(spec.rounds) - 1)
     chat = ToolChat(preset.kind, search.resolved_model_id or spec.worker.model, prefix, suffix,
-                    [EDITOR_TOOL, SHELL_TOOL], "off", base_url=preset.base_url(),
+                    [EDITOR_TOOL, SHELL_TOOL], finalist_effort, base_url=preset.base_url(),
                     key_variable=preset.key_variable, account=preset.name,
                     account_limit=preset.concurrency, price_model=preset.price_model)
     receipts = [admit.pk]

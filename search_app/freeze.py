@@ -17,7 +17,7 @@ from dulwich.errors import NotTreeError
 from dulwich.objects import SubmoduleEncountered
 from dulwich.repo import Repo
 
-from runtime_app.fleet import preset_resolve_model
+from runtime_app.fleet import preset_efforts, preset_resolve_model
 from runtime_app.git import GitError, file_at, is_tree, ref_resolve, repo_open, worktree_changes
 from search_app.spec import SearchSpec, spec_normalized, spec_validate
 
@@ -134,6 +134,15 @@ def _evidence_file(repo: Repo, commit: str, path: str) -> tuple[bytes | None, st
         return None, "inside a submodule; list files of this repository"
 
 
+def spec_preset_defaults(spec: SearchSpec) -> SearchSpec:
+    """A spec that sets no `reasoning_effort` takes its preset's effort defaults, frozen per round."""
+    efforts = preset_efforts(spec.worker.provider, len(spec.rounds))
+    if efforts is None or "reasoning_effort" in spec.worker.model_fields_set:
+        return spec
+    worker = spec.worker.model_copy(update={"reasoning_effort": efforts})
+    return spec.model_copy(update={"worker": worker})
+
+
 def freeze_inputs(spec_text: str, repository_path: str, ref: str) -> FrozenInputs:
     """Resolve and hash everything a search is frozen on; FreezeError lists what is wrong."""
     report = spec_validate(spec_text)
@@ -168,6 +177,7 @@ def freeze_inputs(spec_text: str, repository_path: str, ref: str) -> FrozenInput
             raise FreezeError(problems)
     finally:
         repo.close()
+    spec = spec_preset_defaults(spec)
     requested = spec.worker.model or spec.worker.command
     resolved, resolution = preset_resolve_model(spec.worker.provider, requested)
     evidence = evidence_record(spec, contents)

@@ -17,12 +17,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from runtime_app.fleet import PRESETS, preset_get, preset_names
+from runtime_app.fleet import EFFORTS, PRESETS, preset_get, preset_names
 
 LIVE_CEILING = 16  # the runtime's live-step ceiling; no search runs more at once
 MAX_STEPS = 1000
 MAX_SPEC_BYTES = 256 * 1024
-EFFORTS = ("off", "low", "medium", "high", "max")
 TIE_BREAKERS = ("diff_lines", "cost_microusd", "score", "tokens")
 ORDERING_KEYS = ("score", "runtime", "diff_lines", "cost_microusd")
 NAME_RE = r"^[a-z0-9_-]{1,96}$"
@@ -30,7 +29,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
-Effort = Literal["off", "low", "medium", "high", "max"]
+Effort = Literal[EFFORTS]
 
 
 def _check_repo_path(value: str) -> str:

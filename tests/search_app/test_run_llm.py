@@ -230,3 +230,32 @@ def test_an_administrators_preset_is_named_by_a_spec_without_a_model(personas, t
     assert {c.price_table_version for c in calls} == {calls[0].price_table_version}
     with pytest.raises(ModelValidationError, match="built-in preset"):
         ProviderPreset(name="anthropic", kind="anthropic").full_clean()
+
+
+def test_preset_effort_defaults_are_frozen_per_round_unless_the_spec_sets_its_own(personas, tmp_path, fake):
+    from django.core.exceptions import ValidationError as ModelValidationError
+
+    from runtime_app.models import ProviderPreset
+
+    ProviderPreset.objects.create(name="scouts-low", kind="anthropic", model="fake-sonnet",
+                                  base_url=fake.base_url, efforts="low, high")
+    text = llm_spec(population=2, rounds=[2, 1]).replace(
+        'provider = "anthropic"\nmodel = "fake-sonnet"', 'provider = "scouts-low"')
+    repo = plan_repo(tmp_path / "repo", {})
+    search = services.search_freeze(personas.owner, personas.alpha, text, "HEAD", repository_path=str(repo))
+    assert search.spec_normalized["worker"]["reasoning_effort"] == ["low", "high"]
+    services.search_start(personas.owner, search, enqueue=False)
+    assert services.search_run_inline(search).outcome == "winner"
+    writers = [r for r in fake.requests if "# Crucible search" in str(r["system"])]
+    assert writers and {r["thinking"]["budget_tokens"] for r in writers} == {2048}  # round 0: scouts
+    assert "Round 0, effort low." in str(writers[0]["messages"][0])
+    reviewer = [r for r in fake.requests if "independent reviewer" in str(r["system"])]
+    assert reviewer and reviewer[0]["thinking"]["budget_tokens"] == 16384  # the finalists' effort
+    # A spec that sets its own effort keeps it; the preset only fills a silence.
+    explicit = services.search_freeze(
+        personas.owner, personas.alpha, text.replace('[worker]\n', '[worker]\nreasoning_effort = "medium"\n'),
+        "HEAD", repository_path=str(repo))
+    assert explicit.spec_normalized["worker"]["reasoning_effort"] == "medium"
+    assert explicit.preregistration_hash != search.preregistration_hash
+    with pytest.raises(ModelValidationError, match="Unknown effort 'fast'"):
+        ProviderPreset(name="bad", kind="anthropic", efforts="low, fast").full_clean()
