@@ -12,11 +12,15 @@ the preset's URL for the server) and never enter a receipt, an event, a sandbox 
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django.utils import timezone
@@ -46,13 +50,43 @@ class Reply:
     receipt: Receipt
 
 
-def account_slot(account: str, limit: int = 0) -> threading.BoundedSemaphore:
-    """The semaphore bounding calls in flight for one provider account (process-wide)."""
+@contextmanager
+def account_slot(account: str, limit: int = 0, cancel: threading.Event | None = None) -> Iterator[bool]:
+    """Holds one of an account's `limit` call slots; yields False if cancelled while waiting.
+
+    Threads share a semaphore and processes on this machine share `limit` lock files, so every
+    worker process together keeps to the limit; the kernel frees a killed process's lock."""
     from django.conf import settings
 
+    size = limit or settings.CONFIG.provider_concurrency
     with _limits_lock:
-        return _limits.setdefault(
-            account, threading.BoundedSemaphore(limit or settings.CONFIG.provider_concurrency))
+        threads = _limits.setdefault(f"{account}/{size}", threading.BoundedSemaphore(size))
+    while not threads.acquire(timeout=0.1):
+        if cancel is not None and cancel.is_set():
+            yield False
+            return
+    try:
+        folder = Path(settings.DATA_DIR) / "provider-slots" / re.sub(r"[^A-Za-z0-9_.-]", "_", account)
+        folder.mkdir(parents=True, exist_ok=True)
+        while True:
+            for index in range(size):
+                handle = open(folder / f"{index}.lock", "a")  # noqa: SIM115 — held across the yield
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    handle.close()
+                    continue
+                try:
+                    yield True
+                finally:
+                    handle.close()  # closing releases the lock
+                return
+            if cancel is not None and cancel.is_set():
+                yield False
+                return
+            time.sleep(0.05)
+    finally:
+        threads.release()
 
 
 def anthropic_client(base_url: str | None = None, key_variable: str | None = None) -> Any:
@@ -90,7 +124,9 @@ def _with_retries(send: Callable[[], Any], sdk: Any, cancel: threading.Event | N
         if cancel is not None and cancel.is_set():
             return None, request_id, retries, "cancelled"
         try:
-            with account_slot(account, limit):
+            with account_slot(account, limit, cancel) as held:
+                if not held:
+                    return None, request_id, retries, "cancelled"
                 raw = send()
             request_id = raw.headers.get(request_id_header)
             parsed = raw.parse()

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -11,6 +15,7 @@ from runtime_app import services
 from runtime_app.llm import LLMError, anthropic_call, anthropic_client
 from runtime_app.models import PriceOverride, Receipt
 from runtime_app.prices import Usage, cost_microusd, price_for, price_table, worst_case_microusd
+from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic
 
 pytestmark = pytest.mark.django_db
@@ -95,3 +100,51 @@ def test_worst_case_covers_any_real_cost():
     usage = Usage(input_tokens=100, output_tokens=50, cache_write_tokens=900, cache_read_tokens=0)
     assert worst_case_microusd(price, 1000, 50) >= cost_microusd(price, usage)
     assert price_for("no-such-model")[0] is None
+
+
+HOLDER = """
+import django, json, os, sys, time
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crucible.settings")
+django.setup()
+from runtime_app.llm import account_slot
+with account_slot("team account", int(sys.argv[1])) as held:
+    started = time.time()
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+    print(json.dumps([started, time.time()]), flush=True)
+"""
+
+
+def holders(tmp_path, count: int, limit: int, hold: float) -> list[subprocess.Popen]:
+    env = {**os.environ, "CRUCIBLE_DATA_DIR": str(tmp_path)}
+    return [subprocess.Popen([sys.executable, "-c", HOLDER, str(limit), str(hold)], env=env, cwd=REPO_ROOT,
+                             stdout=subprocess.PIPE, text=True) for _ in range(count)]
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_calls_in_flight_per_account_are_limited_across_worker_processes(tmp_path, limit):
+    processes = holders(tmp_path, 4, limit, 0.4)
+    spans = [json.loads(process.communicate(timeout=60)[0].splitlines()[-1]) for process in processes]
+    moments = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    in_flight = peak = 0
+    for _, change in moments:
+        in_flight += change
+        peak = max(peak, in_flight)
+    assert peak <= limit
+    assert max(end for _, end in spans) - min(start for start, _ in spans) >= 0.4 * 4 / limit * 0.9
+
+
+def test_a_killed_worker_frees_its_account_slot(tmp_path, settings):
+    from runtime_app.llm import account_slot
+
+    settings.DATA_DIR = tmp_path
+    (holder,) = holders(tmp_path, 1, 1, 300)
+    assert holder.stdout.readline().strip() == "held"
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    with account_slot("team account", 1, cancel) as held:
+        assert held is False  # the slot is taken: waiting ended with the cancel
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    with account_slot("team account", 1) as held:
+        assert held is True
