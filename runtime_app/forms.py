@@ -26,3 +26,64 @@ class RepositoryForm(forms.Form):
         self.fields["project"].widget.choices = [("", "Pick a project")] + [
             (project.pk, project.name) for project in projects
         ]
+
+
+class AuditFilterForm(forms.Form):
+    """The audit log's filter, read from GET: a bad value is reported and left out, never fatal."""
+
+    action = forms.RegexField(
+        regex=r"^[A-Za-z0-9_.-]+$", max_length=64, required=False,
+        help_text="How the action begins: merge, approval, role, or a full name such as search.freeze.",
+        error_messages={"invalid": "Use letters, digits, dots, dashes or underscores."},
+        widget=forms.TextInput(
+            attrs={"type": "search", "list": "audit-actions", "placeholder": "e.g. merge"}),
+    )
+    actor = forms.CharField(max_length=150, required=False, label="Who", widget=forms.TextInput(
+        attrs={"type": "search", "list": "audit-actors", "placeholder": "username or system"}))
+    project = forms.ChoiceField(required=False)
+    date_from = forms.DateField(required=False, label="From", widget=forms.DateInput(
+        attrs={"type": "date"}, format="%Y-%m-%d"))
+    date_to = forms.DateField(required=False, label="To", widget=forms.DateInput(
+        attrs={"type": "date"}, format="%Y-%m-%d"))
+    q = forms.CharField(max_length=200, required=False, label="Target contains", widget=forms.TextInput(
+        attrs={"type": "search", "placeholder": "search id, branch, user…"}))
+
+    def __init__(self, *args, projects=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["project"].choices = [("", "Any project"), ("none", "No project")] + [
+            (str(project.pk), project.name) for project in projects
+        ]
+
+    def clean(self):
+        data = super().clean()
+        if data.get("date_from") and data.get("date_to") and data["date_from"] > data["date_to"]:
+            self.add_error("date_to", "The end of the range is before its start.")
+        return data
+
+    def filters(self) -> dict:
+        """The fields that validated and are set; the invalid ones stay out (see form.errors)."""
+        self.is_valid()
+        return {name: value for name, value in self.cleaned_data.items() if value not in ("", None)}
+
+    def query(self, **extra) -> str:
+        """The filter as a query string of its valid, set fields, plus `extra`."""
+        from urllib.parse import urlencode
+
+        values = {name: value.isoformat() if hasattr(value, "isoformat") else value
+                  for name, value in self.filters().items()}
+        return urlencode({**values, **{key: value for key, value in extra.items() if value}})
+
+
+class RepositoryRefForm(forms.Form):
+    """The branch or tag whose history the repository page shows, one of the repository's refs."""
+
+    ref = forms.ChoiceField(label="Branch or tag")
+
+    def __init__(self, *args, branches=(), tags=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        choices = []
+        if branches:
+            choices.append(("Branches", [(name, name) for name in branches]))
+        if tags:
+            choices.append(("Tags", [(name, name) for name in tags]))
+        self.fields["ref"].choices = choices

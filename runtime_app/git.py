@@ -247,3 +247,30 @@ def _branch_advance(repo: Repo, branch: str, parent: bytes | None, new: bytes) -
             raise GitError(f"branch {branch} does not point at the parent commit any more; not moved")
     elif not repo.refs.add_if_new(ref, new):
         raise GitError(f"branch {branch} was created meanwhile; not moved")
+
+
+# ------------------------------------------------------------------------ history (read only)
+
+
+def commits_log(repo: Repo, ref: str, limit: int = 20) -> list[dict]:
+    """The newest `limit` commits reachable from `ref`, newest first: sha, subject, author
+    ("Name <email>") and the author's date in the author's time zone."""
+    from datetime import timedelta, timezone
+
+    start = ref_resolve(repo, ref).encode()
+    commits = []
+    for entry in repo.get_walker(include=[start], max_entries=limit):
+        commit = entry.commit
+        encoding = (commit.encoding or b"utf-8").decode("ascii", "replace")
+        try:
+            message = commit.message.decode(encoding, "replace")
+        except LookupError:  # an encoding header Python does not know
+            message = commit.message.decode("utf-8", "replace")
+        zone = timezone(timedelta(seconds=commit.author_timezone))
+        commits.append({
+            "sha": commit.id.decode(),
+            "subject": message.strip().split("\n", 1)[0],
+            "author": commit.author.decode("utf-8", "replace"),
+            "date": datetime.fromtimestamp(commit.author_time, tz=zone),
+        })
+    return commits

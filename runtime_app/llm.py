@@ -381,6 +381,42 @@ class ToolChat:
             uses.append(ToolUse(call.id, call.function.name, arguments))
         return reply, uses
 
+    def transcript(self, limit: int = 4000) -> list[dict[str, str]]:
+        """The conversation after the prompt, provider-neutral, each entry's text capped at `limit`:
+        [{"role": "assistant" | "tool_call" | "tool_result" | "thinking", "text": ...}, ...]."""
+        import json
+
+        def entry(role: str, text: Any) -> dict[str, str]:
+            text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+            return {"role": role, "text": text if len(text) <= limit else text[:limit] + " …"}
+
+        entries = []
+        for message in self.messages[(2 if not self.anthropic else 1):]:
+            content = message.get("content")
+            if isinstance(content, list):
+                for block in content:
+                    kind = block.get("type")
+                    if kind == "text":
+                        entries.append(entry("assistant", block.get("text", "")))
+                    elif kind == "thinking":
+                        entries.append(entry("thinking", block.get("thinking", "")))
+                    elif kind == "tool_use":
+                        call = {"tool": block.get("name"), "input": block.get("input")}
+                        entries.append(entry("tool_call", call))
+                    elif kind == "tool_result":
+                        entries.append(entry("tool_result", ("ERROR: " if block.get("is_error") else "")
+                                             + str(block.get("content", ""))))
+                continue
+            if message["role"] == "tool":
+                entries.append(entry("tool_result", content or ""))
+                continue
+            if content:
+                entries.append(entry("assistant", content))
+            for call in message.get("tool_calls", []):
+                entries.append(entry("tool_call", {"tool": call["function"]["name"],
+                                                   "input": call["function"]["arguments"]}))
+        return entries
+
     def results(self, results: list[tuple[str, str, bool]]) -> None:
         """Hand the tool results (id, text, is_error) back to the model."""
         if self.anthropic:

@@ -129,3 +129,85 @@ def receipt_for_user(user: Any, receipt_id: int) -> Receipt:
 
 def receipts_for_subject(user: Any, subject_type: str, subject_id: int) -> QuerySet[Receipt]:
     return receipts_for_user(user).filter(subject_type=subject_type, subject_id=subject_id)
+
+
+# ------------------------------------------------------------------------ audit log: filter and export
+
+
+def audit_entries_filtered(
+    user: Any,
+    *,
+    action: str = "",
+    actor: str = "",
+    project: str = "",
+    date_from: Any = None,
+    date_to: Any = None,
+    q: str = "",
+) -> QuerySet[AuditEntry]:
+    """The entries audit_entries_for_user lets the user see, narrowed by a filter, newest first.
+
+    `action` is how the action begins ("merge" finds merge.create, "approval" every
+    approval.*, a full name that action); `actor` a username (or "system"); `project` a
+    project id, or "none" for entries without a project; date_from and date_to are inclusive
+    `date`s; `q` is text contained in the target.
+    """
+    entries = audit_entries_for_user(user)
+    if action:
+        entries = entries.filter(action__startswith=action)
+    if actor:
+        entries = entries.filter(actor_name__iexact=actor)
+    if project == "none":
+        entries = entries.filter(project__isnull=True)
+    elif project:
+        entries = entries.filter(project_id=int(project))
+    if date_from:
+        entries = entries.filter(created_at__date__gte=date_from)
+    if date_to:
+        entries = entries.filter(created_at__date__lte=date_to)
+    if q:
+        entries = entries.filter(target__icontains=q)
+    return entries.order_by("-id")
+
+
+def audit_entries_batch(entries: QuerySet[AuditEntry], *, before_id: int | None = None,
+                        size: int = 1000) -> list[AuditEntry]:
+    """One batch of `entries`, newest first, with ids below before_id: keyset paging, so an
+    export of any length reads in bounded memory and holds no cursor between batches."""
+    if before_id is not None:
+        entries = entries.filter(id__lt=before_id)
+    return list(entries.order_by("-id")[:size])
+
+
+def audit_filter_suggestions(user: Any) -> dict[str, list[str]]:
+    """Action names (with their dotted prefixes) and actor names the user's entries hold."""
+    entries = audit_entries_for_user(user).order_by()
+    actions = set(entries.values_list("action", flat=True).distinct()[:500])
+    actors = sorted(set(entries.values_list("actor_name", flat=True).distinct()[:500]))
+    return {"actions": sorted(actions | {name.split(".", 1)[0] for name in actions}), "actors": actors}
+
+
+# ------------------------------------------------------------------------ repository page
+
+
+def repository_commits(repository: Repository, ref: str, limit: int = 20) -> dict:
+    """The newest commits of a ref, read live with dulwich; `error` says why they cannot be."""
+    from dulwich.errors import ChecksumMismatch, ObjectFormatException, ObjectMissing
+
+    from runtime_app.git import commits_log
+
+    try:
+        repo = repo_open(repository.path)
+    except GitError as error:
+        return {"commits": [], "error": str(error)}
+    try:
+        return {"commits": commits_log(repo, ref, limit), "error": ""}
+    except (GitError, KeyError, OSError, ChecksumMismatch, ObjectFormatException, ObjectMissing) as error:
+        return {"commits": [], "error": f"{ref}: its history cannot be read ({error})"}
+    finally:
+        repo.close()
+
+
+def repository_searches(repository: Repository, limit: int = 100) -> list:
+    """The newest searches frozen against this repository, with their run and author."""
+    searches = repository.searches.filter(project_id=repository.project_id)
+    return list(searches.select_related("created_by", "run").order_by("-created_at")[:limit])

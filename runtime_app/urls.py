@@ -9,6 +9,7 @@ urlpatterns = [
     path("projects/<int:project_id>/ping/", views.project_ping, name="project_ping"),
     path("repositories/", views.repositories, name="repositories"),
     path("repositories/register/", views.repository_register, name="repository_register"),
+    path("repositories/<int:repository_id>/", views.repository_detail, name="repository_detail"),
     path("receipts/<int:receipt_id>/", views.receipt_detail, name="receipt_detail"),
     path("receipts/<int:receipt_id>.json", views.receipt_json, name="receipt_json"),
     path("audit/", views.audit_log, name="audit_log"),

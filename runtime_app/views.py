@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+import csv
+import json
+from collections.abc import AsyncIterator, Iterator
+
+from asgiref.sync import sync_to_async
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.handlers.asgi import ASGIRequest
+from django.core.paginator import Paginator
 from django.forms import Form
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.template import engines
+from django.utils import timezone
+from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import push_url
 
 from runtime_app import roles, selectors, services
-from runtime_app.forms import ApiTokenForm, ProjectForm, RepositoryForm
+from runtime_app.forms import (
+    ApiTokenForm,
+    AuditFilterForm,
+    ProjectForm,
+    RepositoryForm,
+    RepositoryRefForm,
+)
 
 
 def _apply_errors(form: Form, error: ValidationError) -> None:
@@ -119,10 +136,89 @@ def repository_register(request: HttpRequest) -> HttpResponse:
     return _repositories(request, form, status=400)
 
 
+AUDIT_PAGE_SIZE = 100
+AUDIT_CSV_COLUMNS = ("when", "who", "action", "project", "target", "detail")
+
+
 @require_GET
 def audit_log(request: HttpRequest) -> HttpResponse:
-    entries = selectors.audit_entries_for_user(request.user)[:500]
-    return render(request, "runtime_app/audit_log.html", {"entries": entries})
+    """The audit log, filtered by GET parameters (invalid ones are shown and ignored); htmx
+    requests get only the results, which is also what `?format=csv` exports, in full."""
+    form = AuditFilterForm(request.GET, projects=selectors.projects_for_user(request.user).order_by("name"))
+    entries = selectors.audit_entries_filtered(request.user, **form.filters())
+    if request.GET.get("format") == "csv":
+        return _audit_csv(request, entries)
+    page = Paginator(entries, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {
+        "form": form,
+        "page": page,
+        "query": form.query(),
+        "suggestions": selectors.audit_filter_suggestions(request.user),
+        # The results block of the same template is the partial: htmx swaps in just that.
+        "layout": "base.html",
+    }
+    if request.htmx and not request.htmx.history_restore_request:
+        context["layout"] = _results_only_layout("results")
+        response = render(request, "runtime_app/audit_log.html", context)
+        query = form.query(page=page.number if page.number > 1 else None)
+        push_url(response, request.path + (f"?{query}" if query else ""))
+    else:
+        response = render(request, "runtime_app/audit_log.html", context)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def _results_only_layout(block: str):
+    """A parent template that is only `block`: a page extending it renders just that block."""
+    return engines["django"].from_string(f"{{% block {block} %}}{{% endblock %}}")
+
+
+class _Echo:
+    """csv.writer writes a row into this and gets the line back, for streaming."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(value: str) -> str:
+    """A cell a spreadsheet shows as text: one that could start a formula gets a leading quote."""
+    return "'" + value if value.startswith(_FORMULA_STARTS) else value
+
+
+def _audit_csv(request: HttpRequest, entries) -> StreamingHttpResponse:
+    """All entries of the filter as CSV, streamed in keyset batches (async under ASGI, so
+    Daphne streams it too instead of collecting it first)."""
+    writer = csv.writer(_Echo())
+
+    def lines(batch) -> str:
+        return "".join(writer.writerow([_csv_cell(cell) for cell in (
+            entry.created_at.isoformat(), entry.actor_name, entry.action,
+            entry.project.name if entry.project else "", entry.target,
+            json.dumps(entry.detail, sort_keys=True, ensure_ascii=False),
+        )]) for entry in batch)
+
+    def rows() -> Iterator[str]:
+        yield writer.writerow(AUDIT_CSV_COLUMNS)
+        batch = selectors.audit_entries_batch(entries)
+        while batch:
+            yield lines(batch)
+            batch = selectors.audit_entries_batch(entries, before_id=batch[-1].pk)
+
+    async def rows_async() -> AsyncIterator[str]:
+        read = sync_to_async(selectors.audit_entries_batch)
+        yield writer.writerow(AUDIT_CSV_COLUMNS)
+        batch = await read(entries)
+        while batch:
+            yield lines(batch)
+            batch = await read(entries, before_id=batch[-1].pk)
+
+    content = rows_async() if isinstance(request, ASGIRequest) else rows()
+    response = StreamingHttpResponse(content, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="audit-{timezone.now():%Y%m%d-%H%M%S}.csv"'
+    return response
 
 
 def account(request: HttpRequest) -> HttpResponse:
@@ -169,3 +265,30 @@ def receipt_json(request: HttpRequest, receipt_id: int) -> HttpResponse:
     response = JsonResponse(receipt.as_dict(), json_dumps_params={"indent": 2})
     response["Content-Disposition"] = f'attachment; filename="receipt-{receipt.pk}.json"'
     return response
+
+
+@require_GET
+def repository_detail(request: HttpRequest, repository_id: int) -> HttpResponse:
+    """A repository: its refs, the latest commits of the chosen branch or tag (`?ref=`, one of
+    its refs; anything else falls back to the checked-out branch) and its searches."""
+    repository = selectors.repository_for_user(request.user, repository_id)
+    refs = selectors.repository_refs(repository)
+    form = RepositoryRefForm(request.GET if "ref" in request.GET else None,
+                             branches=refs["branches"], tags=refs["tags"])
+    names = refs["branches"] + refs["tags"]
+    default = refs["head"] if refs["head"] in refs["branches"] else next(iter(names), "")
+    ref = form.cleaned_data["ref"] if form.is_valid() else default
+    ref_errors = form.errors.get("ref", [])
+    # The picker shows the ref whose history is shown, also after a bad choice.
+    form = RepositoryRefForm(initial={"ref": ref}, branches=refs["branches"], tags=refs["tags"])
+    history = selectors.repository_commits(repository, ref) if ref else {"commits": [], "error": ""}
+    return render(request, "runtime_app/repository_detail.html", {
+        "repository": repository,
+        "refs": refs,
+        "ref": ref,
+        "form": form,
+        "ref_errors": ref_errors,
+        "history": history,
+        "searches": selectors.repository_searches(repository),
+        "can_operate": request.user.has_perm(roles.OPERATE),
+    })
