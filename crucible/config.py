@@ -48,6 +48,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_STEP_LEASE_SECONDS", "how long a worker's claim on a step lasts unrenewed", "60"),
     Variable("CRUCIBLE_PROVIDER_CONCURRENCY", "model calls in flight per provider account, machine-wide",
              "8"),
+    Variable("CRUCIBLE_REQUIRED_APPROVALS", "approvals a winner needs before it can be merged", "1"),
+    Variable("CRUCIBLE_SELF_APPROVAL", "whether a search's author may approve its winner", "false"),
     Variable("CRUCIBLE_DRAFT_MODEL", "preset:model the spec editor's draft button asks"),
     Variable("CRUCIBLE_REQUIRE_SERVICES", "tests: a missing service fails instead of skipping", "false"),
     Variable("DATABASE_URL", "postgres://user:pass@host/db (default: SQLite in the data dir)"),
@@ -79,6 +81,8 @@ class Config:
     sandbox: str
     step_lease_seconds: int
     provider_concurrency: int
+    required_approvals: int
+    self_approval: bool
     draft_model: str
     database_url: str | None
     redis_url: str | None
@@ -218,6 +222,10 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         step_lease_seconds=_integer(
             "CRUCIBLE_STEP_LEASE_SECONDS", get("CRUCIBLE_STEP_LEASE_SECONDS") or "", 3, 3600
         ),
+        required_approvals=_integer(
+            "CRUCIBLE_REQUIRED_APPROVALS", get("CRUCIBLE_REQUIRED_APPROVALS") or "", 1, 20
+        ),
+        self_approval=_boolean("CRUCIBLE_SELF_APPROVAL", get("CRUCIBLE_SELF_APPROVAL") or ""),
     )
 
 

@@ -215,6 +215,7 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
         worktree_remove(search.repository_path, worktree)
     result = {
         "receipts": written["receipts"], "writer_outcome": writer.outcome, "usage": written["usage"],
+        "stop": written.get("stop", ""), "transcript": written.get("transcript", []),
         "patch_sha256": patch.sha256, "diff_lines": patch.diff_lines, "files": patch.files[:200],
     }
     if patch.empty:
@@ -519,5 +520,5 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
         receipts.append(last.pk)
     tokens = sum(totals[name] for name in ("input_tokens", "output_tokens", "cache_write_tokens",
                                              "cache_read_tokens"))
-    return {"receipt": last, "receipts": receipts, "stop": stop,
+    return {"receipt": last, "receipts": receipts, "stop": stop, "transcript": chat.transcript(),
             "usage": {"cost_microusd": totals["cost_microusd"], "tokens": tokens, **totals}}

@@ -59,3 +59,45 @@ class SpecDiffForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.fields["from"] = self.fields.pop("from_")
+
+
+class SearchListForm(forms.Form):
+    """The searches list's filters and sort, from the query string: `?status=running&q=answer&sort=-best`.
+
+    Nothing here is an error for the user: a value that does not validate is dropped and its
+    default used (`filters()`), so an edited or stale URL still shows a list.
+    """
+
+    SORT_DEFAULT = "-created"
+
+    status = forms.ChoiceField(required=False)
+    outcome = forms.ChoiceField(required=False, choices=[
+        ("", "Any outcome"), ("winner", "winner"), ("none", "NONE"), ("undecided", "no outcome yet"),
+    ])
+    project = forms.ModelChoiceField(queryset=None, required=False, empty_label="All projects")
+    q = forms.CharField(required=False, max_length=200, label="Search", widget=forms.TextInput(attrs={
+        "type": "search", "id": "search-q", "placeholder": "name, objective or search id",
+        "autocomplete": "off",
+    }))
+    sort = forms.ChoiceField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, user: Any, *args: Any, **kwargs: Any):
+        from search_app.selectors import SEARCH_LIST_SORTS, SEARCH_LIST_STATUSES
+
+        super().__init__(*args, **kwargs)
+        self.fields["status"].choices = [("", "Any status"), *SEARCH_LIST_STATUSES.items()]
+        self.fields["sort"].choices = [(f"{sign}{key}", f"{sign}{key}")
+                                       for key in SEARCH_LIST_SORTS for sign in ("", "-")]
+        self.fields["project"].queryset = projects_for_user(user).order_by("name")
+
+    def filters(self) -> dict[str, Any]:
+        """The valid values, each invalid or missing one replaced by its default."""
+        self.is_valid()
+        data = getattr(self, "cleaned_data", {})  # an unbound form: every default
+        return {
+            "status": data.get("status") or "",
+            "outcome": data.get("outcome") or "",
+            "project": data.get("project"),
+            "text": (data.get("q") or "").strip(),
+            "sort": data.get("sort") or self.SORT_DEFAULT,
+        }

@@ -232,3 +232,78 @@ class Review(models.Model):
 
     def __str__(self) -> str:
         return f"review of {self.candidate.candidate_id}: {self.verdict}"
+
+
+class Comment(models.Model):
+    """A person's remark on a candidate, optionally on one file and line of its patch."""
+
+    candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="comments")
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    author_name = models.CharField(max_length=150)
+    path = models.CharField(max_length=400, blank=True)
+    line = models.PositiveIntegerField(null=True, blank=True)
+    body = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.author_name} on {self.candidate.candidate_id}"
+
+
+class Approval(models.Model):
+    """A person's decision on a winner, bound to the exact patch it was made on.
+
+    A decision made on another patch hash than the candidate's current one is stale: it
+    counts for nothing. The latest decision of each person is the one that stands.
+    """
+
+    DECISIONS = [("approve", "approve"), ("request_changes", "request changes")]
+
+    candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="approvals")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    user_name = models.CharField(max_length=150)
+    decision = models.CharField(max_length=16, choices=DECISIONS)
+    patch_sha256 = models.CharField(max_length=64)
+    replay = models.TextField(blank=True, help_text="the replay result shown when deciding")
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.user_name} {self.decision} {self.candidate.candidate_id} @ {self.patch_sha256[:12]}"
+
+    @property
+    def stale(self) -> bool:
+        return self.patch_sha256 != self.candidate.patch_sha256
+
+
+class Merge(models.Model):
+    """The one commit a search's approved winner became: on a new branch or an existing one."""
+
+    TARGETS = [("new_branch", "new branch"), ("existing_branch", "existing branch")]
+
+    search = models.OneToOneField(Search, on_delete=models.CASCADE, related_name="merge")
+    candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="+")
+    target = models.CharField(max_length=16, choices=TARGETS)
+    branch = models.CharField(max_length=255)
+    commit_sha = models.CharField(max_length=40)
+    patch_sha256 = models.CharField(max_length=64)
+    merged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    merged_by_name = models.CharField(max_length=150)
+    receipt = models.ForeignKey(
+        "runtime_app.Receipt", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.search.search_id} → {self.branch} @ {self.commit_sha[:12]}"

@@ -825,3 +825,217 @@ def spec_draft_write(user: Any, project: Project, description: str) -> tuple[str
     if not text.strip():
         raise ValidationError({"description": "The model answered without a spec; try describing it again."})
     return _check_text(text), f"{preset.name} {reply.receipt.resolved_model or model}"
+
+
+# ------------------------------------------------------------------ review, approval and merge
+#
+# A person decides; the reviewer's verdict is advice. An approval is bound to the exact patch
+# hash the approver was shown, so a changed patch leaves it stale. A merge needs enough
+# standing approvals, makes one commit with dulwich on a new or unmoved branch, and never pushes.
+
+MAX_COMMENT_CHARS = 10_000
+
+
+def _user_name(user: Any) -> str:
+    return user.get_username()
+
+
+def comment_add(user: Any, candidate: Any, body: str, path: str = "", line: int | None = None) -> Any:
+    """A project member's comment on a candidate, optionally on one file (and line) of its patch."""
+    from search_app.models import Comment
+
+    _require_member(user, candidate.search.project)
+    body = (body or "").strip()
+    errors = {}
+    if not body:
+        errors["body"] = "Write something."
+    elif len(body) > MAX_COMMENT_CHARS:
+        errors["body"] = f"Keep a comment under {MAX_COMMENT_CHARS:,} characters ({len(body):,} now)."
+    path = (path or "").strip()
+    if path and path not in (candidate.files or []):
+        errors["path"] = f"{path!r} is not a file this candidate's patch changes."
+    if line is not None and not path:
+        errors["line"] = "A line needs a file."
+    elif line is not None and not 1 <= line <= 10_000_000:
+        errors["line"] = "Give a line number from 1."
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        comment = Comment.objects.create(candidate=candidate, author=user, author_name=_user_name(user),
+                                         path=path, line=line, body=body)
+        where = f" on {path}" + (f":{line}" if line else "") if path else ""
+        _search_event(candidate.search, "candidate.comment",
+                      f"{_user_name(user)} commented on {candidate.candidate_id}{where}",
+                      candidate_id=candidate.candidate_id)
+    return comment
+
+
+def _winner_of(search: Search) -> Any:
+    from search_app.models import SearchRun
+
+    run = SearchRun.objects.filter(search=search).select_related("winner").first()
+    if run is None or run.status != "finished" or run.outcome != "winner" or run.winner is None:
+        raise ValidationError("Only a finished search's winner can be approved or merged; "
+                              "this search has none yet." if not run or run.outcome != "NONE"
+                              else "This search ended with NONE: there is nothing to approve or merge.")
+    return run.winner
+
+
+def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str, note: str = "") -> Any:
+    """An approver's decision on a winner, bound to the patch hash they confirmed.
+
+    Submitting the same decision on the same hash again returns the standing one (a double
+    click is harmless). A later decision by the same person replaces theirs.
+    """
+    from django.conf import settings
+
+    from search_app.models import Approval, Merge
+    from search_app.selectors import approval_state, winner_replay
+
+    search = candidate.search
+    _require(user, roles.APPROVE)
+    _require_member(user, search.project)
+    if decision not in dict(Approval.DECISIONS):
+        raise ValidationError({"decision": "Choose approve or request changes."})
+    if len(note or "") > MAX_COMMENT_CHARS:
+        raise ValidationError({"note": f"Keep the note under {MAX_COMMENT_CHARS:,} characters."})
+    with transaction.atomic():
+        winner = _winner_of(search)
+        candidate = type(candidate).objects.select_for_update().get(pk=candidate.pk)
+        if candidate.pk != winner.pk:
+            raise ValidationError(f"{candidate.candidate_id} is not this search's winner "
+                                  f"({winner.candidate_id}); only the winner is approved or merged.")
+        if Merge.objects.filter(search=search).exists():
+            raise ValidationError("This winner is merged already.")
+        if patch_sha256 != candidate.patch_sha256:
+            raise ValidationError({"patch_sha256": "The patch changed since you looked "
+                                   f"(now {candidate.patch_sha256[:12]}): read it again, then decide."})
+        if decision == "approve" and not settings.CONFIG.self_approval and search.created_by_id == user.pk:
+            raise ValidationError("You froze this search, so someone else must approve its winner "
+                                  "(an administrator can allow it with CRUCIBLE_SELF_APPROVAL=true).")
+        standing = approval_state(candidate)["decisions"].get(user.pk)
+        if standing is not None and standing.decision == decision and not standing.stale:
+            return standing
+        replay = winner_replay(search)
+        approval = Approval.objects.create(
+            candidate=candidate, user=user, user_name=_user_name(user), decision=decision,
+            patch_sha256=patch_sha256, replay=replay["why"] if replay else "", note=(note or "").strip())
+        action = "approval.approve" if decision == "approve" else "approval.request_changes"
+        audit_record(user, action, project=search.project,
+                     target=f"{search.search_id} {candidate.candidate_id}",
+                     detail={"patch_sha256": patch_sha256})
+        verb = "approved" if decision == "approve" else "requested changes to"
+        _search_event(search, f"approval.{decision}", f"{_user_name(user)} {verb} {candidate.candidate_id} "
+                      f"(patch {patch_sha256[:12]})", candidate_id=candidate.candidate_id)
+    return approval
+
+
+def merge_branch_default(search: Search) -> str:
+    return f"crucible/{search.search_id}"
+
+
+def merge_create(user: Any, search: Search, target: str = "new_branch", branch: str = "") -> Any:
+    """Commit the approved winner's patch onto the baseline: on a new branch (default
+    `crucible/<search-id>`) or on an existing branch that still points at the baseline.
+
+    Needs the approver role and enough standing approvals; one merge per search; never pushes.
+    """
+    from datetime import UTC, datetime
+    from time import monotonic
+
+    from runtime_app.git import GitError, commit_create
+    from runtime_app.models import Receipt
+    from runtime_app.services import receipt_record
+    from runtime_app.worktrees import patch_apply, worktree_remove
+    from search_app.models import Merge
+    from search_app.selectors import approval_state
+
+    _require(user, roles.APPROVE)
+    _require_member(user, search.project)
+    if target not in dict(Merge.TARGETS):
+        raise ValidationError({"target": "Choose a new branch or an existing branch."})
+    branch = (branch or "").strip() or (merge_branch_default(search) if target == "new_branch" else "")
+    if not branch:
+        raise ValidationError({"branch": "Name the existing branch to commit on."})
+    with transaction.atomic():
+        from search_app.models import SearchRun
+
+        SearchRun.objects.select_for_update().get(search=search)  # one merge decision at a time
+        if Merge.objects.filter(search=search).exists():
+            raise ValidationError(f"Merged already: {search.merge.branch} @ {search.merge.commit_sha[:12]}.")
+        winner = _winner_of(search)
+        state = approval_state(winner)
+        if not state["mergeable"]:
+            raise ValidationError(state["blocker"])
+        # No repo lock here: worktree creation takes it, and the branch moves by compare-and-set.
+        if target == "new_branch" and _branch_exists(search.repository_path, branch):
+            raise ValidationError({"branch": f"Branch {branch} exists already; choose another name."})
+        if target == "existing_branch":
+            _branch_at_baseline(search, branch)
+        started_at, started = datetime.now(UTC), monotonic()
+        name = f"merge-{search.search_id}-{int(started * 1000)}"
+        worktree = None
+        try:
+            worktree = patch_apply(search.repository_path, search.baseline_commit, bytes(winner.patch),
+                                   name)
+            approvers = ", ".join(sorted({a.user_name for a in state["standing_approvals"]}))
+            commit = commit_create(
+                search.repository_path,
+                message=f"{search.name}: {winner.candidate_id}\n\n{search.objective}",
+                author=_identity(user), committer="Crucible <crucible@localhost>",
+                trailers={"Crucible-Search": search.search_id,
+                          "Crucible-Preregistration": search.preregistration_hash,
+                          "Crucible-Candidate": f"{winner.candidate_id} {winner.patch_sha256}",
+                          "Approved-by": approvers},
+                parent_commit=search.baseline_commit, tree_from_worktree=worktree, branch=branch,
+            )
+        except GitError as error:
+            raise ValidationError(f"The merge was not made: {error}") from None
+        finally:
+            if worktree is not None:
+                worktree_remove(search.repository_path, worktree)
+        receipt = receipt_record(Receipt(
+            kind="merge", argv=["crucible", "merge", branch], cwd=".", started_at=started_at,
+            finished_at=datetime.now(UTC), duration_seconds=round(monotonic() - started, 6), exit_code=0,
+            detail={"branch": branch, "target": target, "commit": commit, "baseline": search.baseline_commit,
+                    "patch_sha256": winner.patch_sha256, "approved_by": approvers, "pushed": False},
+        ), project=search.project, subject=("candidate", winner.pk), label=f"{winner.candidate_id} merge")
+        merge = Merge.objects.create(
+            search=search, candidate=winner, target=target, branch=branch, commit_sha=commit,
+            patch_sha256=winner.patch_sha256, merged_by=user, merged_by_name=_user_name(user),
+            receipt=receipt)
+        audit_record(user, "merge.create", project=search.project, target=f"{search.search_id} → {branch}",
+                     detail={"commit": commit, "candidate": winner.candidate_id,
+                             "patch_sha256": winner.patch_sha256})
+        _search_event(search, "search.merged", f"{winner.candidate_id} merged onto {branch} as {commit[:12]} "
+                      f"by {_user_name(user)} (not pushed)", candidate_id=winner.candidate_id)
+    return merge
+
+
+def _identity(user: Any) -> str:
+    import re
+
+    name = re.sub(r"[<>\n\r\0]", "", user.get_full_name() or user.get_username()).strip() or "user"
+    local = re.sub(r"[^A-Za-z0-9._-]", "", user.get_username()) or "user"
+    email = re.sub(r"[<>\s\0]", "", user.email or "") or f"{local}@crucible.invalid"
+    return f"{name} <{email}>"
+
+
+def _branch_exists(repo_path: str, branch: str) -> bool:
+    from runtime_app.git import repo_open
+
+    with repo_open(repo_path) as repo:
+        return f"refs/heads/{branch}".encode() in repo.refs
+
+
+def _branch_at_baseline(search: Search, branch: str) -> None:
+    from runtime_app.git import repo_open
+
+    with repo_open(search.repository_path) as repo:
+        ref = f"refs/heads/{branch}".encode()
+        if ref not in repo.refs:
+            raise ValidationError({"branch": f"There is no branch {branch}."})
+        head = repo.refs[ref].decode()
+    if head != search.baseline_commit:
+        raise ValidationError({"branch": f"{branch} has moved on from the baseline ({head[:12]} is not "
+                               f"{search.baseline_commit[:12]}); merge to a new branch instead."})

@@ -47,13 +47,141 @@ def _can_operate(request: HttpRequest) -> bool:
     return request.user.has_perm(roles.OPERATE)
 
 
+# --- the searches list ------------------------------------------------------------------------
+
+# The list's columns: heading, and the `sort` key that orders by it (descending first, but names).
+SEARCH_LIST_COLUMNS = [
+    ("Search", "name"), ("Status", None), ("Repository", None), ("Objective", None),
+    ("Population · rounds", None), ("Best vs baseline", "best"), ("Spend", "spend"),
+    ("Started → finished", "started"), ("Created · author", "created"),
+]
+
+
+def _finite(value: float) -> bool:
+    return value == value and abs(value) != float("inf")  # not NaN, not ±inf
+
+
+def _score_text(value: float) -> str:
+    """A score as people read it: 712, 0.45, 1,234.5, 0.000123."""
+    if not _finite(value):
+        return str(value)
+    if value == int(value) and abs(value) < 1e15:
+        return f"{int(value):,}"
+    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _versus(best: float | None, baseline: float | None, direction: str | None) -> dict[str, str] | None:
+    """"0.45 vs 712 (−99.9%)", and whether the best beats the baseline in the spec's direction."""
+    if best is None:
+        return None
+    direction = direction or "minimize"  # the spec's default
+    if baseline is None:
+        return {"text": _score_text(best), "verdict": "", "title": f"best {best!r} ({direction}); "
+                                                                   "the baseline has no score"}
+    text, verdict = f"{_score_text(best)} vs {_score_text(baseline)}", "same"
+    if best != baseline:
+        verdict = "better" if (best > baseline) == (direction == "maximize") else "worse"
+    if baseline and _finite(baseline) and _finite(best):
+        change = (best - baseline) / abs(baseline) * 100
+        text += f" ({'+' if change > 0 else '−' if change < 0 else '±'}{abs(change):.1f}%)"
+    return {"text": text, "verdict": verdict,
+            "title": f"best candidate {best!r} vs baseline {baseline!r}; {direction}, so this is {verdict}"}
+
+
+def _usd(microusd: int) -> str:
+    usd = microusd / 1_000_000
+    return f"${usd:,.2f}" if usd >= 0.01 or not usd else f"${usd:.6f}".rstrip("0")
+
+
+def _search_row(search: Any) -> dict[str, Any]:
+    """What one row of the list shows, from a `selectors.search_list_rows` search (no queries)."""
+    run = getattr(search, "run", None)  # None when not started: select_related cached its absence
+    spend = budget = share = ""
+    if run is not None:
+        spend = _usd(run.spent_cost_microusd)
+        if run.budget_cost_microusd:
+            budget = _usd(run.budget_cost_microusd)
+            share = f"{100 * run.spent_cost_microusd / run.budget_cost_microusd:.0f}%"
+    return {
+        "search": search, "run": run, "status": search.list_status, "outcome": run.outcome if run else "",
+        "population": search.population,
+        "rounds": " → ".join(str(survivors) for survivors in search.rounds or []),
+        "versus": _versus(search.best_score, search.baseline_score, search.score_direction),
+        "spend": spend, "budget": budget, "share": share,
+    }
+
+
+def _list_url(filters: dict[str, Any], **changes: Any) -> str:
+    """The list's URL with these filters (defaults left out), so a link or a refresh keeps them."""
+    from search_app.forms import SearchListForm
+
+    values = {**filters, **changes}
+    query = {
+        "status": values["status"], "outcome": values["outcome"],
+        "project": values["project"].pk if values["project"] is not None else "", "q": values["text"],
+        "sort": values["sort"] if values["sort"] != SearchListForm.SORT_DEFAULT else "",
+    }
+    url = reverse("search_list")
+    query = {key: value for key, value in query.items() if value}
+    return f"{url}?{urlencode(query)}" if query else url
+
+
+def _list_columns(filters: dict[str, Any]) -> list[dict[str, Any]]:
+    """The headings; a sortable one links to its sort (or the reverse, when it is the current one)."""
+    current = filters["sort"].removeprefix("-")
+    descending = filters["sort"].startswith("-")
+    columns = []
+    for label, key in SEARCH_LIST_COLUMNS:
+        column: dict[str, Any] = {"label": label, "key": key, "order": "", "url": ""}
+        if key is not None:
+            if key == current:
+                column["order"] = "descending" if descending else "ascending"
+                column["url"] = _list_url(filters, sort=key if descending else f"-{key}")
+            else:
+                column["url"] = _list_url(filters, sort=key if key == "name" else f"-{key}")
+        columns.append(column)
+    return columns
+
+
 @require_GET
 def search_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "search_app/search_list.html", {
-        "searches": selectors.searches_for_user(request.user).select_related("repository")[:200],
-        "specs": selectors.spec_list_for_user(request.user)[:200],
+    """The searches the user can see as a run table, filtered and sorted by the query string.
+
+    An htmx request (the filter form, a heading, the refresh while something runs) gets only
+    the rows partial; the full page includes the same partial.
+    """
+    from django.utils.cache import patch_vary_headers
+
+    from search_app.forms import SearchListForm
+
+    filters = SearchListForm(request.user, request.GET).filters()
+    limit = selectors.SEARCH_LIST_LIMIT
+    found = list(selectors.search_list_rows(request.user, **filters)[: limit + 1])
+    rows = [_search_row(search) for search in found[:limit]]
+    context: dict[str, Any] = {
+        "rows": rows, "more": len(found) > limit, "limit": limit,
+        "live": any(row["status"] in selectors.SEARCH_LIST_LIVE for row in rows),
+        "list_url": _list_url(filters), "columns": _list_columns(filters),
+        "sort": filters["sort"] if filters["sort"] != SearchListForm.SORT_DEFAULT else "",
+        "filtered": bool(filters["status"] or filters["outcome"] or filters["project"] or filters["text"]),
         "can_operate": _can_operate(request),
-    })
+    }
+    htmx = request.htmx
+    if htmx and not htmx.boosted and not htmx.history_restore_request:
+        response = render(request, "search_app/_search_rows.html", context)
+        if htmx.trigger == "search-filters":  # the address bar gets the tidy URL, not `?q=&status=…`
+            response["HX-Push-Url"] = context["list_url"]
+    else:
+        context.update(
+            form=SearchListForm(request.user, initial={
+                "status": filters["status"], "outcome": filters["outcome"], "project": filters["project"],
+                "q": filters["text"],
+            }),
+            specs=selectors.spec_list_for_user(request.user)[:200],
+        )
+        response = render(request, "search_app/search_list.html", context)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
 
 
 # --- the validation partial -------------------------------------------------------------------

@@ -1,0 +1,202 @@
+"""Comments, approvals bound to the patch hash, and merges onto real branches (checked with git)."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+
+import pytest
+from django.conf import settings as django_settings
+from django.core.exceptions import PermissionDenied, ValidationError
+
+from runtime_app import roles
+from runtime_app.models import AuditEntry, ProjectMembership, Receipt
+from search_app import services
+from search_app.models import Approval, Merge
+from search_app.selectors import approval_state
+from tests.conftest import make_user
+from tests.search_app.runs import plan_repo, spec_text
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def git(repo, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture
+def approver(personas):
+    user = make_user("approver", roles.VIEWER, roles.APPROVER)
+    ProjectMembership.objects.create(project=personas.alpha, user=user)
+    return user
+
+
+@pytest.fixture
+def finished(personas, tmp_path, settings):
+    """A finished search of project alpha whose winner, cand_002, returns 9."""
+    settings.DATA_DIR = tmp_path / "data"
+    repo = plan_repo(tmp_path / "repo", {"cand_001": 4, "cand_002": 9})
+    search = services.search_freeze(personas.owner, personas.alpha, spec_text(population=2, rounds=[2, 1]),
+                                    "HEAD", repository_path=str(repo))
+    services.search_start(personas.owner, search, enqueue=False)
+    run = services.search_run_inline(search)
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
+    return search, run.winner, repo
+
+
+@pytest.fixture
+def config(settings):
+    def change(**values):
+        settings.CONFIG = dataclasses.replace(django_settings.CONFIG, **values)
+    return change
+
+
+def test_an_approved_winner_merges_onto_a_new_branch_with_its_trailers(finished, approver):
+    search, winner, repo = finished
+    head_before = git(repo, "rev-parse", "HEAD")
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    merge = services.merge_create(approver, search)
+    branch = f"crucible/{search.search_id}"
+    assert merge.branch == branch and git(repo, "rev-parse", branch) == merge.commit_sha
+    assert git(repo, "rev-parse", f"{branch}^") == search.baseline_commit
+    trailers = git(repo, "log", "-1", "--format=%(trailers:only,unfold)", branch).splitlines()
+    assert trailers == [f"Crucible-Search: {search.search_id}",
+                        f"Crucible-Preregistration: {search.preregistration_hash}",
+                        f"Crucible-Candidate: cand_002 {winner.patch_sha256}",
+                        "Approved-by: approver"]
+    assert git(repo, "show", f"{branch}:code/answer.py") == "def answer():\n    return 9"
+    identities = git(repo, "log", "-1", "--format=%an <%ae>|%cn", branch)
+    assert identities == "approver <approver@crucible.invalid>|Crucible"
+    # Nothing else moved: the checked-out branch and the working tree are as they were.
+    assert git(repo, "rev-parse", "HEAD") == head_before and git(repo, "status", "--porcelain") == ""
+    assert Receipt.objects.get(kind="merge").detail["pushed"] is False
+    assert list(AuditEntry.objects.filter(action__in=["approval.approve", "merge.create"])
+                .values_list("action", flat=True).order_by("id")) == ["approval.approve", "merge.create"]
+    with pytest.raises(ValidationError, match="Merged already"):
+        services.merge_create(approver, search)
+
+
+def test_only_approvers_who_are_members_may_approve_or_merge(finished, personas, approver):
+    search, winner, _ = finished
+    viewer = make_user("viewer", roles.VIEWER)
+    ProjectMembership.objects.create(project=personas.alpha, user=viewer)
+    for user in (viewer, personas.member, personas.outsider):  # viewer; operator only; not a member
+        with pytest.raises(PermissionDenied):
+            services.approval_record(user, winner, "approve", winner.patch_sha256)
+        with pytest.raises(PermissionDenied):
+            services.merge_create(user, search)
+    assert not Approval.objects.exists() and not Merge.objects.exists()
+
+
+def test_merging_needs_the_required_number_of_standing_approvals(finished, approver, personas, config):
+    search, winner, _ = finished
+    with pytest.raises(ValidationError, match="needs 1 approval on the current patch; it has 0"):
+        services.merge_create(approver, search)
+    config(required_approvals=2)
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    with pytest.raises(ValidationError, match="needs 2 approvals"):
+        services.merge_create(approver, search)
+    config(required_approvals=2, self_approval=True)
+    services.approval_record(personas.owner, winner, "approve", winner.patch_sha256)
+    assert services.merge_create(approver, search).commit_sha
+
+
+def test_the_author_may_not_approve_their_own_search_unless_allowed(finished, personas, config):
+    _, winner, _ = finished
+    with pytest.raises(ValidationError, match="someone else must approve"):
+        services.approval_record(personas.owner, winner, "approve", winner.patch_sha256)
+    # Requesting changes is always open to the author.
+    services.approval_record(personas.owner, winner, "request_changes", winner.patch_sha256)
+    config(self_approval=True)
+    services.approval_record(personas.owner, winner, "approve", winner.patch_sha256)
+    assert approval_state(winner)["mergeable"]
+
+
+def test_an_approval_goes_stale_when_the_patch_hash_changes(finished, approver):
+    search, winner, _ = finished
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    assert approval_state(winner)["mergeable"]
+    winner.patch_sha256 = "0" * 64  # the winner's patch is no longer the one that was approved
+    winner.save(update_fields=["patch_sha256"])
+    state = approval_state(winner)
+    assert not state["mergeable"] and len(state["stale"]) == 1 and not state["standing_approvals"]
+    with pytest.raises(ValidationError, match="it has 0"):
+        services.merge_create(approver, search)
+    # Approving with the hash one saw before is refused: the page must be read again.
+    with pytest.raises(ValidationError, match="The patch changed since you looked"):
+        services.approval_record(approver, winner, "approve", "f" * 64)
+
+
+def test_double_submitting_an_approval_is_harmless(finished, approver):
+    _, winner, _ = finished
+    first = services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    again = services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    assert again.pk == first.pk and Approval.objects.count() == 1
+    assert AuditEntry.objects.filter(action="approval.approve").count() == 1
+
+
+def test_a_request_for_changes_blocks_the_merge_until_its_author_approves(finished, approver):
+    search, winner, _ = finished
+    services.approval_record(approver, winner, "request_changes", winner.patch_sha256, note="rename it")
+    state = approval_state(winner)
+    assert state["blocker"] == "approver requested changes."
+    with pytest.raises(ValidationError, match="requested changes"):
+        services.merge_create(approver, search)
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    assert approval_state(winner)["mergeable"] and Approval.objects.count() == 2
+
+
+def test_only_the_winner_of_a_finished_search_is_approved(finished, approver):
+    search, winner, _ = finished
+    loser = search.candidates.get(candidate_id="cand_001")
+    with pytest.raises(ValidationError, match="cand_001 is not this search's winner"):
+        services.approval_record(approver, loser, "approve", loser.patch_sha256)
+    with pytest.raises(ValidationError, match="Choose approve or request changes"):
+        services.approval_record(approver, winner, "merge-it-now", winner.patch_sha256)
+
+
+def test_a_none_search_has_nothing_to_approve_or_merge(personas, approver, tmp_path, settings):
+    settings.DATA_DIR = tmp_path / "data"
+    repo = plan_repo(tmp_path / "repo", {"cand_001": "broken", "cand_002": "broken"})
+    search = services.search_freeze(personas.owner, personas.alpha, spec_text(population=2, rounds=[2, 1]),
+                                    "HEAD", repository_path=str(repo))
+    services.search_start(personas.owner, search, enqueue=False)
+    assert services.search_run_inline(search).outcome == "NONE"
+    candidate = search.candidates.get(candidate_id="cand_001")
+    with pytest.raises(ValidationError, match="ended with NONE"):
+        services.approval_record(approver, candidate, "approve", candidate.patch_sha256)
+    with pytest.raises(ValidationError, match="ended with NONE"):
+        services.merge_create(approver, search)
+
+
+def test_an_existing_branch_is_used_only_while_it_still_points_at_the_baseline(finished, approver):
+    search, winner, repo = finished
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    git(repo, "branch", "moved", search.baseline_commit)
+    git(repo, "branch", "release", search.baseline_commit)
+    (repo / "extra.txt").write_text("x\n")
+    git(repo, "-c", "core.hooksPath=/dev/null", "checkout", "-q", "moved")
+    git(repo, "add", "extra.txt")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "moved on")
+    with pytest.raises(ValidationError, match="moved has moved on from the baseline"):
+        services.merge_create(approver, search, target="existing_branch", branch="moved")
+    with pytest.raises(ValidationError, match="There is no branch nope"):
+        services.merge_create(approver, search, target="existing_branch", branch="nope")
+    git(repo, "branch", f"crucible/{search.search_id}", search.baseline_commit)
+    with pytest.raises(ValidationError, match="exists already"):
+        services.merge_create(approver, search)
+    merge = services.merge_create(approver, search, target="existing_branch", branch="release")
+    assert git(repo, "rev-parse", "release") == merge.commit_sha
+    assert git(repo, "rev-parse", "release^") == search.baseline_commit
+
+
+def test_comments_name_a_changed_file_and_a_line(finished, personas):
+    _, winner, _ = finished
+    comment = services.comment_add(personas.member, winner, "Why 9?", path="code/answer.py", line=2)
+    assert (comment.path, comment.line, comment.author_name) == ("code/answer.py", 2, "member")
+    with pytest.raises(ValidationError) as raised:
+        services.comment_add(personas.member, winner, "  ", path="nope.py", line=0)
+    assert set(raised.value.message_dict) == {"body", "path", "line"}
+    with pytest.raises(PermissionDenied):
+        services.comment_add(personas.outsider, winner, "hi")
