@@ -13,6 +13,7 @@ from django.template.loader import render_to_string
 
 from runtime_app import selectors
 from runtime_app.services import event_group
+from runtime_app.subjects import live_fragments
 
 # Close codes outside 1006/1011–1013, so the htmx ws extension does not reconnect.
 CLOSE_UNAUTHENTICATED = 4401
@@ -89,7 +90,7 @@ class EventConsumer(AsyncWebsocketConsumer):
             return
         async with self.flush_lock:
             while True:
-                html, last_id, allowed = await database_sync_to_async(self._render_after)(
+                messages, last_id, allowed = await database_sync_to_async(self._render_after)(
                     self.cursor
                 )
                 if not allowed:
@@ -97,7 +98,8 @@ class EventConsumer(AsyncWebsocketConsumer):
                     return
                 if last_id is None:
                     return
-                await self.send(text_data=html)
+                for message in messages:
+                    await self.send(text_data=message)
                 self.cursor = last_id
 
     def _watched_project_ids(self) -> list[int] | None:
@@ -106,22 +108,23 @@ class EventConsumer(AsyncWebsocketConsumer):
         project_id = selectors.subject_accessible_project(self.user, *self.subject)
         return None if project_id is None else [project_id]
 
-    def _render_after(self, cursor: int) -> tuple[str, int | None, bool]:
-        """(fragment, new cursor, still allowed) — access is re-checked on every read."""
+    def _render_after(self, cursor: int) -> tuple[list[str], int | None, bool]:
+        """(messages, new cursor, still allowed) — access is re-checked on every read."""
         self.user.refresh_from_db(fields=["is_active"])
         if not self.user.is_active:
-            return "", None, False
+            return [], None, False
         if self.subject is not None and (
             selectors.subject_accessible_project(self.user, *self.subject) is None
         ):
-            return "", None, False
+            return [], None, False
         events = selectors.events_for_user(
             self.user, after_id=cursor, subject=self.subject, limit=BATCH
         )
         if not events:
-            return "", None, True
+            return [], None, True
         html = render_to_string("runtime_app/_events_oob.html", {"events": events})
-        return html, events[-1].pk, True
+        extra = live_fragments(self.user, *self.subject, events) if self.subject is not None else []
+        return [html, *extra], events[-1].pk, True
 
 
 def _query_last_id(query_string: bytes) -> int | None:

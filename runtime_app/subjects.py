@@ -29,3 +29,21 @@ def _project_resolver(subject_id: int) -> int | None:
 
 
 subject_type_register("project", _project_resolver)
+
+
+# A subject type may also render fragments for the page that watches it (e.g. a search's rows
+# and summary), sent after its events so the page updates in place. Each string is sent as its
+# own message: table rows parse only in a message of rows (the HTML parser drops a <tr> that
+# follows a <div>).
+LiveRenderer = Callable[[object, int, list], list]
+_LIVE: dict[str, LiveRenderer] = {}
+
+
+def live_renderer_register(name: str, renderer: LiveRenderer) -> None:
+    _LIVE[name] = renderer
+
+
+def live_fragments(user: object, subject_type: str, subject_id: int, events: list) -> list[str]:
+    """Out-of-band messages a subject's page wants with these events (none for most subjects)."""
+    renderer = _LIVE.get(subject_type)
+    return [message for message in renderer(user, subject_id, events) if message] if renderer else []

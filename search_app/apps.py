@@ -6,7 +6,8 @@ class SearchAppConfig(AppConfig):
     verbose_name = "Experimental search"
 
     def ready(self) -> None:
-        from runtime_app.subjects import subject_type_register
+        from runtime_app.subjects import live_renderer_register, subject_type_register
+        from search_app.live import search_live_fragments
 
         def search_project(subject_id: int) -> int | None:
             from search_app.models import Search
@@ -21,3 +22,4 @@ class SearchAppConfig(AppConfig):
 
         subject_type_register("search", search_project)
         subject_type_register("candidate", candidate_project)
+        live_renderer_register("search", search_live_fragments)

@@ -101,3 +101,29 @@ class SearchListForm(forms.Form):
             "text": (data.get("q") or "").strip(),
             "sort": data.get("sort") or self.SORT_DEFAULT,
         }
+
+
+class CommentForm(forms.Form):
+    """A comment on a candidate, optionally on one changed file and line."""
+
+    body = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=10_000, strip=True)
+    path = forms.CharField(required=False, max_length=400)
+    line = forms.IntegerField(required=False, min_value=1, max_value=10_000_000)
+
+
+class DecisionForm(forms.Form):
+    """Approve or request changes, bound to the patch hash the person was shown."""
+
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("request_changes", "Request changes")])
+    patch_sha256 = forms.RegexField(regex=r"^[0-9a-f]{64}$", widget=forms.HiddenInput,
+                                    error_messages={"invalid": "The patch hash is not a SHA-256."})
+    note = forms.CharField(required=False, max_length=10_000, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class MergeForm(forms.Form):
+    """Where the approved winner goes: a new branch (default) or an existing one at the baseline."""
+
+    TARGETS = [("new_branch", "A new branch"),
+               ("existing_branch", "An existing branch that still points at the baseline")]
+    target = forms.ChoiceField(choices=TARGETS, widget=forms.RadioSelect)
+    branch = forms.CharField(required=False, max_length=255)

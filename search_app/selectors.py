@@ -68,30 +68,32 @@ def search_for_user(user: Any, search_id: str) -> Search:
     return search
 
 
-def search_run_report(search: Search) -> dict[str, Any]:
-    """The run's state, budget, funnel and every candidate with its fate and receipts (JSON-ready)."""
-    from runtime_app.models import Receipt
-    from search_app.models import SearchRun
-
-    run = SearchRun.objects.filter(search=search).select_related("winner").first()  # never a stale cache
-    candidates = list(search.candidates.order_by("number"))
-    receipts: dict[int, list[int]] = {}
-    for candidate_pk, receipt_pk in Receipt.objects.filter(
-        subject_type="candidate", subject_id__in=[c.pk for c in candidates]
-    ).values_list("subject_id", "pk"):
-        receipts.setdefault(candidate_pk, []).append(receipt_pk)
-    counts: dict[str, int] = {}
-    for candidate in candidates:
-        if candidate.number:
-            counts[candidate.state] = counts.get(candidate.state, 0) + 1
-    review = search.reviews.order_by("-id").first()
+def run_summary(search: Search) -> dict[str, Any]:
+    """The run's state, budget, model-call totals, review and merge, without the candidate list:
+    a fixed number of queries whatever the population."""
     from django.db.models import Count, Sum
 
-    calls = Receipt.objects.filter(subject_type="candidate", subject_id__in=[c.pk for c in candidates],
-                                   kind="llm_call").aggregate(
+    from runtime_app.models import Receipt
+    from search_app.models import Candidate, Merge, SearchRun
+
+    run = SearchRun.objects.filter(search=search).select_related("winner").first()  # never a stale cache
+    counts = dict(Candidate.objects.filter(search=search, number__gt=0).values_list("state")
+                  .annotate(n=Count("pk")).values_list("state", "n"))
+    review = search.reviews.select_related("candidate").order_by("-id").first()
+    calls = Receipt.objects.filter(subject_type="candidate", kind="llm_call", subject_id__in=Candidate.objects
+                                   .filter(search=search).values("pk")).aggregate(
         calls=Count("id"), input=Sum("input_tokens"), read=Sum("cache_read_tokens"),
         write=Sum("cache_write_tokens"), output=Sum("output_tokens"), cost=Sum("cost_microusd"))
     prompt_tokens = (calls["input"] or 0) + (calls["read"] or 0) + (calls["write"] or 0)
+    merge = Merge.objects.filter(search=search).first()
+    budget = {
+        "max_cost_microusd": run.budget_cost_microusd if run else None,
+        "max_tokens": run.budget_tokens if run else None,
+        "spent_cost_microusd": run.spent_cost_microusd if run else 0,
+        "spent_tokens": run.spent_tokens if run else 0,
+        "reserved_cost_microusd": run.reserved_cost_microusd if run else 0,
+        "reserved_tokens": run.reserved_tokens if run else 0,
+    }
     return {
         "search_id": search.search_id,
         "name": search.name,
@@ -100,15 +102,11 @@ def search_run_report(search: Search) -> dict[str, Any]:
         "round": run.round_index if run else None,
         "outcome": run.outcome if run else "",
         "winner": run.winner.candidate_id if run and run.winner else None,
+        "winner_patch_sha256": run.winner.patch_sha256 if run and run.winner else None,
         "reason": run.reason if run else "",
-        "budget": {
-            "max_cost_microusd": run.budget_cost_microusd if run else None,
-            "max_tokens": run.budget_tokens if run else None,
-            "spent_cost_microusd": run.spent_cost_microusd if run else 0,
-            "spent_tokens": run.spent_tokens if run else 0,
-            "reserved_cost_microusd": run.reserved_cost_microusd if run else 0,
-            "reserved_tokens": run.reserved_tokens if run else 0,
-        },
+        "started_at": run.started_at if run else None,
+        "finished_at": run.finished_at if run else None,
+        "budget": budget,
         "states": counts,
         "llm": {
             "calls": calls["calls"], "input_tokens": calls["input"] or 0,
@@ -119,17 +117,36 @@ def search_run_report(search: Search) -> dict[str, Any]:
             "cache_hit_ratio": round((calls["read"] or 0) / prompt_tokens, 4) if prompt_tokens else None,
         },
         "review": {"candidate": review.candidate.candidate_id, "verdict": review.verdict,
-                   "findings": review.findings} if review else None,
-        "candidates": [
-            {
-                "candidate_id": c.candidate_id, "state": c.state, "round_reached": c.round_reached,
-                "gates_passed": c.gates_passed, "score": c.score, "spread": c.spread, "trials": c.trials,
-                "cost_microusd": c.cost_microusd, "tokens": c.tokens, "diff_lines": c.diff_lines,
-                "patch_sha256": c.patch_sha256, "reason": c.reason, "receipts": receipts.get(c.pk, []),
-            }
-            for c in candidates
-        ],
+                   "findings": review.findings, "reviewer": review.reviewer} if review else None,
+        "merge": {"branch": merge.branch, "commit": merge.commit_sha, "by": merge.merged_by_name,
+                  "at": merge.created_at} if merge else None,
     }
+
+
+def search_run_report(search: Search) -> dict[str, Any]:
+    """The run summary plus every candidate with its fate and receipts (JSON-ready: API and CLI)."""
+    from runtime_app.models import Receipt
+
+    report = run_summary(search)
+    report.pop("started_at"), report.pop("finished_at"), report.pop("winner_patch_sha256")
+    if report["merge"]:
+        report["merge"]["at"] = report["merge"]["at"].isoformat()
+    candidates = list(search.candidates.order_by("number").defer("patch"))
+    receipts: dict[int, list[int]] = {}
+    for candidate_pk, receipt_pk in Receipt.objects.filter(
+        subject_type="candidate", subject_id__in=[c.pk for c in candidates]
+    ).values_list("subject_id", "pk"):
+        receipts.setdefault(candidate_pk, []).append(receipt_pk)
+    report["candidates"] = [
+        {
+            "candidate_id": c.candidate_id, "state": c.state, "round_reached": c.round_reached,
+            "gates_passed": c.gates_passed, "score": c.score, "spread": c.spread, "trials": c.trials,
+            "cost_microusd": c.cost_microusd, "tokens": c.tokens, "diff_lines": c.diff_lines,
+            "patch_sha256": c.patch_sha256, "reason": c.reason, "receipts": receipts.get(c.pk, []),
+        }
+        for c in candidates
+    ]
+    return report
 
 
 def search_receipts(user: Any, search: Search) -> QuerySet:
@@ -227,12 +244,119 @@ def candidate_steps(candidate: Any) -> list[dict[str, Any]]:
 
 def candidate_file_stats(candidate: Any) -> list[dict[str, Any]]:
     """Per changed file: path, lines added and deleted (None for binary files)."""
+    from runtime_app.git import GitError
     from runtime_app.worktrees import patch_from_text
 
     if not candidate.patch:
         return []
-    return [{"path": path, "added": added, "deleted": deleted}
-            for added, deleted, path in patch_from_text(bytes(candidate.patch)).numstat]
+    try:
+        numstat = patch_from_text(bytes(candidate.patch)).numstat
+    except GitError:  # a stored patch git cannot read: the page shows the text without the counts
+        return []
+    return [{"path": path, "added": added, "deleted": deleted} for added, deleted, path in numstat]
+
+
+# ---- the search page: funnel, candidate table, score-vs-cost plot, budget
+
+CANDIDATE_PAGE_SIZE = 100
+CANDIDATE_SORTS = ("number", "state", "round", "gates", "score", "cost", "tokens", "diff")
+CANDIDATE_STATES = ("queued", "writing", "evaluating", "alive", "eliminated", "winner", "not_admitted",
+                    "cancelled")
+
+
+def candidate_rows(search: Search, sort: str = "number", state: str = "", page: int = 1) -> dict[str, Any]:
+    """One page of the candidate table (baseline first on the first page), sorted and filtered;
+    a fixed number of queries whatever the population."""
+    from django.db.models import F
+
+    from search_app.models import Candidate
+
+    descending = sort.startswith("-")
+    key = sort.lstrip("-") if sort.lstrip("-") in CANDIDATE_SORTS else "number"
+    fields = {"number": F("number"), "state": F("state"), "round": F("round_reached"),
+              "gates": F("gates_passed"), "cost": F("cost_microusd"), "tokens": F("tokens"),
+              "diff": F("diff_lines"), "score": F("score")}
+    field = fields[key]
+    order = [field.desc(nulls_last=True) if descending else field.asc(nulls_last=True), "number"]
+    rows = Candidate.objects.filter(search=search, number__gt=0).defer("patch", "files")
+    if state in CANDIDATE_STATES:
+        rows = rows.filter(state=state)
+    total = rows.count()
+    pages = max(1, -(-total // CANDIDATE_PAGE_SIZE))
+    page = min(max(1, page), pages)
+    start = (page - 1) * CANDIDATE_PAGE_SIZE
+    shown = list(rows.order_by(*order)[start:start + CANDIDATE_PAGE_SIZE])
+    baseline = Candidate.objects.filter(search=search, number=0).defer("patch", "files").first()
+    return {"rows": shown, "baseline": baseline, "total": total, "page": page, "pages": pages,
+            "sort": ("-" if descending else "") + key, "state": state if state in CANDIDATE_STATES else ""}
+
+
+def search_funnel(search: Search) -> dict[str, Any]:
+    """Per round: how many were planned, evaluated, promoted past it and eliminated in it; and
+    how many candidates are in each state (one query)."""
+    from django.db.models import Count, Q
+
+    from search_app.models import Candidate
+
+    rounds = list((search.spec_normalized or {}).get("rounds", []))
+    aggregates = {f"r{i}": Count("pk", filter=Q(round_reached__gte=i)) for i in range(len(rounds))}
+    aggregates.update({f"out{i}": Count("pk", filter=Q(round_reached=i, state="eliminated"))
+                       for i in range(len(rounds))})
+    aggregates.update({f"s_{name}": Count("pk", filter=Q(state=name)) for name in CANDIDATE_STATES})
+    counts = Candidate.objects.filter(search=search, number__gt=0).aggregate(**aggregates)
+    population = (search.spec_normalized or {}).get("population") or 1
+    steps = [{"round": i, "planned": planned, "evaluated": counts[f"r{i}"], "eliminated": counts[f"out{i}"],
+              "width": max(3, round(100 * planned / population))} for i, planned in enumerate(rounds)]
+    states = {name: counts[f"s_{name}"] for name in CANDIDATE_STATES if counts[f"s_{name}"]}
+    return {"rounds": steps, "states": states}
+
+
+def score_plot(search: Search, width: int = 640, height: int = 280) -> dict[str, Any]:
+    """Scored candidates as points of score against cost (or diff lines when nothing was spent),
+    with the Pareto front (better score, lower cost) and the baseline's score; SVG coordinates."""
+    from search_app.models import Candidate
+
+    points = list(Candidate.objects.filter(search=search, score__isnull=False).values_list(
+        "candidate_id", "number", "score", "cost_microusd", "diff_lines", "state", "spread"))
+    baseline = next((p for p in points if p[1] == 0), None)
+    scored = [p for p in points if p[1] > 0]
+    if not scored:
+        return {"points": [], "front": "", "width": width, "height": height}
+    by_cost = any(p[3] for p in scored)
+    x_label = "cost (µUSD)" if by_cost else "diff lines"
+    maximize = (search.spec_normalized or {}).get("score", {}).get("direction", "maximize") == "maximize"
+    xs = [(p[3] if by_cost else (p[4] or 0)) for p in scored]
+    ys = [p[2] for p in scored] + ([baseline[2]] if baseline else [])
+    pad = 36
+    x_low, x_high = min(xs), max(xs)
+    y_low, y_high = min(ys), max(ys)
+    x_span, y_span = (x_high - x_low) or 1, (y_high - y_low) or 1
+
+    def sx(value: float) -> float:
+        return round(pad + (value - x_low) / x_span * (width - 2 * pad), 1)
+
+    def sy(value: float) -> float:
+        return round(height - pad - (value - y_low) / y_span * (height - 2 * pad), 1)
+
+    shown = []
+    for (candidate_id, _, score, cost, diff_lines, state, spread), x in zip(scored, xs, strict=True):
+        shown.append({"id": candidate_id, "score": score, "cost": cost, "diff_lines": diff_lines,
+                      "state": state, "spread": spread, "x": x, "cx": sx(x), "cy": sy(score)})
+    # The front: walking from the cheapest, each point whose score beats every cheaper one.
+    front, best = [], None
+    for point in sorted(shown, key=lambda p: (p["x"], -p["score"] if maximize else p["score"])):
+        if best is None or (point["score"] > best if maximize else point["score"] < best):
+            front.append(point)
+            best = point["score"]
+            point["on_front"] = True
+    return {
+        "points": shown, "front": " ".join(f"{p['cx']},{p['cy']}" for p in front),
+        "baseline_y": sy(baseline[2]) if baseline else None,
+        "baseline_score": baseline[2] if baseline else None,
+        "x_label": x_label, "width": width, "height": height, "pad": pad,
+        "x_low": x_low, "x_high": x_high, "y_low": y_low, "y_high": y_high,
+        "direction": "higher is better" if maximize else "lower is better",
+    }
 
 
 # ---- the searches list
@@ -313,3 +437,230 @@ def search_list_rows(
         column.desc(nulls_last=True) if descending else column.asc(nulls_last=True),
         "-pk" if descending else "pk",
     )
+
+
+# ---- compare
+
+COMPARE_MIN = 2  # candidates picked at least …
+COMPARE_MAX = 4  # … and at most
+COMPARE_DIFF_MAX_BYTES = 2_000_000  # the tree diff is cut here, with a note
+COMPARE_LARGE_FILE_LINES = 400  # a file changing more lines starts collapsed
+
+
+def compare_choices(search: Search) -> list[Any]:
+    """Every candidate of the search for the compare picker, baseline first: id, number and
+    state only (one query, whatever the population)."""
+    from search_app.models import Candidate
+
+    return list(Candidate.objects.filter(search=search).only(
+        "pk", "search_id", "candidate_id", "number", "state").order_by("number"))
+
+
+def compare_pick(requested: list[str], known: list[str]) -> tuple[list[str], list[str]]:
+    """The candidate ids to compare, in the order asked, and what is wrong with the request:
+    ids the search does not have, an id asked twice, fewer than COMPARE_MIN or more than COMPARE_MAX.
+    Blank values are ignored; nothing is picked while there is a problem."""
+    from collections import Counter
+
+    known_ids = set(known)
+    asked = [value.strip() for value in requested if value.strip()]
+    problems: list[str] = []
+    unknown = list(dict.fromkeys(value for value in asked if value not in known_ids))
+    for value in unknown[:COMPARE_MAX]:
+        shown = value if len(value) <= 40 else value[:40] + "…"
+        problems.append(f"This search has no candidate “{shown}”.")
+    if len(unknown) > COMPARE_MAX:
+        problems.append(f"… and {len(unknown) - COMPARE_MAX} more unknown ids.")
+    twice = [value for value, count in Counter(asked).items() if count > 1 and value in known_ids]
+    for value in twice:
+        problems.append(f"{value} is picked more than once; pick each candidate once.")
+    distinct = len(dict.fromkeys(asked))
+    if distinct < COMPARE_MIN:
+        problems.append(f"Pick at least {COMPARE_MIN} candidates to compare; "
+                        f"{'none is' if not distinct else f'{distinct} is'} picked.")
+    elif distinct > COMPARE_MAX:
+        problems.append(f"Pick at most {COMPARE_MAX} candidates to compare; {distinct} are picked.")
+    return ([] if problems else asked), problems
+
+
+def compare_candidates(search: Search, candidate_ids: list[str]) -> list[Any]:
+    """The picked candidates, patches included, in the order picked (one query)."""
+    from search_app.models import Candidate
+
+    picked = Candidate.objects.filter(search=search, candidate_id__in=candidate_ids)
+    found = {candidate.candidate_id: candidate for candidate in picked}
+    return [found[candidate_id] for candidate_id in candidate_ids if candidate_id in found]
+
+
+def _number_text(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if value != value or abs(value) == float("inf"):
+        return str(value)
+    return f"{int(value):,}" if value == int(value) and abs(value) < 1e15 else f"{value:.6g}"
+
+
+def _exact(value: float | None) -> str:
+    return "" if value is None else repr(value)
+
+
+def _usd_text(microusd: int) -> str:
+    usd = (microusd or 0) / 1_000_000
+    return f"${usd:,.2f}" if usd >= 0.01 or not usd else f"${usd:.6f}".rstrip("0")
+
+
+def _round_key(key: Any) -> tuple[int, str]:
+    text = str(key)
+    return (int(text), text) if text.isdigit() else (1 << 30, text)
+
+
+def compare_rows(search: Search, candidates: list[Any]) -> list[dict[str, Any]]:
+    """The metric rows of the compare table (no queries): per row its label, one cell per
+    candidate ({"text", "title"}) and `same`, true when every candidate has the same value."""
+    spec = search.spec_normalized or {}
+    rounds = list(spec.get("rounds") or [])
+    gates = len((spec.get("hard_gates") or {}).get("commands") or [])
+
+    def cell(value: Any, text: str, title: str = "") -> dict[str, Any]:
+        return {"value": value, "text": text, "title": title}
+
+    def reached(c: Any) -> dict[str, Any]:
+        if c.round_reached < 0:
+            return cell(c.round_reached, "—", "not evaluated in any round")
+        last = " (last)" if rounds and c.round_reached == len(rounds) - 1 else ""
+        admits = f", which admits {rounds[c.round_reached]}" if c.round_reached < len(rounds) else ""
+        return cell(c.round_reached, f"{c.round_reached}{last}",
+                    f"round {c.round_reached} of rounds {rounds}{admits}" if rounds else "")
+
+    def trials(c: Any, key: str) -> dict[str, Any]:
+        values = (c.trials or {}).get(key)
+        if not values:
+            return cell(None, "—")
+        return cell(list(values), ", ".join(_number_text(v) for v in values))
+
+    def files(c: Any) -> dict[str, Any]:
+        paths = list(c.files or [])
+        return cell(paths, str(len(paths)), "\n".join(paths))
+
+    def sha(c: Any) -> dict[str, Any]:
+        return cell(c.patch_sha256, c.patch_sha256[:12] if c.patch_sha256 else "—", c.patch_sha256)
+
+    specs: list[tuple[str, Any]] = [
+        ("State", lambda c: cell(c.state, c.get_state_display())),
+        ("Round reached", reached),
+        ("Gates passed", lambda c: cell(c.gates_passed, f"{c.gates_passed} of {gates}" if gates
+                                        else str(c.gates_passed))),
+        ("Score (median)", lambda c: cell(c.score, _number_text(c.score), _exact(c.score))),
+        ("Spread (max − min)", lambda c: cell(c.spread, _number_text(c.spread), _exact(c.spread))),
+    ]
+    keys = sorted({str(k) for c in candidates for k in (c.trials or {})}, key=_round_key)
+    specs += [(f"Trials, round {key}", lambda c, key=key: trials(c, key)) for key in keys]
+    specs += [
+        ("Runtime (mean trial)", lambda c: cell(c.runtime_seconds, "—" if c.runtime_seconds is None
+                                                 else f"{c.runtime_seconds:.2f} s")),
+        ("Cost", lambda c: cell(c.cost_microusd, _usd_text(c.cost_microusd), f"{c.cost_microusd:,} µUSD")),
+        ("Tokens", lambda c: cell(c.tokens, f"{c.tokens:,}")),
+        ("Diff lines", lambda c: cell(c.diff_lines, _number_text(c.diff_lines))),
+        ("Files changed", files),
+        ("Patch SHA-256", sha),
+        ("Reason", lambda c: cell(c.reason, c.reason or "—")),
+    ]
+    rows = []
+    for label, make in specs:
+        cells = [make(c) for c in candidates]
+        rows.append({"label": label, "cells": cells,
+                     "same": all(item["value"] == cells[0]["value"] for item in cells)})
+    return rows
+
+
+def _compare_tree(search: Search, candidate: Any) -> str:
+    """The tree of the candidate's patch applied to the search's baseline commit (the baseline
+    commit's own tree for an empty patch), built in a fresh worktree that is removed after."""
+    import contextlib
+    import uuid
+    from pathlib import Path
+
+    from runtime_app.git import GitError
+    from runtime_app.worktrees import git_run, patch_apply, worktree_remove, worktree_tree
+
+    patch = bytes(candidate.patch or b"")
+    if not patch:
+        try:
+            out = git_run(["rev-parse", "--verify", "--quiet", f"{search.baseline_commit}^{{tree}}"],
+                          cwd=Path(search.repository_path))
+        except GitError as error:
+            raise GitError(f"the baseline commit {search.baseline_commit[:12]} cannot be read in "
+                           f"{search.repository_path} ({error})") from None
+        return out.decode().strip()
+    name = f"compare-{uuid.uuid4().hex[:12]}-{candidate.number}"
+    worktree = patch_apply(search.repository_path, search.baseline_commit, patch, name)
+    try:
+        return worktree_tree(worktree, base=search.baseline_commit)
+    finally:
+        with contextlib.suppress(GitError):  # the files go first; a failed prune only leaves a record
+            worktree_remove(search.repository_path, worktree)
+
+
+def compare_tree_diff(search: Search, first: Any, second: Any, limit: int | None = None) -> dict[str, Any]:
+    """The unified diff from `first`'s patched tree to `second`'s, with git (hooks off):
+    {"text", "truncated", "error"}. A patch that no longer applies or a repository that is
+    gone gives the reason in `error` and no text; past `limit` bytes (COMPARE_DIFF_MAX_BYTES) the
+    text is cut at a line."""
+    from pathlib import Path
+
+    from runtime_app.git import GitError
+    from runtime_app.worktrees import git_run
+
+    try:
+        trees = [_compare_tree(search, candidate) for candidate in (first, second)]
+        out = git_run(["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
+                       "--dst-prefix=b/", trees[0], trees[1], "--"], cwd=Path(search.repository_path))
+    except (GitError, OSError) as error:
+        return {"text": "", "truncated": False, "error": str(error) or error.__class__.__name__}
+    limit = COMPARE_DIFF_MAX_BYTES if limit is None else limit
+    truncated = len(out) > limit
+    if truncated:
+        out = out[:limit]
+        out = out[: out.rfind(b"\n") + 1] or out
+    return {"text": out.decode(errors="replace"), "truncated": truncated, "error": ""}
+
+
+def compare_diff_files(text: str, large: int = COMPARE_LARGE_FILE_LINES) -> list[dict[str, Any]]:
+    """The diff split per file for the page's no-JavaScript view: path, lines added and
+    deleted, `large` when it changes more than `large` lines, and its lines as (kind, text)."""
+    files: list[dict[str, Any]] = []
+    current: dict[str, Any] = {}
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for line in lines:
+        if line.startswith("diff --git ") or not current:
+            header = line.removeprefix("diff --git ")
+            path = header[header.rfind(" b/") + 3:] if " b/" in header else header
+            current = {"path": path, "added": 0, "deleted": 0, "lines": [], "header": True}
+            files.append(current)
+        if current["header"] and line.startswith(("--- ", "+++ ")):
+            kind = "file"
+            named = line[4:]
+            if named != "/dev/null":
+                current["path"] = named[2:] if named.startswith(("a/", "b/")) else named
+        elif line.startswith("@@"):
+            kind = "hunk"
+            current["header"] = False
+        elif current["header"]:
+            kind = "file"
+        elif line.startswith("+"):
+            kind = "add"
+            current["added"] += 1
+        elif line.startswith("-"):
+            kind = "del"
+            current["deleted"] += 1
+        elif line.startswith("\\"):
+            kind = "note"
+        else:
+            kind = "context"
+        current["lines"].append((kind, line))
+    for item in files:
+        item["large"] = item["added"] + item["deleted"] > large
+        del item["header"]
+    return files

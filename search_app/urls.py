@@ -16,4 +16,12 @@ urlpatterns = [
     path("<str:search_id>/run/", views.search_run_partial, name="search_run_partial"),
     path("<str:search_id>/start/", views.search_start, name="search_start"),
     path("<str:search_id>/cancel/", views.search_cancel, name="search_cancel"),
+    path("<str:search_id>/compare/", views.search_compare, name="search_compare"),
+    path("<str:search_id>/candidates/", views.search_candidates, name="search_candidates"),
+    path("<str:search_id>/candidates/<str:candidate_id>/", views.candidate_detail, name="candidate_detail"),
+    path("<str:search_id>/candidates/<str:candidate_id>/comment/", views.candidate_comment,
+         name="candidate_comment"),
+    path("<str:search_id>/candidates/<str:candidate_id>/decide/", views.candidate_decide,
+         name="candidate_decide"),
+    path("<str:search_id>/merge/", views.search_merge, name="search_merge"),
 ]

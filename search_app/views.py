@@ -21,7 +21,14 @@ from runtime_app import roles
 from runtime_app.selectors import repositories_for_user, repository_for_user, repository_refs
 from runtime_app.views import _apply_errors, _live_context
 from search_app import selectors, services
-from search_app.forms import SpecDiffForm, SpecEditorForm, normalize_newlines
+from search_app.forms import (
+    CommentForm,
+    DecisionForm,
+    MergeForm,
+    SpecDiffForm,
+    SpecEditorForm,
+    normalize_newlines,
+)
 from search_app.freeze import candidate_batches, canonical, search_id_for, sha256_hex
 from search_app.models import Spec
 from search_app.spec import spec_validate
@@ -471,16 +478,60 @@ def search_record(request: HttpRequest, search_id: str) -> HttpResponse:
     return response
 
 
+CANDIDATE_COLUMNS = [("number", "Candidate"), ("state", "State"), ("round", "Round"), ("gates", "Gates"),
+                     ("score", "Score"), ("cost", "Cost µUSD"), ("tokens", "Tokens"), ("diff", "Diff lines"),
+                     ("", "Why")]
+
+
+def _page_number(value: Any) -> int:
+    number = _id(value)
+    return number if number and number < 100_000 else 1
+
+
+def _table_context(request: HttpRequest, search) -> dict[str, Any]:
+    table = selectors.candidate_rows(search, sort=str(request.GET.get("sort", "number"))[:20],
+                                     state=str(request.GET.get("state", ""))[:20],
+                                     page=_page_number(request.GET.get("page")))
+    query = {k: v for k, v in (("sort", table["sort"]), ("state", table["state"]), ("page", table["page"]))
+             if v and v not in ("number", 1)}
+    return {"search": search, "table": table, "candidate_states": selectors.CANDIDATE_STATES,
+            "table_columns": CANDIDATE_COLUMNS, "table_query": urlencode(query)}
+
+
 def _run_context(request: HttpRequest, search) -> dict[str, Any]:
-    report = selectors.search_run_report(search)
-    return {"search": search, "report": report, "can_operate": request.user.has_perm(roles.OPERATE)}
+    summary = selectors.run_summary(search)
+    approval = None
+    if summary["outcome"] == "winner":
+        approval = selectors.approval_state(search.run.winner)
+    return {
+        "search": search, "report": summary, "funnel": selectors.search_funnel(search),
+        "plot": selectors.score_plot(search), "approval": approval,
+        "can_operate": request.user.has_perm(roles.OPERATE),
+        "can_approve": request.user.has_perm(roles.APPROVE),
+        **_table_context(request, search),
+    }
 
 
 @require_GET
 def search_run_partial(request: HttpRequest, search_id: str) -> HttpResponse:
-    """The run card alone: the page polls it while the search runs (no JavaScript: reload)."""
+    """The run card alone (summary, funnel, plot and the candidate table)."""
     search = selectors.search_for_user(request.user, search_id)
     return render(request, "search_app/_run.html", _run_context(request, search))
+
+
+@require_GET
+def search_candidates(request: HttpRequest, search_id: str) -> HttpResponse:
+    """The candidate table, sorted, filtered and paged from the query string (htmx or not)."""
+    search = selectors.search_for_user(request.user, search_id)
+    if request.htmx and not request.htmx.history_restore_request:
+        context = _table_context(request, search)
+        response = render(request, "search_app/_candidates.html", context)
+        url = reverse("search_detail", args=[search.search_id])
+        response["HX-Push-Url"] = f"{url}?{context['table_query']}" if context["table_query"] else url
+        return response
+    url = reverse("search_detail", args=[search.search_id])
+    query = request.GET.urlencode()
+    return redirect(f"{url}?{query}#candidates" if query else url)
 
 
 @require_POST
@@ -501,6 +552,118 @@ def search_cancel(request: HttpRequest, search_id: str) -> HttpResponse:
     else:
         messages.success(request, f"{search.search_id}: cancelling; running steps are being stopped.")
     return redirect("search_detail", search_id=search.search_id)
+
+
+# --- candidates, review, approval and merge ---------------------------------------------------
+
+def _candidate_context(request: HttpRequest, candidate, **extra: Any) -> dict[str, Any]:
+    from search_app.execution import search_spec, writer_prompt_parts
+
+    search = candidate.search
+    steps = selectors.candidate_steps(candidate)
+    generate = next((row["step"] for row in steps
+                     if row["step"] is not None and row["step"].kind == "generate"), None)
+    calls = [r for row in steps for r in row["receipts"] if r.kind == "llm_call"]
+    admit = next((r for row in steps for r in row["receipts"] if r.kind == "apply"), None)
+    prompt = None
+    if candidate.number:
+        prefix, suffix = writer_prompt_parts(search, search_spec(search), candidate.candidate_id, 0)
+        prompt = {"prefix": prefix, "suffix": suffix}
+    summary = selectors.run_summary(search)
+    is_winner = summary["winner"] == candidate.candidate_id
+    return {
+        "search": search, "candidate": candidate, "steps": steps, "calls": calls, "admit": admit,
+        "files": selectors.candidate_file_stats(candidate), "patch_text": bytes(candidate.patch).decode(
+            "utf-8", errors="replace"),
+        "prompt": prompt, "transcript": (generate.result or {}).get("transcript", []) if generate else [],
+        "writer_stop": (generate.result or {}).get("stop", "") if generate else "",
+        "comments": candidate.comments.all(), "reviews": candidate.reviews.order_by("-id"),
+        "report": summary, "is_winner": is_winner,
+        "approval": selectors.approval_state(candidate) if is_winner else None,
+        "replay": selectors.winner_replay(search) if is_winner else None,
+        "can_approve": request.user.has_perm(roles.APPROVE),
+        "comment_form": extra.pop("comment_form", None) or CommentForm(),
+        **extra,
+    }
+
+
+@require_GET
+def candidate_detail(request: HttpRequest, search_id: str, candidate_id: str) -> HttpResponse:
+    candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
+    return render(request, "search_app/candidate_detail.html", _candidate_context(request, candidate))
+
+
+@require_POST
+def candidate_comment(request: HttpRequest, search_id: str, candidate_id: str) -> HttpResponse:
+    candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
+    form = CommentForm(request.POST)
+    if form.is_valid():
+        try:
+            services.comment_add(request.user, candidate, form.cleaned_data["body"],
+                                 form.cleaned_data["path"], form.cleaned_data["line"])
+        except ValidationError as error:
+            _apply_errors(form, error)
+        else:
+            messages.success(request, "Comment added.")
+            return redirect(reverse("candidate_detail", args=[search_id, candidate_id]) + "#comments")
+    context = _candidate_context(request, candidate, comment_form=form)
+    return render(request, "search_app/candidate_detail.html", context, status=400)
+
+
+@require_http_methods(["GET", "POST"])
+def candidate_decide(request: HttpRequest, search_id: str, candidate_id: str) -> HttpResponse:
+    """The confirmation (patch hash, replay, reviewer's advice), then the decision itself."""
+    candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
+    decision = str(request.POST.get("decision") or request.GET.get("decision") or "approve")
+    form = DecisionForm(request.POST or None, initial={"decision": decision,
+                                                       "patch_sha256": candidate.patch_sha256})
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                services.approval_record(request.user, candidate, form.cleaned_data["decision"],
+                                         form.cleaned_data["patch_sha256"], form.cleaned_data["note"])
+            except ValidationError as error:
+                _apply_errors(form, error)
+            else:
+                done = "approved" if form.cleaned_data["decision"] == "approve" else "asked for changes to"
+                messages.success(request, f"You {done} {candidate.candidate_id} "
+                                          f"(patch {candidate.patch_sha256[:12]}).")
+                return redirect("candidate_detail", search_id=search_id, candidate_id=candidate_id)
+        status = 400
+    context = _candidate_context(request, candidate, decision_form=form, decision=decision)
+    return render(request, "search_app/candidate_decide.html", context, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+def search_merge(request: HttpRequest, search_id: str) -> HttpResponse:
+    """Choose where the approved winner goes, then make the commit (never pushed)."""
+    search = selectors.search_for_user(request.user, search_id)
+    form = MergeForm(request.POST or None, initial={"target": "new_branch",
+                                                    "branch": services.merge_branch_default(search)})
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            target = form.cleaned_data["target"]
+            branch = form.cleaned_data["branch"] if target == "existing_branch" else \
+                (form.cleaned_data["branch"] or services.merge_branch_default(search))
+            try:
+                merge = services.merge_create(request.user, search, target, branch)
+            except ValidationError as error:
+                _apply_errors(form, error)
+            else:
+                messages.success(request, f"Merged onto {merge.branch} as {merge.commit_sha[:12]}. "
+                                          "Nothing was pushed.")
+                return redirect("search_detail", search_id=search_id)
+        status = 400
+    summary = selectors.run_summary(search)
+    winner = search.run.winner if summary["winner"] else None
+    return render(request, "search_app/search_merge.html", {
+        "search": search, "report": summary, "form": form, "winner": winner,
+        "approval": selectors.approval_state(winner) if winner else None,
+        "replay": selectors.winner_replay(search) if winner else None,
+        "can_approve": request.user.has_perm(roles.APPROVE),
+    }, status=status)
 
 
 @require_POST
@@ -524,3 +687,41 @@ def spec_draft(request: HttpRequest) -> HttpResponse:
             return _editor(request, form, text=text)
     messages.error(request, context_error)
     return _editor(request, form, text="", status=400)
+
+
+# --- comparing candidates ---------------------------------------------------------------------
+
+@require_GET
+def search_compare(request: HttpRequest, search_id: str) -> HttpResponse:
+    """Two to four candidates of a search side by side (`?c=cand_001&c=baseline`, in that order),
+    `diff=1` for the rows that differ only, and the diff from the first one's patched tree to the
+    second's. A bad pick shows the problems and the picker again (status 400); the number of
+    queries does not depend on the population."""
+    search = selectors.search_for_user(request.user, search_id)
+    choices = selectors.compare_choices(search)
+    requested = request.GET.getlist("c")[:100]
+    differences_only = request.GET.get("diff") == "1"
+    picked_ids, problems = ([], [])
+    if requested:
+        picked_ids, problems = selectors.compare_pick(requested, [c.candidate_id for c in choices])
+    candidates = selectors.compare_candidates(search, picked_ids) if picked_ids else []
+    query = [("c", candidate_id) for candidate_id in picked_ids]
+    context: dict[str, Any] = {
+        "search": search, "choices": choices, "problems": problems, "checked": set(requested),
+        "differences_only": differences_only, "candidates": [], "rows": [], "diff": None,
+        "min_picked": selectors.COMPARE_MIN, "max_picked": selectors.COMPARE_MAX,
+        "large_lines": selectors.COMPARE_LARGE_FILE_LINES,
+        "toggle_url": f"{request.path}?{urlencode(query + ([] if differences_only else [('diff', '1')]))}",
+    }
+    if candidates:
+        rows = selectors.compare_rows(search, candidates)
+        diff = selectors.compare_tree_diff(search, candidates[0], candidates[1])
+        context.update(
+            candidates=[{"candidate": c, "url": reverse("candidate_detail", args=[search_id, c.candidate_id])}
+                        for c in candidates],
+            rows=[row for row in rows if not (differences_only and row["same"])],
+            hidden_rows=sum(1 for row in rows if row["same"]) if differences_only else 0,
+            diff=diff, diff_files=selectors.compare_diff_files(diff["text"]),
+            diff_limit_mb=selectors.COMPARE_DIFF_MAX_BYTES / 1_000_000,
+        )
+    return render(request, "search_app/compare.html", context, status=400 if problems else 200)

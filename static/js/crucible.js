@@ -1,16 +1,41 @@
-// Live event logs: on every (re)connect, tell the server the last event this page shows,
-// so it sends exactly the events after it — none skipped, none repeated.
-document.addEventListener("htmx:wsOpen", function (event) {
-  const socketElt = event.target;
+// Live pages: on every (re)connect, tell the server the last event this page shows, so it
+// sends exactly the events after it — none skipped, none repeated.
+function lastShownEventId(socketElt) {
   let last = Number(socketElt.dataset.lastEventId || 0);
   socketElt.querySelectorAll("[data-event-id]").forEach(function (node) {
     last = Math.max(last, Number(node.dataset.eventId));
   });
+  return last;
+}
+document.addEventListener("htmx:wsOpen", function (event) {
+  const socketElt = event.target;
   socketElt.classList.add("connected");
-  event.detail.socketWrapper.send(JSON.stringify({ type: "resume", last_id: last }));
+  socketElt._crucibleSocket = event.detail.socketWrapper;
+  socketElt.querySelectorAll("[data-live-toggle]").forEach(function (button) { button.hidden = false; });
+  if (socketElt.dataset.paused !== "true") {
+    event.detail.socketWrapper.send(JSON.stringify({ type: "resume", last_id: lastShownEventId(socketElt) }));
+  }
 });
 document.addEventListener("htmx:wsClose", function (event) {
   event.target.classList.remove("connected");
+});
+// Paused: messages are dropped; resuming asks again for everything after the last shown event,
+// and the fragments that come with them bring every row and summary up to date.
+document.addEventListener("htmx:wsBeforeMessage", function (event) {
+  if (event.target.dataset.paused === "true") event.preventDefault();
+});
+document.addEventListener("click", function (event) {
+  const button = event.target.closest("[data-live-toggle]");
+  if (!button) return;
+  const socketElt = button.closest("[ws-connect]");
+  const pausing = socketElt.dataset.paused !== "true";
+  socketElt.dataset.paused = pausing ? "true" : "false";
+  socketElt.classList.toggle("paused", pausing);
+  button.setAttribute("aria-pressed", pausing ? "true" : "false");
+  button.textContent = pausing ? "Resume live updates" : "Pause live updates";
+  if (!pausing && socketElt._crucibleSocket) {
+    socketElt._crucibleSocket.send(JSON.stringify({ type: "resume", last_id: lastShownEventId(socketElt) }));
+  }
 });
 // Keep long-running pages light: only the newest 200 events stay in a log.
 document.addEventListener("htmx:wsAfterMessage", function (event) {

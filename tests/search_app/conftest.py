@@ -31,6 +31,28 @@ def small_search(personas, tmp_path, settings):
                                   "HEAD", repository_path=str(repo))
 
 
+@pytest.fixture
+def approver(personas):
+    user = make_user("approver", roles.VIEWER, roles.APPROVER)
+    ProjectMembership.objects.create(project=personas.alpha, user=user)
+    return user
+
+
+@pytest.fixture
+def finished(personas, tmp_path, settings):
+    """A finished search of project alpha whose winner, cand_002, returns 9."""
+    from search_app import services
+
+    settings.DATA_DIR = tmp_path / "data"
+    repo = plan_repo(tmp_path / "repo", {"cand_001": 4, "cand_002": 9})
+    search = services.search_freeze(personas.owner, personas.alpha, spec_text(population=2, rounds=[2, 1]),
+                                    "HEAD", repository_path=str(repo))
+    services.search_start(personas.owner, search, enqueue=False)
+    run = services.search_run_inline(search)
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
+    return search, run.winner, repo
+
+
 def login(user) -> Client:
     client = Client()
     client.force_login(user)

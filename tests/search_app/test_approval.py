@@ -26,26 +26,6 @@ def git(repo, *args: str) -> str:
 
 
 @pytest.fixture
-def approver(personas):
-    user = make_user("approver", roles.VIEWER, roles.APPROVER)
-    ProjectMembership.objects.create(project=personas.alpha, user=user)
-    return user
-
-
-@pytest.fixture
-def finished(personas, tmp_path, settings):
-    """A finished search of project alpha whose winner, cand_002, returns 9."""
-    settings.DATA_DIR = tmp_path / "data"
-    repo = plan_repo(tmp_path / "repo", {"cand_001": 4, "cand_002": 9})
-    search = services.search_freeze(personas.owner, personas.alpha, spec_text(population=2, rounds=[2, 1]),
-                                    "HEAD", repository_path=str(repo))
-    services.search_start(personas.owner, search, enqueue=False)
-    run = services.search_run_inline(search)
-    assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
-    return search, run.winner, repo
-
-
-@pytest.fixture
 def config(settings):
     def change(**values):
         settings.CONFIG = dataclasses.replace(django_settings.CONFIG, **values)

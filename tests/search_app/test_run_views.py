@@ -22,10 +22,11 @@ def test_an_operator_starts_the_search_from_its_page_and_sees_the_outcome(person
     response = client.post(f"/searches/{small_search.search_id}/start/")
     assert response.status_code == 302 and SearchRun.objects.filter(search=small_search).exists()
     running = client.get(f"/searches/{small_search.search_id}/").content.decode()
-    assert 'hx-trigger="every 2s"' in running and ">Cancel</button>" in running
+    # The page follows the run over its websocket (the event log's ws-connect), not by polling.
+    assert f'ws-connect="/ws/events/search/{small_search.pk}/"' in running and ">Cancel</button>" in running
     services.search_run_inline(small_search)
     card = client.get(f"/searches/{small_search.search_id}/run/").content.decode()
-    assert "Winner <strong>cand_001</strong>" in card and "hx-trigger" not in card
+    assert "Winner <a" in card and "<strong>cand_001</strong>" in card and "every 2s" not in card
     assert "patch refused at policy" in card and "tests/test_answer.py" in card
 
 

@@ -1,0 +1,35 @@
+"""What a search page receives with its live events: the run summary, funnel and plot, and the
+rows of the candidates the events name, each as an out-of-band swap of the same partial the
+page rendered, so sort, filter and scroll stay as the viewer left them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.template.loader import render_to_string
+
+from runtime_app import roles
+
+
+def search_live_fragments(user: Any, search_pk: int, events: list) -> list[str]:
+    from search_app import selectors
+    from search_app.models import Candidate, Search
+
+    search = Search.objects.filter(pk=search_pk).select_related("project").first()
+    if search is None:
+        return []
+    named = {e.payload.get("candidate_id") for e in events if isinstance(e.payload, dict)} - {None}
+    summary = selectors.run_summary(search)
+    approval = None
+    if summary["outcome"] == "winner":
+        approval = selectors.approval_state(search.run.winner)
+    context = {
+        "search": search, "report": summary, "funnel": selectors.search_funnel(search),
+        "plot": selectors.score_plot(search), "approval": approval, "oob": True,
+        "can_operate": user.has_perm(roles.OPERATE), "can_approve": user.has_perm(roles.APPROVE),
+    }
+    parts = "".join(render_to_string(name, context) for name in (
+        "search_app/_run_summary.html", "search_app/_funnel.html", "search_app/_plot.html"))
+    rows = Candidate.objects.filter(search=search, candidate_id__in=named, number__gt=0).defer("patch")
+    return [parts, "".join(render_to_string("search_app/_candidate_row.html", {**context, "c": candidate})
+                           for candidate in rows)]

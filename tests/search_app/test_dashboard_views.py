@@ -1,0 +1,198 @@
+"""The search page's live parts, the candidate page, and the approve and merge pages, through HTTP."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from runtime_app import roles
+from runtime_app.models import Event, ProjectMembership
+from search_app.live import search_live_fragments
+from search_app.models import Approval, Candidate, Merge
+from tests.conftest import make_user
+from tests.search_app.conftest import login
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def page(client: Client, url: str, status: int = 200) -> str:
+    response = client.get(url)
+    assert response.status_code == status, response.content[:500]
+    return response.content.decode()
+
+
+def test_the_search_page_shows_funnel_plot_and_candidate_table(finished, personas):
+    search, winner, _ = finished
+    html = page(login(personas.member), f"/searches/{search.search_id}/")
+    assert 'id="run-funnel"' in html and "2 → 1" in html
+    assert 'id="score-plot"' in html and "<circle" in html and f"/candidates/{winner.candidate_id}/" in html
+    assert 'id="candidate-row-cand_001"' in html and 'id="candidate-row-baseline"' in html
+    assert "no cost budget" in html
+
+
+def test_the_candidate_table_sorts_filters_and_pages_and_keeps_it_in_the_url(finished, personas):
+    search, _, _ = finished
+    client = login(personas.member)
+    url = f"/searches/{search.search_id}/candidates/"
+    response = client.get(url, {"sort": "-score"}, headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert response["HX-Push-Url"] == f"/searches/{search.search_id}/?sort=-score"
+    assert html.index("candidate-row-cand_002") < html.index("candidate-row-cand_001")
+    html = client.get(url, {"sort": "score"}, headers={"HX-Request": "true"}).content.decode()
+    assert html.index("candidate-row-cand_001") < html.index("candidate-row-cand_002")
+    html = client.get(url, {"state": "winner"}, headers={"HX-Request": "true"}).content.decode()
+    assert "candidate-row-cand_002" in html and "candidate-row-cand_001" not in html
+    # Without htmx the same URL leads to the page itself, with the same state.
+    location = client.get(url, {"state": "winner"})["Location"]
+    assert location == f"/searches/{search.search_id}/?state=winner#candidates"
+    bad_queries = ({"sort": "'; drop"}, {"state": "<b>"}, {"page": "-3"}, {"page": "9" * 40},
+                   {"sort": "x" * 500})
+    for bad in bad_queries:
+        assert client.get(url, bad, headers={"HX-Request": "true"}).status_code == 200
+
+
+def test_the_search_page_uses_as_many_queries_for_300_candidates_as_for_3(finished, personas):
+    search, _, _ = finished
+    client = login(personas.member)
+    url = f"/searches/{search.search_id}/"
+    client.get(url)
+    with CaptureQueriesContext(connection) as few:
+        client.get(url)
+    Candidate.objects.bulk_create([
+        Candidate(search=search, candidate_id=f"cand_{n:03d}", number=n, batch=1, state="eliminated",
+                  score=n, cost_microusd=n, reason="slower") for n in range(3, 300)])
+    with CaptureQueriesContext(connection) as many:
+        html = client.get(url).content.decode()
+    assert len(many) == len(few)
+    assert "page 1 of 3" in html
+
+
+def test_live_fragments_swap_the_summary_and_the_rows_the_events_name(finished, personas):
+    search, _, _ = finished
+    events = list(Event.objects.filter(subject_type="search", subject_id=search.pk,
+                                       payload__candidate_id="cand_002"))
+    summary, rows = search_live_fragments(personas.member, search.pk, events)
+    assert '<div id="run-summary" class="run-summary" hx-swap-oob="true">' in summary
+    # Rows travel in a message of their own: a <tr> after a <div> would be dropped by the parser.
+    assert rows.lstrip().startswith("<tr ") and "<div" not in rows
+    html = rows
+    row = '<tr id="candidate-row-cand_002" class="state-winner" data-state="winner" hx-swap-oob="true">'
+    assert row in html
+    assert "candidate-row-cand_001" not in html
+
+
+def test_the_candidate_page_shows_diff_files_policy_receipts_and_prompt(finished, personas):
+    search, _, _ = finished
+    html = page(login(personas.member), f"/searches/{search.search_id}/candidates/cand_002/")
+    assert '<script id="patch-data" type="application/json">' in html and "return 9" in html
+    assert "code/answer.py" in html and "admitted" in html and "gate 1" in html and "trial 1" in html
+    assert "Shared prefix" in html and "You are cand_002." in html
+    assert "Approving and merging need the approver role." in html
+    assert page(login(personas.member), f"/searches/{search.search_id}/candidates/baseline/")
+    page(login(personas.member), f"/searches/{search.search_id}/candidates/cand_999/", 404)
+    page(login(personas.outsider), f"/searches/{search.search_id}/candidates/cand_002/", 404)
+
+
+def test_a_patch_is_passed_as_data_never_as_markup(finished, personas):
+    search, winner, _ = finished
+    winner.patch = b"diff --git a/x b/x\n+</script><script>alert(1)</script>\n"
+    winner.save(update_fields=["patch"])
+    html = page(login(personas.member), f"/searches/{search.search_id}/candidates/cand_002/")
+    assert "</script><script>alert(1)" not in html
+    assert "\\u003C/script\\u003E\\u003Cscript\\u003Ealert(1)" in html
+
+
+def test_an_approver_confirms_the_hash_then_merges_onto_a_new_branch(finished, approver):
+    search, winner, repo = finished
+    client = login(approver)
+    confirm = page(client, f"/searches/{search.search_id}/candidates/cand_002/decide/?decision=approve")
+    assert winner.patch_sha256 in confirm and "replay passed" in confirm
+    decide = f"/searches/{search.search_id}/candidates/cand_002/decide/"
+    form = {"decision": "approve", "patch_sha256": winner.patch_sha256}
+    assert client.post(decide, form).status_code == 302
+    assert client.post(decide, form).status_code == 302  # a double submit changes nothing
+    assert Approval.objects.count() == 1
+    merge_page = page(client, f"/searches/{search.search_id}/merge/")
+    assert f"crucible/{search.search_id}" in merge_page and 'id="confirm-merge"' in merge_page
+    response = client.post(f"/searches/{search.search_id}/merge/", {"target": "new_branch", "branch": ""})
+    assert response.status_code == 302
+    merge = Merge.objects.get()
+    assert subprocess.run(["git", "-C", str(repo), "rev-parse", f"crucible/{search.search_id}"],
+                          capture_output=True, text=True).stdout.strip() == merge.commit_sha
+    assert "merged" in page(client, f"/searches/{search.search_id}/")
+
+
+def test_a_stale_hash_or_a_bad_form_is_a_clear_400(finished, approver):
+    search, _, _ = finished
+    client = login(approver)
+    decide = f"/searches/{search.search_id}/candidates/cand_002/decide/"
+    response = client.post(decide, {"decision": "approve", "patch_sha256": "a" * 64})
+    assert response.status_code == 400 and "The patch changed since you looked" in response.content.decode()
+    response = client.post(decide, {"decision": "ship-it", "patch_sha256": "nope"})
+    assert response.status_code == 400 and "not a SHA-256" in response.content.decode()
+    response = client.post(f"/searches/{search.search_id}/merge/", {"target": "new_branch"})
+    assert response.status_code == 400 and "it has 0" in response.content.decode()
+    assert not Approval.objects.exists() and not Merge.objects.exists()
+
+
+def test_viewers_and_operators_cannot_approve_or_merge_and_outsiders_get_404(finished, personas):
+    search, winner, _ = finished
+    viewer = make_user("viewer", roles.VIEWER)
+    ProjectMembership.objects.create(project=personas.alpha, user=viewer)
+    form = {"decision": "approve", "patch_sha256": winner.patch_sha256}
+    decide = f"/searches/{search.search_id}/candidates/cand_002/decide/"
+    for user in (viewer, personas.member):
+        client = login(user)
+        assert client.post(decide, form).status_code == 403
+        merge = client.post(f"/searches/{search.search_id}/merge/", {"target": "new_branch"})
+        assert merge.status_code == 403
+        assert "Approve…" not in page(client, f"/searches/{search.search_id}/candidates/cand_002/")
+    outsider = login(personas.outsider)
+    assert outsider.post(decide, form).status_code == 404
+    assert outsider.get(f"/searches/{search.search_id}/merge/").status_code == 404
+    assert not Approval.objects.exists() and not Merge.objects.exists()
+
+
+def test_approve_merge_and_comment_need_csrf(finished, approver):
+    search, winner, _ = finished
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(approver)
+    base = f"/searches/{search.search_id}"
+    assert client.post(f"{base}/candidates/cand_002/decide/",
+                       {"decision": "approve", "patch_sha256": winner.patch_sha256}).status_code == 403
+    assert client.post(f"{base}/merge/", {"target": "new_branch"}).status_code == 403
+    assert client.post(f"{base}/candidates/cand_002/comment/", {"body": "hi"}).status_code == 403
+
+
+def test_comments_are_posted_on_a_file_and_bad_ones_come_back_with_the_reason(finished, personas):
+    search, _, _ = finished
+    client = login(personas.member)
+    url = f"/searches/{search.search_id}/candidates/cand_002/comment/"
+    assert client.post(url, {"body": "Why 9?", "path": "code/answer.py", "line": "2"}).status_code == 302
+    assert "Why 9?" in page(client, f"/searches/{search.search_id}/candidates/cand_002/")
+    response = client.post(url, {"body": "x", "path": "../../etc/passwd", "line": "abc"})
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "Enter a whole number." in body
+    response = client.post(url, {"body": "x", "path": "../../etc/passwd"})
+    assert response.status_code == 400 and "is not a file this candidate" in response.content.decode()
+
+
+def test_a_none_search_offers_no_merge(personas, tmp_path, settings, approver):
+    from search_app import services
+    from tests.search_app.runs import plan_repo, spec_text
+
+    settings.DATA_DIR = tmp_path / "data"
+    repo = plan_repo(tmp_path / "repo", {"cand_001": "broken", "cand_002": "broken"})
+    search = services.search_freeze(personas.owner, personas.alpha, spec_text(population=2, rounds=[2, 1]),
+                                    "HEAD", repository_path=str(repo))
+    services.search_start(personas.owner, search, enqueue=False)
+    services.search_run_inline(search)
+    client = login(approver)
+    assert "Merge…" not in page(client, f"/searches/{search.search_id}/")
+    merge_page = page(client, f"/searches/{search.search_id}/merge/")
+    assert "ended with NONE: there is nothing to merge" in merge_page
