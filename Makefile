@@ -34,6 +34,8 @@ bench: setup
 	$(PY) bench/search_orchestration.py
 	$(PY) bench/selection_accuracy.py
 	$(PY) bench/llm_tool_loop.py
+	$(PY) bench/search_detail_scale.py
+	$(PY) bench/ws_fanout.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

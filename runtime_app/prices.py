@@ -77,3 +77,9 @@ def cost_microusd(price: Price, usage: Usage) -> int:
 def worst_case_microusd(price: Price, input_tokens: int, max_output_tokens: int) -> int:
     """What a call can cost at most: every input token written to the cache, full output."""
     return math.ceil(input_tokens * max(price.input, price.cache_write) + max_output_tokens * price.output)
+
+
+def usd_text(microusd: int | float | None) -> str:
+    """Micro-USD as dollars for people: $1.25, or enough digits for small sums ($0.00035)."""
+    usd = (microusd or 0) / 1_000_000
+    return f"${usd:,.2f}" if usd >= 0.01 or not usd else f"${usd:.6f}".rstrip("0")

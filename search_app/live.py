@@ -12,6 +12,16 @@ from runtime_app import roles
 
 
 def search_live_fragments(user: Any, search_pk: int, events: list) -> list[str]:
+    """Rendered once per batch of events and role pair, then shared by every viewer in this
+    process: fifty people watching one search cost one render, not fifty."""
+    from django.core.cache import cache
+
+    can_operate, can_approve = user.has_perm(roles.OPERATE), user.has_perm(roles.APPROVE)
+    key = f"crucible:live:search:{search_pk}:{events[0].pk}-{events[-1].pk}:{can_operate:d}{can_approve:d}"
+    return cache.get_or_set(key, lambda: _render(search_pk, events, can_operate, can_approve), 30)
+
+
+def _render(search_pk: int, events: list, can_operate: bool, can_approve: bool) -> list[str]:
     from search_app import selectors
     from search_app.models import Candidate, Search
 
@@ -26,7 +36,7 @@ def search_live_fragments(user: Any, search_pk: int, events: list) -> list[str]:
     context = {
         "search": search, "report": summary, "funnel": selectors.search_funnel(search),
         "plot": selectors.score_plot(search), "approval": approval, "oob": True,
-        "can_operate": user.has_perm(roles.OPERATE), "can_approve": user.has_perm(roles.APPROVE),
+        "can_operate": can_operate, "can_approve": can_approve,
     }
     parts = "".join(render_to_string(name, context) for name in (
         "search_app/_run_summary.html", "search_app/_funnel.html", "search_app/_plot.html"))

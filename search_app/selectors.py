@@ -8,6 +8,7 @@ from typing import Any
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
+from runtime_app.prices import usd_text
 from runtime_app.selectors import projects_for_user
 from search_app.models import Search, Spec, SpecVersion
 
@@ -259,6 +260,7 @@ def candidate_file_stats(candidate: Any) -> list[dict[str, Any]]:
 # ---- the search page: funnel, candidate table, score-vs-cost plot, budget
 
 CANDIDATE_PAGE_SIZE = 100
+PLOT_MAX_POINTS = 250
 CANDIDATE_SORTS = ("number", "state", "round", "gates", "score", "cost", "tokens", "diff")
 CANDIDATE_STATES = ("queued", "writing", "evaluating", "alive", "eliminated", "winner", "not_admitted",
                     "cancelled")
@@ -349,8 +351,12 @@ def score_plot(search: Search, width: int = 640, height: int = 280) -> dict[str,
             front.append(point)
             best = point["score"]
             point["on_front"] = True
+    # A plot keeps its cost flat at any population: the front plus the best-scored, up to a cap.
+    if len(shown) > PLOT_MAX_POINTS:
+        rest = sorted((p for p in shown if not p.get("on_front")), key=lambda p: p["score"], reverse=maximize)
+        shown = front + rest[:max(0, PLOT_MAX_POINTS - len(front))]
     return {
-        "points": shown, "front": " ".join(f"{p['cx']},{p['cy']}" for p in front),
+        "points": shown, "total": len(scored), "front": " ".join(f"{p['cx']},{p['cy']}" for p in front),
         "baseline_y": sy(baseline[2]) if baseline else None,
         "baseline_score": baseline[2] if baseline else None,
         "x_label": x_label, "width": width, "height": height, "pad": pad,
@@ -504,11 +510,6 @@ def _exact(value: float | None) -> str:
     return "" if value is None else repr(value)
 
 
-def _usd_text(microusd: int) -> str:
-    usd = (microusd or 0) / 1_000_000
-    return f"${usd:,.2f}" if usd >= 0.01 or not usd else f"${usd:.6f}".rstrip("0")
-
-
 def _round_key(key: Any) -> tuple[int, str]:
     text = str(key)
     return (int(text), text) if text.isdigit() else (1 << 30, text)
@@ -558,7 +559,7 @@ def compare_rows(search: Search, candidates: list[Any]) -> list[dict[str, Any]]:
     specs += [
         ("Runtime (mean trial)", lambda c: cell(c.runtime_seconds, "—" if c.runtime_seconds is None
                                                  else f"{c.runtime_seconds:.2f} s")),
-        ("Cost", lambda c: cell(c.cost_microusd, _usd_text(c.cost_microusd), f"{c.cost_microusd:,} µUSD")),
+        ("Cost", lambda c: cell(c.cost_microusd, usd_text(c.cost_microusd), f"{c.cost_microusd:,} µUSD")),
         ("Tokens", lambda c: cell(c.tokens, f"{c.tokens:,}")),
         ("Diff lines", lambda c: cell(c.diff_lines, _number_text(c.diff_lines))),
         ("Files changed", files),

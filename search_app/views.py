@@ -18,6 +18,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from runtime_app import roles
+from runtime_app.prices import usd_text
 from runtime_app.selectors import repositories_for_user, repository_for_user, repository_refs
 from runtime_app.views import _apply_errors, _live_context
 from search_app import selectors, services
@@ -95,19 +96,14 @@ def _versus(best: float | None, baseline: float | None, direction: str | None) -
             "title": f"best candidate {best!r} vs baseline {baseline!r}; {direction}, so this is {verdict}"}
 
 
-def _usd(microusd: int) -> str:
-    usd = microusd / 1_000_000
-    return f"${usd:,.2f}" if usd >= 0.01 or not usd else f"${usd:.6f}".rstrip("0")
-
-
 def _search_row(search: Any) -> dict[str, Any]:
     """What one row of the list shows, from a `selectors.search_list_rows` search (no queries)."""
     run = getattr(search, "run", None)  # None when not started: select_related cached its absence
     spend = budget = share = ""
     if run is not None:
-        spend = _usd(run.spent_cost_microusd)
+        spend = usd_text(run.spent_cost_microusd)
         if run.budget_cost_microusd:
-            budget = _usd(run.budget_cost_microusd)
+            budget = usd_text(run.budget_cost_microusd)
             share = f"{100 * run.spent_cost_microusd / run.budget_cost_microusd:.0f}%"
     return {
         "search": search, "run": run, "status": search.list_status, "outcome": run.outcome if run else "",
@@ -194,9 +190,7 @@ def search_list(request: HttpRequest) -> HttpResponse:
 # --- the validation partial -------------------------------------------------------------------
 
 def _dollars(usd: float | None) -> str:
-    if usd is None:
-        return ""
-    return f"${usd:,.2f}" if usd >= 0.01 else f"${usd:.6f}"
+    return "" if usd is None else usd_text(usd * 1_000_000)
 
 
 def validation_context(text: str) -> dict[str, Any]:

@@ -6,17 +6,18 @@ from typing import Any
 
 from django import template
 
+from runtime_app.prices import usd_text
+
 register = template.Library()
 
 
 @register.filter
 def usd(microusd: Any) -> str:
-    """Micro-USD as dollars: $1.25, or more digits for small sums ($0.000350)."""
+    """Micro-USD as dollars (runtime_app.prices.usd_text)."""
     try:
-        dollars = int(microusd or 0) / 1_000_000
+        return usd_text(int(microusd or 0))
     except (TypeError, ValueError):
         return ""
-    return f"${dollars:,.2f}" if dollars >= 0.01 or dollars == 0 else f"${dollars:.6f}"
 
 
 @register.filter

@@ -55,19 +55,23 @@ def test_the_candidate_table_sorts_filters_and_pages_and_keeps_it_in_the_url(fin
         assert client.get(url, bad, headers={"HX-Request": "true"}).status_code == 200
 
 
-def test_the_search_page_uses_as_many_queries_for_300_candidates_as_for_3(finished, personas):
+def test_the_search_page_and_its_table_use_as_many_queries_for_300_candidates_as_for_3(finished, personas):
     search, _, _ = finished
     client = login(personas.member)
-    url = f"/searches/{search.search_id}/"
+    url, rows = f"/searches/{search.search_id}/", f"/searches/{search.search_id}/candidates/?sort=-score"
     client.get(url)
     with CaptureQueriesContext(connection) as few:
         client.get(url)
+    with CaptureQueriesContext(connection) as few_rows:
+        client.get(rows, headers={"HX-Request": "true"})
     Candidate.objects.bulk_create([
         Candidate(search=search, candidate_id=f"cand_{n:03d}", number=n, batch=1, state="eliminated",
                   score=n, cost_microusd=n, reason="slower") for n in range(3, 300)])
     with CaptureQueriesContext(connection) as many:
         html = client.get(url).content.decode()
-    assert len(many) == len(few)
+    with CaptureQueriesContext(connection) as many_rows:
+        client.get(rows, headers={"HX-Request": "true"})
+    assert len(many) == len(few) and len(many_rows) == len(few_rows)
     assert "page 1 of 3" in html
 
 
