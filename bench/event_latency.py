@@ -172,6 +172,31 @@ def emit_one(project, number: int) -> tuple[int, float]:
     return event.pk, committed[0]
 
 
+def bench_django(data_dir: Path) -> tuple[dict[str, str], str | None]:
+    """A migrated database in data_dir and Django set up in this process, which plays the
+    worker; returns the servers' environment and why Redis is unreachable (None if it is not)."""
+    env = base_env(data_dir)
+    print(f"data dir {data_dir}; migrating …", flush=True)
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+                   cwd=REPO_ROOT, env=env, check=True)
+    redis_error = redis_reachable(BENCH_REDIS_URL)
+    if redis_error:
+        print(f"Redis at {BENCH_REDIS_URL} is unreachable ({redis_error}): "
+              "measuring embedded mode only.", flush=True)
+    # With Redis this process nudges through Redis, as a worker in a Redis deployment does; the
+    # embedded server cannot hear that nudge and finds each event by polling.
+    env_emitter = env if redis_error else {**env, "REDIS_URL": BENCH_REDIS_URL}
+    os.environ.update(env_emitter)
+    for name in CONTROLLED:
+        if name not in env_emitter:
+            os.environ.pop(name, None)
+    sys.path.insert(0, str(REPO_ROOT))
+    import django
+
+    django.setup()
+    return env, redis_error
+
+
 def percentile(values: list[float], pct: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
 
@@ -180,29 +205,7 @@ def main() -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="crucible-bench-") as tmp:
         data_dir = Path(tmp) / "data"
-        env = base_env(data_dir)
-        print(f"data dir {data_dir}; migrating …", flush=True)
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-            cwd=REPO_ROOT, env=env, check=True,
-        )
-
-        redis_error = redis_reachable(BENCH_REDIS_URL)
-        if redis_error:
-            print(f"Redis at {BENCH_REDIS_URL} is unreachable ({redis_error}): "
-                  "measuring embedded mode only.", flush=True)
-        # This process is the worker. With Redis it nudges through Redis, as a worker in a
-        # Redis deployment does; the embedded server cannot hear that nudge and finds each
-        # event by polling, exactly as with a worker using the in-memory layer.
-        env_emitter = env if redis_error else {**env, "REDIS_URL": BENCH_REDIS_URL}
-        os.environ.update(env_emitter)
-        for name in CONTROLLED:
-            if name not in env_emitter:
-                os.environ.pop(name, None)
-        sys.path.insert(0, str(REPO_ROOT))
-        import django
-
-        django.setup()
+        env, redis_error = bench_django(data_dir)
         from django.conf import settings
         from django.contrib.auth import get_user_model
         from django.test import Client

@@ -50,16 +50,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from _search_setup import operator_and_project
-from event_latency import (
-    BENCH_REDIS_URL,
-    CONTROLLED,
-    EVENT_ID_RE,
-    REPO_ROOT,
-    base_env,
-    free_port,
-    percentile,
-    redis_reachable,
-)
+from event_latency import BENCH_REDIS_URL, EVENT_ID_RE, REPO_ROOT, bench_django, free_port, percentile
 from search_orchestration import make_repo, spec
 
 VIEWERS = 50
@@ -247,27 +238,7 @@ def main() -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="crucible-bench-fanout-") as tmp:
         data_dir = Path(tmp) / "data"
-        env = base_env(data_dir)
-        print(f"data dir {data_dir}; migrating …", flush=True)
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-            cwd=REPO_ROOT, env=env, check=True,
-        )
-        redis_error = redis_reachable(BENCH_REDIS_URL)
-        if redis_error:
-            print(f"Redis at {BENCH_REDIS_URL} is unreachable ({redis_error}): "
-                  "measuring embedded mode only.", flush=True)
-        # This process is the worker: with Redis it nudges through Redis, as a worker in a
-        # Redis deployment does; the embedded server cannot hear that and polls.
-        env_emitter = env if redis_error else {**env, "REDIS_URL": BENCH_REDIS_URL}
-        os.environ.update(env_emitter)
-        for name in CONTROLLED:
-            if name not in env_emitter:
-                os.environ.pop(name, None)
-        sys.path.insert(0, str(REPO_ROOT))
-        import django
-
-        django.setup()
+        env, redis_error = bench_django(data_dir)
         from django.conf import settings
         from django.contrib.auth import get_user_model
         from django.test import Client

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import os
 import socket
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import connection
+from django.test import Client
 
 from runtime_app import roles
 from runtime_app.models import Project, ProjectMembership
@@ -147,3 +149,15 @@ def daphne_server(transactional_db) -> Iterator[str]:
 def fast_password_hashing(settings) -> None:
     # Personas are made per test; the real hasher's 1M iterations would dominate the suite.
     settings.PASSWORD_HASHERS = ["tests.hashers.FastPBKDF2PasswordHasher"]
+
+
+def login(user) -> Client:
+    """A test client logged in as `user` (no password round trip)."""
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def text_of(response) -> str:
+    """A response's HTML with entities decoded, for plain-text assertions."""
+    return html.unescape(response.content.decode())

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import html
 import io
 import json
 from datetime import UTC, datetime
@@ -21,20 +20,13 @@ from django.test import AsyncClient, Client, modify_settings
 from runtime_app import roles, selectors
 from runtime_app.models import AuditEntry
 from runtime_app.services import audit_record
+from tests.conftest import login, text_of
 
 pytestmark = pytest.mark.django_db
 
 MIDDLEWARE = "runtime_app.signals.AuditActorMiddleware"
 
 
-def login(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def text_of(response) -> str:
-    return html.unescape(response.content.decode())
 
 
 def role_entries() -> list[tuple[str, str, str]]:

@@ -10,6 +10,7 @@ from django.test import Client
 from runtime_app import services
 from runtime_app.models import Receipt
 from runtime_app.sandbox import run
+from tests.conftest import login
 
 pytestmark = pytest.mark.django_db
 
@@ -28,11 +29,6 @@ def receipt(personas, tree) -> Receipt:
         project=personas.alpha, subject=("candidate", 7), label="cand_007 gate 1",
     )
 
-
-def login(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_command_run_writes_the_receipt_with_its_project_and_subject(receipt, personas):

@@ -4,7 +4,6 @@ project sees them with their branches and tags; outsiders see nothing of them.""
 from __future__ import annotations
 
 import dataclasses
-import html
 import subprocess
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from django.test import Client
 from runtime_app import roles
 from runtime_app.models import AuditEntry, ProjectMembership, Repository
 from runtime_app.services import repository_register
-from tests.conftest import make_user
+from tests.conftest import login, make_user, text_of
 from tests.gitrepo import repo_create
 
 pytestmark = pytest.mark.django_db
@@ -34,14 +33,6 @@ def root(tmp_path, settings) -> Path:
     return allowed
 
 
-def login(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def text_of(response) -> str:
-    return html.unescape(response.content.decode())
 
 
 def register(client: Client, project, path, name: str = ""):

@@ -16,20 +16,12 @@ from django.test.utils import CaptureQueriesContext
 from runtime_app import roles
 from runtime_app.models import ProjectMembership, Repository
 from search_app.models import Search, SearchRun
-from tests.conftest import make_user
+from tests.conftest import login, make_user, text_of
 from tests.gitrepo import git, repo_create, write_files
 
 pytestmark = pytest.mark.django_db
 
 
-def login(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def text_of(response) -> str:
-    return html.unescape(response.content.decode())
 
 
 def subjects(response) -> list[str]:

@@ -6,14 +6,10 @@ import pytest
 from django.test import Client
 
 from runtime_app.models import AuditEntry, Event, Project
+from tests.conftest import login
 
 pytestmark = pytest.mark.django_db
 
-
-def login(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_home_lists_only_the_users_projects(personas):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from runtime_app import roles
 from runtime_app.models import Project, ProjectMembership
@@ -52,8 +51,3 @@ def finished(personas, tmp_path, settings):
     assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
     return search, run.winner, repo
 
-
-def login(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client

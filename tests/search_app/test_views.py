@@ -17,7 +17,7 @@ from search_app import services
 from search_app.models import Search, Spec, SpecVersion
 from search_app.spec import spec_validate
 from search_app.spec_templates import SPEC_TEMPLATES
-from tests.conftest import make_user
+from tests.conftest import login, make_user
 from tests.gitrepo import git, repo_create
 
 pytestmark = pytest.mark.django_db
@@ -41,11 +41,6 @@ def repo_path(tmp_path) -> Path:
 def repository(personas, repo_path):
     return repository_register(personas.owner, personas.alpha, str(repo_path), "certificate", trusted=True)
 
-
-def login(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def viewer_of_alpha(personas):
