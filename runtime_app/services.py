@@ -143,6 +143,31 @@ def _require_member(user: Any, project: Project) -> None:
         raise PermissionDenied("Only members of the project can do this.")
 
 
+def server_path_check(path: str, *, trusted: bool, what: str) -> Any:
+    """A path on the server a web user may name: absolute, usable, and under an allowed root
+    (CRUCIBLE_REPO_ROOTS) unless `trusted` (the local administrator's CLI)."""
+    from pathlib import Path
+
+    from django.conf import settings
+
+    raw = (path or "").strip()
+    if not raw:
+        raise ValidationError({"path": f"Give the {what}'s absolute path on the server."})
+    try:
+        resolved = Path(raw).expanduser().resolve()
+    except (RuntimeError, ValueError, OSError) as error:  # `~nobody`, NUL bytes, loops
+        raise ValidationError({"path": f"{raw}: not a usable path ({error})."}) from None
+    if not trusted:
+        roots = settings.CONFIG.repo_roots
+        if not roots:
+            raise ValidationError({"path": f"No directories are allowed for a {what} yet: an "
+                                           "administrator sets CRUCIBLE_REPO_ROOTS."})
+        if not any(resolved == root or root in resolved.parents for root in roots):
+            allowed = ", ".join(str(root) for root in roots)
+            raise ValidationError({"path": f"{resolved} is not under an allowed directory ({allowed})."})
+    return resolved
+
+
 def repository_register(
     user: Any, project: Project, path: str, name: str = "", *, trusted: bool = False
 ) -> Repository:
@@ -152,27 +177,11 @@ def repository_register(
     a web user cannot point Crucible at arbitrary server paths; `trusted` is for the local
     administrator's CLI.
     """
-    from pathlib import Path
 
-    from django.conf import settings
 
     _require(user, roles.OPERATE)
     _require_member(user, project)
-    raw = (path or "").strip()
-    if not raw:
-        raise ValidationError({"path": "Give the repository's absolute path on the server."})
-    try:
-        resolved = Path(raw).expanduser().resolve()
-    except (RuntimeError, ValueError, OSError) as error:  # `~nobody`, NUL bytes, loops
-        raise ValidationError({"path": f"{raw}: not a usable path ({error})."}) from None
-    if not trusted:
-        roots = settings.CONFIG.repo_roots
-        if not roots:
-            raise ValidationError({"path": "No directories are allowed for repositories yet: an "
-                                           "administrator sets CRUCIBLE_REPO_ROOTS."})
-        if not any(resolved == root or root in resolved.parents for root in roots):
-            allowed = ", ".join(str(root) for root in roots)
-            raise ValidationError({"path": f"{resolved} is not under an allowed directory ({allowed})."})
+    resolved = server_path_check(path, trusted=trusted, what="repository")
     try:
         repo_open(resolved).close()
     except GitError as error:

@@ -1,0 +1,413 @@
+"""Agents: what solves a benchmark's tasks from the files of a workspace (the A-Evolve seed's
+`BaseAgent` contract).
+
+- `BaseAgent(workspace_path)` loads the workspace's prompt, fragments, skills, recent memories
+  and tool registry; `reload_from_fs()` reads them again after an engine changed the files;
+  `remember()` buffers memory entries and `export_to_fs()` appends them through the workspace.
+- `CommandAgent` runs a program the workspace ships, in the runtime sandbox, on a fresh copy of
+  the workspace bound read-only: the task's input on stdin, its answer on stdout.
+- `ReferenceLLMAgent` sends one completion: the workspace (prompt, fragments, skills, recent
+  memories) as the system prompt and the task's input as the user message, through
+  `runtime_app.llm.ToolChat` with a fleet preset (anthropic, bedrock or openai-compatible).
+- `agent_for(workspace_path)` picks the class from manifest.yaml's `agent` section.
+
+The `agent` settings read here (manifest.yaml, read leniently so that keys a stricter manifest
+schema does not know yet still work):
+
+    type: command | reference | <package.module.AgentClass>
+    entrypoint: <package.module.AgentClass> | a path in the workspace (tools/solve.py) | a command line
+    command: a path in the workspace or a command line (for type command; else `entrypoint`
+             when it is not a dotted path, else the tools/registry.yaml entry with
+             `entrypoint: true`, whose `timeout_seconds` also applies)
+    timeout_seconds: the command's wall-clock limit (default 60)
+    preset: a fleet preset (default anthropic); model: the model id; effort: off|low|...
+
+Agents never raise for a task that goes wrong: the Trajectory carries the error. No API key
+reaches a sandbox, a step, an output or an error text (known secret values are redacted).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import shutil
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evolve_app.types import SkillMeta, Task, Trajectory
+from evolve_app.workspace import AgentWorkspace, WorkspaceError
+
+COMMAND_TIMEOUT_SECONDS = 60.0
+MAX_COMMAND_TIMEOUT_SECONDS = 3600.0
+OUTPUT_BYTES = 1 << 20  # what a command agent's stdout may be; beyond it the answer is cut
+STEP_TEXT_CHARS = 2000
+MEMORY_LIMIT = 20  # recent memories an agent loads (and a reference agent shows the model)
+SKILL_CHARS = 20_000
+SYSTEM_PROMPT_CHARS = 200_000
+_MANIFEST_BYTES = 256 * 1024
+_CATEGORY = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?")
+_COPY_IGNORED = (".git", "evolution")
+
+
+def _is_dotted(value: Any) -> bool:
+    """A dotted Python path (package.module.Name), not a file name such as solve.py."""
+    return isinstance(value, str) and bool(_DOTTED.fullmatch(value.strip())) and \
+        not value.strip().endswith((".py", ".sh"))
+
+
+class AgentError(Exception):
+    """A workspace whose agent cannot be made (unknown type, bad entrypoint ...)."""
+
+
+def agent_settings(workspace_path: str | Path) -> dict[str, Any]:
+    """manifest.yaml's `agent` mapping as written ({} when there is none)."""
+    path = Path(workspace_path) / "manifest.yaml"
+    if path.is_symlink() or not path.is_file():
+        raise AgentError(f"{workspace_path}: no manifest.yaml")
+    data = path.read_bytes()
+    if len(data) > _MANIFEST_BYTES:
+        raise AgentError(f"{path}: larger than {_MANIFEST_BYTES // 1024} KiB")
+    try:
+        manifest = yaml.safe_load(data.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise AgentError(f"{path}: not readable YAML ({error})") from None
+    agent = manifest.get("agent") if isinstance(manifest, dict) else None
+    if agent is not None and not isinstance(agent, dict):
+        raise AgentError(f"{path}: `agent` must be a mapping")
+    return dict(agent or {})
+
+
+def _redact(text: str) -> str:
+    from runtime_app.sandbox import redact, secret_values
+
+    return redact(text, secret_values())
+
+
+def _tail(text: str, limit: int = STEP_TEXT_CHARS) -> str:
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+class BaseAgent:
+    """The seed's agent: state loaded from a workspace, `solve(task) -> Trajectory` to override.
+
+    `record`, if set, receives every receipt the agent makes (a sandbox run, a model call) and
+    returns it (e.g. `runtime_app.services.receipt_record` bound to an evolution run); unset,
+    receipts stay unsaved and only their figures reach the trajectory's steps.
+    """
+
+    memory_limit = MEMORY_LIMIT
+
+    def __init__(self, workspace_path: str | Path) -> None:
+        self.workspace_path = Path(workspace_path).expanduser().resolve()
+        self.workspace = AgentWorkspace(self.workspace_path)
+        self.record: Callable[[Any], Any] | None = None
+        self.system_prompt = ""
+        self.fragments: dict[str, str] = {}
+        self.skills: list[SkillMeta] = []
+        self.memories: list[dict[str, Any]] = []
+        self.tools: list[dict[str, Any]] = []
+        self.settings: dict[str, Any] = {}
+        self._pending: list[tuple[dict[str, Any], str]] = []
+        self.reload_from_fs()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.workspace_path)!r})"
+
+    def solve(self, task: Task) -> Trajectory:
+        raise NotImplementedError(f"{type(self).__name__} must implement solve(task)")
+
+    def reload_from_fs(self) -> None:
+        """Read the prompt, fragments, skills, recent memories, tools and settings again."""
+        try:
+            self.system_prompt = self.workspace.read_prompt()
+        except WorkspaceError:
+            self.system_prompt = ""
+        self.fragments = {name: self.workspace.read_fragment(name)
+                          for name in self.workspace.list_fragments()}
+        self.skills = self.workspace.list_skills()
+        self.memories = self.workspace.read_all_memories(limit=self.memory_limit)
+        try:
+            self.tools = self.workspace.read_tool_registry()
+        except WorkspaceError:
+            self.tools = []
+        self.settings = agent_settings(self.workspace_path)
+
+    def remember(self, content: Any, category: str = "episodic") -> None:
+        """Buffer a memory entry (a dict, or text kept as {"content": text}) until export_to_fs()."""
+        if not isinstance(category, str) or not _CATEGORY.fullmatch(category):
+            raise ValueError(f"memory category {category!r}: use 1-64 lowercase letters, digits, '-' or '_'")
+        entry = dict(content) if isinstance(content, dict) else {"content": str(content)}
+        self._pending.append((entry, category))
+
+    @property
+    def pending_memories(self) -> list[tuple[dict[str, Any], str]]:
+        return list(self._pending)
+
+    def export_to_fs(self) -> int:
+        """Append the buffered memories to memory/<category>.jsonl; returns how many were written."""
+        written = 0
+        while self._pending:
+            entry, category = self._pending[0]
+            self.workspace.add_memory(entry, category)
+            self._pending.pop(0)
+            written += 1
+        return written
+
+    def get_skill_content(self, name: str) -> str:
+        return self.workspace.read_skill(name)
+
+
+# ---------------------------------------------------------------------------------------- command
+
+
+class CommandAgent(BaseAgent):
+    """Runs the workspace's own program in the sandbox; its stdout is the answer.
+
+    Each solve copies the workspace (without .git and evolution/) to a scratch folder under the
+    data dir and binds that copy read-only, so the program can neither change the workspace nor
+    see its history, whatever isolation the host gives. Environment: CRUCIBLE_TASK_ID,
+    CRUCIBLE_TASK_CATEGORY and CRUCIBLE_WORKSPACE (the copy); nothing secret.
+    """
+
+    def __init__(self, workspace_path: str | Path, *, isolation: str | None = None,
+                 limits: Any = None) -> None:
+        self.isolation, self.limits = isolation, limits
+        super().__init__(workspace_path)
+
+    def _program(self) -> tuple[str, float]:
+        """(the command as written, its timeout) from the settings or the tool registry."""
+        timeout = self.settings.get("timeout_seconds")
+        command = self.settings.get("command")
+        entrypoint = self.settings.get("entrypoint")
+        if not command and isinstance(entrypoint, str) and entrypoint.strip() and not _is_dotted(entrypoint):
+            command = entrypoint
+        if not command:
+            for tool in self.tools:
+                if tool.get("entrypoint") is True and isinstance(tool.get("name"), str):
+                    command = f"tools/{tool['name'].removesuffix('.py')}.py"
+                    timeout = timeout if timeout is not None else tool.get("timeout_seconds")
+                    break
+        if not isinstance(command, str) or not command.strip():
+            raise AgentError("no command: set agent.command (or a non-dotted agent.entrypoint) in "
+                             "manifest.yaml, or mark a tools/registry.yaml entry with `entrypoint: true`")
+        if timeout is None:
+            timeout = COMMAND_TIMEOUT_SECONDS
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or \
+                not 0 < timeout <= MAX_COMMAND_TIMEOUT_SECONDS:
+            raise AgentError(f"timeout_seconds {timeout!r}: give seconds between 0 and "
+                             f"{MAX_COMMAND_TIMEOUT_SECONDS:g}")
+        return command.strip(), float(timeout)
+
+    @staticmethod
+    def _argv(command: str, root: Path) -> list[str] | str:
+        """A workspace path becomes an argv (python for .py, sh for .sh); else a shell line."""
+        looks_like_path = not any(c.isspace() for c in command) and ("/" in command or
+                                                                      command.endswith((".py", ".sh")))
+        if not looks_like_path:
+            return command
+        relative = Path(command)
+        target = (root / relative).resolve()
+        if relative.is_absolute() or not target.is_relative_to(root):
+            raise AgentError(f"the command {command!r} must be a path inside the workspace")
+        if not target.is_file():
+            raise AgentError(f"the command {command!r} does not exist in the workspace")
+        rel = str(target.relative_to(root))
+        if rel.endswith(".py"):
+            return [sys.executable, rel]
+        if rel.endswith(".sh"):
+            return ["/bin/sh", rel]
+        return [f"./{rel}"]
+
+    def solve(self, task: Task) -> Trajectory:
+        from django.conf import settings
+
+        from runtime_app import sandbox
+
+        trajectory = Trajectory(task_id=task.task_id)
+        scratch = Path(settings.DATA_DIR) / "evolve" / "agents" / (
+            f"{re.sub(r'[^A-Za-z0-9._-]', '_', task.task_id)[:80]}-{uuid.uuid4().hex[:12]}")
+        try:
+            command, timeout = self._program()
+            top = self.workspace_path
+            shutil.copytree(top, scratch, symlinks=True, ignore=lambda folder, names: [
+                name for name in names if Path(folder) == top and name in _COPY_IGNORED])
+            argv = self._argv(command, scratch)
+            limits = self.limits or sandbox.Limits(output_bytes=2 * OUTPUT_BYTES)
+            receipt = sandbox.run(
+                argv, cwd=scratch, timeout=timeout, stdin=task.input.encode(), writable=False,
+                isolation=self.isolation, limits=limits, kind="agent",
+                env={"CRUCIBLE_TASK_ID": task.task_id, "CRUCIBLE_TASK_CATEGORY": task.category,
+                     "CRUCIBLE_WORKSPACE": str(scratch)},
+            )
+        except (AgentError, sandbox.SandboxError, OSError) as error:
+            trajectory.error = _redact(f"the agent could not run: {error}")
+            trajectory.steps.append({"tool": "command", "action": "run", "error": trajectory.error})
+            return trajectory
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if self.record is not None:
+            receipt = self.record(receipt)
+        shown = argv if isinstance(argv, str) else [
+            Path(argv[0]).name if argv[0] == sys.executable else argv[0], *argv[1:]]
+        trajectory.steps.append({
+            "tool": "command", "action": "run", "command": shown, "exit_code": receipt.exit_code,
+            "outcome": receipt.outcome, "timed_out": receipt.timed_out,
+            "duration_seconds": receipt.duration_seconds, "isolation": receipt.isolation,
+            "stderr": _tail(receipt.stderr_excerpt), "receipt_id": receipt.pk,
+        })
+        trajectory.output = receipt.stdout_excerpt
+        if receipt.stdout_bytes > limits.output_bytes:
+            trajectory.output = ""
+            trajectory.error = f"the agent wrote {receipt.stdout_bytes:,} bytes; answers are limited to " \
+                               f"{limits.output_bytes:,}"
+        elif receipt.timed_out:
+            trajectory.error = f"the agent timed out after {timeout:g} s"
+        elif not receipt.succeeded:
+            said = receipt.stderr_excerpt.strip()
+            said = f": {_tail(said, 500)}" if said else ""
+            trajectory.error = f"the agent's command failed ({receipt.outcome}){said}"
+        return trajectory
+
+
+# -------------------------------------------------------------------------------------- reference
+
+
+class ReferenceLLMAgent(BaseAgent):
+    """One model completion per task: the workspace as the system prompt, the task as the user
+    message. `preset`/`model`/`effort` given here override the manifest's agent settings."""
+
+    def __init__(self, workspace_path: str | Path, *, preset: str | None = None, model: str | None = None,
+                 effort: str | None = None) -> None:
+        self._overrides = {"preset": preset, "model": model, "effort": effort}
+        super().__init__(workspace_path)
+
+    def _setting(self, name: str, default: Any = None) -> Any:
+        value = self._overrides.get(name) or self.settings.get(name)
+        return value if value not in (None, "") else default
+
+    def system_text(self) -> str:
+        """The system prompt: prompts/system.md, the fragments, every skill in full, and the
+        most recent memories (oldest first)."""
+        parts = [self.system_prompt.strip()]
+        if self.fragments:
+            parts.append("# Prompt fragments")
+            parts += [f"## {name}\n\n{text.strip()}" for name, text in sorted(self.fragments.items())]
+        if self.skills:
+            parts.append("# Skills")
+            for skill in self.skills:
+                try:
+                    content = self.get_skill_content(skill.name)
+                except WorkspaceError:
+                    continue
+                cut = "\n… (cut)" if len(content) > SKILL_CHARS else ""
+                body = content[:SKILL_CHARS].strip()
+                parts.append(f"## Skill {skill.name}: {skill.description}\n\n{body}{cut}")
+        if self.memories:
+            parts.append("# Memories (most recent last)")
+            parts.append("\n".join("- " + json.dumps(entry, ensure_ascii=False, default=str)
+                                   for entry in self.memories))
+        text = "\n\n".join(part for part in parts if part)
+        return text[:SYSTEM_PROMPT_CHARS]
+
+    def solve(self, task: Task) -> Trajectory:
+        from runtime_app.fleet import EFFORTS, preset_get
+        from runtime_app.llm import LLMError, ToolChat
+
+        trajectory = Trajectory(task_id=task.task_id)
+        preset_name = str(self._setting("preset", "anthropic"))
+        preset = preset_get(preset_name)
+        effort = str(self._setting("effort", "off"))
+        model = self._setting("model") or (preset.default_model if preset else "")
+        problem = ""
+        if preset is None or preset.kind == "command":
+            problem = f"preset {preset_name!r} is not a model provider (use anthropic, bedrock, openai, ...)"
+        elif not model:
+            problem = "no model: set agent.model in manifest.yaml"
+        elif effort not in EFFORTS:
+            problem = f"effort {effort!r}: use one of {', '.join(EFFORTS)}"
+        if problem:
+            trajectory.error = f"the agent could not run: {problem}"
+            return trajectory
+        step: dict[str, Any] = {"tool": "llm", "action": "complete", "preset": preset.name, "model": model}
+        trajectory.steps.append(step)
+        try:
+            chat = ToolChat(preset.kind, model, self.system_text(), task.input, [], effort,
+                            base_url=preset.base_url(), key_variable=preset.key_variable or None,
+                            account=preset.name, account_limit=preset.concurrency,
+                            price_model=preset.price_model)
+            reply, _ = chat.turn(self.record or (lambda receipt: receipt), None)
+        except LLMError as error:
+            if error.receipt is not None:
+                step.update(self._receipt_figures(error.receipt))
+            trajectory.error = _redact(str(error))
+            step["error"] = trajectory.error
+            return trajectory
+        except Exception as error:  # an SDK or configuration failure must not end the cycle
+            trajectory.error = _redact(f"the agent could not run: {type(error).__name__}: {error}")
+            step["error"] = trajectory.error
+            return trajectory
+        step.update(self._receipt_figures(reply.receipt))
+        content = chat.messages[-1]["content"]
+        if not isinstance(content, str):
+            content = "".join(block.get("text", "") for block in content
+                              if isinstance(block, dict) and block.get("type", "text") == "text")
+        trajectory.output = _redact(content)
+        return trajectory
+
+    @staticmethod
+    def _receipt_figures(receipt: Any) -> dict[str, Any]:
+        return {
+            "resolved_model": receipt.resolved_model, "request_id": receipt.request_id,
+            "input_tokens": receipt.input_tokens, "output_tokens": receipt.output_tokens,
+            "cache_read_tokens": receipt.cache_read_tokens, "cache_write_tokens": receipt.cache_write_tokens,
+            "cost_microusd": receipt.cost_microusd, "stop_reason": (receipt.detail or {}).get("stop_reason"),
+            "receipt_id": receipt.pk,
+        }
+
+
+# ------------------------------------------------------------------------------------------ choice
+
+AGENT_TYPES: dict[str, type[BaseAgent]] = {"command": CommandAgent, "reference": ReferenceLLMAgent}
+
+
+def _agent_class(dotted: str) -> type[BaseAgent]:
+    module_name, _, name = dotted.partition(":") if ":" in dotted else dotted.rpartition(".")
+    try:
+        value = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as error:
+        raise AgentError(f"agent class {dotted!r} cannot be loaded: {error}") from None
+    if not (isinstance(value, type) and issubclass(value, BaseAgent)):
+        raise AgentError(f"{dotted!r} is not a BaseAgent subclass")
+    return value
+
+
+def agent_for(workspace_path: str | Path, **options: Any) -> BaseAgent:
+    """The agent manifest.yaml asks for: `type: command` → CommandAgent, `type: reference` →
+    ReferenceLLMAgent, else a dotted path (in `type`, or in `entrypoint`) to a BaseAgent
+    subclass. `options` go to the class (e.g. model= for ReferenceLLMAgent)."""
+    settings = agent_settings(workspace_path)
+    kind = settings.get("type")
+    entrypoint = settings.get("entrypoint")
+    if isinstance(kind, str) and kind in AGENT_TYPES:
+        cls = AGENT_TYPES[kind]
+        if _is_dotted(entrypoint):
+            named = _agent_class(entrypoint)  # a subclass of the type's class may refine it
+            if not issubclass(named, cls):
+                raise AgentError(f"agent.entrypoint {entrypoint!r} is not a {cls.__name__} "
+                                 f"(agent.type is {kind})")
+            cls = named
+    elif _is_dotted(kind):
+        cls = _agent_class(kind)
+    elif _is_dotted(entrypoint):
+        cls = _agent_class(entrypoint)
+    else:
+        raise AgentError(f"agent.type {kind!r}: use command, reference, or a dotted path to a BaseAgent "
+                         "subclass (in agent.type or agent.entrypoint)")
+    return cls(workspace_path, **options)

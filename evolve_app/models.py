@@ -1,0 +1,125 @@
+"""Agent evolution: workspaces registered as agents, evolution runs, their cycles and observations.
+
+The workspace's files and their git tags (`evo-0`, `pre-evo-N`, `evo-N`) are the truth about
+the agent; these rows record what each cycle measured and decided, and where observations go
+(outside the workspace's git history).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from runtime_app.models import Project
+
+
+class Agent(models.Model):
+    """An agent workspace (a folder under git) imported into a project."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="agents")
+    name = models.CharField(max_length=96)
+    path = models.CharField(max_length=1000, unique=True)
+    agent_type = models.CharField(max_length=64, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EvolutionRun(models.Model):
+    """One `Evolver(agent, benchmark, config).run(cycles=N)`."""
+
+    STATUSES = [
+        ("queued", "queued"), ("running", "running"), ("awaiting_review", "awaiting review"),
+        ("finished", "finished"), ("failed", "failed"), ("cancelled", "cancelled"),
+    ]
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="runs")
+    benchmark = models.CharField(max_length=500, help_text="a registered name, folder:PATH or jsonl:PATH")
+    engine = models.CharField(max_length=200, help_text="an engine name or a dotted path")
+    config = models.JSONField(default=dict, blank=True)
+    cycles_planned = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=STATUSES, default="queued")
+    converged = models.BooleanField(default=False)
+    reason = models.TextField(blank=True)
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.agent} run {self.pk} ({self.status})"
+
+
+class Cycle(models.Model):
+    """One cycle: solve, evaluate, `pre-evo-N`, engine step, `evo-N`, and what that changed."""
+
+    STATUSES = [
+        ("solving", "solving"), ("evolving", "evolving"), ("awaiting_review", "awaiting review"),
+        ("accepted", "accepted"), ("rejected", "rejected"), ("failed", "failed"),
+    ]
+
+    run = models.ForeignKey(EvolutionRun, on_delete=models.CASCADE, related_name="cycles")
+    number = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=STATUSES, default="solving")
+    score = models.FloatField(null=True, blank=True, help_text="mean train score of the batch")
+    holdout_score = models.FloatField(null=True, blank=True)
+    holdout_after = models.FloatField(null=True, blank=True, help_text="holdout score of the mutation")
+    mutated = models.BooleanField(default=False)
+    summary = models.TextField(blank=True)
+    engine_metadata = models.JSONField(default=dict, blank=True)
+    skills_added = models.JSONField(default=list, blank=True)
+    skills_modified = models.JSONField(default=list, blank=True)
+    skills_deleted = models.JSONField(default=list, blank=True)
+    prompt_size_change = models.IntegerField(default=0)
+    reverted_paths = models.JSONField(default=list, blank=True, help_text="edits outside evolvable_layers")
+    pre_commit = models.CharField(max_length=40, blank=True)
+    post_commit = models.CharField(max_length=40, blank=True)
+    reason = models.TextField(blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="unique_cycle_number")]
+
+    def __str__(self) -> str:
+        return f"cycle {self.number} of run {self.run_id} ({self.status})"
+
+
+class ObservationRecord(models.Model):
+    """One (task, trajectory, feedback) of a cycle, in the seed's observation format."""
+
+    cycle = models.ForeignKey(Cycle, on_delete=models.CASCADE, related_name="observations")
+    split = models.CharField(max_length=16, default="train")
+    task_id = models.CharField(max_length=200)
+    task_input = models.TextField()
+    agent_output = models.TextField(blank=True)
+    steps = models.JSONField(default=list, blank=True)
+    success = models.BooleanField()
+    score = models.FloatField()
+    feedback_detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["cycle", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}: {'success' if self.success else 'failure'} ({self.score:g})"
+
+    def as_record(self) -> dict:
+        return {"task_id": self.task_id, "task_input": self.task_input, "agent_output": self.agent_output,
+                "steps": self.steps, "success": self.success, "score": self.score,
+                "feedback_detail": self.feedback_detail}

@@ -1,0 +1,287 @@
+"""Every write of evolve_app: importing agents, starting, running, deciding on and rolling back
+evolution. Views, API, CLI and tasks all come through here."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from runtime_app import roles
+from runtime_app.models import Project
+from runtime_app.services import _require, _require_member, audit_record, event_emit, server_path_check
+
+logger = logging.getLogger(__name__)
+ACTIVE = ("queued", "running", "awaiting_review")
+
+
+def _agent_event(agent: Any, kind: str, message: str, **payload: Any) -> None:
+    event_emit(agent.project, "agent", agent.pk, kind, {"message": message, **payload})
+
+
+def agent_import(user: Any, project: Project, path: str, name: str = "", *, trusted: bool = False) -> Any:
+    """Import a workspace folder as an agent: every problem is reported with its file and line;
+    a folder that is not a git repository becomes one, its first commit tagged `evo-0`."""
+    from evolve_app.models import Agent
+    from evolve_app.workspace import workspace_import, workspace_manifest, workspace_validate
+
+    _require(user, roles.OPERATE)
+    _require_member(user, project)
+    resolved = server_path_check(path, trusted=trusted, what="workspace")
+    if not resolved.is_dir():
+        raise ValidationError({"path": f"{resolved}: no such folder."})
+    problems = workspace_validate(resolved)
+    if problems:
+        raise ValidationError({"path": [str(problem) for problem in problems]})
+    existing = Agent.objects.filter(path=str(resolved)).first()
+    if existing is not None:
+        if existing.project_id != project.pk:
+            raise ValidationError({"path": "This workspace belongs to another project."})
+        return existing
+    workspace_import(resolved)
+    manifest = workspace_manifest(resolved)
+    with transaction.atomic():
+        agent = Agent.objects.create(project=project, name=(name or "").strip()[:96] or manifest.name,
+                                     path=str(resolved), agent_type=manifest.agent.type, created_by=user)
+        audit_record(user, "agent.import", project=project, target=f"{agent.name} {resolved}")
+        _agent_event(agent, "agent.imported", f"agent {agent.name} imported from {resolved}")
+    return agent
+
+
+def demo_agent_create(user: Any, project: Project) -> Any:
+    """A fresh copy of the offline demo workspace in the data dir, imported as an agent."""
+    import shutil
+
+    from django.conf import settings
+
+    from evolve_app.demo import SEED_WORKSPACE
+
+    folder = Path(settings.DATA_DIR) / "agents"
+    folder.mkdir(parents=True, exist_ok=True)
+    number = 1 + sum(1 for _ in folder.glob("demo-*"))
+    target = folder / f"demo-{number}"
+    while target.exists():
+        number += 1
+        target = folder / f"demo-{number}"
+    shutil.copytree(SEED_WORKSPACE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    return agent_import(user, project, str(target), name=f"demo agent {number}", trusted=True)
+
+
+def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engine: str = "textbook",
+                        cycles: int = 5, config: dict | None = None, enqueue: bool = True) -> Any:
+    """Check the benchmark, engine and settings, then queue the run (one at a time per agent)."""
+    from pydantic import ValidationError as PydanticError
+
+    from evolve_app.benchmarks import benchmark_get
+    from evolve_app.engines import EngineError, engine_get
+    from evolve_app.loop import EvolveConfig
+    from evolve_app.models import EvolutionRun
+
+    _require(user, roles.OPERATE)
+    _require_member(user, agent.project)
+    errors: dict[str, str] = {}
+    if not isinstance(cycles, int) or not 1 <= cycles <= 200:
+        errors["cycles"] = "Give 1 to 200 cycles."
+    try:
+        settings = EvolveConfig(**(config or {}))
+    except PydanticError as error:
+        errors["config"] = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        settings = None
+    try:
+        benchmark_get(benchmark)
+    except Exception as error:  # any adapter's own failure to load is the user's to read
+        errors["benchmark"] = str(error)
+    try:
+        engine_get(engine)
+    except (EngineError, Exception) as error:
+        errors["engine"] = str(error)
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        if EvolutionRun.objects.select_for_update().filter(agent=agent, status__in=ACTIVE).exists():
+            raise ValidationError("This agent already has a run in progress.")
+        run = EvolutionRun.objects.create(agent=agent, benchmark=benchmark, engine=engine, started_by=user,
+                                          config=settings.model_dump(), cycles_planned=cycles)
+        audit_record(user, "evolution.start", project=agent.project, target=f"{agent.name} run {run.pk}",
+                     detail={"benchmark": benchmark, "engine": engine, "cycles": cycles})
+        _agent_event(agent, "evolution.queued", f"{agent.name}: run {run.pk} queued ({cycles} cycles, "
+                     f"{engine} on {benchmark})", run=run.pk)
+        if enqueue:
+            from evolve_app.tasks import evolution_run
+
+            transaction.on_commit(lambda: evolution_run.delay(run.pk))
+    return run
+
+
+def evolution_run_execute(run_pk: int) -> Any:
+    """Run (or go on with) an evolution run in this process until it ends, converges, is
+    cancelled, or a mutation waits for review."""
+    from evolve_app.loop import Evolver
+    from evolve_app.models import Cycle, EvolutionRun
+
+    with transaction.atomic():
+        run = EvolutionRun.objects.select_for_update().select_related("agent__project").get(pk=run_pk)
+        if run.status not in ("queued", "running"):
+            return run
+        run.status = "running"
+        run.save(update_fields=["status"])
+    agent = run.agent
+    done = Cycle.objects.filter(run=run).count()
+    remaining = run.cycles_planned - done
+    _agent_event(agent, "evolution.running", f"{agent.name}: run {run.pk} running, {remaining} cycles to go",
+                 run=run.pk)
+
+    def cancelled() -> bool:
+        return EvolutionRun.objects.filter(pk=run.pk, status="cancelled").exists()
+
+    try:
+        evolver = Evolver(agent.path, run.benchmark, run.config, engine=run.engine,
+                          on_cycle=lambda result: cycle_record(run, result), should_stop=cancelled,
+                          first_cycle=done + 1)
+        result = evolver.run(cycles=remaining) if remaining > 0 else None
+    except Exception as error:
+        logger.exception("evolution run %s failed", run.pk)
+        EvolutionRun.objects.filter(pk=run.pk).update(status="failed", finished_at=timezone.now(),
+                                                      reason=f"{type(error).__name__}: {error}")
+        run.refresh_from_db()
+        _agent_event(agent, "evolution.failed", f"{agent.name}: run {run.pk} failed: {error}", run=run.pk)
+        return run
+    run.refresh_from_db()
+    if run.status == "cancelled":
+        return run
+    if result is not None and result.paused_for_review:
+        run.status, run.reason = "awaiting_review", result.reason
+        run.save(update_fields=["status", "reason"])
+    else:
+        run.status, run.finished_at = "finished", timezone.now()
+        run.converged = bool(result and result.converged)
+        run.reason = result.reason if result else "no cycles left"
+        run.save(update_fields=["status", "finished_at", "converged", "reason"])
+    _agent_event(agent, f"evolution.{run.status}", f"{agent.name}: run {run.pk} {run.status}: {run.reason}",
+                 run=run.pk)
+    return run
+
+
+def cycle_record(run: Any, result: Any) -> Any:
+    """Write a decided cycle, its observations (in the database and as a JSONL batch outside the
+    workspace's history), and announce it."""
+    from evolve_app.models import Cycle, ObservationRecord
+
+    fields = {name: getattr(result, name) for name in (
+        "score", "holdout_score", "holdout_after", "mutated", "status", "summary", "engine_metadata",
+        "skills_added", "skills_modified", "skills_deleted", "prompt_size_change", "reverted_paths",
+        "pre_commit", "post_commit", "reason")}
+    fields["finished_at"] = None if result.status == "awaiting_review" else timezone.now()
+    with transaction.atomic():
+        cycle, _ = Cycle.objects.update_or_create(run=run, number=result.number, defaults=fields)
+        if not cycle.observations.exists():
+            ObservationRecord.objects.bulk_create(
+                [ObservationRecord(cycle=cycle, split="train", **o.as_record()) for o in result.observations]
+                + [ObservationRecord(cycle=cycle, split="holdout", **o.as_record())
+                   for o in result.holdout_observations])
+        score = "—" if result.score is None else f"{result.score:.3f}"
+        _agent_event(run.agent, "cycle.recorded", f"{run.agent.name}: cycle {result.number} {result.status}, "
+                     f"score {score}{': ' + result.summary if result.summary else ''}", run=run.pk,
+                     cycle=result.number)
+    _observations_export(run, result)
+    return cycle
+
+
+def _observations_export(run: Any, result: Any) -> None:
+    folder = Path(run.agent.path) / "evolution" / "observations"
+    folder.mkdir(parents=True, exist_ok=True)
+    batch = folder / f"batch_{run.pk:04d}_{result.number:04d}.jsonl"
+    lines = (json.dumps(o.as_record(), ensure_ascii=False) + "\n" for o in result.observations)
+    batch.write_text("".join(lines))
+
+
+def cycle_decide(user: Any, cycle: Any, approve: bool) -> Any:
+    """Review mode: an approver accepts a waiting mutation (the run goes on) or rejects it (the
+    workspace goes back to pre-evo-N)."""
+    from evolve_app.history import EvolutionHistory
+    from evolve_app.models import Cycle
+    from evolve_app.workspace import workspace_restore, workspace_snapshot
+
+    agent = cycle.run.agent
+    _require(user, roles.APPROVE)
+    _require_member(user, agent.project)
+    with transaction.atomic():
+        cycle = Cycle.objects.select_for_update().select_related("run__agent").get(pk=cycle.pk)
+        if cycle.status != "awaiting_review":
+            raise ValidationError(f"Cycle {cycle.number} is {cycle.get_status_display()}, "
+                                  "not awaiting review.")
+        path, number = Path(agent.path), cycle.number
+        if approve:
+            cycle.post_commit = workspace_snapshot(path, f"evo-{number}", f"Cycle {number}: {cycle.summary}")
+            changes = EvolutionHistory(path).layer_changes(f"pre-evo-{number}", f"evo-{number}")
+            cycle.skills_added = changes.get("skills_added", [])
+            cycle.skills_modified = changes.get("skills_modified", [])
+            cycle.skills_deleted = changes.get("skills_deleted", [])
+            cycle.prompt_size_change = changes.get("prompt_size_change", 0)
+            cycle.status = "accepted"
+        else:
+            workspace_restore(path, f"pre-evo-{number}")
+            cycle.post_commit = workspace_snapshot(path, f"evo-{number}", f"Cycle {number}: rejected")
+            cycle.status, cycle.mutated = "rejected", False
+            cycle.reason = f"rejected by {user.get_username()} in review"
+        cycle.decided_by, cycle.finished_at = user, timezone.now()
+        cycle.save()
+        run = cycle.run
+        run.status = "queued"
+        run.save(update_fields=["status"])
+        verb = "approved" if approve else "rejected"
+        audit_record(user, f"evolution.cycle_{verb}", project=agent.project,
+                     target=f"{agent.name} run {run.pk} cycle {number}")
+        _agent_event(agent, "cycle.decided", f"{agent.name}: cycle {number} {verb} by {user.get_username()}",
+                     run=run.pk, cycle=number)
+        from evolve_app.tasks import evolution_run
+
+        transaction.on_commit(lambda: evolution_run.delay(run.pk))
+    return cycle
+
+
+def evolution_run_cancel(user: Any, run: Any) -> Any:
+    from evolve_app.models import EvolutionRun
+
+    _require(user, roles.OPERATE)
+    _require_member(user, run.agent.project)
+    with transaction.atomic():
+        run = EvolutionRun.objects.select_for_update().get(pk=run.pk)
+        if run.status not in ACTIVE:
+            raise ValidationError(f"Run {run.pk} is {run.get_status_display()}: nothing to cancel.")
+        run.status, run.finished_at = "cancelled", timezone.now()
+        run.reason = f"cancelled by {user.get_username()}"
+        run.save(update_fields=["status", "finished_at", "reason"])
+        name = run.agent.name
+        audit_record(user, "evolution.cancel", project=run.agent.project, target=f"{name} run {run.pk}")
+        _agent_event(run.agent, "evolution.cancelled", f"{name}: run {run.pk} cancelled", run=run.pk)
+    return run
+
+
+def agent_rollback(user: Any, agent: Any, tag: str) -> str:
+    """Make the workspace equal to `evo-K` again with a new commit (history is kept)."""
+    import re
+
+    from evolve_app.history import EvolutionHistory
+    from evolve_app.models import EvolutionRun
+
+    _require(user, roles.APPROVE)
+    _require_member(user, agent.project)
+    if not re.fullmatch(r"evo-\d{1,6}", tag or ""):
+        raise ValidationError({"tag": "Roll back to a tag like evo-3."})
+    if EvolutionRun.objects.filter(agent=agent, status__in=ACTIVE).exists():
+        raise ValidationError("A run of this agent is in progress: cancel it or let it end first.")
+    author = f"{user.get_username()} <{user.get_username()}@crucible.invalid>"
+    try:
+        sha = EvolutionHistory(agent.path).rollback(tag, author=author)
+    except Exception as error:
+        raise ValidationError({"tag": f"Cannot roll back to {tag}: {error}"}) from None
+    audit_record(user, "agent.rollback", project=agent.project, target=f"{agent.name} → {tag}",
+                 detail={"commit": sha})
+    _agent_event(agent, "agent.rolled_back", f"{agent.name} rolled back to {tag} ({sha[:12]})")
+    return sha

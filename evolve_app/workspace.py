@@ -1,0 +1,1237 @@
+"""An agent workspace: a folder of plain files under git, read and written through one contract.
+
+The layout is the A-Evolve seed's, unchanged, so existing A-Evolve workspaces open as they are:
+
+    manifest.yaml                  name, version, contract_version, agent, evolvable_layers, reload_strategy
+    prompts/system.md              the system prompt (required)
+    prompts/fragments/<name>.md    modular prompt pieces
+    skills/<name>/SKILL.md         YAML front matter (`name`, `description`), then the skill
+    skills/_drafts/<name>.md       skill proposals an agent made during a cycle
+    memory/<category>.jsonl        one JSON object per line
+    tools/registry.yaml            `tools: [{name: ..., ...}]`, each entry naming tools/<name>.py
+    evolution/                     observation batches; excluded from the workspace's git history
+
+What Crucible adds to upstream:
+
+* `workspace_validate` reports every problem at once, each with its file and line (YAML syntax,
+  missing or ill-typed manifest keys, unknown keys with a suggestion, skills, memory lines, the
+  tool registry, encodings), instead of failing on the first one at run time.
+* Every name a caller passes (skill, category, fragment, tool, draft) is checked, so no call can
+  reach outside the workspace; reads and writes refuse symlinks; writes are atomic.
+* Git is handled here, with dulwich and the sealed git CLI (`runtime_app.worktrees.git_run`):
+  `workspace_import` (init, commit, tag `evo-0`), `workspace_snapshot` (commit + annotated tag
+  that is never moved), `workspace_changed_paths`, `workspace_restore` (working tree back to a
+  ref, history untouched) and `workspace_rollback` (a new commit whose tree is an old one).
+  Staging and restoring read and write raw bytes with dulwich's index primitives: no hook, no
+  clean/smudge filter and no user or system git config ever runs or applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import logging
+import os
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from dulwich import porcelain
+from dulwich.ignore import IgnoreFilter, IgnoreFilterManager
+from dulwich.index import Index, index_entry_from_stat
+from dulwich.objects import Blob, Commit
+from dulwich.refs import check_ref_format
+from dulwich.repo import Repo
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from evolve_app.types import SkillMeta
+from runtime_app.git import GitError, commit_create, ref_resolve, repo_open, tag_create
+from runtime_app.worktrees import git_run, repo_lock
+
+logger = logging.getLogger(__name__)
+
+CONTRACT_VERSION = "1"
+LAYERS = ("prompts", "skills", "memory", "tools")
+DEFAULT_AUTHOR = "Crucible <crucible@localhost>"
+EXCLUDED_DIR = "evolution"  # observation batches etc.: on disk, never in the workspace's history
+DRAFTS_DIR = "_drafts"
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+_CONTRACT_SPELLINGS = {"1", "1.0"}  # A-Evolve's seeds write "1.0"
+_MANIFEST_KEYS = ("name", "version", "contract_version", "agent", "evolvable_layers", "reload_strategy")
+_AGENT_KEYS = ("type", "entrypoint")
+_OPTIONAL_KEYS = ("name", "version", "contract_version")
+_MAX_YAML_BYTES = 256 * 1024
+_MAX_YAML_NODES = 20_000  # an alias "billion laughs" stops here instead of exhausting memory
+_GITLINK = 0o160000
+
+
+class WorkspaceError(ValueError):
+    """A workspace, name or git problem, with a message a person can act on."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong in a workspace: the file (relative, '/'-separated), 1-based line and
+    column when known, and what to do about it."""
+
+    path: str
+    line: int | None
+    column: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.path + "".join(f":{n}" for n in (self.line, self.column) if n is not None)
+        return f"{where}: {self.message}"
+
+
+class WorkspaceInvalid(WorkspaceError):
+    """The workspace has problems; `problems` lists every one of them."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        shown = "; ".join(str(problem) for problem in self.problems[:5])
+        more = f" (and {len(self.problems) - 5} more)" if len(self.problems) > 5 else ""
+        super().__init__(f"the workspace has {len(self.problems)} problem(s): {shown}{more}")
+
+
+# ------------------------------------------------------------------------------------------ manifest
+
+
+class AgentSection(BaseModel):
+    """`agent:` names the agent (`type`, `entrypoint`) and carries its own settings: a command
+    agent's `command` or program path, a reference agent's `preset`, `model` and `effort`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    type: str = Field(min_length=1)
+    entrypoint: str = Field(min_length=1, max_length=500)
+    command: str | None = Field(default=None, max_length=2000)
+    preset: str | None = Field(default=None, max_length=40)
+    model: str | None = Field(default=None, max_length=200)
+    effort: Literal["off", "low", "medium", "high", "max"] | None = None
+    timeout_seconds: int | float | None = Field(default=None, gt=0, le=3600)
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint(cls, value: str, info: ValidationInfo) -> str:
+        # A command agent may name a program in the workspace; every other type a Python class.
+        if info.data.get("type") != "command" and not _DOTTED.fullmatch(value):
+            raise ValueError(f"{value!r} is not a dotted Python path such as package.module.AgentClass")
+        return value
+
+
+class Manifest(BaseModel):
+    """manifest.yaml, parsed. `absent` names the optional keys the file leaves out (their
+    defaults apply): name (the folder's name), version ("0.0.0"), contract_version ("1")."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    name: str = Field(min_length=1, max_length=200)
+    version: str = Field(default="0.0.0", min_length=1, max_length=100)
+    contract_version: Literal["1"] = CONTRACT_VERSION
+    agent: AgentSection
+    evolvable_layers: list[Literal["prompts", "skills", "memory", "tools"]]
+    reload_strategy: Literal["hot", "cold"]
+    absent: tuple[str, ...] = ()
+
+
+def workspace_manifest(path: str | Path) -> Manifest:
+    """The parsed manifest; WorkspaceInvalid lists every manifest problem."""
+    root = _root(path)
+    manifest, problems = _manifest_check(root)
+    if problems or manifest is None:
+        raise WorkspaceInvalid(problems)
+    return manifest
+
+
+def _manifest_check(root: Path) -> tuple[Manifest | None, list[Problem]]:
+    rel = "manifest.yaml"
+    problems: list[Problem] = []
+    if not _safe_file(root, rel):
+        return None, [Problem(rel, None, None, "missing: every workspace has a manifest.yaml with agent "
+                              "(type, entrypoint), evolvable_layers and reload_strategy")]
+    text = _text_read(root, rel, problems, limit=_MAX_YAML_BYTES)
+    if text is None:
+        return None, problems
+    parsed = _yaml_parse(text, rel, problems)
+    if parsed is None:
+        if not problems:
+            problems.append(Problem(rel, 1, None, "empty: give agent, evolvable_layers and reload_strategy"))
+        return None, problems
+    node, data, marks = parsed
+    if not isinstance(node, MappingNode) or not isinstance(data, dict):
+        problems.append(Problem(rel, node.start_mark.line + 1, node.start_mark.column + 1,
+                                "the manifest must be a mapping of keys (agent:, evolvable_layers: ...)"))
+        return None, problems
+
+    def line_of(loc: tuple, *, key: bool = False) -> tuple[int | None, int | None]:
+        mark = marks.get(loc)
+        if mark is None:
+            return (1, None) if not loc else line_of(loc[:-1], key=True)
+        chosen = mark[0] if key else mark[1]
+        return chosen.line + 1, chosen.column + 1
+
+    data = dict(data)
+    for parent, known in (((), _MANIFEST_KEYS), (("agent",), _AGENT_KEYS)):
+        section = data if not parent else data.get("agent")
+        if not isinstance(section, dict):
+            continue
+        for key in list(section):
+            if key in known:
+                continue
+            line, column = line_of((*parent, key), key=True)
+            where = ".".join(str(part) for part in parent) or "the manifest"
+            hint = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            suggestion = f"; did you mean '{hint[0]}'?" if hint else f"; known keys: {', '.join(known)}"
+            problems.append(Problem(rel, line, column, f"unknown key '{key}' in {where}{suggestion}"))
+            del section[key]
+        if parent:
+            data["agent"] = section
+
+    for key in ("name", "version", "contract_version"):  # `version: 1.10` is text, not the float 1.1
+        node_value = _mapping_value(node, key)
+        if isinstance(node_value, ScalarNode) and isinstance(data.get(key), int | float) \
+                and not isinstance(data.get(key), bool):
+            data[key] = node_value.value
+    if "contract_version" in data:
+        value = data["contract_version"]
+        if isinstance(value, str) and value.strip() in _CONTRACT_SPELLINGS:
+            data["contract_version"] = CONTRACT_VERSION
+        else:
+            line, column = line_of(("contract_version",))
+            problems.append(Problem(rel, line, column, f"contract_version {value!r} is not supported; this "
+                                    "Crucible reads contract version 1 (write \"1\")"))
+            del data["contract_version"]
+    absent = tuple(key for key in _OPTIONAL_KEYS if key not in data)
+    data.setdefault("name", root.name)
+    data["absent"] = absent
+
+    layers = data.get("evolvable_layers")
+    if isinstance(layers, list):
+        seen: set = set()
+        for index, layer in enumerate(layers):
+            if isinstance(layer, str) and layer in seen:
+                line, column = line_of(("evolvable_layers", index))
+                problems.append(Problem(rel, line, column, f"evolvable_layers: '{layer}' is listed twice"))
+            seen.add(layer if isinstance(layer, str) else None)
+
+    try:
+        manifest = Manifest.model_validate(data)
+    except ValidationError as error:
+        for detail in error.errors(include_url=False):
+            loc = tuple(detail["loc"])
+            line, column = line_of(loc, key=detail["type"] == "missing")
+            problems.append(Problem(rel, line, column, _pydantic_message(detail)))
+        manifest = None
+    return (manifest if not problems else None), problems
+
+
+def _pydantic_message(detail: dict) -> str:
+    loc = tuple(detail["loc"])
+    dotted = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
+    kind, value = detail["type"], detail.get("input")
+    if kind == "missing":
+        parent = ".".join(str(part) for part in loc[:-1])
+        hints = {"entrypoint": " (the dotted Python path of the agent class)",
+                 "type": " (e.g. reference)", "evolvable_layers": f" (a list from {', '.join(LAYERS)})",
+                 "reload_strategy": " (hot or cold)", "agent": " (a mapping with type and entrypoint)"}
+        return (f"missing required key '{loc[-1]}'" + (f" under '{parent}'" if parent else "")
+                + hints.get(str(loc[-1]), ""))
+    if kind == "literal_error":
+        choices = LAYERS if loc[0] == "evolvable_layers" else ("hot", "cold")
+        hint = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
+        return (f"{dotted}: {value!r} is not allowed; use one of {', '.join(choices)}"
+                + (f" (did you mean '{hint[0]}'?)" if hint else ""))
+    expected = {"string_type": "a string", "list_type": "a list", "model_type": "a mapping",
+                "model_attributes_type": "a mapping", "dict_type": "a mapping"}.get(kind)
+    if expected:
+        return f"{dotted}: expected {expected}, got {_kind_of(value)}"
+    if kind == "value_error":
+        return f"{dotted}: {str(detail['msg']).removeprefix('Value error, ')}"
+    return f"{dotted}: {detail['msg']}"
+
+
+def _kind_of(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"a boolean ({value!r})"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return f"a string ({value!r})"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+# ------------------------------------------------------------------------------------------ YAML
+
+
+def _yaml_parse(text: str, rel: str, problems: list[Problem], line_offset: int = 0
+                ) -> tuple[Node, Any, dict[tuple, tuple]] | None:
+    """Compose and construct one YAML document. Returns (root node, data, marks) where marks maps
+    a key path to (key mark, value mark); None when empty or on error (problems get the reason)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        marks: dict[tuple, tuple] = {}
+        if not _nodes_index(node, (), marks, [0], rel, problems, line_offset):
+            return None
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        reason = " ".join(part for part in (error.context, error.problem) if part) or "invalid YAML"
+        problems.append(Problem(rel, mark.line + 1 + line_offset if mark else None,
+                                mark.column + 1 if mark else None, f"YAML syntax error: {reason}"))
+        return None
+    except yaml.YAMLError as error:
+        problems.append(Problem(rel, None, None, f"YAML error: {error}"))
+        return None
+    except RecursionError:
+        problems.append(Problem(rel, None, None, "YAML is nested too deeply"))
+        return None
+    finally:
+        loader.dispose()
+    return node, data, marks
+
+
+def _nodes_index(node: Node, prefix: tuple, marks: dict, count: list[int], rel: str,
+                 problems: list[Problem], line_offset: int) -> bool:
+    count[0] += 1
+    if count[0] > _MAX_YAML_NODES:
+        problems.append(Problem(rel, None, None, f"more than {_MAX_YAML_NODES} YAML nodes (counting "
+                                "aliases); refusing to read it"))
+        return False
+    if isinstance(node, MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, ScalarNode) else None
+            if key is not None and key in seen:
+                problems.append(Problem(rel, key_node.start_mark.line + 1 + line_offset,
+                                        key_node.start_mark.column + 1,
+                                        f"key '{key}' appears twice (first on line {seen[key]})"))
+            elif key is not None:
+                seen[key] = key_node.start_mark.line + 1 + line_offset
+            loc = (*prefix, key)
+            marks.setdefault(loc, (_shift(key_node.start_mark, line_offset),
+                                   _shift(value_node.start_mark, line_offset)))
+            if not _nodes_index(value_node, loc, marks, count, rel, problems, line_offset):
+                return False
+    elif isinstance(node, SequenceNode):
+        for index, item in enumerate(node.value):
+            mark = _shift(item.start_mark, line_offset)
+            marks.setdefault((*prefix, index), (mark, mark))
+            if not _nodes_index(item, (*prefix, index), marks, count, rel, problems, line_offset):
+                return False
+    return True
+
+
+@dataclass(frozen=True)
+class _Mark:
+    line: int  # 0-based, as yaml's marks
+    column: int
+
+
+def _shift(mark: Any, line_offset: int) -> _Mark:
+    return _Mark(mark.line + line_offset, mark.column)
+
+
+def _mapping_value(node: Node, key: str) -> Node | None:
+    if isinstance(node, MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, ScalarNode) and key_node.value == key:
+                return value_node
+    return None
+
+
+# -------------------------------------------------------------------------------------- front matter
+
+
+def skill_front_matter(text: str, folder: str | None = None
+                       ) -> tuple[dict[str, Any] | None, list[tuple[int | None, int | None, str]]]:
+    """A SKILL.md's front matter and its problems as (line, column, message).
+
+    The file starts with a `---` line, then YAML with `name` (the skill folder's name) and a
+    non-empty `description`, then a `---` line. Other keys are kept as they are.
+    """
+    issues: list[tuple[int | None, int | None, str]] = []
+    lines = text.removeprefix("\ufeff").split("\n")
+    if not lines or lines[0].rstrip() != "---":
+        return None, [(1, 1, "no front matter: start SKILL.md with a '---' line, then 'name:' and "
+                       "'description:', then another '---' line")]
+    end = next((i for i in range(1, len(lines)) if lines[i].rstrip() in ("---", "...")), None)
+    if end is None:
+        return None, [(1, 1, "the front matter is not closed: add a '---' line after it")]
+    block = "\n".join(lines[1:end])
+    problems: list[Problem] = []
+    parsed = _yaml_parse(block, "", problems, line_offset=1)
+    issues.extend((p.line, p.column, p.message) for p in problems)
+    if parsed is None:
+        if not problems:
+            issues.append((1, 1, "the front matter is empty: give 'name:' and 'description:'"))
+        return None, issues
+    _, data, marks = parsed
+    if not isinstance(data, dict):
+        return None, [*issues, (2, 1, "the front matter must be a mapping with 'name:' and 'description:'")]
+
+    def at(key: str) -> tuple[int, int]:
+        mark = marks.get((key,))
+        return (mark[1].line + 1, mark[1].column + 1) if mark else (1, 1)
+
+    name = data.get("name")
+    if "name" not in data:
+        issues.append((1, 1, "the front matter has no 'name:'"))
+    elif not isinstance(name, str) or not _NAME.fullmatch(name):
+        issues.append((*at("name"), f"name {name!r}: use 1-64 lowercase letters, digits, '-' or '_', "
+                       "starting with a letter or digit"))
+    elif folder is not None and name != folder:
+        issues.append((*at("name"), f"name '{name}' differs from its folder skills/{folder}/; "
+                       "they must be the same"))
+    description = data.get("description")
+    if "description" not in data:
+        issues.append((1, 1, "the front matter has no 'description:'"))
+    elif not isinstance(description, str) or not description.strip():
+        issues.append((*at("description"), "description: give one line saying when to use the skill"))
+    return data, issues
+
+
+# ---------------------------------------------------------------------------------------- validation
+
+
+def workspace_validate(path: str | Path) -> list[Problem]:
+    """Every problem of the workspace at `path`, each with its file and (when known) line.
+
+    An empty list means the workspace can be imported. Absent optional manifest keys (name,
+    version, contract_version) are not problems: `Manifest.absent` records them.
+    """
+    root = _root(path)
+    _, problems = _manifest_check(root)
+    for rel in _tree_files(root):
+        if (root / rel).is_symlink():
+            problems.append(Problem(rel, None, None, "a symlink; a workspace holds plain files only"))
+    if not _safe_file(root, "prompts/system.md"):
+        problems.append(Problem("prompts/system.md", None, None, "missing: the system prompt is required"))
+    else:
+        _text_read(root, "prompts/system.md", problems)
+    for rel in _dir_files(root, "prompts/fragments"):
+        if _file_name_problem(Path(rel).name, ".md"):
+            problems.append(Problem(rel, None, None, _file_name_problem(Path(rel).name, ".md")))
+        else:
+            _text_read(root, rel, problems)
+    _skills_check(root, problems)
+    _memory_check(root, problems)
+    _tools_check(root, problems)
+    return sorted(problems, key=lambda p: (p.path, p.line or 0, p.column or 0, p.message))
+
+
+def _skills_check(root: Path, problems: list[Problem]) -> None:
+    skills = root / "skills"
+    if not skills.is_dir() or skills.is_symlink():
+        return
+    for folder in sorted(skills.iterdir()):
+        if folder.name.startswith("_") or not folder.is_dir() or folder.is_symlink():
+            continue
+        skill = folder / "SKILL.md"
+        rel = f"skills/{folder.name}/SKILL.md"
+        if not _plain_file(skill):
+            continue  # upstream skips folders without SKILL.md (e.g. grouping folders)
+        if not _NAME.fullmatch(folder.name):
+            problems.append(Problem(rel, None, None, f"skill folder '{folder.name}': use 1-64 lowercase "
+                                    "letters, digits, '-' or '_', starting with a letter or digit"))
+        text = _text_read(root, rel, problems)
+        if text is None:
+            continue
+        _, issues = skill_front_matter(text, folder.name)
+        problems.extend(Problem(rel, line, column, message) for line, column, message in issues)
+    for rel in _dir_files(root, f"skills/{DRAFTS_DIR}"):
+        problem = _file_name_problem(Path(rel).name, ".md")
+        if problem:
+            problems.append(Problem(rel, None, None, problem))
+        else:
+            _text_read(root, rel, problems)
+
+
+def _memory_check(root: Path, problems: list[Problem]) -> None:
+    for rel in _dir_files(root, "memory"):
+        if not rel.endswith(".jsonl"):
+            continue
+        stem = Path(rel).stem
+        if not _NAME.fullmatch(stem):
+            problems.append(Problem(rel, None, None, f"memory category '{stem}': use 1-64 lowercase letters, "
+                                    "digits, '-' or '_', starting with a letter or digit"))
+        text = _text_read(root, rel, problems)
+        if text is None:
+            continue
+        for number, line in enumerate(text.split("\n"), 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as error:
+                problems.append(Problem(rel, number, error.colno, f"not valid JSON: {error.msg}"))
+                continue
+            if not isinstance(entry, dict):
+                problems.append(Problem(rel, number, 1, f"each line must be a JSON object, not "
+                                        f"{_kind_of(entry).split(' (')[0]}"))
+
+
+def _tools_check(root: Path, problems: list[Problem]) -> None:
+    for rel in _dir_files(root, "tools"):
+        if not rel.endswith(".py"):
+            continue
+        problem = _file_name_problem(Path(rel).name, ".py")
+        if problem:
+            problems.append(Problem(rel, None, None, problem))
+            continue
+        text = _text_read(root, rel, problems)
+        if text is not None:
+            try:
+                compile(text, rel, "exec", dont_inherit=True)  # parsed, never run
+            except SyntaxError as error:
+                problems.append(Problem(rel, error.lineno, error.offset, f"Python syntax error: {error.msg}"))
+            except ValueError as error:  # e.g. a NUL byte
+                problems.append(Problem(rel, None, None, f"not Python source: {error}"))
+    rel = "tools/registry.yaml"
+    if not _safe_file(root, rel):
+        return
+    text = _text_read(root, rel, problems, limit=_MAX_YAML_BYTES)
+    if text is None:
+        return
+    parsed = _yaml_parse(text, rel, problems)
+    if parsed is None:
+        return
+    _, data, marks = parsed
+
+    def at(loc: tuple) -> tuple[int | None, int | None]:
+        mark = marks.get(loc)
+        return (mark[1].line + 1, mark[1].column + 1) if mark else (1, 1)
+
+    if not isinstance(data, dict) or not isinstance(data.get("tools", []), list | None):
+        problems.append(Problem(rel, *at(("tools",)), "the registry is a mapping 'tools:' holding a list of "
+                                "entries, each with a 'name:' (the file tools/<name>.py)"))
+        return
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(data.get("tools") or []):
+        line, column = at(("tools", index))
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            problems.append(Problem(rel, line, column, "each registry entry needs 'name:' (a string)"))
+            continue
+        name = entry["name"].removesuffix(".py")
+        problem = _file_name_problem(f"{name}.py", ".py")
+        line, column = at(("tools", index, "name"))
+        if problem:
+            problems.append(Problem(rel, line, column, f"registry entry {entry['name']!r}: {problem}"))
+        elif not _safe_file(root, f"tools/{name}.py"):
+            problems.append(Problem(rel, line, column, f"registry entry '{name}' points at tools/{name}.py, "
+                                    "which is missing"))
+        if name in seen:
+            problems.append(Problem(rel, line, column, f"registry entry '{name}' appears twice (first on "
+                                    f"line {seen[name]})"))
+        seen.setdefault(name, line or 0)
+
+
+def _text_read(root: Path, rel: str, problems: list[Problem], limit: int | None = None) -> str | None:
+    """A file's text, or None with a problem when it cannot be read, is too big or is not UTF-8."""
+    try:
+        with open(root / rel, "rb") as handle:
+            data = handle.read(limit + 1 if limit else -1)
+    except OSError as error:
+        problems.append(Problem(rel, None, None, f"cannot be read ({error.strerror})"))
+        return None
+    if limit and len(data) > limit:
+        problems.append(Problem(rel, None, None, f"larger than {limit // 1024} KiB"))
+        return None
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        problems.append(Problem(rel, line, column, f"not UTF-8 text (byte 0x{data[error.start]:02x} at "
+                                f"offset {error.start}); save the file as UTF-8"))
+        return None
+
+
+def _file_name_problem(name: str, suffix: str) -> str | None:
+    stem = name.removesuffix(suffix)
+    if not name.endswith(suffix) or not _NAME.fullmatch(stem):
+        return (f"file name {name!r}: use <name>{suffix}, the name being 1-64 lowercase letters, digits, "
+                "'-' or '_', starting with a letter or digit")
+    return None
+
+
+def _plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def _safe_file(root: Path, rel: str) -> bool:
+    """root/rel is a regular file reached without going through any symlink."""
+    path = root
+    for part in rel.split("/"):
+        path = path / part
+        if path.is_symlink():
+            return False
+    return path.is_file()
+
+
+def _dir_files(root: Path, rel_dir: str) -> list[str]:
+    """Plain files directly in root/rel_dir (no symlinks), as sorted relative paths."""
+    folder = root / rel_dir
+    if any(p.is_symlink() for p in (folder, *folder.parents) if p != root and root in p.parents) \
+            or not folder.is_dir():
+        return []
+    return sorted(f"{rel_dir}/{entry.name}" for entry in folder.iterdir() if _plain_file(entry))
+
+
+def _tree_files(root: Path) -> Iterator[str]:
+    """Every file and symlink under root (symlinks not followed), skipping .git directories and
+    the top-level evolution/ folder, as '/'-separated relative paths."""
+    for top, dirs, files in os.walk(root, followlinks=False):
+        rel_top = Path(top).relative_to(root).as_posix()
+        prefix = "" if rel_top == "." else rel_top + "/"
+        kept = []
+        for name in sorted(dirs):
+            full = Path(top) / name
+            if name == ".git" or (not prefix and name == EXCLUDED_DIR):
+                continue
+            if full.is_symlink():
+                yield prefix + name
+            else:
+                kept.append(name)
+        dirs[:] = kept
+        for name in sorted(files):
+            if name == ".git":
+                continue
+            yield prefix + name
+
+
+# ---------------------------------------------------------------------------------------- workspace
+
+
+class AgentWorkspace:
+    """Typed read/write access to every part of the workspace contract (the seed's methods).
+
+    Names are checked (skills, categories, drafts: `[a-z0-9][a-z0-9_-]{0,63}`; fragments and
+    tools: such a name plus `.md` / `.py`); a bad one raises WorkspaceError, as does a path that
+    runs through a symlink. Writes are atomic (a temporary file renamed into place).
+    """
+
+    def __init__(self, path: str | Path):
+        self.root = _root(path)
+
+    def __repr__(self) -> str:
+        return f"AgentWorkspace({str(self.root)!r})"
+
+    @property
+    def manifest(self) -> Manifest:
+        return workspace_manifest(self.root)
+
+    def validate(self) -> list[Problem]:
+        return workspace_validate(self.root)
+
+    # prompts
+    def read_prompt(self) -> str:
+        return self._read("prompts/system.md", what="the system prompt")
+
+    def write_prompt(self, text: str) -> None:
+        self._write("prompts/system.md", text)
+
+    def list_fragments(self) -> list[str]:
+        return [Path(rel).name for rel in _dir_files(self.root, "prompts/fragments")
+                if not _file_name_problem(Path(rel).name, ".md")]
+
+    def read_fragment(self, name: str) -> str:
+        return self._read(f"prompts/fragments/{_file_name(name, '.md')}", what=f"fragment {name}")
+
+    def write_fragment(self, name: str, text: str) -> None:
+        self._write(f"prompts/fragments/{_file_name(name, '.md')}", text)
+
+    # skills
+    def list_skills(self) -> list[SkillMeta]:
+        """Skills whose SKILL.md has valid front matter, by name (workspace_validate reports the others)."""
+        skills = []
+        for rel in self._skill_files():
+            folder = rel.split("/")[1]
+            try:
+                data, issues = skill_front_matter(self._read(rel), folder)
+            except (WorkspaceError, UnicodeDecodeError):
+                continue
+            if data is not None and not issues:
+                skills.append(SkillMeta(name=folder, description=str(data["description"]).strip(),
+                                        path=f"skills/{folder}"))
+        return skills
+
+    def read_skill(self, name: str) -> str:
+        return self._read(f"skills/{_name(name, 'skill')}/SKILL.md", what=f"skill {name}")
+
+    def write_skill(self, name: str, content: str) -> None:
+        """Write skills/<name>/SKILL.md after checking its front matter names this skill."""
+        name = _name(name, "skill")
+        _, issues = skill_front_matter(content, name)
+        if issues:
+            line, _, message = issues[0]
+            raise WorkspaceError(f"skills/{name}/SKILL.md line {line}: {message}")
+        self._write(f"skills/{name}/SKILL.md", content)
+
+    def delete_skill(self, name: str) -> None:
+        """Remove the skill's folder with everything in it."""
+        folder = self._path(f"skills/{_name(name, 'skill')}")
+        if not (folder / "SKILL.md").is_file():
+            raise WorkspaceError(f"skill {name}: there is no skills/{name}/SKILL.md")
+        shutil.rmtree(folder)
+
+    # drafts
+    def list_drafts(self) -> list[dict[str, str]]:
+        """[{"name", "content"}] for each skills/_drafts/<name>.md, as upstream returns them."""
+        drafts = []
+        for rel in _dir_files(self.root, f"skills/{DRAFTS_DIR}"):
+            file_name = Path(rel).name
+            if not _file_name_problem(file_name, ".md"):
+                with contextlib.suppress(WorkspaceError, UnicodeDecodeError):
+                    drafts.append({"name": file_name.removesuffix(".md"), "content": self._read(rel)})
+        return drafts
+
+    def read_draft(self, name: str) -> str:
+        return self._read(f"skills/{DRAFTS_DIR}/{_name(name, 'draft')}.md", what=f"draft {name}")
+
+    def write_draft(self, name: str, content: str) -> None:
+        self._write(f"skills/{DRAFTS_DIR}/{_name(name, 'draft')}.md", content)
+
+    def delete_draft(self, name: str) -> None:
+        path = self._path(f"skills/{DRAFTS_DIR}/{_name(name, 'draft')}.md")
+        if not path.is_file():
+            raise WorkspaceError(f"draft {name}: there is no skills/{DRAFTS_DIR}/{name}.md")
+        path.unlink()
+
+    # memory
+    def read_memories(self, category: str = "episodic", limit: int | None = None) -> list[dict[str, Any]]:
+        """The category's entries, oldest first (the last `limit` when given). Lines that are not
+        JSON objects are skipped with a warning, as upstream does; workspace_validate reports them."""
+        rel = f"memory/{_name(category, 'memory category')}.jsonl"
+        if not self._path(rel).exists():
+            return []
+        entries = []
+        for number, line in enumerate(self._read(rel).split("\n"), 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as error:
+                logger.warning("%s line %d skipped: not valid JSON (%s)", rel, number, error.msg)
+                continue
+            if isinstance(entry, dict):
+                entries.append(entry)
+            else:
+                logger.warning("%s line %d skipped: not a JSON object", rel, number)
+        return entries[-limit:] if limit else entries
+
+    def add_memory(self, entry: dict[str, Any], category: str = "episodic") -> None:
+        """Append one entry as a JSON line to memory/<category>.jsonl."""
+        if not isinstance(entry, dict):
+            raise WorkspaceError(f"a memory entry is a dict, not {type(entry).__name__}")
+        rel = f"memory/{_name(category, 'memory category')}.jsonl"
+        line = json.dumps(entry, ensure_ascii=False, default=str)
+        path = self._path(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._path(rel)  # the folder just made is checked again
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(path, flags, 0o644)
+        try:
+            needs_newline = os.fstat(fd).st_size > 0 and os.pread(fd, 1, os.fstat(fd).st_size - 1) != b"\n"
+            os.write(fd, (("\n" if needs_newline else "") + line + "\n").encode())
+        finally:
+            os.close(fd)
+
+    def read_all_memories(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The last `limit` entries of all categories (by category name, then file order), each with
+        a `_category` key added, as upstream returns them."""
+        entries = []
+        for rel in _dir_files(self.root, "memory"):
+            stem = Path(rel).stem
+            if rel.endswith(".jsonl") and _NAME.fullmatch(stem):
+                entries.extend({**entry, "_category": entry.get("_category", stem)}
+                               for entry in self.read_memories(stem))
+        return entries[-limit:] if limit else entries
+
+    # tools
+    def read_tool_registry(self) -> list[dict[str, Any]]:
+        """The `tools:` entries of tools/registry.yaml ([] when there is none)."""
+        if not self._path("tools/registry.yaml").exists():
+            return []
+        try:
+            data = yaml.safe_load(self._read("tools/registry.yaml"))
+        except yaml.YAMLError as error:
+            raise WorkspaceError(f"tools/registry.yaml: not valid YAML ({error})") from None
+        tools = data.get("tools") if isinstance(data, dict) else None
+        return [entry for entry in tools or [] if isinstance(entry, dict)] if isinstance(tools, list) else []
+
+    def write_tool_registry(self, tools: list[dict[str, Any]]) -> None:
+        for entry in tools:
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                raise WorkspaceError("each registry entry is a dict with a 'name'")
+            _file_name(entry["name"], ".py")
+        self._write("tools/registry.yaml", yaml.safe_dump({"tools": tools}, sort_keys=False,
+                                                          allow_unicode=True))
+
+    def read_tool(self, name: str) -> str:
+        return self._read(f"tools/{_file_name(name, '.py')}", what=f"tool {name}")
+
+    def write_tool(self, name: str, code: str) -> None:
+        """Write tools/<name>.py (`name` with or without `.py`) after checking it parses as Python."""
+        file_name = _file_name(name, ".py")
+        try:
+            compile(code, file_name, "exec", dont_inherit=True)  # parsed, never run
+        except SyntaxError as error:
+            raise WorkspaceError(f"tools/{file_name} line {error.lineno}: Python syntax error: {error.msg}") \
+                from None
+        except ValueError as error:
+            raise WorkspaceError(f"tools/{file_name}: not Python source ({error})") from None
+        self._write(f"tools/{file_name}", code)
+
+    # files
+    def _skill_files(self) -> list[str]:
+        skills = self.root / "skills"
+        if not skills.is_dir() or skills.is_symlink():
+            return []
+        return [f"skills/{folder.name}/SKILL.md" for folder in sorted(skills.iterdir())
+                if not folder.name.startswith("_") and _NAME.fullmatch(folder.name)
+                and not folder.is_symlink() and _plain_file(folder / "SKILL.md")]
+
+    def _path(self, rel: str) -> Path:
+        """root/rel, refusing a path any part of which is a symlink."""
+        path = self.root
+        for part in rel.split("/"):
+            path = path / part
+            if path.is_symlink():
+                raise WorkspaceError(f"{rel}: {path.relative_to(self.root)} is a symlink; refusing to use it")
+        return path
+
+    def _read(self, rel: str, what: str | None = None) -> str:
+        path = self._path(rel)
+        if not path.is_file():
+            raise WorkspaceError(f"{what or rel}: {rel} does not exist")
+        try:
+            return path.read_bytes().decode("utf-8").removeprefix("\ufeff")
+        except UnicodeDecodeError:
+            raise WorkspaceError(f"{rel}: not UTF-8 text") from None
+
+    def _write(self, rel: str, text: str) -> None:
+        if not isinstance(text, str):
+            raise WorkspaceError(f"{rel}: give the content as text, not {type(text).__name__}")
+        path = self._path(rel)
+        if path.is_dir():
+            raise WorkspaceError(f"{rel}: a directory is in the way")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._path(rel)
+        _atomic_write(path, text.encode())
+
+
+def _name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise WorkspaceError(f"{what} name {value!r}: use 1-64 lowercase letters, digits, '-' or '_', "
+                             "starting with a letter or digit (no paths, no dots)")
+    return value
+
+
+def _file_name(value: Any, suffix: str) -> str:
+    """`name` or `name<suffix>` → the checked file name `name<suffix>`."""
+    if isinstance(value, str) and not value.endswith(suffix):
+        value = value + suffix
+    problem = _file_name_problem(value, suffix) if isinstance(value, str) else "give a name"
+    if problem:
+        raise WorkspaceError(problem)
+    return value
+
+
+def _atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+def _root(path: str | Path) -> Path:
+    root = Path(path).expanduser()
+    if not root.is_absolute():
+        raise WorkspaceError(f"{path}: give the workspace as an absolute path")
+    root = root.resolve()
+    if not root.is_dir():
+        raise WorkspaceError(f"{root}: no such directory")
+    return root
+
+
+# ------------------------------------------------------------------------------------------------ git
+
+
+def workspace_import(path: str | Path, *, author: str = DEFAULT_AUTHOR) -> str:
+    """Bring a valid workspace under git: `git init` if it is not a repository (branch `main`),
+    exclude evolution/ from history, commit every file, tag `evo-0` (annotated) unless it
+    exists. Returns the commit sha (HEAD when an existing repository had nothing to commit).
+
+    Raises WorkspaceInvalid listing every problem when the workspace does not validate.
+    """
+    root = _root(path)
+    problems = workspace_validate(root)
+    if problems:
+        raise WorkspaceInvalid(problems)
+    with repo_lock(root):
+        if not (root / ".git").exists():
+            porcelain.init(str(root)).close()
+            repo = Repo(str(root))
+            repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
+            repo.close()
+        repo = _repo(root)
+        try:
+            _exclude_add(repo)
+            head = _head(repo)
+            tree = _stage_all(repo)
+            if head is None or repo[head.encode()].tree.decode() != tree:
+                message = "Import workspace" if head is None else "Import workspace: its uncommitted files"
+                head = _commit(root, repo, message, author, {"Crucible-Snapshot": "import"})
+            if b"refs/tags/evo-0" not in repo.refs:
+                _tag(root, "evo-0", head, "Workspace imported into Crucible", author)
+            return head
+        finally:
+            repo.close()
+
+
+def workspace_snapshot(path: str | Path, tag: str, message: str, trailers: dict[str, str] | None = None,
+                       *, author: str = DEFAULT_AUTHOR) -> str:
+    """Commit the workspace's files as they are (additions, changes and deletions; evolution/ and
+    ignored files left out) and tag the commit `tag` (annotated). Returns the commit sha.
+
+    Every snapshot is its own commit, even when no file changed (its tree then equals its
+    parent's): its message and trailers (cycle, engine ...) stay in `git log`, and `pre-evo-N`
+    and `evo-N` are always distinct commits. An existing tag is never moved: WorkspaceError,
+    and nothing is committed.
+    """
+    root = _root(path)
+    if not isinstance(tag, str) or not check_ref_format(f"refs/tags/{tag}".encode()) or tag.startswith("-"):
+        raise WorkspaceError(f"{tag!r}: not a valid tag name")
+    with repo_lock(root):
+        repo = _repo(root)
+        try:
+            if f"refs/tags/{tag}".encode() in repo.refs:
+                raise WorkspaceError(f"tag {tag} already exists; snapshot tags are never moved")
+            _stage_all(repo)
+            sha = _commit(root, repo, message, author, trailers or {})
+            _tag(root, tag, sha, message, author)
+            return sha
+        finally:
+            repo.close()
+
+
+def workspace_changed_paths(path: str | Path, base_ref: str, head_ref: str) -> list[tuple[str, str]]:
+    """(status, path) for each file that differs between two commits: A, D, M or T (no renames)."""
+    root = _root(path)
+    base, head = _resolve(root, base_ref), _resolve(root, head_ref)
+    out = workspace_git(root, ["diff-tree", "-r", "-z", "--no-renames", "--name-status", base, head])
+    fields = out.split(b"\0")
+    return [(status.decode(), name.decode("utf-8", "surrogateescape"))
+            for status, name in zip(fields[0::2], fields[1::2], strict=False) if status]
+
+
+def workspace_changes(path: str | Path, ref: str) -> list[tuple[str, str]]:
+    """(status, path) for each file where the working tree, as a snapshot would commit it now
+    (untracked files included; ignored files and evolution/ not), differs from `ref`. The index
+    is not touched and no filter runs."""
+    root = _root(path)
+    with repo_lock(root):
+        repo = _repo(root)
+        try:
+            base, tree = _ref(repo, ref), _worktree_tree(repo)
+        finally:
+            repo.close()
+    out = workspace_git(root, ["diff-tree", "-r", "-z", "--no-renames", "--name-status", base, tree])
+    fields = out.split(b"\0")
+    return [(status.decode(), name.decode("utf-8", "surrogateescape"))
+            for status, name in zip(fields[0::2], fields[1::2], strict=False) if status]
+
+
+def workspace_restore(path: str | Path, ref: str) -> str:
+    """Make the working tree and index equal to `ref`'s tree; HEAD and history stay as they are.
+
+    Files that are not in `ref` are removed (untracked ignored files are kept), files that are
+    are written back byte for byte. `.git` and evolution/ are never touched. Returns the commit
+    sha restored. Used to revert a failed or rejected cycle to `pre-evo-N`.
+    """
+    root = _root(path)
+    with repo_lock(root):
+        repo = _repo(root)
+        try:
+            sha = _ref(repo, ref)
+            _restore(root, repo, sha)
+            return sha
+        finally:
+            repo.close()
+
+
+def workspace_rollback(path: str | Path, ref: str, *, author: str = DEFAULT_AUTHOR,
+                       force: bool = False) -> str:
+    """A NEW commit on top of HEAD whose tree is `ref`'s tree ("Roll back to <ref>", trailer
+    `Crucible-Rollback-To: <ref>`); the working tree follows. Nothing is rewritten. Refuses
+    when the working tree has uncommitted changes, unless `force` (they are then discarded)."""
+    root = _root(path)
+    with repo_lock(root):
+        repo = _repo(root)
+        try:
+            target = _ref(repo, ref)
+            head = _head(repo)
+            if head is None:
+                raise WorkspaceError("the workspace has no commits yet; import it first")
+            if not force and _worktree_tree(repo) != repo[head.encode()].tree.decode():
+                raise WorkspaceError("the workspace has uncommitted changes; snapshot them first, or roll "
+                                     "back with force=True to discard them")
+            _restore(root, repo, target)
+            return _commit(root, repo, f"Roll back to {ref}", author, {"Crucible-Rollback-To": ref})
+        finally:
+            repo.close()
+
+
+def workspace_git(root: Path, args: list[str]) -> bytes:
+    """The sealed git CLI (hooks off, no user/system config) in the workspace's own repository."""
+    return git_run(args, cwd=root, env={"GIT_DIR": str(Path(_repo_controldir(root))),
+                                        "GIT_WORK_TREE": str(root),
+                                        "GIT_CEILING_DIRECTORIES": str(root.parent)})
+
+
+def _repo_controldir(root: Path) -> str:
+    repo = _repo(root)
+    try:
+        return repo.controldir()
+    finally:
+        repo.close()
+
+
+def _repo(root: Path) -> Repo:
+    try:
+        return repo_open(root)
+    except GitError as error:
+        raise WorkspaceError(f"{error}; import the workspace first") from None
+
+
+def _resolve(root: Path, ref: str) -> str:
+    repo = _repo(root)
+    try:
+        return _ref(repo, ref)
+    finally:
+        repo.close()
+
+
+def _ref(repo: Repo, ref: str) -> str:
+    if not isinstance(ref, str):
+        raise WorkspaceError(f"{ref!r}: give a ref as text")
+    try:
+        return ref_resolve(repo, ref)
+    except GitError as error:
+        raise WorkspaceError(str(error)) from None
+
+
+def _head(repo: Repo) -> str | None:
+    try:
+        return ref_resolve(repo, "HEAD")
+    except GitError:
+        return None
+
+
+def _commit(root: Path, repo: Repo, message: str, author: str, trailers: dict[str, str]) -> str:
+    """Commit the repository's index on top of HEAD (its branch follows, or a detached HEAD)."""
+    head_target = repo.refs.read_ref(b"HEAD") or b""
+    branch = None
+    if head_target.startswith(b"ref: refs/heads/"):
+        branch = head_target.removeprefix(b"ref: refs/heads/").strip().decode()
+    parent = _head(repo)
+    try:
+        sha = commit_create(root, message=message, author=author, trailers=trailers, parent_commit=parent,
+                            branch=branch)
+    except GitError as error:
+        raise WorkspaceError(str(error)) from None
+    if branch is None and not repo.refs.set_if_equals(b"HEAD", parent.encode() if parent else None,
+                                                       sha.encode()):
+        raise WorkspaceError("HEAD moved while committing; not moved")
+    return sha
+
+
+def _tag(root: Path, name: str, sha: str, message: str, author: str) -> None:
+    try:
+        tag_create(root, name, sha, message, author)
+    except GitError as error:
+        raise WorkspaceError(str(error)) from None
+
+
+def _exclude_add(repo: Repo) -> None:
+    """`/evolution/` in .git/info/exclude, and out of the index if an old commit tracked it."""
+    exclude = Path(repo.commondir()) / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    current = exclude.read_text(errors="replace") if exclude.is_file() else ""
+    line = f"/{EXCLUDED_DIR}/"
+    if line not in current.splitlines():
+        with open(exclude, "a") as handle:
+            handle.write(("" if not current or current.endswith("\n") else "\n") +
+                         "# Crucible: observations stay outside the workspace's history\n" + line + "\n")
+
+
+def _ignores(repo: Repo, root: Path) -> IgnoreFilterManager:
+    """.gitignore files and info/exclude only: no user-level ignore file, as git_run's git sees it."""
+    filters = []
+    with contextlib.suppress(OSError):
+        filters.append(IgnoreFilter.from_path(os.path.join(repo.commondir(), "info", "exclude")))
+    return IgnoreFilterManager(str(root), filters, False)
+
+
+def _excluded(rel: str) -> bool:
+    return rel == EXCLUDED_DIR or rel.startswith(EXCLUDED_DIR + "/")
+
+
+def _worktree_entries(repo: Repo, root: Path, index: Index) -> dict[bytes, tuple[int, bytes, os.stat_result]]:
+    """{path: (mode, blob sha, stat)} of the files git would commit now: tracked ones still on disk
+    and untracked ones not ignored; their blobs are added to the object store. Raw bytes: no
+    filter, no line-ending conversion."""
+    ignores = _ignores(repo, root)
+    tracked = {path.decode("utf-8", "surrogateescape") for path in index}
+    entries = {}
+    for rel in _tree_files(root):
+        if _excluded(rel) or (rel not in tracked and ignores.is_ignored(rel)):
+            continue
+        full = root / rel
+        info = os.lstat(full)
+        if stat.S_ISLNK(info.st_mode):
+            blob, mode = Blob.from_string(os.fsencode(os.readlink(full))), stat.S_IFLNK
+        elif stat.S_ISREG(info.st_mode):
+            blob = Blob.from_string(full.read_bytes())
+            mode = 0o100755 if info.st_mode & 0o111 else 0o100644
+        else:
+            continue  # sockets, fifos: not content
+        if blob.id not in repo.object_store:
+            repo.object_store.add_object(blob)
+        entries[rel.encode("utf-8", "surrogateescape")] = (mode, blob.id, info)
+    return entries
+
+
+def _stage_all(repo: Repo) -> str:
+    """Make the repository's index hold exactly the files on disk; returns the index's tree sha."""
+    root = Path(repo.path).resolve()
+    index = repo.open_index()
+    entries = _worktree_entries(repo, root, index)
+    index.clear()
+    for path, (mode, sha, info) in entries.items():
+        index[path] = index_entry_from_stat(info, sha, mode=mode)
+    index.write()
+    return index.commit(repo.object_store).decode()
+
+
+def _worktree_tree(repo: Repo) -> str:
+    """The tree sha of the files on disk, computed without touching the index file."""
+    from dulwich.index import commit_tree
+
+    root = Path(repo.path).resolve()
+    entries = _worktree_entries(repo, root, repo.open_index())
+    return commit_tree(repo.object_store, [(p, sha, mode) for p, (mode, sha, _) in entries.items()]).decode()
+
+
+def _tree_path_check(path: bytes) -> str:
+    rel = path.decode("utf-8", "surrogateescape")
+    parts = rel.split("/")
+    if any(part in ("", ".", "..") or part.lower() == ".git" or "\0" in part for part in parts):
+        raise WorkspaceError(f"the commit holds an unsafe path {rel!r}; refusing to write it")
+    return rel
+
+
+def _restore(root: Path, repo: Repo, sha: str) -> None:
+    commit = repo[sha.encode()]
+    if not isinstance(commit, Commit):
+        raise WorkspaceError(f"{sha}: not a commit")
+    wanted: dict[str, tuple[int, bytes]] = {}
+    for entry in repo.object_store.iter_tree_contents(commit.tree):
+        rel = _tree_path_check(entry.path)
+        if not _excluded(rel) and entry.mode != _GITLINK:
+            wanted[rel] = (entry.mode, entry.sha)
+    index = repo.open_index()
+    tracked = {path.decode("utf-8", "surrogateescape") for path in index}
+    ignores = _ignores(repo, root)
+    _extras_remove(root, wanted, tracked, ignores)  # first, so no file is in the way of a folder
+
+    index.clear()
+    for rel, (mode, blob_sha) in sorted(wanted.items()):
+        full = root / rel
+        _parents_make(root, full.parent)
+        if full.is_dir() and not full.is_symlink():
+            shutil.rmtree(full)
+        if stat.S_ISLNK(mode):
+            if os.path.lexists(full):
+                full.unlink()
+            os.symlink(os.fsdecode(repo[blob_sha].data), full)
+        else:
+            data = repo[blob_sha].data
+            file_mode = 0o755 if mode & 0o111 else 0o644
+            same = (full.is_file() and not full.is_symlink() and full.stat().st_size == len(data)
+                    and full.read_bytes() == data)
+            if same:
+                if (stat.S_IMODE(full.stat().st_mode) & 0o111) != (file_mode & 0o111):
+                    full.chmod(file_mode)
+            else:
+                if full.is_symlink():
+                    full.unlink()
+                _atomic_write(full, data, file_mode)
+        entry = index_entry_from_stat(os.lstat(full), blob_sha, mode=mode)
+        index[rel.encode("utf-8", "surrogateescape")] = entry
+    index.write()
+    # Again under the restored .gitignore files: an untracked file they do not ignore would
+    # otherwise slip into the next snapshot.
+    _extras_remove(root, wanted, set(wanted), _ignores(repo, root))
+
+
+def _extras_remove(root: Path, wanted: dict, tracked: set[str], ignores: IgnoreFilterManager) -> None:
+    """Delete every file that is not in `wanted`, except untracked ones the ignore rules ignore
+    (caches and the like), then the folders left empty. Decided before anything is deleted."""
+    doomed = [rel for rel in _tree_files(root)
+              if rel not in wanted and not _excluded(rel) and (rel in tracked or not ignores.is_ignored(rel))]
+    for rel in doomed:
+        (root / rel).unlink()
+    _empty_dirs_remove(root)
+
+
+def _parents_make(root: Path, folder: Path) -> None:
+    """Make folder and its parents under root as real directories: a symlink or file in the way
+    is removed, so nothing is ever written through a link."""
+    path = root
+    for part in folder.relative_to(root).parts:
+        path = path / part
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            path.unlink()
+        if not path.exists():
+            path.mkdir()
+
+
+def _empty_dirs_remove(root: Path) -> None:
+    """Remove empty directories under root, deepest first (not .git, not evolution/)."""
+    folders = []
+    for top, dirs, _ in os.walk(root, followlinks=False):
+        at_root = Path(top) == root
+        dirs[:] = [d for d in dirs if d != ".git" and not (at_root and d == EXCLUDED_DIR)]
+        if not at_root:
+            folders.append(top)
+    for top in reversed(folders):
+        with contextlib.suppress(OSError):
+            if not os.listdir(top):
+                os.rmdir(top)

@@ -1,0 +1,73 @@
+"""Fixtures for evolve_app: real agent workspaces (the A-Evolve layout) in tmp dirs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from evolve_app.workspace import workspace_import
+
+SEED_MANIFEST = """\
+agent:
+  type: reference
+  entrypoint: agent_evolve.agents.swe.agent.SweAgent
+
+evolvable_layers:
+  - prompts
+  - skills
+  - memory
+
+reload_strategy: hot
+"""
+
+SEED_FILES = {
+    "manifest.yaml": SEED_MANIFEST,
+    "prompts/system.md": "You are a careful software engineer.\n",
+    "prompts/fragments/reasoning.md": "Think step by step.\n",
+    "skills/code-search/SKILL.md": "---\nname: code-search\ndescription: Find code fast.\n---\n\n"
+                                   "# Code search\n",
+    "memory/episodic.jsonl": '{"lesson": "read the failing test first"}\n',
+    "tools/registry.yaml": "tools:\n  - name: bash\n    description: run a command\n",
+    "tools/bash.py": "def run(command):\n    return command\n",
+}
+
+
+def files_write(root: Path, files: dict[str, str | bytes]) -> None:
+    for relative, content in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
+@pytest.fixture
+def make_workspace(tmp_path: Path) -> Callable[..., Path]:
+    """make_workspace(files=None, *, extra=None, name="agent"): a workspace folder holding the seed
+    files (or `files`), with `extra` adding or replacing some; a None value leaves that file out."""
+
+    def make(files: dict | None = None, *, extra: dict | None = None, name: str = "agent") -> Path:
+        root = tmp_path / name
+        root.mkdir()
+        contents = dict(SEED_FILES if files is None else files)
+        contents.update(extra or {})
+        files_write(root, {path: text for path, text in contents.items() if text is not None})
+        return root
+
+    return make
+
+
+@pytest.fixture
+def workspace(make_workspace) -> Path:
+    """A valid, seed-style workspace, not yet under git."""
+    return make_workspace()
+
+
+@pytest.fixture
+def imported_workspace(workspace: Path) -> Path:
+    """The seed-style workspace imported: a git repo with one commit tagged evo-0."""
+    workspace_import(workspace)
+    return workspace
