@@ -20,7 +20,8 @@ from tests.conftest import REPO_ROOT, free_port, stop_process, wait_for_port
 
 
 @pytest.mark.django_db
-def test_setup_creates_the_admin_and_demo_project_once(capsys, settings):
+def test_setup_creates_the_admin_and_demo_project_once(capsys, settings, tmp_path):
+    settings.DATA_DIR = tmp_path
     call_command("crucible_setup")
     first = capsys.readouterr().out
     assert "It is shown only this once" in first
@@ -64,9 +65,10 @@ def test_the_demo_spec_freezes_against_the_demo_repository(settings, tmp_path):
 
 
 @pytest.mark.django_db
-def test_setup_uses_the_password_from_the_environment(settings, capsys):
+def test_setup_uses_the_password_from_the_environment(settings, capsys, tmp_path):
     from dataclasses import replace
 
+    settings.DATA_DIR = tmp_path
     settings.CONFIG = replace(settings.CONFIG, admin_password="s3cret-Admin")
     call_command("crucible_setup")
     assert "s3cret-Admin" not in capsys.readouterr().out
@@ -136,3 +138,18 @@ def test_a_demo_repository_from_an_older_crucible_gets_the_current_files(setting
         DEMO_REPO_SOURCE / "scripts" / "demo_writer.py").read_bytes()
     assert git(repo, "status", "--porcelain") == ""
     assert git(repo, "log", "-1", "--format=%s") == "Demo: the current demo files"
+
+
+@pytest.mark.django_db
+def test_setup_creates_the_demo_agent_once_with_its_first_evolution_queued(settings, tmp_path):
+    from evolve_app.models import Agent, EvolutionRun
+
+    settings.DATA_DIR = tmp_path
+    call_command("crucible_setup")
+    call_command("crucible_setup")
+    agent = Agent.objects.get()
+    assert agent.project.name == "demo" and agent.path == str(tmp_path / "agents" / "demo-1")
+    run = EvolutionRun.objects.get()
+    assert (run.agent, run.status, run.cycles_planned, run.benchmark) == (agent, "queued", 4, "demo")
+    tags = subprocess.run(["git", "-C", agent.path, "tag"], capture_output=True, text=True).stdout.split()
+    assert tags == ["evo-0"]

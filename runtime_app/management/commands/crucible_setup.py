@@ -1,5 +1,6 @@
 """First-run setup, safe to repeat: roles, the admin account, a demo project with a demo
-repository (a small git repo made in the data dir) and a draft spec for it."""
+repository (a small git repo made in the data dir), draft specs for it, and a demo agent
+whose first evolution run is queued."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class Command(BaseCommand):
             admin, project, str(self._demo_repository()), "certificate", trusted=True
         )
         self._demo_spec(admin, project)
+        self._demo_agent(admin, project)
 
     def _demo_repository(self) -> Path:
         """A small git repo in the data dir, committed with fixed dates (same sha everywhere)."""
@@ -83,6 +85,19 @@ class Command(BaseCommand):
                 committer=DEMO_AUTHOR, author_timestamp=1767312000, commit_timestamp=1767312000,
                 author_timezone=0, commit_timezone=0, no_verify=True,
             )
+
+    def _demo_agent(self, admin, project) -> None:
+        """The offline demo agent, with a 4-cycle evolution queued for the workers `make run`
+        starts: its score climbs from 0.25 to 1.00 with no API key."""
+        from evolve_app.models import Agent
+        from evolve_app.services import demo_agent_create, evolution_run_start
+
+        if Agent.objects.filter(project=project).exists():
+            return
+        with transaction.atomic():
+            agent = demo_agent_create(admin, project)
+            evolution_run_start(admin, agent, benchmark="demo", engine="textbook", cycles=4)
+        self.stdout.write(f"Demo agent {agent.name}: a 4-cycle evolution is queued (see /agents/).")
 
     def _demo_spec(self, admin, project) -> None:
         from search_app.models import Spec
