@@ -39,6 +39,8 @@ class EvolveConfig(BaseModel):
     egl_window: int = Field(3, ge=2, le=100, description="cycles in the convergence window")
     concurrency: int = Field(4, ge=1, le=16, description="tasks solved at once")
     review_mode: bool = Field(False, description="each mutation waits for an approver")
+    engine_options: dict[str, str | int | float] = Field(
+        default_factory=dict, description="the engine's own settings, e.g. {preset, model} for skillforge")
 
 
 @dataclass
@@ -127,7 +129,7 @@ class Evolver:
         self.path = Path(self.agent.workspace_path)
         self.benchmark = benchmark_get(benchmark) if isinstance(benchmark, str) else benchmark
         self.config = config if isinstance(config, EvolveConfig) else EvolveConfig(**(config or {}))
-        self.engine = engine_get(engine) if isinstance(engine, str) else engine
+        self.engine = engine_get(engine, **self.config.engine_options) if isinstance(engine, str) else engine
         self.on_cycle = on_cycle or (lambda result: None)
         self.should_stop = should_stop or (lambda: False)
         self.first_cycle = first_cycle

@@ -97,8 +97,8 @@ def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engin
     except Exception as error:  # any adapter's own failure to load is the user's to read
         errors["benchmark"] = str(error)
     try:
-        engine_get(engine)
-    except (EngineError, Exception) as error:
+        engine_get(engine, **(settings.engine_options if settings else {}))
+    except (EngineError, TypeError) as error:
         errors["engine"] = str(error)
     if errors:
         raise ValidationError(errors)

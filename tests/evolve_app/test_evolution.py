@@ -179,3 +179,36 @@ def test_a_run_with_bad_settings_is_refused_with_reasons(personas, demo_agent):
         services.evolution_run_start(personas.owner, demo_agent, benchmark="nope", engine="nope", cycles=0,
                                      config={"egl_window": 1, "bogus": 2}, enqueue=False)
     assert set(raised.value.message_dict) == {"benchmark", "engine", "cycles", "config"}
+
+
+def test_skillforge_lets_a_model_edit_the_workspace_through_the_editor(personas, demo_agent, monkeypatch):
+    """The LLM engine against the loopback fake: it reads the failures and writes a skill."""
+    from evolve_app.demo import textbook_load
+    from runtime_app.models import Receipt
+    from tests.fakes.anthropic_server import FakeAnthropic
+
+    key = "sk-ant-evolve-secret-0123456789"
+    skill = textbook_load()["dates"]
+    seen: list[str] = []
+
+    def script(request, _candidate):
+        seen.append(json.dumps(request["system"]))
+        last = request["messages"][-1]
+        if isinstance(last["content"], list) and any(b.get("type") == "tool_result" for b in last["content"]):
+            return [{"type": "text", "text": "Added a date-arithmetic skill for the failing date tasks."}]
+        return [{"type": "tool_use", "id": "toolu_0001", "name": "editor",
+                 "input": {"command": "create", "path": "skills/date-arithmetic/SKILL.md",
+                           "file_text": skill["skill_md"]}}]
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+    with FakeAnthropic(script=script) as fake:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        run = run_inline(personas.owner, demo_agent, cycles=2, engine="skillforge",
+                         engine_options={"preset": "anthropic", "model": "fake-sonnet"})
+    cycles = list(Cycle.objects.filter(run=run).order_by("number"))
+    assert [c.score for c in cycles] == [0.25, 0.5]
+    assert cycles[0].skills_added == ["date-arithmetic"]
+    assert cycles[0].summary.startswith("Added a date-arithmetic skill")
+    assert "unit-conversions" in seen[0] and "prompts/system.md" in seen[0]  # the workspace is the context
+    calls = Receipt.objects.filter(kind="llm_call", label__startswith="skillforge")
+    assert calls.count() >= 2 and key not in json.dumps([r.as_dict() for r in calls])
