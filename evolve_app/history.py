@@ -147,6 +147,25 @@ class EvolutionHistory:
                 points.append((int(number), float(score)))
         return sorted(points)
 
+    def get_observations(self, last_n_cycles: int | None = None, only_failures: bool = False) -> list[dict]:
+        """Observations recorded for this workspace's agent (seed format), newest cycles last."""
+        from evolve_app.models import Cycle, ObservationRecord
+
+        cycles = Cycle.objects.filter(run__agent__path=str(self.root)).order_by("-run_id", "-number")
+        if last_n_cycles is not None:
+            cycles = cycles[:last_n_cycles]
+        records = ObservationRecord.objects.filter(cycle__in=list(cycles), split="train")
+        if only_failures:
+            records = records.filter(success=False)
+        return [record.as_record() for record in records.order_by("cycle__run_id", "cycle__number", "id")]
+
+    def get_score_curve(self) -> list[tuple[int, float]]:
+        """(cycle, train score) of this agent's latest run."""
+        from evolve_app.models import Cycle
+
+        latest = Cycle.objects.filter(run__agent__path=str(self.root)).order_by("-run_id").first()
+        return self.score_curve(Cycle.objects.filter(run_id=latest.run_id)) if latest else []
+
     def _resolve(self, ref: str) -> str:
         repo = _repo(self.root)
         try:

@@ -212,3 +212,16 @@ def test_skillforge_lets_a_model_edit_the_workspace_through_the_editor(personas,
     assert "unit-conversions" in seen[0] and "prompts/system.md" in seen[0]  # the workspace is the context
     calls = Receipt.objects.filter(kind="llm_call", label__startswith="skillforge")
     assert calls.count() >= 2 and key not in json.dumps([r.as_dict() for r in calls])
+
+
+def test_the_history_answers_from_the_recorded_cycles(personas, demo_agent):
+    from evolve_app.history import EvolutionHistory
+
+    run_inline(personas.owner, demo_agent, cycles=3)
+    history = EvolutionHistory(demo_agent.path)
+    assert history.get_score_curve() == [(1, 0.25), (2, 0.5), (3, 0.75)]
+    failures = history.get_observations(last_n_cycles=1, only_failures=True)
+    assert len(failures) == 3 and not any(o["success"] for o in failures)  # only bases still fails
+    assert len(history.get_observations(last_n_cycles=2)) == 24
+    assert "string-transforms" in history.get_workspace_diff("evo-1", "evo-3")
+    assert history.read_file_at("evo-0", "skills/date-arithmetic/SKILL.md") is None
