@@ -164,7 +164,6 @@ class Evolver:
         return False, ""
 
     def cycle(self, number: int) -> CycleResult:
-        from evolve_app.history import EvolutionHistory
         from evolve_app.workspace import AgentWorkspace, workspace_restore, workspace_snapshot
 
         result = CycleResult(number)
@@ -182,16 +181,28 @@ class Evolver:
         workspace = AgentWorkspace(self.path)
         # The layers come from the manifest as committed, before the engine could touch it.
         allowed = set(workspace.manifest.evolvable_layers) & set(LAYERS)
+        try:
+            return self._evolve(number, result, workspace, allowed, holdout)
+        except Exception as error:  # the cycle failed, not only the engine: back to pre-evo-N
+            logger.warning("cycle %s failed: %s", number, error)
+            workspace_restore(self.path, f"pre-evo-{number}")
+            result.status, result.mutated = "failed", False
+            result.reason = result.reason or f"the cycle failed: {type(error).__name__}: {error}"
+            result.post_commit = workspace_snapshot(self.path, f"evo-{number}", f"Cycle {number}: none")
+            self.agent.reload_from_fs()
+            return result
+
+    def _evolve(self, number: int, result: CycleResult, workspace: Any, allowed: set[str],
+                holdout: list[Task]) -> CycleResult:
+        from evolve_app.history import EvolutionHistory
+        from evolve_app.workspace import workspace_restore
+
         trial = TrialRunner(self.path, self.benchmark, self.config.concurrency)
         try:
             step = self.engine.step(workspace, result.observations, EvolutionHistory(self.path), trial)
         except Exception as error:
-            logger.warning("engine failed in cycle %s: %s", number, error)
-            workspace_restore(self.path, f"pre-evo-{number}")
-            result.status, result.reason = "failed", f"the engine failed: {type(error).__name__}: {error}"
-            result.post_commit = workspace_snapshot(self.path, f"evo-{number}", f"Cycle {number}: none")
-            self.agent.reload_from_fs()
-            return result
+            result.reason = f"the engine failed: {type(error).__name__}: {error}"
+            raise
         result.summary, result.engine_metadata = step.summary, dict(step.metadata)
         result.reverted_paths = self._layers_enforce(number, allowed)
         if result.reverted_paths:

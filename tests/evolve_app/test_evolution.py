@@ -114,6 +114,22 @@ def test_a_mutation_that_lowers_the_holdout_score_is_rolled_back(personas, demo_
     assert git(demo_agent.path, "diff", "--name-only", "pre-evo-1", "evo-1") == ""
 
 
+class BadResult(EvolutionEngine):
+    """Mutates, then hands back metadata the loop cannot record: the cycle itself fails."""
+
+    def step(self, workspace, observations, history, trial):
+        workspace.write_skill("dates", "---\nname: dates\ndescription: d\n---\nx\n")
+        return StepResult(True, "odd", metadata=["not", "a", "mapping"])
+
+
+def test_a_cycle_that_fails_after_the_engine_is_reverted_to_pre_evo(personas, demo_agent):
+    run = run_inline(personas.owner, demo_agent, cycles=1, engine="tests.evolve_app.test_evolution.BadResult")
+    cycle = Cycle.objects.get(run=run)
+    assert cycle.status == "failed" and not cycle.mutated and cycle.reason.startswith("the cycle failed")
+    assert not (Path(demo_agent.path) / "skills" / "dates").exists()
+    assert git(demo_agent.path, "diff", "--name-only", "pre-evo-1", "evo-1") == ""
+
+
 def test_an_engine_failure_leaves_the_workspace_at_pre_evo_and_the_run_goes_on(personas, demo_agent):
     prompt = (Path(demo_agent.path) / "prompts" / "system.md").read_text()
     run = run_inline(personas.owner, demo_agent, cycles=2, engine="tests.evolve_app.test_evolution.Broken")
