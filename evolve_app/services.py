@@ -61,6 +61,8 @@ def demo_agent_create(user: Any, project: Project) -> Any:
 
     from evolve_app.demo import SEED_WORKSPACE
 
+    _require(user, roles.OPERATE)  # before anything is copied
+    _require_member(user, project)
     folder = Path(settings.DATA_DIR) / "agents"
     folder.mkdir(parents=True, exist_ok=True)
     number = 1 + sum(1 for _ in folder.glob("demo-*"))
@@ -131,8 +133,8 @@ def evolution_run_execute(run_pk: int) -> Any:
         run.status = "running"
         run.save(update_fields=["status"])
     agent = run.agent
-    done = Cycle.objects.filter(run=run).count()
-    remaining = run.cycles_planned - done
+    remaining = run.cycles_planned - Cycle.objects.filter(run=run).count()
+    next_cycle = _next_cycle_number(agent)
     _agent_event(agent, "evolution.running", f"{agent.name}: run {run.pk} running, {remaining} cycles to go",
                  run=run.pk)
 
@@ -142,7 +144,7 @@ def evolution_run_execute(run_pk: int) -> Any:
     try:
         evolver = Evolver(agent.path, run.benchmark, run.config, engine=run.engine,
                           on_cycle=lambda result: cycle_record(run, result), should_stop=cancelled,
-                          first_cycle=done + 1)
+                          first_cycle=next_cycle)
         result = evolver.run(cycles=remaining) if remaining > 0 else None
     except Exception as error:
         logger.exception("evolution run %s failed", run.pk)
@@ -165,6 +167,15 @@ def evolution_run_execute(run_pk: int) -> Any:
     _agent_event(agent, f"evolution.{run.status}", f"{agent.name}: run {run.pk} {run.status}: {run.reason}",
                  run=run.pk)
     return run
+
+
+def _next_cycle_number(agent: Any) -> int:
+    """Cycle numbers run on across an agent's runs, as its workspace's tags do: one past the
+    highest pre-evo-N or evo-N tag (a crashed cycle's tag counts too)."""
+    from evolve_app.history import EvolutionHistory
+
+    numbers = [entry["cycle"] for entry in EvolutionHistory(agent.path).version_log() if entry.get("cycle")]
+    return max(numbers, default=0) + 1
 
 
 def cycle_record(run: Any, result: Any) -> Any:

@@ -2,4 +2,19 @@ from django.urls import path
 
 from evolve_app import views
 
-urlpatterns = [path("", views.agent_list, name="agent_list")]
+run = "<int:agent_id>/runs/<int:run_id>/"
+cycle = run + "cycles/<int:number>/"
+
+urlpatterns = [
+    path("", views.agent_list, name="agent_list"),
+    path("import/", views.agent_import, name="agent_import"),
+    path("demo/", views.agent_demo, name="agent_demo"),
+    path("<int:agent_id>/", views.agent_detail, name="agent_detail"),
+    path("<int:agent_id>/rollback/", views.agent_rollback, name="agent_rollback"),
+    path("<int:agent_id>/runs/start/", views.evolution_run_start, name="evolution_run_start"),
+    path(run, views.evolution_run_detail, name="evolution_run_detail"),
+    path(run + "progress/", views.evolution_run_progress, name="evolution_run_progress"),
+    path(run + "cancel/", views.evolution_run_cancel, name="evolution_run_cancel"),
+    path(cycle, views.cycle_detail, name="cycle_detail"),
+    path(cycle + "decide/", views.cycle_decide, name="cycle_decide"),
+]

@@ -1,10 +1,271 @@
-"""Pages of evolve_app."""
+"""Pages of evolve_app: agents, their versions and files at any snapshot, evolution runs, cycles.
 
+Thin views: reads go through selectors (404 for outsiders), writes through services
+(PermissionDenied → 403, ValidationError → the page again with the problems, status 400, or a
+message when the page has no form for it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from evolve_app import selectors, services
+from evolve_app.forms import AgentImportForm, CycleDecisionForm, DemoAgentForm, RollbackForm, RunStartForm
+from evolve_app.models import EvolutionRun
+from runtime_app import roles
+from runtime_app.selectors import project_for_user, projects_for_user
+from runtime_app.views import _apply_errors, _live_context
+
+
+def _can_operate(request: HttpRequest) -> bool:
+    return request.user.has_perm(roles.OPERATE)
+
+
+def _can_approve(request: HttpRequest) -> bool:
+    return request.user.has_perm(roles.APPROVE)
+
+
+# --- the agents list --------------------------------------------------------------------------
+
+def _agent_list(request: HttpRequest, *, import_form: AgentImportForm | None = None,
+                demo_form: DemoAgentForm | None = None, status: int = 200) -> HttpResponse:
+    projects = projects_for_user(request.user).order_by("name")
+    single = {"project": projects[0].pk} if len(projects) == 1 else {}
+    agents = list(selectors.agent_list_rows(request.user))
+    labels = dict(EvolutionRun.STATUSES)
+    for agent in agents:
+        agent.last_run_label = labels.get(agent.last_run_status, agent.last_run_status or "")
+    return render(request, "evolve_app/agent_list.html", {
+        "agents": agents,
+        "projects": projects,
+        "import_form": import_form or AgentImportForm(projects=projects, initial=single),
+        "demo_form": demo_form or DemoAgentForm(projects=projects, initial=single),
+        "can_operate": _can_operate(request),
+    }, status=status)
 
 
 @require_GET
 def agent_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "evolve_app/agent_list.html")
+    return _agent_list(request)
+
+
+@require_POST
+def agent_import(request: HttpRequest) -> HttpResponse:
+    """Import a workspace folder; a workspace with problems comes back with every one of them
+    (`file:line: message`) under the path."""
+    projects = projects_for_user(request.user).order_by("name")
+    form = AgentImportForm(request.POST, projects=projects)
+    if form.is_valid():
+        project = project_for_user(request.user, form.cleaned_data["project"])
+        try:
+            agent = services.agent_import(request.user, project, form.cleaned_data["path"],
+                                          form.cleaned_data["name"])
+        except ValidationError as error:
+            _apply_errors(form, error)
+        else:
+            messages.success(request, f"Agent {agent.name} imported into {project.name}.")
+            return redirect("agent_detail", agent_id=agent.pk)
+    return _agent_list(request, import_form=form, status=400)
+
+
+@require_POST
+def agent_demo(request: HttpRequest) -> HttpResponse:
+    """A fresh copy of the offline demo workspace, imported as an agent of the chosen project."""
+    projects = projects_for_user(request.user).order_by("name")
+    form = DemoAgentForm(request.POST, projects=projects)
+    if form.is_valid():
+        project = project_for_user(request.user, form.cleaned_data["project"])
+        if not _can_operate(request):  # before the service copies any file
+            raise PermissionDenied
+        try:
+            agent = services.demo_agent_create(request.user, project)
+        except ValidationError as error:
+            _apply_errors(form, error)
+        else:
+            messages.success(request, f"{agent.name} created in {project.name}: start an evolution run "
+                                      "below.")
+            return redirect("agent_detail", agent_id=agent.pk)
+    return _agent_list(request, demo_form=form, status=400)
+
+
+# --- one agent --------------------------------------------------------------------------------
+
+def _browser_context(request: HttpRequest, agent: Any, versions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The skills and memory browser: `?ref=` is one of the version log's tags (or HEAD), else
+    HEAD with a note; `?skill=` is one of the skills at that ref, else none."""
+    choices = selectors.ref_choices(versions)
+    asked = str(request.GET.get("ref", "") or "")[:100]
+    ref, note = "HEAD", ""
+    if asked and asked in choices:
+        ref = asked
+    elif asked:
+        note = f"There is no snapshot called “{asked}”: showing the current files (HEAD)."
+    skill = str(request.GET.get("skill", "") or "")[:100]
+    browser = selectors.workspace_at(agent, ref, skill)
+    if skill and browser["skill"] is None and not browser["error"]:
+        note = note or f"There is no skill called “{skill}” at {ref}."
+    return {"browser": browser, "browser_ref": ref, "browser_refs": choices, "browser_note": note}
+
+
+def _agent_page(request: HttpRequest, agent: Any, *, start_form: RunStartForm | None = None,
+                rollback_form: RollbackForm | None = None, status: int = 200) -> HttpResponse:
+    logged = selectors.agent_versions(agent)
+    versions = logged["versions"]
+    tags = [v["tag"] for v in reversed(versions) if v["kind"] == "post"]
+    runs = list(selectors.agent_runs(agent))
+    return render(request, "evolve_app/agent_detail.html", {
+        "agent": agent,
+        **selectors.agent_manifest(agent),
+        "versions": versions, "versions_error": logged["error"],
+        "runs": runs,
+        "active_run": next((run for run in runs if run.status in selectors.ACTIVE), None),
+        "start_form": start_form or RunStartForm(),
+        "rollback_form": rollback_form or RollbackForm(tags=tags),
+        "can_operate": _can_operate(request), "can_approve": _can_approve(request),
+        **_browser_context(request, agent, versions),
+        "empty_message": "No activity for this agent yet.",
+        **_live_context(request, subject=("agent", agent.pk)),
+    }, status=status)
+
+
+@require_GET
+def agent_detail(request: HttpRequest, agent_id: int) -> HttpResponse:
+    agent = selectors.agent_for_user(request.user, agent_id)
+    return _agent_page(request, agent)
+
+
+@require_POST
+def evolution_run_start(request: HttpRequest, agent_id: int) -> HttpResponse:
+    agent = selectors.agent_for_user(request.user, agent_id)
+    form = RunStartForm(request.POST)
+    valid = form.is_valid()
+    # With settings the form already rejected (per field), the service still runs: it refuses
+    # them too, and its benchmark, engine and cycles problems are shown alongside.
+    if valid or form.only_settings_rejected():
+        data = form.cleaned_data
+        try:
+            run = services.evolution_run_start(request.user, agent, benchmark=data["benchmark"].strip(),
+                                               engine=data["engine"].strip(), cycles=data["cycles"],
+                                               config=form.config)
+        except ValidationError as error:
+            if not valid and hasattr(error, "error_dict"):  # the settings are already on their fields
+                error = ValidationError({k: v for k, v in error.error_dict.items() if k != "config"})
+            _apply_errors(form, error)
+        else:
+            messages.success(request, f"Run {run.pk} queued: {run.cycles_planned} cycles of {run.engine} "
+                                      f"on {run.benchmark}.")
+            return redirect("evolution_run_detail", agent_id=agent.pk, run_id=run.pk)
+    return _agent_page(request, agent, start_form=form, status=400)
+
+
+@require_POST
+def agent_rollback(request: HttpRequest, agent_id: int) -> HttpResponse:
+    """Roll the workspace back to an `evo-K` snapshot (approvers, after ticking the confirmation)."""
+    agent = selectors.agent_for_user(request.user, agent_id)
+    versions = selectors.agent_versions(agent)["versions"]
+    form = RollbackForm(request.POST, tags=[v["tag"] for v in reversed(versions) if v["kind"] == "post"])
+    if form.is_valid():
+        tag = form.cleaned_data["tag"]
+        try:
+            sha = services.agent_rollback(request.user, agent, tag)
+        except ValidationError as error:
+            _apply_errors(form, error)
+        else:
+            messages.success(request, f"{agent.name} rolled back to {tag} with the new commit {sha[:12]}.")
+            return redirect("agent_detail", agent_id=agent.pk)
+    return _agent_page(request, agent, rollback_form=form, status=400)
+
+
+# --- evolution runs ---------------------------------------------------------------------------
+
+def _run_context(request: HttpRequest, run: Any) -> dict[str, Any]:
+    cycles = selectors.run_cycles(run)
+    return {
+        "agent": run.agent, "run": run, "cycles": cycles, "curve": selectors.score_curve(cycles),
+        "active": run.status in selectors.ACTIVE,
+        "config_items": sorted((run.config or {}).items()),
+        "can_operate": _can_operate(request), "can_approve": _can_approve(request),
+    }
+
+
+@require_GET
+def evolution_run_detail(request: HttpRequest, agent_id: int, run_id: int) -> HttpResponse:
+    run = selectors.run_for_user(request.user, agent_id, run_id)
+    return render(request, "evolve_app/run_detail.html", {
+        **_run_context(request, run),
+        "empty_message": "No activity for this agent yet.",
+        **_live_context(request, subject=("agent", run.agent.pk)),
+    })
+
+
+@require_GET
+def evolution_run_progress(request: HttpRequest, agent_id: int, run_id: int) -> HttpResponse:
+    """The run's status, score curve and cycle timeline (what the page refreshes while it runs)."""
+    run = selectors.run_for_user(request.user, agent_id, run_id)
+    return render(request, "evolve_app/_run_progress.html", _run_context(request, run))
+
+
+@require_POST
+def evolution_run_cancel(request: HttpRequest, agent_id: int, run_id: int) -> HttpResponse:
+    run = selectors.run_for_user(request.user, agent_id, run_id)
+    try:
+        services.evolution_run_cancel(request.user, run)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(request, f"Run {run.pk} cancelled: it stops after the step it is on.")
+    return redirect("evolution_run_detail", agent_id=agent_id, run_id=run_id)
+
+
+# --- cycles -----------------------------------------------------------------------------------
+
+@require_GET
+def cycle_detail(request: HttpRequest, agent_id: int, run_id: int, number: int) -> HttpResponse:
+    cycle = selectors.cycle_for_user(request.user, agent_id, run_id, number)
+    run, agent = cycle.run, cycle.run.agent
+    failures = request.GET.get("failures") == "1"
+    diff = selectors.cycle_diff(agent, cycle)
+    return render(request, "evolve_app/cycle_detail.html", {
+        "agent": agent, "run": run, "cycle": cycle, "diff": diff, "patch_text": diff["text"],
+        "engine_metadata": json.dumps(cycle.engine_metadata, indent=2, ensure_ascii=False, sort_keys=True)
+        if cycle.engine_metadata else "",
+        "observations": selectors.cycle_observations(cycle, failures=failures), "failures": failures,
+        **_neighbours(run, number),
+        "can_approve": _can_approve(request),
+    })
+
+
+def _neighbours(run: Any, number: int) -> dict[str, int | None]:
+    numbers = set(run.cycles.filter(number__in=(number - 1, number + 1)).values_list("number", flat=True))
+    return {"previous_number": number - 1 if number - 1 in numbers else None,
+            "next_number": number + 1 if number + 1 in numbers else None}
+
+
+@require_POST
+def cycle_decide(request: HttpRequest, agent_id: int, run_id: int, number: int) -> HttpResponse:
+    """Review mode: approve (the run goes on) or reject (back to pre-evo-N) a waiting mutation."""
+    cycle = selectors.cycle_for_user(request.user, agent_id, run_id, number)
+    form = CycleDecisionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose approve or reject.")
+    else:
+        approve = form.cleaned_data["decision"] == "approve"
+        try:
+            services.cycle_decide(request.user, cycle, approve)
+        except ValidationError as error:
+            messages.error(request, " ".join(error.messages))
+        else:
+            done = ("approved: the run goes on" if approve
+                    else f"rejected: the workspace is back at pre-evo-{number}")
+            messages.success(request, f"Cycle {number} {done}.")
+    if request.POST.get("back") == "cycle":
+        return redirect("cycle_detail", agent_id=agent_id, run_id=run_id, number=number)
+    return redirect(reverse("evolution_run_detail", args=[agent_id, run_id]) + "#timeline")

@@ -241,3 +241,11 @@ def test_the_history_answers_from_the_recorded_cycles(personas, demo_agent):
     assert len(history.get_observations(last_n_cycles=2)) == 24
     assert "string-transforms" in history.get_workspace_diff("evo-1", "evo-3")
     assert history.read_file_at("evo-0", "skills/date-arithmetic/SKILL.md") is None
+
+
+def test_a_second_run_numbers_its_cycles_after_the_first(personas, demo_agent):
+    run_inline(personas.owner, demo_agent, cycles=2)
+    second = run_inline(personas.owner, demo_agent, cycles=2)
+    assert second.status == "finished"
+    assert list(Cycle.objects.filter(run=second).values_list("number", "score")) == [(3, 0.75), (4, 1.0)]
+    assert {"pre-evo-4", "evo-4"} <= set(git(demo_agent.path, "tag").split())

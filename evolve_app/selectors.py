@@ -1,0 +1,266 @@
+"""Reads for evolve_app, filtered by project membership (404 for outsiders).
+
+The database answers what runs and cycles measured; the workspace's git repository answers what
+the agent's files were at any snapshot (through EvolutionHistory and the sealed git CLI).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.http import Http404
+
+from evolve_app.models import Agent, Cycle, EvolutionRun, ObservationRecord
+from runtime_app.selectors import projects_for_user
+
+ACTIVE = ("queued", "running", "awaiting_review")
+SKILL_PATH = re.compile(r"skills/([a-z0-9][a-z0-9_-]{0,63})/SKILL\.md")
+DRAFT_PATH = re.compile(r"skills/_drafts/([a-z0-9][a-z0-9_-]{0,63})\.md")
+MEMORY_PATH = re.compile(r"memory/([a-z0-9][a-z0-9_-]{0,63})\.jsonl")
+MEMORY_MAX_ENTRIES = 200  # per memory file shown
+OBSERVATIONS_MAX = 500  # per cycle page
+DIFF_MAX_BYTES = 2_000_000
+
+
+# ---- agents
+
+
+def agents_for_user(user: Any) -> QuerySet[Agent]:
+    return Agent.objects.select_related("project").filter(project__in=projects_for_user(user))
+
+
+def agent_list_rows(user: Any) -> QuerySet[Agent]:
+    """The agents the user can see with their number of runs, the newest run's status and the
+    newest recorded train score, in one query."""
+    runs = EvolutionRun.objects.filter(agent=OuterRef("pk")).order_by("-created_at", "-id")
+    scored = Cycle.objects.filter(run__agent=OuterRef("pk"), score__isnull=False).order_by(
+        "-run__created_at", "-run_id", "-number")
+    return agents_for_user(user).annotate(
+        run_count=Count("runs", distinct=True),
+        last_run_status=Subquery(runs.values("status")[:1]),
+        last_run_id=Subquery(runs.values("pk")[:1]),
+        latest_score=Subquery(scored.values("score")[:1]),
+    ).order_by("project__name", "name", "pk")
+
+
+def agent_for_user(user: Any, agent_id: int) -> Agent:
+    agent = agents_for_user(user).filter(pk=agent_id).first()
+    if agent is None:
+        raise Http404("No such agent.")
+    return agent
+
+
+def agent_manifest(agent: Agent) -> dict[str, Any]:
+    """The manifest as it is on disk now: {"manifest": Manifest} or {"error": text}."""
+    from evolve_app.workspace import WorkspaceError, workspace_manifest
+
+    try:
+        return {"manifest": workspace_manifest(agent.path), "error": ""}
+    except (WorkspaceError, OSError) as error:
+        return {"manifest": None, "error": str(error)}
+
+
+def agent_versions(agent: Agent) -> dict[str, Any]:
+    """The version log (evo-0, pre-evo-1, evo-1 …) or the reason it cannot be read now."""
+    from evolve_app.history import EvolutionHistory
+    from evolve_app.workspace import WorkspaceError
+
+    try:
+        return {"versions": EvolutionHistory(agent.path).version_log(), "error": ""}
+    except (WorkspaceError, OSError, KeyError) as error:
+        return {"versions": [], "error": str(error)}
+
+
+# ---- runs and cycles
+
+
+def agent_runs(agent: Agent) -> QuerySet[EvolutionRun]:
+    """The agent's runs, newest first, with their number of cycles and the last train score."""
+    last = Cycle.objects.filter(run=OuterRef("pk"), score__isnull=False).order_by("-number")
+    return EvolutionRun.objects.filter(agent=agent).select_related("started_by").annotate(
+        cycle_count=Count("cycles"), last_score=Subquery(last.values("score")[:1]))
+
+
+def run_for_user(user: Any, agent_id: int, run_id: int) -> EvolutionRun:
+    run = EvolutionRun.objects.select_related("agent__project", "started_by").filter(
+        pk=run_id, agent_id=agent_id, agent__project__in=projects_for_user(user)).first()
+    if run is None:
+        raise Http404("No such evolution run.")
+    return run
+
+
+def run_cycles(run: EvolutionRun) -> list[Cycle]:
+    """The run's cycles in order, with how many train observations succeeded out of how many."""
+    from django.db.models import Q
+
+    return list(Cycle.objects.filter(run=run).select_related("decided_by").annotate(
+        train_count=Count("observations", filter=Q(observations__split="train")),
+        train_successes=Count("observations", filter=Q(observations__split="train",
+                                                         observations__success=True)),
+    ).order_by("number"))
+
+
+def cycle_for_user(user: Any, agent_id: int, run_id: int, number: int) -> Cycle:
+    cycle = Cycle.objects.select_related("run__agent__project", "decided_by").filter(
+        run_id=run_id, run__agent_id=agent_id, number=number,
+        run__agent__project__in=projects_for_user(user)).first()
+    if cycle is None:
+        raise Http404("No such cycle.")
+    return cycle
+
+
+def cycle_observations(cycle: Cycle, *, failures: bool = False) -> dict[str, Any]:
+    """The cycle's observations (train first, then holdout), only the failures when asked, capped."""
+    rows = ObservationRecord.objects.filter(cycle=cycle)
+    counts = {"all": rows.count(), "failures": rows.filter(success=False).count()}
+    if failures:
+        rows = rows.filter(success=False)
+    shown = list(rows.order_by("-split", "id")[: OBSERVATIONS_MAX + 1])  # train before holdout
+    return {"rows": shown[:OBSERVATIONS_MAX], "more": len(shown) > OBSERVATIONS_MAX, "counts": counts,
+            "limit": OBSERVATIONS_MAX}
+
+
+def score_curve(cycles: list[Cycle], width: int = 640, height: int = 260) -> dict[str, Any]:
+    """Train and holdout scores over the run's cycles as SVG coordinates: `train` and `holdout`
+    (the holdout score going into each cycle) as polylines, `after` as the mutations' holdout
+    scores. Scores in [0, 1] keep that range, so runs look alike."""
+    pad = 40
+    series: dict[str, list[tuple[int, float]]] = {"train": [], "holdout": [], "after": []}
+    for cycle in cycles:
+        for key, value in (("train", cycle.score), ("holdout", cycle.holdout_score),
+                           ("after", cycle.holdout_after)):
+            if value is not None:
+                series[key].append((cycle.number, float(value)))
+    values = [v for points in series.values() for _, v in points]
+    if not values:
+        return {"empty": True, "width": width, "height": height}
+    numbers = [cycle.number for cycle in cycles]
+    x_low, x_high = min(numbers), max(numbers)
+    y_low, y_high = (0.0, 1.0) if min(values) >= 0 and max(values) <= 1 else (min(values), max(values))
+    x_span, y_span = (x_high - x_low) or 1, (y_high - y_low) or 1
+
+    def sx(number: int) -> float:
+        if x_high == x_low:
+            return round(width / 2, 1)
+        return round(pad + (number - x_low) / x_span * (width - 2 * pad), 1)
+
+    def sy(value: float) -> float:
+        return round(height - pad - (value - y_low) / y_span * (height - 2 * pad), 1)
+
+    shaped = {key: [{"number": n, "value": v, "x": sx(n), "y": sy(v)} for n, v in points]
+              for key, points in series.items()}
+    return {
+        "empty": False, "width": width, "height": height, "pad": pad,
+        "x_low": x_low, "x_high": x_high, "y_low": y_low, "y_high": y_high,
+        "axis_y": height - pad, "axis_x_end": width - pad,
+        "ticks": [{"number": n, "x": sx(n)} for n in numbers] if len(numbers) <= 30 else
+                 [{"number": n, "x": sx(n)} for n in (x_low, x_high)],
+        **{f"{key}_points": points for key, points in shaped.items()},
+        **{f"{key}_line": " ".join(f"{p['x']},{p['y']}" for p in points) for key, points in shaped.items()},
+    }
+
+
+def cycle_diff(agent: Agent, cycle: Cycle) -> dict[str, Any]:
+    """The cycle's change as a unified diff: `pre-evo-N..evo-N` (the commits the cycle recorded,
+    named by their tags when the tags point at them); for a mutation awaiting review (no evo-N
+    yet) `pre-evo-N` against the files on disk, which are what an approval snapshots."""
+    from evolve_app.history import EvolutionHistory
+    from evolve_app.workspace import WorkspaceError
+
+    number = cycle.number
+    base = cycle.pre_commit or f"pre-evo-{number}"
+    head = cycle.post_commit or f"evo-{number}"
+    labels = {"base": f"pre-evo-{number}", "head": f"evo-{number}"}
+    try:
+        history = EvolutionHistory(agent.path)
+        for key, ref in (("base", base), ("head", head)):
+            if ref != labels[key] and _tag_commit(history, labels[key]) != ref:
+                labels[key] = ref[:12]
+        if cycle.status == "awaiting_review":
+            text, labels["head"] = _pending_diff(history.root, base), "the files on disk (awaiting review)"
+        else:
+            text = history.get_workspace_diff(base, head)
+    except (WorkspaceError, OSError) as error:
+        return {"text": "", **labels, "error": str(error), "truncated": False}
+    truncated = len(text) > DIFF_MAX_BYTES
+    if truncated:
+        text = text[:DIFF_MAX_BYTES].rsplit("\ndiff --git ", 1)[0] + "\n"
+    return {"text": text, **labels, "error": "", "truncated": truncated}
+
+
+def _tag_commit(history: Any, tag: str) -> str | None:
+    from evolve_app.workspace import WorkspaceError
+
+    try:
+        return history._resolve(tag)
+    except WorkspaceError:
+        return None
+
+
+def _pending_diff(root: Path, base: str) -> str:
+    from evolve_app.history import _DIFF_OPTIONS
+    from evolve_app.workspace import _ref, _repo, _worktree_tree, repo_lock, workspace_git
+
+    with repo_lock(root):
+        repo = _repo(root)
+        try:
+            commit, tree = _ref(repo, base), _worktree_tree(repo)
+        finally:
+            repo.close()
+    return workspace_git(root, ["diff", *_DIFF_OPTIONS, commit, tree]).decode("utf-8", "replace")
+
+
+# ---- the workspace at a tag
+
+
+def ref_choices(versions: list[dict[str, Any]]) -> list[str]:
+    """What the browser may show: the current commit, then the snapshot tags, newest first."""
+    return ["HEAD", *reversed([version["tag"] for version in versions])]
+
+
+def workspace_at(agent: Agent, ref: str, skill: str = "") -> dict[str, Any]:
+    """Skills, drafts and memory at `ref` (a value of ref_choices, checked by the caller): the
+    skill names, the chosen skill's SKILL.md, and each memory file's entries."""
+    from evolve_app.history import EvolutionHistory
+    from evolve_app.workspace import WorkspaceError, workspace_git
+
+    try:
+        history = EvolutionHistory(agent.path)
+        listing = workspace_git(history.root, ["ls-tree", "-r", "--name-only", "-z", ref, "--",
+                                               "skills", "memory"])
+    except (WorkspaceError, OSError) as error:
+        return {"error": str(error), "skills": [], "drafts": [], "memory": [], "skill": None}
+    paths = [name.decode("utf-8", "replace") for name in listing.split(b"\0") if name]
+    skills = sorted(m.group(1) for m in map(SKILL_PATH.fullmatch, paths) if m)
+    drafts = sorted(m.group(1) for m in map(DRAFT_PATH.fullmatch, paths) if m)
+    memory = []
+    for category in sorted(m.group(1) for m in map(MEMORY_PATH.fullmatch, paths) if m):
+        memory.append(_memory_file(history, ref, category))
+    chosen = None
+    if skill in skills:
+        chosen = {"name": skill, "text": history.read_file_at(ref, f"skills/{skill}/SKILL.md") or ""}
+    return {"error": "", "skills": skills, "drafts": drafts, "memory": memory, "skill": chosen}
+
+
+def _memory_file(history: Any, ref: str, category: str) -> dict[str, Any]:
+    text = history.read_file_at(ref, f"memory/{category}.jsonl") or ""
+    entries = []
+    lines = [line for line in text.splitlines() if line.strip()]
+    for number, line in enumerate(lines[:MEMORY_MAX_ENTRIES], start=1):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            entries.append({"line": number, "text": line, "valid": False})
+            continue
+        if isinstance(value, dict):
+            fields = [(str(key), item if isinstance(item, str) else json.dumps(item, ensure_ascii=False))
+                      for key, item in value.items()]
+        else:
+            fields = [("", json.dumps(value, ensure_ascii=False))]
+        entries.append({"line": number, "fields": fields, "valid": True})
+    return {"category": category, "path": f"memory/{category}.jsonl", "entries": entries,
+            "total": len(lines), "more": len(lines) > MEMORY_MAX_ENTRIES}
