@@ -36,6 +36,7 @@ bench: setup
 	$(PY) bench/llm_tool_loop.py
 	$(PY) bench/search_detail_scale.py
 	$(PY) bench/ws_fanout.py
+	$(PY) bench/evolution_cycle.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

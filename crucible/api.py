@@ -5,6 +5,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 
+from evolve_app.api import router as evolve_router
 from runtime_app.api import router as runtime_router
 from runtime_app.auth import api_auth
 from search_app.api import router as search_router
@@ -18,6 +19,7 @@ api = NinjaAPI(
 )
 api.add_router("/", runtime_router)
 api.add_router("/", search_router)
+api.add_router("/", evolve_router)
 
 
 def api_urls(ninja_api: NinjaAPI) -> tuple:

@@ -264,3 +264,82 @@ def _memory_file(history: Any, ref: str, category: str) -> dict[str, Any]:
         entries.append({"line": number, "fields": fields, "valid": True})
     return {"category": category, "path": f"memory/{category}.jsonl", "entries": entries,
             "total": len(lines), "more": len(lines) > MEMORY_MAX_ENTRIES}
+
+
+# ---- reads by id (the pages nest runs under agents; the API and the CLI name them directly)
+
+CYCLE_FIELDS = (
+    "id", "number", "status", "score", "holdout_score", "holdout_after", "mutated", "summary",
+    "engine_metadata", "skills_added", "skills_modified", "skills_deleted", "prompt_size_change",
+    "reverted_paths", "pre_commit", "post_commit", "reason", "created_at", "finished_at",
+)
+
+
+
+
+def runs_for_user(user: Any) -> QuerySet[EvolutionRun]:
+    return EvolutionRun.objects.select_related("agent__project", "started_by").filter(
+        agent__project__in=projects_for_user(user))
+
+
+def run_by_id_for_user(user: Any, run_id: int) -> EvolutionRun:
+    run = runs_for_user(user).filter(pk=run_id).first()
+    if run is None:
+        raise Http404("No such evolution run.")
+    return run
+
+
+def cycle_by_id_for_user(user: Any, cycle_id: int) -> Cycle:
+    cycle = Cycle.objects.select_related("run__agent__project").filter(
+        pk=cycle_id, run__agent__project__in=projects_for_user(user)).first()
+    if cycle is None:
+        raise Http404("No such cycle.")
+    return cycle
+
+
+def cycle_report(cycle: Cycle) -> dict[str, Any]:
+    report = {name: getattr(cycle, name) for name in CYCLE_FIELDS}
+    report["decided_by"] = cycle.decided_by.get_username() if cycle.decided_by_id else None
+    report["train_count"] = getattr(cycle, "train_count", None)
+    report["train_successes"] = getattr(cycle, "train_successes", None)
+    return report
+
+
+def run_summary(run: EvolutionRun) -> dict[str, Any]:
+    return {
+        "id": run.pk, "agent_id": run.agent_id, "agent": run.agent.name, "project_id": run.agent.project_id,
+        "benchmark": run.benchmark, "engine": run.engine, "config": run.config,
+        "cycles_planned": run.cycles_planned, "status": run.status, "converged": run.converged,
+        "reason": run.reason, "started_by": run.started_by.get_username() if run.started_by_id else None,
+        "created_at": run.created_at, "finished_at": run.finished_at,
+    }
+
+
+def run_report(run: EvolutionRun) -> dict[str, Any]:
+    """The run and its cycles (scores, decisions, what each changed) and its score curve: what
+    `GET /api/runs/{id}` and `manage.py evolve status RUN --json` print."""
+    cycles = run_cycles(run)
+    return {**run_summary(run), "cycles": [cycle_report(cycle) for cycle in cycles],
+            "score_curve": [[cycle.number, cycle.score] for cycle in cycles if cycle.score is not None]}
+
+
+def agent_summary(agent: Agent) -> dict[str, Any]:
+    return {"id": agent.pk, "project_id": agent.project_id, "project": agent.project.name, "name": agent.name,
+            "path": agent.path, "agent_type": agent.agent_type, "created_at": agent.created_at}
+
+
+def agent_report(agent: Agent) -> dict[str, Any]:
+    """The agent, its version log from git (evo-0, pre-evo-1, evo-1 …), its runs and the score
+    curve of every cycle of every run, oldest first."""
+    versions = agent_versions(agent)
+    runs = list(agent_runs(agent))
+    cycles = Cycle.objects.filter(run__agent=agent, score__isnull=False).order_by(
+        "run__created_at", "run_id", "number").values_list("run_id", "number", "score", "status")
+    return {
+        **agent_summary(agent),
+        "versions": versions["versions"], "versions_error": versions["error"],
+        "runs": [{**run_summary(run), "cycle_count": run.cycle_count, "last_score": run.last_score}
+                 for run in runs],
+        "score_curve": [{"run": run_id, "cycle": number, "score": score, "status": status}
+                        for run_id, number, score, status in cycles],
+    }

@@ -1,0 +1,275 @@
+"""REST routes of evolve_app: import agents, start, follow, cancel and decide on evolution runs,
+roll agents back. The same services and selectors as the pages and `manage.py evolve`.
+
+Access: an object of a project the caller is not a member of answers 404 (outsiders learn
+nothing); a missing role answers 403; bad input answers 400 (the services' messages) or 422
+(a body that does not fit the schema).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest
+from ninja import Field, Router, Schema, Status
+
+from evolve_app import selectors, services
+from evolve_app.models import Cycle
+from evolve_app.selectors import (
+    agent_report,
+    agent_summary,
+    cycle_by_id_for_user,
+    cycle_report,
+    run_by_id_for_user,
+    run_report,
+)
+from runtime_app.selectors import projects_for_user
+
+router = Router(tags=["evolve"])
+
+
+
+# ---- schemas
+
+
+class AgentOut(Schema):
+    id: int
+    project_id: int
+    project: str
+    name: str
+    path: str
+    agent_type: str
+    created_at: datetime
+    run_count: int = 0
+    last_run_id: int | None = None
+    last_run_status: str | None = None
+    latest_score: float | None = None
+
+
+class VersionOut(Schema):
+    tag: str
+    sha: str
+    message: str
+    date: datetime
+    cycle: int
+    kind: str
+
+
+class RunSummaryOut(Schema):
+    id: int
+    agent_id: int
+    agent: str
+    project_id: int
+    benchmark: str
+    engine: str
+    config: dict[str, Any]
+    cycles_planned: int
+    status: str
+    converged: bool
+    reason: str
+    started_by: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class AgentRunOut(RunSummaryOut):
+    cycle_count: int
+    last_score: float | None
+
+
+class CurvePointOut(Schema):
+    run: int
+    cycle: int
+    score: float
+    status: str
+
+
+class AgentDetailOut(Schema):
+    id: int
+    project_id: int
+    project: str
+    name: str
+    path: str
+    agent_type: str
+    created_at: datetime
+    versions: list[VersionOut]
+    versions_error: str = Field(description="why the version log cannot be read now, if it cannot")
+    runs: list[AgentRunOut]
+    score_curve: list[CurvePointOut]
+
+
+class CycleOut(Schema):
+    id: int
+    number: int
+    status: str
+    score: float | None
+    holdout_score: float | None
+    holdout_after: float | None
+    mutated: bool
+    summary: str
+    engine_metadata: dict[str, Any]
+    skills_added: list[str]
+    skills_modified: list[str]
+    skills_deleted: list[str]
+    prompt_size_change: int
+    reverted_paths: list[str]
+    pre_commit: str
+    post_commit: str
+    reason: str
+    decided_by: str | None
+    train_count: int | None = None
+    train_successes: int | None = None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class RunOut(RunSummaryOut):
+    cycles: list[CycleOut]
+    score_curve: list[tuple[int, float]]
+
+
+class ObservationOut(Schema):
+    id: int
+    split: str
+    task_id: str
+    task_input: str
+    agent_output: str
+    steps: list[Any]
+    success: bool
+    score: float
+    feedback_detail: str
+
+
+class ObservationsOut(Schema):
+    run_id: int
+    cycle: int
+    failures_only: bool
+    counts: dict[str, int] = Field(description="all and failures, before the filter and the cap")
+    limit: int
+    more: bool = Field(description="more observations than the limit matched")
+    observations: list[ObservationOut]
+
+
+class ImportIn(Schema):
+    project: int | str = Field(..., description="the project's id or name")
+    path: str = Field(..., max_length=1000, description="the workspace folder's absolute path on the server")
+    name: str = Field("", max_length=96, description="defaults to the manifest's name")
+
+
+class RunIn(Schema):
+    benchmark: str = Field("demo", max_length=500, description="a registered name, folder:PATH or jsonl:PATH")
+    engine: str = Field("textbook", max_length=200, description="an engine name or a dotted path")
+    cycles: int = Field(5, description="1 to 200; a run stops early when it converges")
+    config: dict[str, Any] | None = Field(None, description="EvolveConfig: batch_size, holdout_size, …")
+
+
+class DecideIn(Schema):
+    approve: bool
+
+
+class RollbackIn(Schema):
+    tag: str = Field(..., max_length=20, description="a snapshot tag such as evo-3")
+
+
+class RollbackOut(Schema):
+    agent_id: int
+    tag: str
+    commit: str
+
+
+# ---- routes
+
+
+def _project_for_user(user: Any, project: int | str) -> Any:
+    projects = projects_for_user(user)
+    found = projects.filter(**{"pk" if isinstance(project, int) else "name": project}).first()
+    if found is None:
+        raise Http404("No such project.")
+    return found
+
+
+def _workspace_errors(call: Any) -> Any:
+    """A workspace the services could not read or write (a folder gone, a tag that exists) is the
+    caller's to read, as a 400."""
+    from evolve_app.workspace import WorkspaceError
+
+    try:
+        return call()
+    except (WorkspaceError, OSError) as error:
+        raise ValidationError(str(error)) from None
+
+
+@router.get("/agents", response=list[AgentOut])
+def agent_list(request: HttpRequest):
+    """The agents of the caller's projects, with their runs, last status and latest score."""
+    return [{**agent_summary(agent), "run_count": agent.run_count, "last_run_id": agent.last_run_id,
+             "last_run_status": agent.last_run_status, "latest_score": agent.latest_score}
+            for agent in selectors.agent_list_rows(request.user)]
+
+
+@router.post("/agents/import", response={201: AgentOut})
+def agent_import(request: HttpRequest, body: ImportIn):
+    """Import a workspace folder under CRUCIBLE_REPO_ROOTS; every problem comes back with its file
+    and line (`errors.path`). Importing the same folder again returns its agent."""
+    project = _project_for_user(request.user, body.project)
+    agent = _workspace_errors(lambda: services.agent_import(request.user, project, body.path, body.name))
+    return Status(201, agent_summary(agent))
+
+
+@router.get("/agents/{agent_id}", response=AgentDetailOut)
+def agent_detail(request: HttpRequest, agent_id: int):
+    return agent_report(selectors.agent_for_user(request.user, agent_id))
+
+
+@router.post("/agents/{agent_id}/runs", response={202: RunOut})
+def run_start(request: HttpRequest, agent_id: int, body: RunIn):
+    """Queue an evolution run for the workers (one run at a time per agent)."""
+    agent = selectors.agent_for_user(request.user, agent_id)
+    run = services.evolution_run_start(request.user, agent, benchmark=body.benchmark, engine=body.engine,
+                                       cycles=body.cycles, config=body.config)
+    return Status(202, run_report(run))
+
+
+@router.post("/agents/{agent_id}/rollback", response=RollbackOut)
+def agent_rollback(request: HttpRequest, agent_id: int, body: RollbackIn):
+    """A new commit whose files equal the snapshot `tag`'s; history is kept."""
+    agent = selectors.agent_for_user(request.user, agent_id)
+    sha = services.agent_rollback(request.user, agent, body.tag)
+    return {"agent_id": agent.pk, "tag": body.tag, "commit": sha}
+
+
+@router.get("/runs/{run_id}", response=RunOut)
+def run_detail(request: HttpRequest, run_id: int):
+    """The run and every cycle recorded so far, with scores and what each changed."""
+    return run_report(run_by_id_for_user(request.user, run_id))
+
+
+@router.get("/runs/{run_id}/cycles/{number}/observations", response=ObservationsOut)
+def cycle_observations(request: HttpRequest, run_id: int, number: int,
+                       failures: bool = False, split: Literal["train", "holdout"] | None = None):
+    """The cycle's observations (train first, then holdout); `failures=true` keeps the failed ones."""
+    run = run_by_id_for_user(request.user, run_id)
+    cycle = Cycle.objects.filter(run=run, number=number).first()
+    if cycle is None:
+        raise Http404(f"Run {run.pk} has no cycle {number}.")
+    found = selectors.cycle_observations(cycle, failures=failures)
+    rows = [row for row in found["rows"] if split is None or row.split == split]
+    return {"run_id": run.pk, "cycle": cycle.number, "failures_only": failures, "counts": found["counts"],
+            "limit": found["limit"], "more": found["more"], "observations": rows}
+
+
+@router.post("/runs/{run_id}/cancel", response=RunOut)
+def run_cancel(request: HttpRequest, run_id: int):
+    """Stop a queued, running or waiting run; a running one stops after its current cycle."""
+    run = services.evolution_run_cancel(request.user, run_by_id_for_user(request.user, run_id))
+    return run_report(run_by_id_for_user(request.user, run.pk))
+
+
+@router.post("/cycles/{cycle_id}/decide", response=CycleOut)
+def cycle_decide(request: HttpRequest, cycle_id: int, body: DecideIn):
+    """Review mode: an approver accepts the waiting mutation (the run goes on) or rejects it."""
+    cycle = cycle_by_id_for_user(request.user, cycle_id)
+    decided = _workspace_errors(lambda: services.cycle_decide(request.user, cycle, body.approve))
+    return cycle_report(decided)

@@ -1,0 +1,446 @@
+"""`manage.py evolve …`: the CLI door into the same agent and evolution services.
+
+    evolve import PATH [--project demo] [--user admin] [--name N] [--json]
+    evolve demo [--project demo] [--user admin] [--json]       a fresh copy of the offline demo agent
+    evolve run AGENT_ID_OR_PATH [--benchmark demo] [--engine textbook] [--cycles 5]
+               [--batch-size N] [--holdout-size N] [--egl-threshold X] [--egl-window N]
+               [--review-mode] [--json]                        run here, cycle by cycle, to the end
+    evolve status RUN_ID [--json]
+    evolve history AGENT_ID [--json]                           version log and score curve
+    evolve rollback AGENT_ID evo-K
+    evolve cancel RUN_ID
+
+The local administrator's CLI: a PATH is trusted (no CRUCIBLE_REPO_ROOTS check), a path given
+to `run` is imported first (or its agent found). Exit codes: 0 done (a run that finished or
+waits for review), 1 refused, a run that failed or was cancelled, or an error, each reported
+as one line (an import's workspace problems as one `file:line: message` line each); 130 when
+interrupted (the run is cancelled first).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+import time
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.management.base import BaseCommand
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection
+from django.http import Http404
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def _printable(text: str) -> str:
+    """One line per message: control characters (from a workspace, a summary) shown escaped."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", str(text))
+
+
+def _score(value: float | None) -> str:
+    return "—" if value is None else f"{round(value, 4):g}"
+
+
+def _messages(error: Exception) -> list[str]:
+    """A ValidationError's messages, each prefixed with its field unless it is `path` or global;
+    a PermissionDenied's reason."""
+    if isinstance(error, ValidationError) and hasattr(error, "error_dict"):
+        lines = []
+        for field, messages in error.message_dict.items():
+            prefix = "" if field in ("__all__", "path") else f"{field}: "
+            lines.extend(prefix + message for message in messages)
+        return lines
+    if isinstance(error, ValidationError):
+        return list(error.messages)
+    return [str(error) or "You do not have permission."]
+
+
+class Command(BaseCommand):
+    help = "Import agents, evolve them here with a live display, follow, roll back and cancel runs."
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True,
+                                        metavar="{import,demo,run,status,history,rollback,cancel}")
+
+        def who(sub: Any, *, project: bool = True) -> None:
+            if project:
+                sub.add_argument("--project", default="demo", help="the project's name (default: demo)")
+            sub.add_argument("--user", default=None, help="who acts (default: the admin account)")
+
+        imported = actions.add_parser("import", help="import a workspace folder as an agent")
+        imported.add_argument("path", help="the workspace folder (manifest.yaml, prompts/, skills/ …)")
+        imported.add_argument("--name", default="", help="the agent's name (default: the manifest's)")
+        imported.add_argument("--json", action="store_true", help="print the agent as JSON")
+        who(imported)
+        demo = actions.add_parser("demo", help="a fresh copy of the offline demo agent, imported")
+        demo.add_argument("--json", action="store_true", help="print the agent as JSON")
+        who(demo)
+        run = actions.add_parser("run", help="start an evolution run and run it here to its end")
+        run.add_argument("agent", metavar="AGENT_ID_OR_PATH", help="an agent's id, or a workspace folder")
+        run.add_argument("--benchmark", default="demo", help="a registered name, folder:PATH or jsonl:PATH")
+        run.add_argument("--engine", default="textbook", help="an engine name or a dotted path")
+        run.add_argument("--cycles", type=int, default=5, help="1 to 200 (default: 5)")
+        run.add_argument("--batch-size", type=int, default=None, help="train tasks solved per cycle")
+        run.add_argument("--holdout-size", type=int, default=None, help="holdout tasks; 0 turns the gate off")
+        run.add_argument("--egl-threshold", type=float, default=None,
+                         help="converged when the window's scores differ by less")
+        run.add_argument("--egl-window", type=int, default=None, help="cycles in the convergence window")
+        run.add_argument("--review-mode", action="store_true", help="each mutation waits for an approver")
+        run.add_argument("--json", action="store_true", help="print the run as JSON, no live display")
+        who(run)
+        for name, text, arg in (("status", "a run's state and cycles", "run_id"),
+                                ("history", "an agent's version log and score curve", "agent_id"),
+                                ("cancel", "stop a run", "run_id")):
+            sub = actions.add_parser(name, help=text)
+            sub.add_argument(arg, type=int, metavar=arg.upper())
+            if name != "cancel":
+                sub.add_argument("--json", action="store_true", help="print JSON")
+            who(sub, project=False)
+        rollback = actions.add_parser("rollback", help="make the workspace equal to a snapshot again")
+        rollback.add_argument("agent_id", type=int, metavar="AGENT_ID")
+        rollback.add_argument("tag", help="the snapshot, e.g. evo-2")
+        who(rollback, project=False)
+
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
+        self.username = options["user"] or settings.CONFIG.admin_username
+        user = self._user(self.username)
+        if action == "import":
+            agent = self._guarded(
+                lambda: self._import(user, options["project"], options["path"], options["name"]))
+            self._agent_print(agent, as_json=options["json"])
+        elif action == "demo":
+            from evolve_app.services import demo_agent_create
+
+            project = self._project(options["project"])
+            agent = self._guarded(lambda: demo_agent_create(user, project))
+            self._agent_print(agent, as_json=options["json"])
+        elif action == "run":
+            self._run(user, options)
+        elif action == "status":
+            self._status(self._run_get(user, options["run_id"]), as_json=options["json"])
+        elif action == "history":
+            self._history(self._agent_get(user, options["agent_id"]), as_json=options["json"])
+        elif action == "rollback":
+            self._rollback(user, self._agent_get(user, options["agent_id"]), options["tag"])
+        else:
+            self._cancel(user, self._run_get(user, options["run_id"]))
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _fail(self, lines: list[str], code: int = 1) -> None:
+        for line in lines:
+            self.stderr.write(_printable(line), style_func=lambda text: text)
+        raise SystemExit(code)
+
+    def _guarded(self, call: Any) -> Any:
+        """The service's answer, or its refusal as one line per message and exit 1."""
+        from evolve_app.workspace import WorkspaceError
+
+        try:
+            return call()
+        except ValidationError as error:
+            self._fail(_messages(error))
+        except PermissionDenied as error:
+            self._fail([f"{self.username}: {line}" for line in _messages(error)])
+        except WorkspaceError as error:
+            self._fail([str(error)])
+
+    def _user(self, username: str) -> Any:
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            self._fail([f"no user named {username!r}: pass --user with an existing account"])
+        return user
+
+    def _project(self, name: str) -> Any:
+        from runtime_app.models import Project
+
+        project = Project.objects.filter(name=name).first()
+        if project is None:
+            self._fail([f"no project named {name!r}: create it first "
+                        "(`manage.py crucible_setup` makes `demo`) or pass --project"])
+        return project
+
+    def _agent_get(self, user: Any, agent_id: int) -> Any:
+        from evolve_app.selectors import agent_for_user
+
+        try:
+            return agent_for_user(user, agent_id)
+        except Http404:
+            self._fail([f"no agent {agent_id} that {user} can see"])
+
+    def _run_get(self, user: Any, run_id: int) -> Any:
+        from evolve_app.selectors import run_by_id_for_user
+
+        try:
+            return run_by_id_for_user(user, run_id)
+        except Http404:
+            self._fail([f"no evolution run {run_id} that {user} can see"])
+
+    def _import(self, user: Any, project_name: str, path: str, name: str) -> Any:
+        from evolve_app.services import agent_import
+
+        project = self._project(project_name)
+        try:
+            return agent_import(user, project, path, name, trusted=True)
+        except ValidationError as error:
+            problems = error.message_dict.get("path", []) if hasattr(error, "error_dict") else []
+            if len(problems) > 1:  # the workspace's problems, each `file:line: message`
+                self._fail([*problems, f"{path}: {len(problems)} problems, nothing imported"])
+            raise
+
+    def _json(self, data: Any) -> None:
+        self.stdout.write(json.dumps(data, indent=2, cls=DjangoJSONEncoder, ensure_ascii=False))
+
+    def _agent_print(self, agent: Any, *, as_json: bool) -> None:
+        from evolve_app.selectors import agent_summary
+
+        if as_json:
+            self._json(agent_summary(agent))
+            return
+        for label, value in (("agent id", agent.pk), ("name", agent.name), ("project", agent.project.name),
+                             ("path", agent.path)):
+            self.stdout.write(_printable(f"{label:<9} {value}"))
+
+    # --- run ------------------------------------------------------------------------------
+
+    def _run(self, user: Any, options: dict[str, Any]) -> None:
+        from evolve_app.selectors import run_report
+        from evolve_app.services import evolution_run_start
+
+        target = options["agent"]
+        if target.isdigit():
+            agent = self._agent_get(user, int(target))
+        else:
+            agent = self._guarded(lambda: self._import(user, options["project"], target, ""))
+        config = {key: options[key] for key in ("batch_size", "holdout_size", "egl_threshold", "egl_window")
+                  if options[key] is not None}
+        if options["review_mode"]:
+            config["review_mode"] = True
+        run = self._guarded(lambda: evolution_run_start(
+            user, agent, benchmark=options["benchmark"], engine=options["engine"], cycles=options["cycles"],
+            config=config, enqueue=False))
+        run = self._execute(user, run, as_json=options["json"])
+        if options["json"]:
+            self._json(run_report(run))
+        self._run_end(run)
+
+    def _execute(self, user: Any, run: Any, *, as_json: bool) -> Any:
+        """Execute the run in a worker thread while this one shows each cycle as it is recorded
+        (a live table on a terminal, one line per cycle otherwise; nothing for --json), then the
+        final table. Ctrl-C cancels the run, which stops between cycles, never inside one."""
+        from evolve_app.models import Cycle, EvolutionRun
+        from evolve_app.services import evolution_run_execute
+
+        console = _console(self.stdout._out)
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["run"] = evolution_run_execute(run.pk)
+            except BaseException as error:  # reported by the main thread
+                outcome["error"] = error
+            finally:
+                connection.close()
+
+        if not as_json:
+            plural = "s" if run.cycles_planned != 1 else ""
+            console.print(_printable(f"{run.agent.name} run {run.pk}: {run.engine} on {run.benchmark}, "
+                                     f"{run.cycles_planned} cycle{plural}"), markup=False)
+        worker = threading.Thread(target=work, name=f"evolution-run-{run.pk}", daemon=True)
+        started = time.monotonic()
+        worker.start()
+        shown: set[int] = set()
+        live = None
+        if console.is_terminal and not as_json:
+            from rich.live import Live
+
+            live = Live(console=console, refresh_per_second=4, transient=True)
+            live.start()
+        try:
+            while True:
+                alive = worker.is_alive()
+                if not as_json:
+                    cycles = list(Cycle.objects.filter(run_id=run.pk).order_by("number"))
+                    if live is not None:
+                        live.update(_live_view(run, cycles, time.monotonic() - started))
+                    for cycle in cycles if live is None else ():
+                        if cycle.number not in shown and cycle.status not in ("solving", "evolving"):
+                            shown.add(cycle.number)
+                            console.print(_printable(_cycle_line(cycle)), highlight=False, markup=False)
+                if not alive:
+                    break
+                worker.join(0.25)
+        except KeyboardInterrupt:
+            if live is not None:
+                live.stop()
+                live = None
+            self._interrupted(user, run, worker)
+        finally:
+            if live is not None:
+                live.stop()
+        if "error" in outcome:
+            self._fail([f"run {run.pk} stopped: {type(outcome['error']).__name__}: {outcome['error']}"])
+        run = EvolutionRun.objects.select_related("agent__project", "started_by").get(pk=run.pk)
+        if not as_json:
+            console.print(_run_table(run, list(Cycle.objects.filter(run=run).select_related("decided_by"))))
+        return run
+
+    def _interrupted(self, user: Any, run: Any, worker: threading.Thread) -> None:
+        from evolve_app.services import evolution_run_cancel
+
+        self.stderr.write(f"interrupted: cancelling run {run.pk} after its current cycle …")
+        with contextlib.suppress(ValidationError, PermissionDenied):  # it ended meanwhile
+            evolution_run_cancel(user, run)
+        worker.join()
+        done = run.cycles.count()
+        self.stderr.write(f"run {run.pk} cancelled after {done} cycle{'s' if done != 1 else ''}: "
+                          f"`manage.py evolve status {run.pk}` shows them")
+        raise SystemExit(130)
+
+    def _run_end(self, run: Any) -> None:
+        if run.status in ("failed", "cancelled"):
+            self._fail([f"run {run.pk} {run.status}: {run.reason}"])
+        if run.status == "awaiting_review":
+            waiting = run.cycles.filter(status="awaiting_review").order_by("number").first()
+            if waiting is not None:
+                self.stdout.write(f"cycle {waiting.number} (id {waiting.pk}) awaits an approver: decide "
+                                  f"on its page or POST /api/cycles/{waiting.pk}/decide")
+
+    # --- status, history, rollback, cancel ------------------------------------------------
+
+    def _status(self, run: Any, *, as_json: bool) -> None:
+        from evolve_app.models import Cycle
+        from evolve_app.selectors import run_report
+
+        if as_json:
+            self._json(run_report(run))
+            return
+        cycles = list(Cycle.objects.filter(run=run).select_related("decided_by").order_by("number"))
+        _console(self.stdout._out).print(_run_table(run, cycles))
+
+    def _history(self, agent: Any, *, as_json: bool) -> None:
+        from rich.table import Table
+
+        from evolve_app.selectors import agent_report
+
+        report = agent_report(agent)
+        if as_json:
+            self._json({key: report[key] for key in (
+                "id", "name", "path", "versions", "versions_error", "runs", "score_curve")})
+            return
+        console = _console(self.stdout._out)
+        if report["versions_error"]:
+            console.print(_printable(f"the version log cannot be read: {report['versions_error']}"),
+                          markup=False)
+        table = Table(title=_printable(f"{agent.name} (agent {agent.pk}): versions"), title_justify="left")
+        for column in ("tag", "cycle", "commit", "date", "message"):
+            table.add_column(column, overflow="fold")
+        for version in report["versions"]:
+            table.add_row(version["tag"], str(version["cycle"]), version["sha"][:12],
+                          version["date"].strftime("%Y-%m-%d %H:%M:%S"), _printable(version["message"]))
+        console.print(table)
+        curve = Table(title="score curve", title_justify="left")
+        for column in ("run", "status", "scores", "curve"):
+            curve.add_column(column, overflow="fold")
+        by_run: dict[int, list[float]] = {}
+        for point in report["score_curve"]:
+            by_run.setdefault(point["run"], []).append(point["score"])
+        for run in reversed(report["runs"]):  # oldest first, as the curve goes
+            scores = by_run.get(run["id"], [])
+            curve.add_row(str(run["id"]), run["status"], " ".join(_score(s) for s in scores) or "—",
+                          _sparkline(scores))
+        console.print(curve)
+
+    def _rollback(self, user: Any, agent: Any, tag: str) -> None:
+        from evolve_app.services import agent_rollback
+
+        sha = self._guarded(lambda: agent_rollback(user, agent, tag))
+        self.stdout.write(_printable(f"{agent.name} (agent {agent.pk}) rolled back to {tag}: "
+                                     f"new commit {sha}"))
+
+    def _cancel(self, user: Any, run: Any) -> None:
+        from evolve_app.services import evolution_run_cancel
+
+        run = self._guarded(lambda: evolution_run_cancel(user, run))
+        self.stdout.write(f"run {run.pk}: {run.status}")
+
+
+def _console(out: Any) -> Any:
+    from rich.console import Console
+
+    # Piped or redirected output gets wide lines rather than reasons folded into a narrow column.
+    width = None if out.isatty() else 200
+    return Console(file=out, highlight=False, width=width)
+
+
+def _sparkline(scores: list[float]) -> str:
+    """Scores in [0, 1] as block characters (others are clamped)."""
+    top = len(_SPARKS) - 1
+    return "".join(_SPARKS[round(min(max(score, 0.0), 1.0) * top)] for score in scores)
+
+
+def _changes(cycle: Any) -> str:
+    parts = [f"+{name}" for name in cycle.skills_added] + [f"~{name}" for name in cycle.skills_modified]
+    parts += [f"-{name}" for name in cycle.skills_deleted]
+    if cycle.prompt_size_change:
+        parts.append(f"prompt {cycle.prompt_size_change:+d} chars")
+    return " ".join(parts)
+
+
+def _cycle_line(cycle: Any) -> str:
+    """One recorded cycle, as the non-terminal display prints it."""
+    holdout = f", holdout {_score(cycle.holdout_score)}" if cycle.holdout_score is not None else ""
+    what = cycle.summary or cycle.reason
+    changes = _changes(cycle)
+    return (f"cycle {cycle.number}: score {_score(cycle.score)}{holdout}, {cycle.get_status_display()}"
+            f"{' (' + changes + ')' if changes else ''}{': ' + what if what else ''}")
+
+
+def _cycle_rows(table: Any, cycles: list[Any]) -> None:
+    for cycle in cycles:
+        holdout = _score(cycle.holdout_score)
+        if cycle.holdout_after is not None:
+            holdout += f" → {_score(cycle.holdout_after)}"
+        note = cycle.summary
+        if cycle.reason:
+            note = f"{note} ({cycle.reason})" if note else cycle.reason
+        table.add_row(str(cycle.number), cycle.get_status_display(), _score(cycle.score), holdout,
+                      _printable(_changes(cycle)), _printable(note))
+
+
+def _cycle_table(title: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=_printable(title), title_justify="left", caption_justify="left")
+    for column in ("cycle", "status", "score", "holdout", "changes", "summary"):
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def _live_view(run: Any, cycles: list[Any], elapsed: float) -> Any:
+    done = [cycle for cycle in cycles if cycle.status not in ("solving", "evolving")]
+    table = _cycle_table(f"run {run.pk}: cycle {len(done) + 1} of {run.cycles_planned} running "
+                         f"({elapsed:.0f} s)")
+    _cycle_rows(table, done)
+    return table
+
+
+def _run_table(run: Any, cycles: list[Any]) -> Any:
+    title = f"{run.agent.name} run {run.pk} ({run.engine} on {run.benchmark}): {run.get_status_display()}"
+    if run.converged:
+        title += ", converged"
+    table = _cycle_table(title)
+    _cycle_rows(table, sorted(cycles, key=lambda cycle: cycle.number))
+    scores = [cycle.score for cycle in sorted(cycles, key=lambda c: c.number) if cycle.score is not None]
+    caption = run.reason or ""
+    if scores:
+        caption = f"score {_score(scores[0])} → {_score(scores[-1])} {_sparkline(scores)}. {caption}".strip()
+    table.caption = _printable(caption)
+    return table

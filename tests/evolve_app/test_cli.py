@@ -1,0 +1,216 @@
+"""`manage.py evolve …` as real subprocesses against the test database: the demo agent evolving
+cycle by cycle, JSON output, status, history, rollback, cancel, and one-line refusals."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from django.contrib.auth.models import Group
+
+from evolve_app import services
+from evolve_app.demo import SEED_WORKSPACE
+from evolve_app.models import Agent, EvolutionRun
+from runtime_app import roles
+from tests.conftest import REPO_ROOT, subprocess_env
+from tests.search_app.conftest import demo  # noqa: F401  (the admin user and the demo project)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def evolve(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    from django.conf import settings
+
+    return subprocess.run([sys.executable, "manage.py", "evolve", *args], cwd=REPO_ROOT,
+                          env=subprocess_env(CRUCIBLE_DATA_DIR=str(settings.DATA_DIR)),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def git(path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture
+def data_dir(settings, tmp_path):
+    settings.DATA_DIR = tmp_path / "data"
+    settings.DATA_DIR.mkdir()
+    return settings.DATA_DIR
+
+
+@pytest.fixture
+def admin(demo):  # noqa: F811
+    return demo.created_by
+
+
+@pytest.fixture
+def demo_agent(demo, admin, data_dir):  # noqa: F811
+    return services.demo_agent_create(admin, demo)
+
+
+def test_the_demo_agent_evolves_three_cycles_printing_each_score_and_a_final_table(demo, data_dir):  # noqa: F811
+    made = evolve("demo")
+    assert made.returncode == 0, made.stderr
+    agent_id = int(re.search(r"^agent id\s+(\d+)$", made.stdout, re.M).group(1))
+    agent = Agent.objects.get(pk=agent_id)
+    assert f"path      {agent.path}" in made.stdout and agent.path.startswith(str(data_dir))
+
+    done = evolve("run", str(agent_id), "--cycles", "3")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"{agent.name} run {EvolutionRun.objects.get().pk}: textbook on demo, 3 cycles"
+    assert lines[1] == "cycle 1: score 0.25, accepted (+date-arithmetic): added skill date-arithmetic"
+    assert lines[2].startswith("cycle 2: score 0.5, accepted (+string-transforms)")
+    assert lines[3].startswith("cycle 3: score 0.75, accepted (+number-bases)")
+    assert f"{agent.name} run {EvolutionRun.objects.get().pk} (textbook on demo): finished" in done.stdout
+    assert "score 0.25 → 0.75" in done.stdout and "3 cycles done" in done.stdout
+    assert {"evo-3", "pre-evo-3"} <= set(git(agent.path, "tag").split())
+
+
+def test_run_json_status_history_and_cancel_agree_with_the_database(demo_agent):
+    done = evolve("run", str(demo_agent.pk), "--cycles", "2", "--batch-size", "8", "--egl-window", "2",
+                  "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["status"], report["agent_id"], report["config"]["batch_size"]) == ("finished",
+                                                                                      demo_agent.pk, 8)
+    assert [(c["number"], c["score"], c["train_count"]) for c in report["cycles"]] == [(1, 0.25, 8),
+                                                                                     (2, 0.5, 8)]
+
+    status = evolve("status", str(report["id"]), "--json")
+    assert json.loads(status.stdout)["cycles"] == report["cycles"]
+    table = evolve("status", str(report["id"])).stdout
+    assert f"{demo_agent.name} run {report['id']} (textbook on demo): finished" in table
+    assert "+string-transforms" in table
+
+    history = json.loads(evolve("history", str(demo_agent.pk), "--json").stdout)
+    assert [v["tag"] for v in history["versions"]] == ["evo-0", "pre-evo-1", "evo-1", "pre-evo-2", "evo-2"]
+    assert [(p["cycle"], p["score"]) for p in history["score_curve"]] == [(1, 0.25), (2, 0.5)]
+    shown = evolve("history", str(demo_agent.pk)).stdout
+    assert "Cycle 2: added skill string-transforms" in shown and "0.25 0.5" in shown
+
+    over = evolve("cancel", str(report["id"]))
+    assert over.returncode == 1
+    assert over.stderr.strip() == f"Run {report['id']} is finished: nothing to cancel."
+
+
+def test_a_workspace_path_is_imported_and_run_in_one_command(demo, data_dir, tmp_path):  # noqa: F811
+    folder = tmp_path / "my-agent"
+    shutil.copytree(SEED_WORKSPACE, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    done = evolve("run", str(folder), "--cycles", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    agent = Agent.objects.get(path=str(folder))
+    assert json.loads(done.stdout)["agent_id"] == agent.pk and agent.project == demo
+    assert git(folder, "tag").split() == ["evo-0", "evo-1", "pre-evo-1"]
+
+
+def test_rollback_needs_an_approver_then_makes_a_new_commit(demo_agent, admin):
+    assert evolve("run", str(demo_agent.pk), "--cycles", "2", "--json").returncode == 0
+    refused = evolve("rollback", str(demo_agent.pk), "evo-1")
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == "admin: This needs the approve_project permission."
+    roles.roles_sync()
+    admin.groups.add(Group.objects.get(name=roles.APPROVER))
+    bad = evolve("rollback", str(demo_agent.pk), "main")
+    assert (bad.returncode, bad.stderr.strip()) == (1, "tag: Roll back to a tag like evo-3.")
+    done = evolve("rollback", str(demo_agent.pk), "evo-1")
+    assert done.returncode == 0, done.stderr
+    sha = done.stdout.strip().rsplit(" ", 1)[-1]
+    assert done.stdout.startswith(f"{demo_agent.name} (agent {demo_agent.pk}) rolled back to evo-1")
+    assert git(demo_agent.path, "rev-parse", f"{sha}^{{tree}}") == git(demo_agent.path, "rev-parse",
+                                                                         "evo-1^{tree}")
+
+
+def test_review_mode_stops_at_the_first_mutation_and_cancel_ends_the_waiting_run(demo_agent):
+    done = evolve("run", str(demo_agent.pk), "--cycles", "3", "--review-mode")
+    assert done.returncode == 0, done.stderr
+    run = EvolutionRun.objects.get()
+    cycle = run.cycles.get()
+    assert run.status == "awaiting_review" and cycle.status == "awaiting_review"
+    assert "cycle 1: score 0.25, awaiting review" in done.stdout
+    assert f"cycle 1 (id {cycle.pk}) awaits an approver" in done.stdout
+    cancelled = evolve("cancel", str(run.pk))
+    assert (cancelled.returncode, cancelled.stdout.strip()) == (0, f"run {run.pk}: cancelled")
+    run.refresh_from_db()
+    assert run.status == "cancelled" and run.reason == "cancelled by admin"
+
+
+def test_a_broken_workspace_is_refused_with_every_problem_as_file_and_line(demo, data_dir, tmp_path):  # noqa: F811
+    folder = tmp_path / "broken"
+    (folder / "prompts").mkdir(parents=True)
+    (folder / "manifest.yaml").write_text("agent:\n  type: command\nevolvable_layer: [skills]\n"
+                                          "reload_strategy: warm\n")
+    done = evolve("import", str(folder))
+    assert done.returncode == 1 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert "manifest.yaml:3:1: unknown key 'evolvable_layer' in the manifest; did you mean " \
+           "'evolvable_layers'?" in lines
+    assert any(line.startswith("manifest.yaml:4:18: reload_strategy: 'warm'") for line in lines)
+    assert any(line.startswith("prompts/system.md: missing") for line in lines)
+    assert lines[-1] == f"{folder}: {len(lines) - 1} problems, nothing imported"
+    assert not Agent.objects.exists() and not (folder / ".git").exists()
+    missing = evolve("import", str(tmp_path / "nope"))
+    assert (missing.returncode, missing.stderr.strip()) == (1, f"{tmp_path / 'nope'}: no such folder.")
+
+
+def test_bad_run_settings_are_refused_with_one_line_each(demo_agent):
+    done = evolve("run", str(demo_agent.pk), "--cycles", "0", "--egl-window", "1", "--engine", "nope")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert "cycles: Give 1 to 200 cycles." in lines
+    assert any(line.startswith("config: egl_window:") for line in lines)
+    assert any(line.startswith("engine: unknown engine 'nope'") for line in lines)
+    assert not EvolutionRun.objects.exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("status", "999"), "no evolution run 999 that admin can see"),
+    (("cancel", "999"), "no evolution run 999 that admin can see"),
+    (("history", "999"), "no agent 999 that admin can see"),
+    (("rollback", "999", "evo-1"), "no agent 999 that admin can see"),
+    (("run", "999"), "no agent 999 that admin can see"),
+    (("demo", "--project", "nope"), "no project named 'nope': create it first (`manage.py crucible_setup` "
+                                    "makes `demo`) or pass --project"),
+    (("demo", "--user", "nobody"), "no user named 'nobody': pass --user with an existing account"),
+])
+def test_an_unknown_object_is_one_line_and_exit_1(demo, data_dir, args, message):  # noqa: F811
+    done = evolve(*args)
+    assert (done.returncode, done.stderr.strip()) == (1, message)
+
+
+def test_interrupting_a_run_cancels_it_between_cycles_and_exits_130(demo_agent):
+    import signal
+    import time
+
+    from django.conf import settings
+
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "evolve", "run", str(demo_agent.pk), "--cycles", "50",
+         "--egl-threshold", "0", "--json"], cwd=REPO_ROOT,
+        env=subprocess_env(CRUCIBLE_DATA_DIR=str(settings.DATA_DIR)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not EvolutionRun.objects.filter(cycles__number=1).exists():
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    run = EvolutionRun.objects.get()
+    assert process.returncode == 130 and out == ""
+    assert run.status == "cancelled" and 1 <= run.cycles.count() < 50
+    done = run.cycles.count()
+    assert err.splitlines()[-1] == (f"run {run.pk} cancelled after {done} cycle{'s' if done > 1 else ''}: "
+                                    f"`manage.py evolve status {run.pk}` shows them")
+    # Stopped between cycles: every recorded cycle has its evo-N, and nothing is left uncommitted.
+    tags = set(git(demo_agent.path, "tag").split())
+    assert {f"evo-{n}" for n in range(1, run.cycles.count() + 1)} <= tags
+    assert git(demo_agent.path, "status", "--porcelain") == ""
