@@ -50,6 +50,7 @@ STEP_TEXT_CHARS = 2000
 MEMORY_LIMIT = 20  # recent memories an agent loads (and a reference agent shows the model)
 SKILL_CHARS = 20_000
 SYSTEM_PROMPT_CHARS = 200_000
+MAX_TOOL_TURNS = 8  # a reference agent's tool calls per task before it must answer
 _MANIFEST_BYTES = 256 * 1024
 _CATEGORY = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?")
@@ -167,6 +168,19 @@ class BaseAgent:
 # ---------------------------------------------------------------------------------------- command
 
 
+def _scratch_path(task: Task) -> Path:
+    from django.conf import settings
+
+    return Path(settings.DATA_DIR) / "evolve" / "agents" / (
+        f"{re.sub(r'[^A-Za-z0-9._-]', '_', task.task_id)[:80]}-{uuid.uuid4().hex[:12]}")
+
+
+def _scratch_copy(top: Path, scratch: Path) -> None:
+    """A throwaway copy of the workspace (no .git, no evolution/) for a program to read."""
+    shutil.copytree(top, scratch, symlinks=True, ignore=lambda folder, names: [
+        name for name in names if Path(folder) == top and name in _COPY_IGNORED])
+
+
 class CommandAgent(BaseAgent):
     """Runs the workspace's own program in the sandbox; its stdout is the answer.
 
@@ -226,18 +240,14 @@ class CommandAgent(BaseAgent):
         return [f"./{rel}"]
 
     def solve(self, task: Task) -> Trajectory:
-        from django.conf import settings
 
         from runtime_app import sandbox
 
         trajectory = Trajectory(task_id=task.task_id)
-        scratch = Path(settings.DATA_DIR) / "evolve" / "agents" / (
-            f"{re.sub(r'[^A-Za-z0-9._-]', '_', task.task_id)[:80]}-{uuid.uuid4().hex[:12]}")
+        scratch = _scratch_path(task)
         try:
             command, timeout = self._program()
-            top = self.workspace_path
-            shutil.copytree(top, scratch, symlinks=True, ignore=lambda folder, names: [
-                name for name in names if Path(folder) == top and name in _COPY_IGNORED])
+            _scratch_copy(self.workspace_path, scratch)
             argv = self._argv(command, scratch)
             limits = self.limits or sandbox.Limits(output_bytes=2 * OUTPUT_BYTES)
             receipt = sandbox.run(
@@ -335,31 +345,81 @@ class ReferenceLLMAgent(BaseAgent):
         if problem:
             trajectory.error = f"the agent could not run: {problem}"
             return trajectory
-        step: dict[str, Any] = {"tool": "llm", "action": "complete", "preset": preset.name, "model": model}
-        trajectory.steps.append(step)
+        tools = self._tool_specs()
+        scratch = _scratch_path(task)
         try:
-            chat = ToolChat(preset.kind, model, self.system_text(), task.input, [], effort,
+            chat = ToolChat(preset.kind, model, self.system_text(), task.input, list(tools.values()), effort,
                             base_url=preset.base_url(), key_variable=preset.key_variable or None,
                             account=preset.name, account_limit=preset.concurrency,
                             price_model=preset.price_model)
-            reply, _ = chat.turn(self.record or (lambda receipt: receipt), None)
+            for _turn in range(MAX_TOOL_TURNS):
+                step: dict[str, Any] = {"tool": "llm", "action": "complete", "preset": preset.name,
+                                        "model": model}
+                trajectory.steps.append(step)
+                reply, uses = chat.turn(self.record or (lambda receipt: receipt), None)
+                step.update(self._receipt_figures(reply.receipt))
+                if not uses:
+                    break
+                if tools and not scratch.exists():
+                    _scratch_copy(self.workspace_path, scratch)
+                chat.results([(use.id, *self._tool_run(use.name, use.input, tools, scratch, trajectory))
+                              for use in uses])
+            else:
+                trajectory.error = f"the agent used tools for {MAX_TOOL_TURNS} turns without answering"
+                return trajectory
         except LLMError as error:
             if error.receipt is not None:
-                step.update(self._receipt_figures(error.receipt))
+                trajectory.steps.append({"tool": "llm", "action": "complete",
+                                         **self._receipt_figures(error.receipt)})
             trajectory.error = _redact(str(error))
-            step["error"] = trajectory.error
+            trajectory.steps[-1]["error"] = trajectory.error
             return trajectory
         except Exception as error:  # an SDK or configuration failure must not end the cycle
             trajectory.error = _redact(f"the agent could not run: {type(error).__name__}: {error}")
-            step["error"] = trajectory.error
+            trajectory.steps.append({"tool": "llm", "action": "complete", "error": trajectory.error})
             return trajectory
-        step.update(self._receipt_figures(reply.receipt))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         content = chat.messages[-1]["content"]
         if not isinstance(content, str):
             content = "".join(block.get("text", "") for block in content
                               if isinstance(block, dict) and block.get("type", "text") == "text")
         trajectory.output = _redact(content)
         return trajectory
+
+    def _tool_specs(self) -> dict[str, dict[str, Any]]:
+        """The registry's tools with a program in tools/, as model tools taking one text input."""
+        specs = {}
+        for entry in self.tools:
+            name = str(entry.get("name", ""))
+            if _CATEGORY.fullmatch(name) and (self.workspace_path / "tools" / f"{name}.py").is_file():
+                specs[f"tool_{name}"] = {
+                    "name": f"tool_{name}",
+                    "description": str(entry.get("description") or f"the workspace's {name} tool")[:1000],
+                    "input_schema": {"type": "object", "required": ["input"], "properties": {
+                        "input": {"type": "string", "description": "the text the tool reads on stdin"}}},
+                }
+        return specs
+
+    def _tool_run(self, name: str, tool_input: Any, tools: dict, scratch: Path,
+                  trajectory: Trajectory) -> tuple[str, bool]:
+        """Run one registry tool in the sandbox on the read-only copy; (output, is_error)."""
+        from runtime_app import sandbox
+
+        text = tool_input.get("input") if isinstance(tool_input, dict) else None
+        if name not in tools or not isinstance(text, str):
+            return f"unknown tool {name!r} or no text `input`", True
+        program = f"tools/{name.removeprefix('tool_')}.py"
+        receipt = sandbox.run([sys.executable, program], cwd=scratch, timeout=COMMAND_TIMEOUT_SECONDS,
+                              stdin=text.encode(), writable=False)
+        if self.record is not None:
+            receipt = self.record(receipt)
+        trajectory.steps.append({"tool": name, "action": "run", "exit_code": receipt.exit_code,
+                                 "outcome": receipt.outcome, "stdout": _tail(receipt.stdout_excerpt),
+                                 "receipt_id": receipt.pk})
+        if receipt.succeeded:
+            return receipt.stdout_excerpt, False
+        return f"{receipt.outcome}: {_tail(receipt.stderr_excerpt, 500)}", True
 
     @staticmethod
     def _receipt_figures(receipt: Any) -> dict[str, Any]:

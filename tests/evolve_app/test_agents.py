@@ -189,13 +189,35 @@ def test_the_reference_agent_sends_the_workspace_as_system_prompt_and_the_task_a
     for part in ("Write numbers without units.", "## Skill unit-conversions: Convert temperatures",
                  "answer: x * 9 / 5 + 32", "Fahrenheit tasks want a bare number"):
         assert part in system
-    assert request["messages"] == [{"role": "user", "content": task.input}] and request["tools"] == []
+    assert request["messages"] == [{"role": "user", "content": task.input}]
+    assert [tool["name"] for tool in request["tools"]] == ["tool_solve"]  # the registry's tools
     step = trajectory.steps[0]
     assert step["model"] == "fake-sonnet" and step["resolved_model"] == "fake-sonnet-20261201"
     assert step["input_tokens"] + step["cache_write_tokens"] > 0 and step["receipt_id"] is not None
     assert fake.keys_seen() == {KEY}
     assert KEY not in json.dumps(asdict(trajectory))
     assert KEY not in json.dumps(Receipt.objects.get(pk=step["receipt_id"]).as_dict())
+
+
+@pytest.mark.django_db
+def test_the_reference_agent_uses_the_registry_s_tools_in_the_sandbox(reference, data_dir, monkeypatch):
+    def script(request, _candidate):
+        last = request["messages"][-1]["content"]
+        results = [b for b in last if isinstance(b, dict) and b.get("type") == "tool_result"] \
+            if isinstance(last, list) else []
+        if results:
+            return [{"type": "text", "text": str(results[0]["content"]).strip()}]
+        return [{"type": "tool_use", "id": "toolu_1", "name": "tool_solve",
+                 "input": {"input": request["messages"][0]["content"]}}]
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    with FakeAnthropic(script=script) as fake:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        task = benchmark_get("demo").get_tasks("train")[0]  # a units task: the seed's solver knows it
+        trajectory = agent_for(reference).solve(task)
+    assert [step["tool"] for step in trajectory.steps] == ["llm", "tool_solve", "llm"]
+    assert trajectory.steps[1]["exit_code"] == 0
+    assert benchmark_get("demo").evaluate(task, trajectory).success
 
 
 @pytest.mark.django_db
