@@ -30,11 +30,10 @@ from runtime_app.selectors import projects_for_user
 router = Router(tags=["evolve"])
 
 
-
 # ---- schemas
 
 
-class AgentOut(Schema):
+class AgentBase(Schema):
     id: int
     project_id: int
     project: str
@@ -42,6 +41,9 @@ class AgentOut(Schema):
     path: str
     agent_type: str
     created_at: datetime
+
+
+class AgentOut(AgentBase):
     run_count: int = 0
     last_run_id: int | None = None
     last_run_status: str | None = None
@@ -86,14 +88,7 @@ class CurvePointOut(Schema):
     status: str
 
 
-class AgentDetailOut(Schema):
-    id: int
-    project_id: int
-    project: str
-    name: str
-    path: str
-    agent_type: str
-    created_at: datetime
+class AgentDetailOut(AgentBase):
     versions: list[VersionOut]
     versions_error: str = Field(description="why the version log cannot be read now, if it cannot")
     runs: list[AgentRunOut]

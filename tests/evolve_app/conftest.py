@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -71,3 +72,18 @@ def imported_workspace(workspace: Path) -> Path:
     """The seed-style workspace imported: a git repo with one commit tagged evo-0."""
     workspace_import(workspace)
     return workspace
+
+
+def git(path, *args: str) -> str:
+    """The real git CLI's answer, stripped: how tests check tags, trees and history."""
+    return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture
+def demo_agent(personas, tmp_path, settings):
+    """A fresh copy of the offline demo agent in project alpha (its workspace tagged evo-0)."""
+    from evolve_app import services
+
+    settings.DATA_DIR = tmp_path
+    return services.demo_agent_create(personas.owner, personas.alpha)

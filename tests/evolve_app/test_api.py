@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import subprocess
 
 import pytest
 from django.test import Client
@@ -17,6 +16,7 @@ from runtime_app import roles
 from runtime_app.models import ProjectMembership
 from runtime_app.services import api_token_create
 from tests.conftest import login, make_user
+from tests.evolve_app.conftest import git
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,15 +30,6 @@ def post(client: Client, url: str, body: dict | None = None):
     return client.post(url, body or {}, content_type="application/json")
 
 
-def git(path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
-@pytest.fixture
-def demo_agent(personas, tmp_path, settings):
-    settings.DATA_DIR = tmp_path
-    return services.demo_agent_create(personas.owner, personas.alpha)
 
 
 @pytest.fixture

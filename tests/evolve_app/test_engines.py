@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -32,6 +31,7 @@ from evolve_app.loop import Evolver
 from evolve_app.models import Cycle
 from evolve_app.types import Feedback, Observation, StepResult, Task, Trajectory
 from evolve_app.workspace import AgentWorkspace
+from tests.evolve_app.conftest import git
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,15 +39,6 @@ LLM = {"preset": "anthropic", "model": "fake-sonnet"}
 TEXTBOOK = textbook_load()
 
 
-def git(path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
-@pytest.fixture
-def demo_agent(personas, tmp_path, settings):
-    settings.DATA_DIR = tmp_path
-    return services.demo_agent_create(personas.owner, personas.alpha)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ mode and rollback, checked with the git CLI."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,19 +17,11 @@ from evolve_app.types import StepResult
 from runtime_app import roles
 from runtime_app.models import AuditEntry, ProjectMembership
 from tests.conftest import make_user
+from tests.evolve_app.conftest import git
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def git(path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
-@pytest.fixture
-def demo_agent(personas, tmp_path, settings):
-    settings.DATA_DIR = tmp_path
-    return services.demo_agent_create(personas.owner, personas.alpha)
 
 
 def run_inline(user, agent, cycles: int, engine: str = "textbook", **config):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,19 +16,11 @@ from evolve_app.models import Agent, Cycle, EvolutionRun
 from runtime_app.models import Event
 from runtime_app.subjects import subject_project_id
 from tests.conftest import login, text_of
+from tests.evolve_app.conftest import git
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def git(path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
-@pytest.fixture
-def demo_agent(personas, tmp_path, settings):
-    settings.DATA_DIR = tmp_path
-    return services.demo_agent_create(personas.owner, personas.alpha)
 
 
 def run_inline(user, agent, cycles: int = 2, **config):
