@@ -19,7 +19,7 @@ from django.urls import reverse
 
 from search_app import selectors, services
 from search_app.models import Candidate
-from tests.search_app.conftest import login
+from tests.conftest import login
 from tests.search_app.runs import plan_repo, spec_text
 
 pytestmark = pytest.mark.django_db(transaction=True)

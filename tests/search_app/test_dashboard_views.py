@@ -13,8 +13,7 @@ from runtime_app import roles
 from runtime_app.models import Event, ProjectMembership
 from search_app.live import search_live_fragments
 from search_app.models import Approval, Candidate, Merge
-from tests.conftest import make_user
-from tests.search_app.conftest import login
+from tests.conftest import login, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,9 +11,8 @@ import pytest
 from runtime_app import roles
 from runtime_app.models import ProjectMembership, Receipt
 from search_app.models import Spec
-from tests.conftest import make_user
+from tests.conftest import login, make_user
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.search_app.conftest import login
 from tests.search_app.runs import spec_text
 
 pytestmark = pytest.mark.django_db

@@ -66,7 +66,7 @@ def test_llm_writers_edit_through_the_tool_loop_and_the_best_wins(personas, tmp_
     assert llm["calls"] == 8 and 0.5 < llm["cache_hit_ratio"] < 1
     assert llm["cache_hit_ratio"] == round(llm["cache_read_tokens"] / (
         llm["input_tokens"] + llm["cache_read_tokens"] + llm["cache_write_tokens"]), 4)
-    from tests.search_app.conftest import login
+    from tests.conftest import login
 
     card = login(personas.owner).get(f"/searches/{search.search_id}/run/").content.decode()
     assert f"cache hit ratio {llm['cache_hit_ratio']:.3f}" in card

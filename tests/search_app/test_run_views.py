@@ -9,8 +9,7 @@ from runtime_app import roles
 from runtime_app.models import ProjectMembership
 from search_app import services
 from search_app.models import SearchRun
-from tests.conftest import make_user
-from tests.search_app.conftest import login
+from tests.conftest import login, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
