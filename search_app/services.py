@@ -943,10 +943,8 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
     from datetime import UTC, datetime
     from time import monotonic
 
-    from runtime_app.git import GitError, commit_create
     from runtime_app.models import Receipt
     from runtime_app.services import receipt_record
-    from runtime_app.worktrees import patch_apply, worktree_remove
     from search_app.models import Merge
     from search_app.selectors import approval_state
 
@@ -967,38 +965,19 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
         state = approval_state(winner)
         if not state["mergeable"]:
             raise ValidationError(state["blocker"])
-        # No repo lock here: worktree creation takes it, and the branch moves by compare-and-set.
-        if target == "new_branch" and _branch_exists(search.repository_path, branch):
-            raise ValidationError({"branch": f"Branch {branch} exists already; choose another name."})
-        if target == "existing_branch":
-            _branch_at_baseline(search, branch)
+        approvers = ", ".join(sorted({a.user_name for a in state["standing_approvals"]}))
         started_at, started = datetime.now(UTC), monotonic()
-        name = f"merge-{search.search_id}-{int(started * 1000)}"
-        worktree = None
-        try:
-            worktree = patch_apply(search.repository_path, search.baseline_commit, bytes(winner.patch),
-                                   name)
-            approvers = ", ".join(sorted({a.user_name for a in state["standing_approvals"]}))
-            commit = commit_create(
-                search.repository_path,
-                message=f"{search.name}: {winner.candidate_id}\n\n{search.objective}",
-                author=_identity(user), committer="Crucible <crucible@localhost>",
-                trailers={"Crucible-Search": search.search_id,
-                          "Crucible-Preregistration": search.preregistration_hash,
-                          "Crucible-Candidate": f"{winner.candidate_id} {winner.patch_sha256}",
-                          "Approved-by": approvers},
-                parent_commit=search.baseline_commit, tree_from_worktree=worktree, branch=branch,
-            )
-        except GitError as error:
-            raise ValidationError(f"The merge was not made: {error}") from None
-        finally:
-            if worktree is not None:
-                worktree_remove(search.repository_path, worktree)
+        # A merge whose commit was made but whose row was not (a crash between the two) is adopted.
+        commit = _earlier_merge_commit(search, winner, branch)
+        adopted = commit is not None
+        if not adopted:
+            commit = _merge_commit(search, winner, branch, target, user, approvers)
         receipt = receipt_record(Receipt(
             kind="merge", argv=["crucible", "merge", branch], cwd=".", started_at=started_at,
             finished_at=datetime.now(UTC), duration_seconds=round(monotonic() - started, 6), exit_code=0,
             detail={"branch": branch, "target": target, "commit": commit, "baseline": search.baseline_commit,
-                    "patch_sha256": winner.patch_sha256, "approved_by": approvers, "pushed": False},
+                    "patch_sha256": winner.patch_sha256, "approved_by": approvers, "pushed": False,
+                    "adopted": adopted},
         ), project=search.project, subject=("candidate", winner.pk), label=f"{winner.candidate_id} merge")
         merge = Merge.objects.create(
             search=search, candidate=winner, target=target, branch=branch, commit_sha=commit,
@@ -1010,6 +989,56 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
         _search_event(search, "search.merged", f"{winner.candidate_id} merged onto {branch} as {commit[:12]} "
                       f"by {_user_name(user)} (not pushed)", candidate_id=winner.candidate_id)
     return merge
+
+
+def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: Any, approvers: str) -> str:
+    """The winner's patch on a clean baseline, committed with dulwich onto `branch`."""
+    from time import monotonic
+
+    from runtime_app.git import GitError, commit_create
+    from runtime_app.worktrees import patch_apply, worktree_remove
+
+    # No repo lock here: worktree creation takes it, and the branch moves by compare-and-set.
+    if target == "new_branch" and _branch_exists(search.repository_path, branch):
+        raise ValidationError({"branch": f"Branch {branch} exists already; choose another name."})
+    if target == "existing_branch":
+        _branch_at_baseline(search, branch)
+    worktree = None
+    try:
+        worktree = patch_apply(search.repository_path, search.baseline_commit, bytes(winner.patch),
+                               f"merge-{search.search_id}-{int(monotonic() * 1000)}")
+        return commit_create(
+            search.repository_path,
+            message=f"{search.name}: {winner.candidate_id}\n\n{search.objective}",
+            author=_identity(user), committer="Crucible <crucible@localhost>",
+            trailers={"Crucible-Search": search.search_id,
+                      "Crucible-Preregistration": search.preregistration_hash,
+                      "Crucible-Candidate": f"{winner.candidate_id} {winner.patch_sha256}",
+                      "Approved-by": approvers},
+            parent_commit=search.baseline_commit, tree_from_worktree=worktree, branch=branch,
+        )
+    except GitError as error:
+        raise ValidationError(f"The merge was not made: {error}") from None
+    finally:
+        if worktree is not None:
+            worktree_remove(search.repository_path, worktree)
+
+
+def _earlier_merge_commit(search: Search, winner: Any, branch: str) -> str | None:
+    """The head of `branch` if it is this search's merge of this patch onto the baseline."""
+    from runtime_app.git import repo_open
+
+    with repo_open(search.repository_path) as repo:
+        ref = f"refs/heads/{branch}".encode()
+        if ref not in repo.refs:
+            return None
+        commit = repo[repo.refs[ref]]
+        if [parent.decode() for parent in getattr(commit, "parents", [])] != [search.baseline_commit]:
+            return None
+        message = commit.message.decode(errors="replace")
+    wanted = (f"Crucible-Search: {search.search_id}",
+              f"Crucible-Candidate: {winner.candidate_id} {winner.patch_sha256}")
+    return commit.id.decode() if all(line in message.splitlines() for line in wanted) else None
 
 
 def _identity(user: Any) -> str:

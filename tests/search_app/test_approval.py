@@ -180,3 +180,16 @@ def test_comments_name_a_changed_file_and_a_line(finished, personas):
     assert set(raised.value.message_dict) == {"body", "path", "line"}
     with pytest.raises(PermissionDenied):
         services.comment_add(personas.outsider, winner, "hi")
+
+
+def test_a_merge_whose_commit_was_made_before_a_crash_is_adopted_not_repeated(finished, approver):
+    """The process died after the dulwich commit and before the database row: merging again
+    records that commit instead of refusing the branch or committing twice."""
+    search, winner, repo = finished
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    made = services._merge_commit(search, winner, f"crucible/{search.search_id}", "new_branch", approver,
+                                  "approver")
+    assert not Merge.objects.exists()
+    merge = services.merge_create(approver, search)
+    assert merge.commit_sha == made and Receipt.objects.get(kind="merge").detail["adopted"] is True
+    assert git(repo, "rev-list", "--count", f"{search.baseline_commit}..crucible/{search.search_id}") == "1"
