@@ -159,6 +159,10 @@ class ReceiptQuerySet(models.QuerySet):
         raise ValueError("receipts are immutable once written")
 
 
+# What a shell's own exit codes mean, so "exit 126" tells a person what to fix.
+SHELL_EXIT_HINTS = {126: " (found but not executable: check its mode)", 127: " (command not found)"}
+
+
 class Receipt(models.Model):
     """What the runtime did and saw: a command, a patch apply, an LLM call, a merge, a review.
 
@@ -246,7 +250,9 @@ class Receipt(models.Model):
             return f"killed by signal {self.signal}"
         if self.exit_code is None:
             return "recorded"
-        return "passed" if self.exit_code == 0 else f"exit {self.exit_code}"
+        if self.exit_code == 0:
+            return "passed"
+        return f"exit {self.exit_code}{SHELL_EXIT_HINTS.get(self.exit_code, '')}"
 
     @property
     def streams(self) -> list[tuple[str, str, int, str]]:

@@ -117,7 +117,10 @@ def test_an_operator_launches_the_demo_and_an_approver_merges_its_winner(
     page.on("framenavigated", lambda frame: frame == page.main_frame and navigations.append(frame.url))
     page.evaluate("window.crucibleSameDocument = true")
     page.wait_for_selector("#candidate-row-cand_004[data-state='eliminated']", timeout=RUN_TIMEOUT_MS)
-    page.wait_for_selector("#run-summary .badge.outcome-winner", timeout=RUN_TIMEOUT_MS)
+    page.wait_for_selector("#run-summary .badge.outcome-winner, #run-summary .badge.outcome-none",
+                           timeout=RUN_TIMEOUT_MS)
+    fates = in_worker_thread(lambda: [f"{c.candidate_id}: {c.reason}" for c in search.candidates.all()])
+    assert page.locator("#run-summary .badge.outcome-winner").count() == 1, "\n".join(fates)
     page.wait_for_selector("#candidate-row-cand_001[data-state='winner']", timeout=WAIT_MS)
     assert page.evaluate("window.crucibleSameDocument") is True and navigations == []
     assert "patch refused at policy" in page.inner_text("#candidate-row-cand_004")

@@ -153,3 +153,41 @@ def test_setup_creates_the_demo_agent_once_with_its_first_evolution_queued(setti
     assert (run.agent, run.status, run.cycles_planned, run.benchmark) == (agent, "queued", 4, "demo")
     tags = subprocess.run(["git", "-C", agent.path, "tag"], capture_output=True, text=True).stdout.split()
     assert tags == ["evo-0"]
+
+
+def test_a_checkout_without_executable_bits_still_makes_the_same_demo_baseline(
+    settings, tmp_path, monkeypatch
+):
+    import shutil
+
+    from runtime_app.management.commands import crucible_setup
+    from tests.gitrepo import git
+
+    settings.DATA_DIR = tmp_path / "intact"
+    intact = crucible_setup.Command()._demo_repository()
+    # An archive or a copy can drop the bit; the score command `./scripts/...` must still run.
+    stripped = tmp_path / "stripped-checkout"
+    shutil.copytree(crucible_setup.DEMO_REPO_SOURCE, stripped)
+    for path in stripped.rglob("*"):
+        if path.is_file():
+            path.chmod(0o644)
+    monkeypatch.setattr(crucible_setup, "DEMO_REPO_SOURCE", stripped)
+    settings.DATA_DIR = tmp_path / "from-stripped"
+    repo = crucible_setup.Command()._demo_repository()
+    assert "100755" in git(repo, "ls-files", "-s", "scripts/benchmark_candidate.sh")
+    assert git(repo, "rev-parse", "HEAD") == git(intact, "rev-parse", "HEAD")
+
+
+def test_a_demo_repository_committed_without_the_executable_bit_gets_it_back(settings, tmp_path):
+    from runtime_app.management.commands.crucible_setup import Command
+    from tests.gitrepo import git
+
+    settings.DATA_DIR = tmp_path
+    repo = Command()._demo_repository()
+    git(repo, "update-index", "--chmod=-x", "scripts/benchmark_candidate.sh")
+    git(repo, "commit", "-q", "-m", "an older demo lost the bit")
+    (repo / "scripts" / "benchmark_candidate.sh").chmod(0o644)
+    Command()._demo_repository()
+    assert "100755" in git(repo, "ls-files", "-s", "scripts/benchmark_candidate.sh")
+    assert git(repo, "status", "--porcelain") == ""
+    assert git(repo, "log", "-1", "--format=%s") == "Demo: the current demo files"

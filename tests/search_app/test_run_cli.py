@@ -74,8 +74,9 @@ def test_the_demo_picks_the_fast_correct_candidate_and_explains_every_other(demo
     assert done.returncode == 0, done.stderr.decode()
     report = json.loads(done.stdout)
     fate = {c["candidate_id"]: c for c in report["candidates"]}
+    fates = "\n".join(f"{c['candidate_id']}: {c['reason']}" for c in report["candidates"])
     # cand_001 and cand_011 wrote the same sieve: one of them wins, the other is its duplicate.
-    assert report["outcome"] == "winner" and report["winner"] in ("cand_001", "cand_011")
+    assert report["outcome"] == "winner" and report["winner"] in ("cand_001", "cand_011"), fates
     other = "cand_011" if report["winner"] == "cand_001" else "cand_001"
     assert f"identical patch to {report['winner']}" in fate[other]["reason"]
     assert "gate 1 `python certificate.py`" in fate["cand_003"]["reason"]  # faster but wrong

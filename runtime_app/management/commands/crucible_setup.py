@@ -23,6 +23,41 @@ DEMO_REPO_SOURCE = Path(__file__).resolve().parents[2] / "demo_repo"
 DEMO_AUTHOR = b"Crucible demo <demo@crucible.invalid>"
 
 
+def _demo_modes_set(target: Path) -> None:
+    """The score script must be executable whatever the checkout kept (an archive or a copy
+    can drop the bit), and every file's mode is fixed so the baseline sha is the same everywhere."""
+    for path in _demo_files(target):
+        path.chmod(0o755 if path.suffix == ".sh" else 0o644)
+
+
+def _demo_files(target: Path) -> list[Path]:
+    """The demo's own files in the demo repository (not what a user added there)."""
+    return [target / source.relative_to(DEMO_REPO_SOURCE) for source in sorted(DEMO_REPO_SOURCE.rglob("*"))
+            if source.is_file() and "__pycache__" not in source.parts
+            and (target / source.relative_to(DEMO_REPO_SOURCE)).is_file()]
+
+
+def _demo_modes_uncommitted(target: Path, changed: list[str]) -> list[str]:
+    """Files whose mode on disk differs from the last demo commit (a repo made from a checkout
+    that had lost the score script's executable bit)."""
+    from dulwich.object_store import tree_lookup_path
+    from dulwich.repo import Repo
+
+    with Repo(str(target)) as repo:
+        tree = repo[repo.head()].tree
+        stale = []
+        for path in _demo_files(target):
+            if str(path) in changed:
+                continue
+            try:
+                mode, _ = tree_lookup_path(repo.__getitem__, tree, str(path.relative_to(target)).encode())
+            except KeyError:
+                continue
+            if mode & 0o777 != path.stat().st_mode & 0o777:
+                stale.append(str(path))
+        return stale
+
+
 class Command(BaseCommand):
     help = "Create the roles, the admin account and the demo project if they are missing."
 
@@ -57,6 +92,7 @@ class Command(BaseCommand):
             self._demo_repository_update(target)
             return target
         shutil.copytree(DEMO_REPO_SOURCE, target, dirs_exist_ok=True)
+        _demo_modes_set(target)
         porcelain.init(str(target))
         porcelain.add(str(target), paths=[str(p) for p in sorted(target.rglob("*"))
                                           if p.is_file() and ".git" not in p.parts])
@@ -78,6 +114,8 @@ class Command(BaseCommand):
                     current.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(source, current)
                     changed.append(str(current))
+        _demo_modes_set(target)
+        changed.extend(_demo_modes_uncommitted(target, changed))
         if changed:
             porcelain.add(str(target), paths=changed)
             porcelain.commit(
