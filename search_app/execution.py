@@ -61,10 +61,11 @@ def writer_prompt(search: Search, spec: SearchSpec, candidate_id: str, round_ind
 
 
 def writer_prompt_parts(
-    search: Search, spec: SearchSpec, candidate_id: str, round_index: int
+    search: Search, spec: SearchSpec, candidate_id: str, round_index: int, refining: str = ""
 ) -> tuple[str, str]:
     """(prefix, suffix): the prefix is byte-identical for every candidate of a search (it is
-    what a provider caches); the suffix carries the round, the effort and, last, the id."""
+    what a provider caches); the suffix carries the round, the effort, what a refining writer
+    starts from and, last, the id."""
     allowed = [*spec.worker.write_roots, *spec.worker.exact_files]
     evidence = search.hashed_inputs.get("evidence", {})
     lines = [
@@ -83,7 +84,8 @@ def writer_prompt_parts(
         '{"input_tokens": N, "output_tokens": N, "cost_microusd": N}.',
         "", "---", "",
     ]
-    suffix = f"Round {round_index}, effort {effort_for(spec, round_index)}. You are {candidate_id}.\n"
+    effort = effort_for(spec, round_index)
+    suffix = f"Round {round_index}, effort {effort}. {refining}You are {candidate_id}.\n"
     return "\n".join(lines), suffix
 
 
@@ -174,13 +176,41 @@ def _usage(receipt: Receipt) -> dict[str, int]:
 # ------------------------------------------------------------------------------------ generate
 
 
+def refine_note(search: Search, spec: SearchSpec, candidate: Any) -> str:
+    """What a refining writer starts from: its patch (already applied) and how it scored."""
+    baseline = search.candidates.filter(number=0).values_list("score", flat=True).first()
+    against = f"; the baseline scored {baseline:g}" if baseline is not None else ""
+    score = f"{candidate.score:g}" if candidate.score is not None else "no score"
+    return (f"Your patch from round {candidate.patch_round} is already applied in your working directory. "
+            f"It scored {score} on {spec.score.metric} ({spec.score.direction}{against}). "
+            "Improve it, or leave the files as they are to keep it. ")
+
+
 def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
-    """Run the writer in its own worktree; once it has ended, extract its patch."""
+    """Run the writer in its own worktree; once it has ended, extract its patch.
+
+    In round 0 the worktree is the baseline. A later round's generate step is a refinement: the
+    candidate's patch is applied first (and judged again by the change policy), and whatever
+    the writer leaves is its new patch against the baseline.
+    """
     search, candidate = step.search, step.candidate
     spec = search_spec(search)
     name = _worktree_name(step, "write")
     _fresh_worktree_path(search.repository_path, name)
-    worktree = worktree_create(search.repository_path, search.baseline_commit, name)
+    refining, receipts = "", []
+    if step.round == 0:
+        worktree = worktree_create(search.repository_path, search.baseline_commit, name)
+    else:
+        refining = refine_note(search, spec, candidate)
+        worktree, admit = runtime_services.patch_admit(
+            search.repository_path, search.baseline_commit, bytes(candidate.patch), name,
+            policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
+            label=f"{candidate.candidate_id} r{step.round} refine apply",
+        )
+        receipts.append(admit.pk)
+        if worktree is None:
+            return {"eliminated": f"its patch could not be set up for refinement: {admit.detail['reason']}",
+                    "receipts": receipts}
     try:
         env = {
             "CRUCIBLE_CANDIDATE_ID": candidate.candidate_id, "CRUCIBLE_ROUND": str(step.round),
@@ -188,20 +218,24 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
             "CRUCIBLE_MAX_COST_MICROUSD": str(step.reserved_cost_microusd),
             "CRUCIBLE_MAX_TOKENS": str(step.reserved_tokens),
         }
+        if step.round:
+            env["CRUCIBLE_REFINE"] = "1"
+            env["CRUCIBLE_PREVIOUS_SCORE"] = "" if candidate.score is None else f"{candidate.score:g}"
         kind = preset_get(spec.worker.provider).kind
         if kind in LLM_KINDS:
-            written = llm_write(step, spec, worktree, cancel)
+            written = llm_write(step, spec, worktree, cancel, refining)
             if written.get("cancelled"):
                 return written
             writer = written.pop("receipt")
         elif kind == "command":
-            prompt = writer_prompt(search, spec, candidate.candidate_id, step.round)
+            prompt = "".join(writer_prompt_parts(search, spec, candidate.candidate_id, step.round, refining))
             writer = _run(step, spec.worker.command, f"{candidate.candidate_id} writer", cwd=worktree,
                           timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel, env=env, stdin=prompt.encode())
             written = {"usage": _usage(writer), "receipts": [writer.pk]}
         else:
             return {"eliminated": f"provider kind {kind!r} has no writer in this version of Crucible "
                                   "(anthropic and command workers run today)"}
+        written["receipts"] = receipts + written["receipts"]
         if writer.detail.get("cancelled"):
             return {"cancelled": True, "receipts": written["receipts"]}
         # The writer's processes are gone (the sandbox killed its group and cgroup): its tree
@@ -217,6 +251,7 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
         "receipts": written["receipts"], "writer_outcome": writer.outcome, "usage": written["usage"],
         "stop": written.get("stop", ""), "transcript": written.get("transcript", []),
         "patch_sha256": patch.sha256, "diff_lines": patch.diff_lines, "files": patch.files[:200],
+        "refining": refining,
     }
     if patch.empty:
         result["eliminated"] = f"the writer ({writer.outcome}) changed nothing"
@@ -444,7 +479,8 @@ MAX_TOKENS_PER_WRITER = 2_000_000  # without a token budget; with one, the step'
 SHELL_TIMEOUT_SECONDS = 120
 
 
-def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event) -> dict[str, Any]:
+def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
+              refining: str = "") -> dict[str, Any]:
     """Crucible's own tool loop: the model edits the worktree through the editor tool and runs
     commands through the sandboxed shell tool, until it ends its turn or hits a limit.
 
@@ -457,7 +493,7 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
 
     search, candidate = step.search, step.candidate
     preset = preset_get(spec.worker.provider)
-    prefix, suffix = writer_prompt_parts(search, spec, candidate.candidate_id, step.round)
+    prefix, suffix = writer_prompt_parts(search, spec, candidate.candidate_id, step.round, refining)
     model = search.resolved_model_id or spec.worker.model
     chat = ToolChat(preset.kind, model, prefix, suffix, [EDITOR_TOOL, SHELL_TOOL],
                     effort_for(spec, step.round), base_url=preset.base_url(),

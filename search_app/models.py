@@ -154,6 +154,7 @@ class Candidate(models.Model):
     round_reached = models.IntegerField(default=-1, help_text="last round it was evaluated in")
     patch = models.BinaryField(default=b"", blank=True)
     patch_sha256 = models.CharField(max_length=64, blank=True)
+    patch_round = models.IntegerField(default=0, help_text="the round whose writer wrote the current patch")
     diff_lines = models.IntegerField(null=True, blank=True)
     files = models.JSONField(default=list, blank=True)
     gates_passed = models.IntegerField(default=0)

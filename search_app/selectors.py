@@ -143,7 +143,8 @@ def search_run_report(search: Search) -> dict[str, Any]:
             "candidate_id": c.candidate_id, "state": c.state, "round_reached": c.round_reached,
             "gates_passed": c.gates_passed, "score": c.score, "spread": c.spread, "trials": c.trials,
             "cost_microusd": c.cost_microusd, "tokens": c.tokens, "diff_lines": c.diff_lines,
-            "patch_sha256": c.patch_sha256, "reason": c.reason, "receipts": receipts.get(c.pk, []),
+            "patch_sha256": c.patch_sha256, "patch_round": c.patch_round, "reason": c.reason,
+            "receipts": receipts.get(c.pk, []),
         }
         for c in candidates
     ]

@@ -303,17 +303,18 @@ def search_advance(search_pk: int) -> list[int]:
 
 
 def _admit(run: Any, spec: Any, steps: list, live: list) -> None:
-    """Round 0: queue each written candidate's evaluation, and admit writers in batch order."""
+    """Queue the evaluation of each candidate its writer has finished with (in round 0, or a
+    refinement in a later round), and admit round 0's writers in batch order."""
     from search_app.models import Step
 
     search = run.search
-    done_generate = {s.candidate_id for s in steps if s.kind == "generate" and s.state == "done"}
-    has_evaluate = {s.candidate_id for s in steps if s.kind == "evaluate" and s.round == 0}
+    has_evaluate = {(s.candidate_id, s.round) for s in steps if s.kind == "evaluate"}
     for step in steps:
         candidate = step.candidate
-        if step.kind == "generate" and step.candidate_id in done_generate and \
-                step.candidate_id not in has_evaluate and candidate.state == "evaluating":
-            live.append(Step.objects.create(search=search, candidate=candidate, kind="evaluate", round=0))
+        if step.kind == "generate" and step.state in ("done", "failed") and \
+                (step.candidate_id, step.round) not in has_evaluate and candidate.state == "evaluating":
+            live.append(Step.objects.create(search=search, candidate=candidate, kind="evaluate",
+                                            round=step.round))
     queued = list(search.candidates.filter(state="queued").order_by("number"))
     for candidate in queued:
         if len(live) >= spec.concurrency:
@@ -364,7 +365,6 @@ def _better(spec: Any, score: float, than: float) -> bool:
 
 def _round_close(run: Any, spec: Any) -> None:
     """Select the round's survivors; promote them to fresh trials, or go on to replay."""
-    from search_app.models import Step
     from search_app.selection import select
 
     search, round_index = run.search, run.round_index
@@ -393,8 +393,7 @@ def _round_close(run: Any, spec: Any) -> None:
         if decision.promoted and not last:
             candidate.state, candidate.reason = "evaluating", f"round {round_index}: {decision.reason}"
             candidate.save(update_fields=["state", "reason", "duplicate_of", "updated_at"])
-            Step.objects.create(search=search, candidate=candidate, kind="evaluate", round=round_index + 1)
-            _candidate_event(candidate, f"promoted to round {round_index + 1}")
+            _promote(run, spec, candidate, round_index + 1)
         elif not decision.promoted:
             _eliminate(candidate, f"round {round_index}: {decision.reason}")
         else:
@@ -406,6 +405,37 @@ def _round_close(run: Any, spec: Any) -> None:
         run.phase = "replay"
     else:
         run.round_index = round_index + 1
+
+
+def _promote(run: Any, spec: Any, candidate: Any, next_round: int) -> None:
+    """Fresh trials in the next round; with `worker.refine`, its writer revises the patch first,
+    if the budget can cover one more writer (otherwise the patch is re-scored as it is)."""
+    from search_app.models import Step
+
+    if spec.worker.refine:
+        cost, tokens = _reservation(run, spec.concurrency)
+        if _fits(run, cost, tokens):
+            run.reserved_cost_microusd += cost
+            run.reserved_tokens += tokens
+            candidate.state = "writing"
+            candidate.save(update_fields=["state", "updated_at"])
+            Step.objects.create(search=run.search, candidate=candidate, kind="generate", round=next_round,
+                                reserved_cost_microusd=cost, reserved_tokens=tokens)
+            _candidate_event(candidate, f"promoted to round {next_round}; its writer refines its patch")
+            return
+        _candidate_event(candidate, f"promoted to round {next_round}; not refined: the budget cannot "
+                                    "cover another writer")
+    else:
+        _candidate_event(candidate, f"promoted to round {next_round}")
+    Step.objects.create(search=run.search, candidate=candidate, kind="evaluate", round=next_round)
+
+
+def _refinement_kept(candidate: Any, step: Any, why: str) -> None:
+    """A refinement that fails costs the candidate nothing: it goes on with the patch it had."""
+    candidate.state = "evaluating"
+    candidate.save(update_fields=["state", "updated_at"])
+    _candidate_event(candidate, f"round {step.round}: refinement failed ({why}); keeps its round "
+                                f"{candidate.patch_round} patch")
 
 
 def _one_line(text: str) -> str:
@@ -588,7 +618,8 @@ def step_execute(step_pk: int, owner: str) -> bool:
         if step.kind == "generate":
             result = execution.generate(step, cancel)
         elif step.kind == "evaluate":
-            result = execution.evaluate(step, cancel, gates=step.round == 0)
+            # Gates run on every new patch: round 0's, and a refinement's in its round.
+            result = execution.evaluate(step, cancel, gates=step.round == step.candidate.patch_round)
         elif step.kind == "replay":
             result = execution.evaluate(step, cancel, gates=True)
         else:
@@ -641,6 +672,8 @@ def _step_record(step_pk: int, owner: str, result: dict) -> bool:
             if candidate.number == 0:
                 candidate.state, candidate.reason = "eliminated", f"baseline not measured: {result['error']}"
                 candidate.save()
+            elif step.kind == "generate" and step.round:
+                _refinement_kept(candidate, step, f"a runtime fault: {result['error']}")
             else:
                 _eliminate(candidate, f"{step.kind} step failed in the runtime: {result['error']}")
             return True
@@ -649,6 +682,9 @@ def _step_record(step_pk: int, owner: str, result: dict) -> bool:
 
 
 def _result_apply(step: Any, candidate: Any, result: dict, replay_verdict: Any, review_model: Any) -> None:
+    if step.kind == "generate" and step.round:
+        _refinement_apply(step, candidate, result)
+        return
     if step.kind == "generate":
         candidate.patch = bytes.fromhex(result.get("patch_hex", ""))
         candidate.patch_sha256 = result.get("patch_sha256", "")
@@ -669,7 +705,10 @@ def _result_apply(step: Any, candidate: Any, result: dict, replay_verdict: Any, 
         _candidate_event(candidate, f"reviewer says {result['verdict']} ({findings} findings)")
         return
     if step.kind == "replay":
-        earlier = [v for values in candidate.trials.values() for v in values]
+        # The noise band comes from the trials of the patch being replayed (not of a patch
+        # its writer later refined).
+        earlier = [v for round_key, values in candidate.trials.items()
+                   if int(round_key) >= candidate.patch_round for v in values]
         if "eliminated" in result:
             passed, why = False, f"replay failed: {result['eliminated']}"
         else:
@@ -702,6 +741,23 @@ def _result_apply(step: Any, candidate: Any, result: dict, replay_verdict: Any, 
     candidate.state = "alive"
     candidate.save()
     _candidate_event(candidate, f"round {step.round}: score {candidate.score:g} ± {candidate.spread:g}")
+
+
+def _refinement_apply(step: Any, candidate: Any, result: dict) -> None:
+    if "eliminated" in result:
+        _refinement_kept(candidate, step, result["eliminated"])
+        return
+    candidate.state = "evaluating"
+    if result["patch_sha256"] == candidate.patch_sha256:
+        candidate.save(update_fields=["state", "updated_at"])
+        _candidate_event(candidate, f"round {step.round}: its writer kept its patch")
+        return
+    candidate.patch = bytes.fromhex(result["patch_hex"])
+    candidate.patch_sha256, candidate.patch_round = result["patch_sha256"], step.round
+    candidate.diff_lines, candidate.files = result.get("diff_lines"), result.get("files", [])
+    candidate.save()
+    _candidate_event(candidate, f"round {step.round}: its writer refined its patch "
+                                f"({candidate.diff_lines} lines); gates run again")
 
 
 def steps_reconcile() -> list[int]:

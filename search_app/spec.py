@@ -83,6 +83,10 @@ class WorkerSpec(_Section):
     write_roots: RepoPaths = Field(default_factory=list, description="directories writers may change")
     exact_files: RepoPaths = Field(default_factory=list, description="single files writers may change")
     command: str = Field("", max_length=4000, description="the agent command line (provider `command`)")
+    refine: bool = Field(
+        False, description="each promoted candidate's writer revises its own patch at the start of "
+        "every later round, at that round's effort (a writer's budget reservation each time)"
+    )
 
     @field_validator("provider")
     @classmethod
@@ -561,9 +565,19 @@ def spec_validate(source: str | bytes) -> SpecReport:
     return SpecReport(tuple(errors), None if errors else spec)
 
 
+# Keys added after specs were first frozen: at their default they are left out of the
+# normalized spec, so a spec that does not use them keeps the search id it always had.
+ADDED_KEYS_DEFAULTS = {("worker", "refine"): False}
+
+
 def spec_normalized(spec: SearchSpec) -> dict[str, Any]:
-    """The complete spec with every default filled in: what a freeze hashes."""
-    return spec.model_dump(mode="json")
+    """The complete spec with every default filled in (but the later-added keys left at
+    their default): what a freeze hashes."""
+    data = spec.model_dump(mode="json")
+    for (section, key), default in ADDED_KEYS_DEFAULTS.items():
+        if data[section].get(key) == default:
+            del data[section][key]
+    return data
 
 
 def spec_efforts(spec: SearchSpec) -> list[str]:

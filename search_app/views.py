@@ -559,17 +559,29 @@ def _candidate_context(request: HttpRequest, candidate, **extra: Any) -> dict[st
                      if row["step"] is not None and row["step"].kind == "generate"), None)
     calls = [r for row in steps for r in row["receipts"] if r.kind == "llm_call"]
     admit = next((r for row in steps for r in row["receipts"] if r.kind == "apply"), None)
-    prompt = None
+    prompt, refinements = None, []
     if candidate.number:
-        prefix, suffix = writer_prompt_parts(search, search_spec(search), candidate.candidate_id, 0)
+        spec = search_spec(search)
+        prefix, suffix = writer_prompt_parts(search, spec, candidate.candidate_id, 0)
         prompt = {"prefix": prefix, "suffix": suffix}
+        for row in steps:
+            step = row["step"]
+            if step is not None and step.kind == "generate" and step.round and step.state == "done":
+                result = step.result or {}
+                refinements.append({
+                    "round": step.round, "transcript": result.get("transcript", []),
+                    "suffix": writer_prompt_parts(search, spec, candidate.candidate_id, step.round,
+                                                  result.get("refining", ""))[1],
+                    "outcome": result.get("eliminated") or f"patch {result.get('patch_sha256', '')[:12]}",
+                })
     summary = selectors.run_summary(search)
     is_winner = summary["winner"] == candidate.candidate_id
     return {
         "search": search, "candidate": candidate, "steps": steps, "calls": calls, "admit": admit,
         "files": selectors.candidate_file_stats(candidate), "patch_text": bytes(candidate.patch).decode(
             "utf-8", errors="replace"),
-        "prompt": prompt, "transcript": (generate.result or {}).get("transcript", []) if generate else [],
+        "prompt": prompt, "refinements": refinements,
+        "transcript": (generate.result or {}).get("transcript", []) if generate else [],
         "writer_stop": (generate.result or {}).get("stop", "") if generate else "",
         "comments": candidate.comments.all(), "reviews": candidate.reviews.order_by("-id"),
         "report": summary, "is_winner": is_winner,

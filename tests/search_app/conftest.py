@@ -11,6 +11,12 @@ from tests.search_app.runs import plan_repo, spec_text
 
 
 @pytest.fixture
+def data_dir(tmp_path, settings):
+    settings.DATA_DIR = tmp_path / "data"
+    return settings.DATA_DIR
+
+
+@pytest.fixture
 def demo(transactional_db):
     """The `demo` project the CLI uses by default, with `admin` as its operator."""
     admin = make_user("admin", roles.VIEWER, roles.OPERATOR)

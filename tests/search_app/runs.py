@@ -11,11 +11,15 @@ The plan maps candidate ids to behaviours, committed in the baseline as plan.jso
   "sleep"                       the writer itself sleeps for a minute
   "tests"                       the writer changes the tests (the change policy refuses it)
   "nothing" (or no entry)       the writer changes nothing
+  {"value": N, "refined": R}    N in round 0; when refining (CRUCIBLE_REFINE=1), R: an int, "broken"
+                                or "revert" (puts the baseline back)
+Every writer first prints its round, effort and previous score (its receipt keeps the line).
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 from tests.gitrepo import repo_create
@@ -24,7 +28,16 @@ WRITER = '''import json, os, pathlib, sys, time
 sys.stdin.read()
 plan = json.loads(pathlib.Path("plan.json").read_text())
 what = plan.get(os.environ["CRUCIBLE_CANDIDATE_ID"], "nothing")
+print("round", os.environ["CRUCIBLE_ROUND"], "effort", os.environ["CRUCIBLE_EFFORT"],
+      "previous", os.environ.get("CRUCIBLE_PREVIOUS_SCORE", "-"))
 code = pathlib.Path("code/answer.py")
+if isinstance(what, dict) and "refined" in what:
+    if os.environ.get("CRUCIBLE_REFINE") == "1":
+        what = what["refined"]
+        if what == "revert":
+            code.write_text("def answer():\\n    return 2\\n")
+    else:
+        what = what["value"]
 if isinstance(what, int):
     code.write_text(f"def answer():\\n    return {what}\\n")
 elif isinstance(what, dict) and "file" in what:
@@ -62,8 +75,9 @@ def plan_repo(path: Path, plan: dict) -> Path:
 
 def spec_text(*, population: int, rounds: list[int], concurrency: int | None = None, trials: int = 2,
               budget: str = "", gate_timeout: int = 60, name: str = "plan-search",
-              policy: str = "ordered") -> str:
+              policy: str = "ordered", refine: bool = False, effort: str = "") -> str:
     concurrency = concurrency or min(4, population)
+    effort = f"reasoning_effort = {effort}" if effort else ""
     return f'''name = "{name}"
 objective = "Make answer() return the largest number you can"
 population = {population}
@@ -74,6 +88,8 @@ concurrency = {concurrency}
 provider = "command"
 command = "python scripts/writer.py"
 write_roots = ["code"]
+refine = {str(refine).lower()}
+{effort}
 {budget}
 [hard_gates]
 commands = [{json.dumps(GATE)}]
@@ -90,3 +106,24 @@ trials = {trials}
 policy = "{policy}"
 ordering = ["score", "diff_lines"]
 '''
+
+
+def frozen(personas, tmp_path: Path, plan: dict, repo_name: str = "", **spec):
+    """A search of project alpha frozen against a new plan repository."""
+    from search_app import services
+
+    repo = plan_repo(tmp_path / (repo_name or f"repo-{uuid.uuid4().hex[:6]}"), plan)
+    return services.search_freeze(personas.owner, personas.alpha, spec_text(**spec), "HEAD",
+                                  repository_path=str(repo))
+
+
+def run_inline(personas, search):
+    """Start the search and drive it to its end in this process, as the CLI does."""
+    from search_app import services
+
+    services.search_start(personas.owner, search, enqueue=False)
+    return services.search_run_inline(search)
+
+
+def fates(search) -> dict[str, tuple[str, str]]:
+    return {c.candidate_id: (c.state, c.reason) for c in search.candidates.all()}

@@ -268,6 +268,16 @@ def test_changing_a_spec_key_changes_the_ids(repo, key, old, new, also):
     assert changed.baseline_commit == base.baseline_commit
 
 
+def test_refine_at_its_default_keeps_the_ids_a_spec_always_had_and_true_changes_them(repo):
+    base = freeze(WITH_EVIDENCE, repo)
+    assert base.search_id == GOLDEN_SEARCH_ID
+    roots = 'write_roots = ["code"]'
+    written_out = freeze(WITH_EVIDENCE.replace(roots, roots + "\nrefine = false", 1), repo)
+    assert written_out.search_id == base.search_id and "refine" not in written_out.record["spec"]["worker"]
+    refining = freeze(WITH_EVIDENCE.replace(roots, roots + "\nrefine = true", 1), repo)
+    assert refining.search_id != base.search_id and refining.record["spec"]["worker"]["refine"] is True
+
+
 # --- bad input ----------------------------------------------------------------------------------
 
 

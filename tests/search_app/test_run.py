@@ -9,34 +9,16 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
-from pathlib import Path
 
 import pytest
 
 from runtime_app.models import Event, Receipt
 from search_app import services
 from search_app.models import Candidate, SearchRun, Step
-from tests.search_app.runs import plan_repo, spec_text
+from tests.search_app.runs import fates, frozen, run_inline
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-
-@pytest.fixture
-def data_dir(tmp_path, settings) -> Path:
-    settings.DATA_DIR = tmp_path / "data"
-    return settings.DATA_DIR
-
-
-def frozen(personas, tmp_path, plan: dict, repo_name: str = "", **spec):
-    repo = plan_repo(tmp_path / (repo_name or f"repo-{uuid.uuid4().hex[:6]}"), plan)
-    return services.search_freeze(personas.owner, personas.alpha, spec_text(**spec), "HEAD",
-                                  repository_path=str(repo))
-
-
-def run_inline(personas, search):
-    services.search_start(personas.owner, search, enqueue=False)
-    return services.search_run_inline(search)
 
 
 def most_steps_at_once(search) -> int:
@@ -49,10 +31,6 @@ def most_steps_at_once(search) -> int:
         live += change
         peak = max(peak, live)
     return peak
-
-
-def fates(search) -> dict[str, tuple[str, str]]:
-    return {c.candidate_id: (c.state, c.reason) for c in search.candidates.all()}
 
 
 def test_the_best_candidate_wins_and_every_other_says_why(personas, tmp_path, data_dir):

@@ -1,0 +1,103 @@
+"""`worker.refine`: promoted candidates' writers revise their own patch in every later round.
+
+Real repositories and sandboxed writers (tests/search_app/runs.py); the search runs in this
+process through the services the workers use.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime_app.models import Event, Receipt
+from search_app.models import Step
+from search_app.selectors import search_run_report
+from tests.conftest import login, text_of
+from tests.search_app.runs import fates, frozen, run_inline
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def writer_lines(candidate) -> list[str]:
+    receipts = Receipt.objects.filter(subject_type="candidate", subject_id=candidate.pk,
+                                      label__contains="writer")
+    return [r.stdout_excerpt.splitlines()[0] for r in receipts.order_by("id")]
+
+
+def test_a_refining_writer_replaces_its_patch_at_the_rounds_effort_and_the_gates_run_again(
+    personas, tmp_path, data_dir
+):
+    plan = {"cand_001": {"value": 5, "refined": 9}, "cand_002": 7, "cand_003": 3}
+    search = frozen(personas, tmp_path, plan, population=3, rounds=[3, 2, 1], refine=True,
+                    effort='["low", "high", "high"]')
+    run = run_inline(personas, search)
+    assert (run.outcome, run.winner.candidate_id) == ("winner", "cand_001")
+    winner = search.candidates.get(candidate_id="cand_001")
+    assert b"+    return 9" in bytes(winner.patch) and winner.patch_round == 1
+    reported = {c["candidate_id"]: c for c in search_run_report(search)["candidates"]}
+    assert (reported["cand_001"]["patch_round"], reported["cand_002"]["patch_round"]) == (1, 0)
+    # Round 0 wrote 5; round 1's writer, told its score, made it 9; round 2's kept it.
+    assert writer_lines(winner) == ["round 0 effort low previous -", "round 1 effort high previous 5",
+                                    "round 2 effort high previous 9"]
+    assert winner.trials == {"0": [5.0, 5.0], "1": [9.0, 9.0], "2": [9.0, 9.0]}
+    labels = list(Receipt.objects.filter(subject_type="candidate", subject_id=winner.pk)
+                  .values_list("label", flat=True))
+    assert "cand_001 r1 evaluate gate 1" in labels  # the new patch passes the gates again
+    assert "cand_001 r2 evaluate gate 1" not in labels  # an unchanged patch is only re-scored
+    replay = Step.objects.get(search=search, kind="replay", candidate=winner)
+    assert replay.result["passed"] and "of 9" in replay.result["why"]
+    messages = list(Event.objects.filter(subject_type="search", subject_id=search.pk)
+                    .values_list("payload__message", flat=True))
+    assert "cand_001: round 1: its writer refined its patch (2 lines); gates run again" in messages
+    assert "cand_002: round 1: its writer kept its patch" in messages
+    prompt = Step.objects.get(search=search, candidate=winner, kind="generate", round=1).result["refining"]
+    assert "It scored 5 on value (maximize; the baseline scored 2)" in prompt
+    # The candidate page shows each refinement's own prompt part.
+    html = text_of(login(personas.member).get(f"/searches/{search.search_id}/candidates/cand_001/"))
+    assert "Round 1 refinement" in html and "Round 2 refinement" in html
+    assert "Your patch from round 0 is already applied in your working directory. It scored 5" in html
+
+
+def test_a_refinement_that_breaks_the_build_eliminates_the_candidate_in_that_round(
+    personas, tmp_path, data_dir
+):
+    plan = {"cand_001": {"value": 9, "refined": "broken"}, "cand_002": 5, "cand_003": 3}
+    search = frozen(personas, tmp_path, plan, population=3, rounds=[3, 2, 1], refine=True)
+    run = run_inline(personas, search)
+    assert (run.outcome, run.winner.candidate_id) == ("winner", "cand_002")
+    state, reason = fates(search)["cand_001"]
+    assert state == "eliminated" and reason.startswith("round 1: gate 1")
+
+
+def test_a_refinement_that_undoes_everything_keeps_the_earlier_patch(personas, tmp_path, data_dir):
+    plan = {"cand_001": {"value": 9, "refined": "revert"}, "cand_002": 5}
+    search = frozen(personas, tmp_path, plan, population=2, rounds=[2, 1], refine=True)
+    run = run_inline(personas, search)
+    assert (run.outcome, run.winner.candidate_id) == ("winner", "cand_001")
+    winner = search.candidates.get(candidate_id="cand_001")
+    assert b"+    return 9" in bytes(winner.patch) and winner.patch_round == 0
+    messages = list(Event.objects.filter(subject_type="search", subject_id=search.pk)
+                    .values_list("payload__message", flat=True))
+    assert any(m.startswith("cand_001: round 1: refinement failed (the writer (passed) changed nothing)")
+               and m.endswith("keeps its round 0 patch") for m in messages)
+
+
+def test_without_room_in_the_budget_a_promoted_patch_is_scored_as_it_is(personas, tmp_path, data_dir):
+    plan = {"cand_001": {"value": 9, "cost": 1500}, "cand_002": {"value": 5, "cost": 1500}}
+    search = frozen(personas, tmp_path, plan, population=2, rounds=[2, 1], concurrency=2, refine=True,
+                    budget="[budget]\nmax_cost_microusd = 4000\n")
+    run = run_inline(personas, search)
+    assert (run.outcome, run.winner.candidate_id) == ("winner", "cand_001")
+    assert not Step.objects.filter(search=search, kind="generate", round__gt=0).exists()
+    assert run.spent_cost_microusd == 3000 and run.reserved_cost_microusd == 0
+    messages = list(Event.objects.filter(subject_type="search", subject_id=search.pk)
+                    .values_list("payload__message", flat=True))
+    assert "cand_001: promoted to round 1; not refined: the budget cannot cover another writer" in messages
+
+
+def test_without_refine_writers_run_only_in_round_0(personas, tmp_path, data_dir):
+    plan = {"cand_001": {"value": 5, "refined": 9}, "cand_002": 3}
+    search = frozen(personas, tmp_path, plan, population=2, rounds=[2, 1])
+    run = run_inline(personas, search)
+    assert (run.outcome, run.winner.candidate_id) == ("winner", "cand_001")
+    assert set(Step.objects.filter(search=search, kind="generate").values_list("round", flat=True)) == {0}
+    assert b"+    return 5" in bytes(search.candidates.get(candidate_id="cand_001").patch)
