@@ -58,13 +58,27 @@ def _structured_output(receipt: Receipt, metrics_file: str | Path | None) -> tup
         if not isinstance(data, dict):
             return None, "file", "the metrics file holds JSON that is not an object"
         return data, "metrics file", ""
-    lines = [line.strip() for line in receipt.stdout_excerpt.splitlines() if line.strip()]
+    data, problem = last_json_line(receipt.stdout_excerpt)
+    if data is None:
+        return None, "stdout", {
+            "empty": "the command wrote no metrics file and printed nothing",
+            "not JSON": "no metrics file, and the last line of stdout is not a JSON object",
+            "not an object": "the last line of stdout is JSON but not an object",
+        }[problem]
+    return data, "last line of stdout", ""
+
+
+def last_json_line(text: str) -> tuple[dict | None, str]:
+    """The JSON object a command printed as its last non-empty line (how score commands,
+    command writers and reviewers report), or None and why: "empty", "not JSON" or
+    "not an object"."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
-        return None, "stdout", "the command wrote no metrics file and printed nothing"
+        return None, "empty"
     try:
         data = json.loads(lines[-1])
     except ValueError:
-        return None, "stdout", "no metrics file, and the last line of stdout is not a JSON object"
+        return None, "not JSON"
     if not isinstance(data, dict):
-        return None, "stdout", "the last line of stdout is JSON but not an object"
-    return data, "last line of stdout", ""
+        return None, "not an object"
+    return data, ""

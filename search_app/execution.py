@@ -22,7 +22,7 @@ from django.utils import timezone
 from runtime_app import services as runtime_services
 from runtime_app.fleet import preset_get
 from runtime_app.git import GitError
-from runtime_app.metrics import metric_read
+from runtime_app.metrics import last_json_line, metric_read
 from runtime_app.models import Receipt
 from runtime_app.policy import PolicyRules
 from runtime_app.sandbox import Limits, SandboxError
@@ -156,12 +156,8 @@ def _run(step: Step, command: Sequence[str] | str, label: str, *, cwd: Path, tim
 
 
 def _usage(receipt: Receipt) -> dict[str, int]:
-    lines = [line for line in receipt.stdout_excerpt.splitlines() if line.strip()]
-    try:
-        data = json.loads(lines[-1]) if lines else {}
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
+    data, _ = last_json_line(receipt.stdout_excerpt)
+    if data is None:
         return {}
     usage = {}
     for name in ("input_tokens", "output_tokens", "cost_microusd", "tokens"):
@@ -374,13 +370,11 @@ def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
         return {"cancelled": True, "receipts": [admit.pk, reviewer.pk]}
     verdict, findings = "reject", [{"severity": "high", "message": f"the reviewer {reviewer.outcome}"}]
     if reviewer.succeeded:
-        lines = [line for line in reviewer.stdout_excerpt.splitlines() if line.strip()]
-        try:
-            data = json.loads(lines[-1])
-            if data.get("verdict") in ("approve", "reject") and isinstance(data.get("findings"), list):
-                verdict, findings = data["verdict"], data["findings"][:100]
-        except (ValueError, IndexError, AttributeError):
+        data, _ = last_json_line(reviewer.stdout_excerpt)
+        if data is None:
             findings = [{"severity": "high", "message": "the reviewer's last line is not its JSON verdict"}]
+        elif data.get("verdict") in ("approve", "reject") and isinstance(data.get("findings"), list):
+            verdict, findings = data["verdict"], data["findings"][:100]
     return {"verdict": verdict, "findings": findings, "reviewer": "crucible static reviewer",
             "receipts": [admit.pk, reviewer.pk], "review_receipt": reviewer.pk}
 
