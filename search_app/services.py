@@ -776,13 +776,30 @@ def steps_reconcile() -> list[int]:
             if step.attempts >= MAX_ATTEMPTS:
                 claimed = Step.objects.filter(pk=step.pk, state="running", lease_expires_at__lt=now).update(
                     state="failed", error=f"lost its worker {step.attempts} times", finished_at=now)
-                if claimed and step.candidate.number:
-                    _eliminate(step.candidate, f"{step.kind} step lost its worker {step.attempts} times")
+                if not claimed:
+                    continue
+                _reservation_release(step)
+                why = f"{step.kind} step lost its worker {step.attempts} times"
+                if step.kind == "generate" and step.round:
+                    _refinement_kept(step.candidate, step, why)
+                elif step.candidate.number:
+                    _eliminate(step.candidate, why)
             else:
                 Step.objects.filter(pk=step.pk, state="running", lease_expires_at__lt=now).update(
                     state="pending", lease_owner="", enqueued_at=None)
     running = SearchRun.objects.filter(status__in=("running", "cancelling"))
     return list(running.values_list("search_id", flat=True))
+
+
+def _reservation_release(step: Any) -> None:
+    """A step that failed without a result hands its budget reservation back to its run."""
+    from search_app.models import SearchRun
+
+    if step.reserved_cost_microusd or step.reserved_tokens:
+        run = SearchRun.objects.select_for_update().get(search_id=step.search_id)
+        run.reserved_cost_microusd -= step.reserved_cost_microusd
+        run.reserved_tokens -= step.reserved_tokens
+        run.save(update_fields=["reserved_cost_microusd", "reserved_tokens", "updated_at"])
 
 
 def search_run_inline(search: Search, *, workers: int | None = None, progress: Any = None,

@@ -101,3 +101,28 @@ def test_without_refine_writers_run_only_in_round_0(personas, tmp_path, data_dir
     assert (run.outcome, run.winner.candidate_id) == ("winner", "cand_001")
     assert set(Step.objects.filter(search=search, kind="generate").values_list("round", flat=True)) == {0}
     assert b"+    return 5" in bytes(search.candidates.get(candidate_id="cand_001").patch)
+
+
+def test_a_refinement_that_lost_three_workers_keeps_the_earlier_patch(personas, tmp_path, data_dir):
+    from search_app import services
+
+    plan = {"cand_001": {"value": 9, "refined": 4}, "cand_002": 5}
+    search = frozen(personas, tmp_path, plan, population=2, rounds=[2, 1], refine=True)
+    services.search_start(personas.owner, search, enqueue=False)
+    for _ in range(100):  # drive it by hand until round 1's refinements exist
+        ready = services.search_advance(search.pk)
+        if Step.objects.filter(search=search, kind="generate", round=1).exists():
+            break
+        for step_pk in ready:
+            services.step_execute(step_pk, "test")
+    step = Step.objects.get(search=search, kind="generate", round=1, candidate__candidate_id="cand_001")
+    Step.objects.filter(pk=step.pk).update(state="running", attempts=3, lease_owner="ghost",
+                                           lease_expires_at="2000-01-01T00:00:00Z")
+    services.steps_reconcile()
+    run = services.search_run_inline(search)
+    assert (run.outcome, run.winner.candidate_id) == ("winner", "cand_001")
+    assert b"+    return 9" in bytes(search.candidates.get(candidate_id="cand_001").patch)
+    messages = Event.objects.filter(subject_type="search", subject_id=search.pk).values_list(
+        "payload__message", flat=True)
+    assert ("cand_001: round 1: refinement failed (generate step lost its worker 3 times); keeps its "
+            "round 0 patch") in list(messages)
