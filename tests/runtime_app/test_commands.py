@@ -89,16 +89,22 @@ def _alive(pid: int) -> bool:
     return status.exists() and "\nState:\tZ" not in status.read_text()
 
 
-def test_serve_starts_web_and_worker_and_ctrl_c_stops_both(tmp_path):
+def _serve(tmp_path: Path, log) -> tuple[subprocess.Popen, int]:
+    """`manage.py serve` on a fresh embedded data dir, started as `make run` does."""
     env = {k: v for k, v in os.environ.items()
            if k not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"}}
     env["CRUCIBLE_DATA_DIR"] = str(tmp_path)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO_ROOT, env=env,
                    check=True, timeout=180)
     port = free_port()
-    log = (tmp_path / "serve.log").open("w")
     serve = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)],
                              cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return serve, port
+
+
+def test_serve_starts_web_and_worker_and_ctrl_c_stops_both(tmp_path):
+    log = (tmp_path / "serve.log").open("w")
+    serve, port = _serve(tmp_path, log)
     try:
         wait_for_port(port, serve, timeout=60)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/login/", timeout=10) as response:
@@ -122,6 +128,28 @@ def test_serve_starts_web_and_worker_and_ctrl_c_stops_both(tmp_path):
         assert "Stopped the web server and the worker." in output
     finally:
         stop_process(serve)
+        log.close()
+
+
+def test_a_killed_serve_takes_the_web_server_and_worker_with_it(tmp_path):
+    log = (tmp_path / "serve.log").open("w")
+    serve, port = _serve(tmp_path, log)
+    children: list[int] = []
+    try:
+        wait_for_port(port, serve, timeout=60)
+        children = _children(serve.pid)
+        assert len(children) == 2
+        serve.kill()  # SIGKILL: serve cannot stop them itself
+        serve.wait(timeout=10)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and [pid for pid in children if _alive(pid)]:
+            time.sleep(0.2)
+        assert not [pid for pid in children if _alive(pid)], (tmp_path / "serve.log").read_text()[-3000:]
+    finally:
+        stop_process(serve)
+        for pid in children:
+            if _alive(pid):
+                os.killpg(pid, signal.SIGKILL)
         log.close()
 
 

@@ -1,10 +1,13 @@
 """Serve Crucible: Daphne (web + websockets) and a Celery worker with embedded beat.
 
-Both run as child processes; Ctrl-C (or SIGTERM) stops both and waits for them.
+Both run as child processes; Ctrl-C (or SIGTERM) stops both and waits for them. If serve
+itself is killed, Linux sends both children SIGTERM (no orphaned server or worker).
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
 import subprocess
 import sys
@@ -15,6 +18,18 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 STOP_GRACE_SECONDS = 15
+PR_SET_PDEATHSIG = 1
+
+
+def _end_with_parent(parent: int) -> Any:
+    """In the child, before exec: ask Linux for SIGTERM when `serve` dies, even by SIGKILL,
+    so the web server and worker are never left running on their own."""
+    def prepare() -> None:
+        if sys.platform.startswith("linux"):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            if os.getppid() != parent:  # serve died before the request took effect
+                os._exit(1)
+    return prepare
 
 
 class Command(BaseCommand):
@@ -45,7 +60,8 @@ class Command(BaseCommand):
         # Children get their own process groups, so the terminal's Ctrl-C reaches only us
         # and we stop them in order, instead of each one reacting on its own.
         for name, argv in commands.items():
-            children[name] = subprocess.Popen(argv, start_new_session=True)
+            children[name] = subprocess.Popen(argv, start_new_session=True,
+                                              preexec_fn=_end_with_parent(os.getpid()))
         mode = "distributed (Redis)" if settings.CONFIG.redis_url else "embedded"
         self.stdout.write(self.style.SUCCESS(
             f"Crucible is running at http://{host}:{port}/ ({mode} mode). Press Ctrl-C to stop."
@@ -71,7 +87,5 @@ class Command(BaseCommand):
             try:
                 child.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                import os
-
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
