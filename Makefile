@@ -30,6 +30,7 @@ test: lint
 bench: setup
 	$(PY) bench/event_latency.py
 	$(PY) bench/worktree_creation.py
+	$(PY) bench/compare_trees.py
 	$(PY) bench/sandbox_overhead.py
 	$(PY) bench/search_orchestration.py
 	$(PY) bench/selection_accuracy.py

@@ -292,6 +292,22 @@ def worktree_tree(worktree: str | Path, *, base: str | None = None) -> str:
         return git_run(["write-tree"], cwd=worktree, env=env).decode().strip()
 
 
+def patched_tree(repo_path: str | Path, commit: str, patch_text: bytes) -> str:
+    """The sha of `commit`'s tree with the patch applied, built in a temporary index only: no
+    checkout, no filters, nothing run. For reading trees (compare), never for running a
+    candidate. GitError says why a patch does not apply (`git apply` is all or nothing)."""
+    repo_path, sha = _commit_resolve(repo_path, commit)
+    with tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
+        env = {"GIT_INDEX_FILE": str(Path(temp) / "index")}
+        git_run(["read-tree", sha], cwd=repo_path, env=env)
+        if patch_text:
+            try:
+                git_run(["apply", "--cached", "--binary", "-"], cwd=repo_path, env=env, stdin=patch_text)
+            except GitError as error:
+                raise GitError(f"it does not apply to {sha[:12]} ({error})") from None
+        return git_run(["write-tree"], cwd=repo_path, env=env).decode().strip()
+
+
 def patch_apply(repo_path: str | Path, commit: str, patch_text: bytes, name: str) -> Path:
     """A fresh worktree at `commit` with the patch applied and staged, verified against the patch.
 

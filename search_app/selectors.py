@@ -577,30 +577,14 @@ def compare_rows(search: Search, candidates: list[Any]) -> list[dict[str, Any]]:
 
 def _compare_tree(search: Search, candidate: Any) -> str:
     """The tree of the candidate's patch applied to the search's baseline commit (the baseline
-    commit's own tree for an empty patch), built in a fresh worktree that is removed after."""
-    import contextlib
-    import uuid
-    from pathlib import Path
-
+    commit's own tree for an empty patch), built in a temporary index: no worktree."""
     from runtime_app.git import GitError
-    from runtime_app.worktrees import git_run, patch_apply, worktree_remove, worktree_tree
+    from runtime_app.worktrees import patched_tree
 
-    patch = bytes(candidate.patch or b"")
-    if not patch:
-        try:
-            out = git_run(["rev-parse", "--verify", "--quiet", f"{search.baseline_commit}^{{tree}}"],
-                          cwd=Path(search.repository_path))
-        except GitError as error:
-            raise GitError(f"the baseline commit {search.baseline_commit[:12]} cannot be read in "
-                           f"{search.repository_path} ({error})") from None
-        return out.decode().strip()
-    name = f"compare-{uuid.uuid4().hex[:12]}-{candidate.number}"
-    worktree = patch_apply(search.repository_path, search.baseline_commit, patch, name)
     try:
-        return worktree_tree(worktree, base=search.baseline_commit)
-    finally:
-        with contextlib.suppress(GitError):  # the files go first; a failed prune only leaves a record
-            worktree_remove(search.repository_path, worktree)
+        return patched_tree(search.repository_path, search.baseline_commit, bytes(candidate.patch or b""))
+    except GitError as error:
+        raise GitError(f"{candidate.candidate_id}: {error}") from None
 
 
 def compare_tree_diff(search: Search, first: Any, second: Any, limit: int | None = None) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from runtime_app.worktrees import (
     patch_extract,
     patch_from_text,
     patch_name_status,
+    patched_tree,
     permissions_restore,
     worktree_create,
     worktree_prune,
@@ -374,6 +375,21 @@ def test_an_extracted_patch_applied_to_a_fresh_worktree_gives_the_same_tree(repo
     staged = git(applied, "diff", "--cached", "--name-status", "--no-renames").splitlines()
     assert sorted(staged) == sorted(f"{s}\t{p}" for p, s in patch_name_status(patch.text).items())
     assert patch_extract(applied).sha256 == patch.sha256
+
+
+def test_the_patched_tree_from_an_index_equals_the_tree_of_an_applied_worktree(repo, v1, data_dir):
+    source = worktree_create(repo, v1, "cand_001")
+    candidate_work(source)  # modified, deleted, new, binary and renamed files
+    patch = patch_extract(source)
+    assert patched_tree(repo, v1, patch.text) == worktree_tree(patch_apply(repo, v1, patch.text, "eval_001"))
+    assert patched_tree(repo, v1, b"") == git(repo, "rev-parse", f"{v1}^{{tree}}")
+    assert sorted(p.name for p in (data_dir / "worktrees").iterdir()) == ["cand_001", "eval_001"]
+
+
+def test_a_patch_that_does_not_apply_gives_no_patched_tree_and_says_why(repo, v1):
+    with pytest.raises(GitError, match=r"it does not apply to [0-9a-f]{12} .*code/certificate"):
+        patched_tree(repo, v1, TWO_FILES)
+    assert git(repo, "status", "--porcelain") == ""
 
 
 def test_crlf_line_endings_survive_extract_and_apply_byte_for_byte(tmp_path, data_dir):
