@@ -78,8 +78,8 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def daphne(name: str, env: dict[str, str], log_dir: Path) -> Iterator[int]:
-    """A Daphne subprocess serving the app; yields its port."""
+def daphne(name: str, env: dict[str, str], log_dir: Path) -> Iterator[tuple[int, int]]:
+    """A Daphne subprocess serving the app; yields its port and pid."""
     port = free_port()
     log_path = log_dir / f"daphne-{name}.log"
     with log_path.open("wb") as log:
@@ -99,7 +99,7 @@ def daphne(name: str, env: dict[str, str], log_dir: Path) -> Iterator[int]:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Daphne ({name}) did not listen within 30 s")
             time.sleep(0.1)
-        yield port
+        yield port, process.pid
     finally:
         process.terminate()
         try:
@@ -229,7 +229,7 @@ def main() -> int:
         with contextlib.ExitStack() as stack:
             listeners = []
             for mode, mode_env in modes.items():
-                port = stack.enter_context(daphne(mode, mode_env, Path(tmp)))
+                port, _ = stack.enter_context(daphne(mode, mode_env, Path(tmp)))
                 listener = Listener(mode, port, session_cookie)
                 listener.start(last_id)
                 stack.callback(listener.stop)

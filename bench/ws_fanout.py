@@ -34,23 +34,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import platform
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from _search_setup import operator_and_project
-from event_latency import BENCH_REDIS_URL, EVENT_ID_RE, REPO_ROOT, bench_django, free_port, percentile
+from event_latency import BENCH_REDIS_URL, EVENT_ID_RE, bench_django, daphne, percentile
 from search_orchestration import make_repo, spec
 
 VIEWERS = 50
@@ -58,38 +54,6 @@ EVENTS = 100
 WARMUP = 5
 RECEIVE_TIMEOUT = 30.0
 PAUSE = 0.5  # the embedded poll interval; emits land at random points of it
-
-
-@contextlib.contextmanager
-def daphne(name: str, env: dict[str, str], log_dir: Path) -> Iterator[tuple[int, int]]:
-    """A Daphne subprocess serving the app; yields its port and pid."""
-    port = free_port()
-    log_path = log_dir / f"daphne-{name}.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-             "crucible.asgi:application"],
-            cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"Daphne ({name}) exited; see {log_path}:\n{log_path.read_text()}")
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"Daphne ({name}) did not listen within 30 s")
-            time.sleep(0.1)
-        yield port, process.pid
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def cpu_seconds(pid: int) -> float:
