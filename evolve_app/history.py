@@ -26,6 +26,7 @@ from evolve_app.workspace import (
     _root,
     workspace_changed_paths,
     workspace_git,
+    workspace_ref_and_tree,
     workspace_rollback,
 )
 from runtime_app.git import file_at
@@ -52,6 +53,11 @@ class EvolutionHistory:
             _path_check(path)
         out = workspace_git(self.root, ["diff", *_DIFF_OPTIONS, base, head, "--", *paths])
         return out.decode("utf-8", "replace")
+
+    def get_pending_diff(self, a: str) -> str:
+        """The unified git diff from ref `a` to the files on disk, as a snapshot would commit them."""
+        base, tree = workspace_ref_and_tree(self.root, a)
+        return workspace_git(self.root, ["diff", *_DIFF_OPTIONS, base, tree]).decode("utf-8", "replace")
 
     def read_file_at(self, ref: str, path: str) -> str | None:
         """The text of `path` at `ref`, or None when no file is there (bytes that are not UTF-8

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 from django.db.models import Count, OuterRef, QuerySet, Subquery
@@ -181,7 +180,7 @@ def cycle_diff(agent: Agent, cycle: Cycle) -> dict[str, Any]:
             if ref != labels[key] and _tag_commit(history, labels[key]) != ref:
                 labels[key] = ref[:12]
         if cycle.status == "awaiting_review":
-            text, labels["head"] = _pending_diff(history.root, base), "the files on disk (awaiting review)"
+            text, labels["head"] = history.get_pending_diff(base), "the files on disk (awaiting review)"
         else:
             text = history.get_workspace_diff(base, head)
     except (WorkspaceError, OSError) as error:
@@ -199,19 +198,6 @@ def _tag_commit(history: Any, tag: str) -> str | None:
         return history._resolve(tag)
     except WorkspaceError:
         return None
-
-
-def _pending_diff(root: Path, base: str) -> str:
-    from evolve_app.history import _DIFF_OPTIONS
-    from evolve_app.workspace import _ref, _repo, _worktree_tree, repo_lock, workspace_git
-
-    with repo_lock(root):
-        repo = _repo(root)
-        try:
-            commit, tree = _ref(repo, base), _worktree_tree(repo)
-        finally:
-            repo.close()
-    return workspace_git(root, ["diff", *_DIFF_OPTIONS, commit, tree]).decode("utf-8", "replace")
 
 
 # ---- the workspace at a tag

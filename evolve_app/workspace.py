@@ -951,17 +951,22 @@ def workspace_changed_paths(path: str | Path, base_ref: str, head_ref: str) -> l
             for status, name in zip(fields[0::2], fields[1::2], strict=False) if status]
 
 
+def workspace_ref_and_tree(root: Path, ref: str) -> tuple[str, str]:
+    """`ref`'s commit, and the tree a snapshot would commit from the files on disk now."""
+    with repo_lock(root):
+        repo = _repo(root)
+        try:
+            return _ref(repo, ref), _worktree_tree(repo)
+        finally:
+            repo.close()
+
+
 def workspace_changes(path: str | Path, ref: str) -> list[tuple[str, str]]:
     """(status, path) for each file where the working tree, as a snapshot would commit it now
     (untracked files included; ignored files and evolution/ not), differs from `ref`. The index
     is not touched and no filter runs."""
     root = _root(path)
-    with repo_lock(root):
-        repo = _repo(root)
-        try:
-            base, tree = _ref(repo, ref), _worktree_tree(repo)
-        finally:
-            repo.close()
+    base, tree = workspace_ref_and_tree(root, ref)
     out = workspace_git(root, ["diff-tree", "-r", "-z", "--no-renames", "--name-status", base, tree])
     fields = out.split(b"\0")
     return [(status.decode(), name.decode("utf-8", "surrogateescape"))
