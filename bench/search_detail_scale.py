@@ -40,7 +40,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from _search_setup import REPO_ROOT, django_setup, operator_and_project
-from search_orchestration import make_repo
+from search_orchestration import make_repo, spec
 
 SIZES = (32, 256, 1000)
 REQUESTS = 15
@@ -51,26 +51,7 @@ CONTROLLED = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL", "CRUCIBLE_D
 
 def spec_text(population: int) -> str:
     rounds = [population, max(population // 10, 8), 3, 1]
-    return f'''name = "detail-{population}"
-objective = "bench: the search detail page with {population} candidates"
-population = {population}
-rounds = {rounds}
-concurrency = 16
-
-[worker]
-provider = "command"
-command = "echo $CRUCIBLE_CANDIDATE_ID > code/id.txt"
-write_roots = ["code"]
-
-[hard_gates]
-commands = ["true"]
-
-[score]
-command = "printf '{{\\\"v\\\": 1}}\\n'"
-metric = "v"
-direction = "maximize"
-trials = 3
-'''
+    return spec(f"detail-{population}", population, rounds, sleep=0, trials=3)
 
 
 def build(user, project, repo: Path, population: int, rng: random.Random):
