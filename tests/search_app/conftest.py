@@ -7,7 +7,7 @@ import pytest
 from runtime_app import roles
 from runtime_app.models import Project, ProjectMembership
 from tests.conftest import make_user
-from tests.search_app.runs import plan_repo, spec_text
+from tests.search_app.runs import frozen, run_inline
 
 
 @pytest.fixture
@@ -26,14 +26,10 @@ def demo(transactional_db):
 
 
 @pytest.fixture
-def small_search(personas, tmp_path, settings):
+def small_search(personas, tmp_path, data_dir):
     """A frozen two-candidate search of project alpha: cand_001 scores 4, cand_002 edits the tests."""
-    from search_app import services
-
-    settings.DATA_DIR = tmp_path / "data"
-    repo = plan_repo(tmp_path / "repo", {"cand_001": 4, "cand_002": "tests"})
-    return services.search_freeze(personas.owner, personas.alpha, spec_text(population=2, rounds=[2, 1]),
-                                  "HEAD", repository_path=str(repo))
+    return frozen(personas, tmp_path, {"cand_001": 4, "cand_002": "tests"}, repo_name="repo",
+                  population=2, rounds=[2, 1])
 
 
 @pytest.fixture
@@ -44,16 +40,11 @@ def approver(personas):
 
 
 @pytest.fixture
-def finished(personas, tmp_path, settings):
+def finished(personas, tmp_path, data_dir):
     """A finished search of project alpha whose winner, cand_002, returns 9."""
-    from search_app import services
-
-    settings.DATA_DIR = tmp_path / "data"
-    repo = plan_repo(tmp_path / "repo", {"cand_001": 4, "cand_002": 9})
-    search = services.search_freeze(personas.owner, personas.alpha, spec_text(population=2, rounds=[2, 1]),
-                                    "HEAD", repository_path=str(repo))
-    services.search_start(personas.owner, search, enqueue=False)
-    run = services.search_run_inline(search)
+    search = frozen(personas, tmp_path, {"cand_001": 4, "cand_002": 9}, repo_name="repo",
+                    population=2, rounds=[2, 1])
+    run = run_inline(personas, search)
     assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
-    return search, run.winner, repo
+    return search, run.winner, tmp_path / "repo"
 

@@ -15,7 +15,7 @@ from search_app import services
 from search_app.models import Approval, Merge
 from search_app.selectors import approval_state
 from tests.conftest import make_user
-from tests.search_app.runs import plan_repo, spec_text
+from tests.search_app.runs import frozen, run_inline
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -136,13 +136,10 @@ def test_only_the_winner_of_a_finished_search_is_approved(finished, approver):
         services.approval_record(approver, winner, "merge-it-now", winner.patch_sha256)
 
 
-def test_a_none_search_has_nothing_to_approve_or_merge(personas, approver, tmp_path, settings):
-    settings.DATA_DIR = tmp_path / "data"
-    repo = plan_repo(tmp_path / "repo", {"cand_001": "broken", "cand_002": "broken"})
-    search = services.search_freeze(personas.owner, personas.alpha, spec_text(population=2, rounds=[2, 1]),
-                                    "HEAD", repository_path=str(repo))
-    services.search_start(personas.owner, search, enqueue=False)
-    assert services.search_run_inline(search).outcome == "NONE"
+def test_a_none_search_has_nothing_to_approve_or_merge(personas, approver, tmp_path, data_dir):
+    search = frozen(personas, tmp_path, {"cand_001": "broken", "cand_002": "broken"}, population=2,
+                    rounds=[2, 1])
+    assert run_inline(personas, search).outcome == "NONE"
     candidate = search.candidates.get(candidate_id="cand_001")
     with pytest.raises(ValidationError, match="ended with NONE"):
         services.approval_record(approver, candidate, "approve", candidate.patch_sha256)

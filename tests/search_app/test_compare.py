@@ -17,10 +17,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from search_app import selectors, services
+from search_app import selectors
 from search_app.models import Candidate
 from tests.conftest import login
-from tests.search_app.runs import plan_repo, spec_text
+from tests.search_app.runs import frozen, run_inline
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,17 +42,14 @@ STALE_PATCH = b"""diff --git a/code/answer.py b/code/answer.py
 
 
 @pytest.fixture
-def finished(personas, tmp_path, settings):
+def finished(personas, tmp_path, data_dir):
     """A finished search of project alpha: cand_001 returns 4, cand_002 9 (the winner), cand_003 7,
     cand_004 5; the baseline returns 2."""
-    settings.DATA_DIR = tmp_path / "data"
-    repo = plan_repo(tmp_path / "repo", {"cand_001": 4, "cand_002": 9, "cand_003": 7, "cand_004": 5})
-    search = services.search_freeze(personas.owner, personas.alpha, spec_text(population=4, rounds=[4, 1]),
-                                    "HEAD", repository_path=str(repo))
-    services.search_start(personas.owner, search, enqueue=False)
-    run = services.search_run_inline(search)
+    search = frozen(personas, tmp_path, {"cand_001": 4, "cand_002": 9, "cand_003": 7, "cand_004": 5},
+                    repo_name="repo", population=4, rounds=[4, 1])
+    run = run_inline(personas, search)
     assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
-    return search, repo
+    return search, tmp_path / "repo"
 
 
 def compare_url(search, *ids: str, diff: bool = False) -> str:

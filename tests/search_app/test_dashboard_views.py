@@ -185,16 +185,12 @@ def test_comments_are_posted_on_a_file_and_bad_ones_come_back_with_the_reason(fi
     assert response.status_code == 400 and "is not a file this candidate" in response.content.decode()
 
 
-def test_a_none_search_offers_no_merge(personas, tmp_path, settings, approver):
-    from search_app import services
-    from tests.search_app.runs import plan_repo, spec_text
+def test_a_none_search_offers_no_merge(personas, tmp_path, data_dir, approver):
+    from tests.search_app.runs import frozen, run_inline
 
-    settings.DATA_DIR = tmp_path / "data"
-    repo = plan_repo(tmp_path / "repo", {"cand_001": "broken", "cand_002": "broken"})
-    search = services.search_freeze(personas.owner, personas.alpha, spec_text(population=2, rounds=[2, 1]),
-                                    "HEAD", repository_path=str(repo))
-    services.search_start(personas.owner, search, enqueue=False)
-    services.search_run_inline(search)
+    search = frozen(personas, tmp_path, {"cand_001": "broken", "cand_002": "broken"}, population=2,
+                    rounds=[2, 1])
+    run_inline(personas, search)
     client = login(approver)
     assert "Merge…" not in page(client, f"/searches/{search.search_id}/")
     merge_page = page(client, f"/searches/{search.search_id}/merge/")
