@@ -67,6 +67,14 @@ def personas(db) -> Personas:
     return Personas(owner, member, outsider, alpha, beta)
 
 
+@pytest.fixture
+def approver(personas):
+    """A member of project alpha with the approver role (and not its author)."""
+    user = make_user("approver", roles.VIEWER, roles.APPROVER)
+    ProjectMembership.objects.create(project=personas.alpha, user=user)
+    return user
+
+
 def database_url() -> str:
     """A DATABASE_URL that points a subprocess at the database this test uses."""
     db = connection.settings_dict

@@ -45,17 +45,6 @@ def demo_repository(personas, tmp_path, settings):
 
 
 @pytest.fixture
-def approver_user(personas):
-    from runtime_app import roles
-    from runtime_app.models import ProjectMembership
-    from tests.conftest import make_user
-
-    user = make_user("approver", roles.VIEWER, roles.APPROVER)
-    ProjectMembership.objects.create(project=personas.alpha, user=user)
-    return user
-
-
-@pytest.fixture
 def worker(tmp_path):
     """A real Celery worker with embedded beat, on this run's broker (filesystem or Redis)."""
     log = (tmp_path / "worker.log").open("wb")
@@ -91,7 +80,7 @@ def git(repo: Path, *args: str) -> str:
 
 
 def test_an_operator_launches_the_demo_and_an_approver_merges_its_winner(
-    personas, approver_user, demo_repository, worker, browser_page
+    personas, approver, demo_repository, worker, browser_page
 ):
     page = browser_page
     page.set_viewport_size({"width": 1280, "height": 900})

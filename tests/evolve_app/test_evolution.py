@@ -14,9 +14,7 @@ from evolve_app import services
 from evolve_app.engines import EvolutionEngine
 from evolve_app.models import Cycle, ObservationRecord
 from evolve_app.types import StepResult
-from runtime_app import roles
-from runtime_app.models import AuditEntry, ProjectMembership
-from tests.conftest import make_user
+from runtime_app.models import AuditEntry
 from tests.evolve_app.conftest import git
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -130,9 +128,7 @@ def test_an_engine_failure_leaves_the_workspace_at_pre_evo_and_the_run_goes_on(p
     assert (Path(demo_agent.path) / "prompts" / "system.md").read_text() == prompt
 
 
-def test_review_mode_waits_for_an_approver_and_a_rejection_rolls_back(personas, demo_agent):
-    approver = make_user("approver", roles.VIEWER, roles.APPROVER)
-    ProjectMembership.objects.create(project=personas.alpha, user=approver)
+def test_review_mode_waits_for_an_approver_and_a_rejection_rolls_back(personas, demo_agent, approver):
     run = run_inline(personas.owner, demo_agent, cycles=2, review_mode=True)
     assert run.status == "awaiting_review"
     cycle = Cycle.objects.get(run=run, number=1)

@@ -33,13 +33,6 @@ def small_search(personas, tmp_path, data_dir):
 
 
 @pytest.fixture
-def approver(personas):
-    user = make_user("approver", roles.VIEWER, roles.APPROVER)
-    ProjectMembership.objects.create(project=personas.alpha, user=user)
-    return user
-
-
-@pytest.fixture
 def finished(personas, tmp_path, data_dir):
     """A finished search of project alpha whose winner, cand_002, returns 9."""
     search = frozen(personas, tmp_path, {"cand_001": 4, "cand_002": 9}, repo_name="repo",
