@@ -55,9 +55,11 @@ def effort_for(spec: SearchSpec, round_index: int) -> str:
     return effort[min(round_index, len(effort) - 1)]
 
 
-def writer_prompt(search: Search, spec: SearchSpec, candidate_id: str, round_index: int) -> str:
+def writer_prompt(
+    search: Search, spec: SearchSpec, candidate_id: str, round_index: int, refining: str = ""
+) -> str:
     """The shared prefix (identical for every candidate), then the candidate's own suffix."""
-    return "".join(writer_prompt_parts(search, spec, candidate_id, round_index))
+    return "".join(writer_prompt_parts(search, spec, candidate_id, round_index, refining))
 
 
 def writer_prompt_parts(
@@ -194,7 +196,7 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
     name = _worktree_name(step, "write")
     _fresh_worktree_path(search.repository_path, name)
     refining, receipts = "", []
-    if step.round == 0:
+    if not step.refines:
         worktree = worktree_create(search.repository_path, search.baseline_commit, name)
     else:
         refining = refine_note(search, spec, candidate)
@@ -214,7 +216,7 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
             "CRUCIBLE_MAX_COST_MICROUSD": str(step.reserved_cost_microusd),
             "CRUCIBLE_MAX_TOKENS": str(step.reserved_tokens),
         }
-        if step.round:
+        if step.refines:
             env["CRUCIBLE_REFINE"] = "1"
             env["CRUCIBLE_PREVIOUS_SCORE"] = "" if candidate.score is None else f"{candidate.score:g}"
         kind = preset_get(spec.worker.provider).kind
@@ -224,7 +226,7 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
                 return written
             writer = written.pop("receipt")
         elif kind == "command":
-            prompt = "".join(writer_prompt_parts(search, spec, candidate.candidate_id, step.round, refining))
+            prompt = writer_prompt(search, spec, candidate.candidate_id, step.round, refining)
             writer = _run(step, spec.worker.command, f"{candidate.candidate_id} writer", cwd=worktree,
                           timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel, env=env, stdin=prompt.encode())
             written = {"usage": _usage(writer), "receipts": [writer.pk]}

@@ -217,6 +217,11 @@ class Step(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} {self.candidate.candidate_id} r{self.round} ({self.state})"
 
+    @property
+    def refines(self) -> bool:
+        """A writer step after round 0: the candidate's writer revising its own patch."""
+        return self.kind == "generate" and self.round > 0
+
 
 class Review(models.Model):
     """An independent read-only reviewer's verdict on a candidate; it never approves a merge."""

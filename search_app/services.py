@@ -672,7 +672,7 @@ def _step_record(step_pk: int, owner: str, result: dict) -> bool:
             if candidate.number == 0:
                 candidate.state, candidate.reason = "eliminated", f"baseline not measured: {result['error']}"
                 candidate.save()
-            elif step.kind == "generate" and step.round:
+            elif step.refines:
                 _refinement_kept(candidate, step, f"a runtime fault: {result['error']}")
             else:
                 _eliminate(candidate, f"{step.kind} step failed in the runtime: {result['error']}")
@@ -682,7 +682,7 @@ def _step_record(step_pk: int, owner: str, result: dict) -> bool:
 
 
 def _result_apply(step: Any, candidate: Any, result: dict, replay_verdict: Any, review_model: Any) -> None:
-    if step.kind == "generate" and step.round:
+    if step.refines:
         _refinement_apply(step, candidate, result)
         return
     if step.kind == "generate":
@@ -780,7 +780,7 @@ def steps_reconcile() -> list[int]:
                     continue
                 _reservation_release(step)
                 why = f"{step.kind} step lost its worker {step.attempts} times"
-                if step.kind == "generate" and step.round:
+                if step.refines:
                     _refinement_kept(step.candidate, step, why)
                 elif step.candidate.number:
                     _eliminate(step.candidate, why)

@@ -566,7 +566,7 @@ def _candidate_context(request: HttpRequest, candidate, **extra: Any) -> dict[st
         prompt = {"prefix": prefix, "suffix": suffix}
         for row in steps:
             step = row["step"]
-            if step is not None and step.kind == "generate" and step.round and step.state == "done":
+            if step is not None and step.refines and step.state == "done":
                 result = step.result or {}
                 refinements.append({
                     "round": step.round, "transcript": result.get("transcript", []),
