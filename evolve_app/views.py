@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -83,8 +83,6 @@ def agent_demo(request: HttpRequest) -> HttpResponse:
     form = DemoAgentForm(request.POST, projects=projects)
     if form.is_valid():
         project = project_for_user(request.user, form.cleaned_data["project"])
-        if not _can_operate(request):  # before the service copies any file
-            raise PermissionDenied
         try:
             agent = services.demo_agent_create(request.user, project)
         except ValidationError as error:
