@@ -38,6 +38,11 @@ class Decision:
     duplicate_of: str = ""
 
 
+def is_better(score: float, than: float, direction: str) -> bool:
+    """Whether `score` beats `than` in the spec's score direction ("minimize" or "maximize")."""
+    return score < than if direction == "minimize" else score > than
+
+
 def _key(entry: Entry, name: str, direction: str) -> float:
     if name == "score":
         return entry.score if direction == "minimize" else -entry.score

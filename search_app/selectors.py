@@ -327,7 +327,7 @@ def score_plot(search: Search, width: int = 640, height: int = 280) -> dict[str,
         return {"points": [], "front": "", "width": width, "height": height}
     by_cost = any(p[3] for p in scored)
     x_label = "cost (µUSD)" if by_cost else "diff lines"
-    maximize = (search.spec_normalized or {}).get("score", {}).get("direction", "maximize") == "maximize"
+    maximize = (search.spec_normalized or {}).get("score", {}).get("direction", "minimize") == "maximize"
     xs = [(p[3] if by_cost else (p[4] or 0)) for p in scored]
     ys = [p[2] for p in scored] + ([baseline[2]] if baseline else [])
     pad = 36

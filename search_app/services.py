@@ -360,7 +360,9 @@ def _entries(candidates: list) -> list:
 
 
 def _better(spec: Any, score: float, than: float) -> bool:
-    return score < than if spec.score.direction == "minimize" else score > than
+    from search_app.selection import is_better
+
+    return is_better(score, than, spec.score.direction)
 
 
 def _round_close(run: Any, spec: Any) -> None:

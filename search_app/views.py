@@ -32,6 +32,7 @@ from search_app.forms import (
 )
 from search_app.freeze import candidate_batches, canonical, search_id_for, sha256_hex
 from search_app.models import Spec
+from search_app.selection import is_better
 from search_app.spec import spec_validate
 from search_app.spec_templates import SPEC_TEMPLATES, spec_template_get
 
@@ -88,7 +89,7 @@ def _versus(best: float | None, baseline: float | None, direction: str | None) -
                                                                    "the baseline has no score"}
     text, verdict = f"{_score_text(best)} vs {_score_text(baseline)}", "same"
     if best != baseline:
-        verdict = "better" if (best > baseline) == (direction == "maximize") else "worse"
+        verdict = "better" if is_better(best, baseline, direction) else "worse"
     if baseline and _finite(baseline) and _finite(best):
         change = (best - baseline) / abs(baseline) * 100
         text += f" ({'+' if change > 0 else '−' if change < 0 else '±'}{abs(change):.1f}%)"
