@@ -113,11 +113,16 @@ def _browser_context(request: HttpRequest, agent: Any, versions: list[dict[str, 
     return {"browser": browser, "browser_ref": ref, "browser_refs": choices, "browser_note": note}
 
 
+def _rollback_tags(versions: list[dict]) -> list[str]:
+    """The `evo-K` snapshots a workspace can roll back to, newest first."""
+    return [v["tag"] for v in reversed(versions) if v["kind"] == "post"]
+
+
 def _agent_page(request: HttpRequest, agent: Any, *, start_form: RunStartForm | None = None,
                 rollback_form: RollbackForm | None = None, status: int = 200) -> HttpResponse:
     logged = selectors.agent_versions(agent)
     versions = logged["versions"]
-    tags = [v["tag"] for v in reversed(versions) if v["kind"] == "post"]
+    tags = _rollback_tags(versions)
     runs = list(selectors.agent_runs(agent))
     return render(request, "evolve_app/agent_detail.html", {
         "agent": agent,
@@ -168,8 +173,7 @@ def evolution_run_start(request: HttpRequest, agent_id: int) -> HttpResponse:
 def agent_rollback(request: HttpRequest, agent_id: int) -> HttpResponse:
     """Roll the workspace back to an `evo-K` snapshot (approvers, after ticking the confirmation)."""
     agent = selectors.agent_for_user(request.user, agent_id)
-    versions = selectors.agent_versions(agent)["versions"]
-    form = RollbackForm(request.POST, tags=[v["tag"] for v in reversed(versions) if v["kind"] == "post"])
+    form = RollbackForm(request.POST, tags=_rollback_tags(selectors.agent_versions(agent)["versions"]))
     if form.is_valid():
         tag = form.cleaned_data["tag"]
         try:
