@@ -7,7 +7,7 @@ Layers, outermost first (docs/sandbox.md explains each and what it does not stop
 2. A `pids` cgroup per run where the host lets us make one (it binds root too), else
    RLIMIT_NPROC, which binds only non-root users.
 3. bubblewrap when `CRUCIBLE_SANDBOX` allows and it can start: no network, read-only root,
-   a private `/tmp`, the server's home and data dir hidden, the tree the only writable place,
+   a private `/tmp`, the server's home, data dir and checkout hidden, the tree the only writable place,
    `--cap-drop ALL`, its own pid namespace and session, dying with its parent.
 4. rlimits through `prlimit` inside all of that: CPU seconds, address space, open files,
    file size and processes.
@@ -315,10 +315,21 @@ def isolation_choose(mode: str | None = None) -> str:
     return RLIMITS_ONLY
 
 
+def _interpreter_prefixes() -> set[Path]:
+    return {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+
+
 def _hidden_paths() -> list[Path]:
-    """Host places a command must not read: the server's home and Crucible's data dir."""
+    """Host places a command must not read: the server's home, Crucible's data dir and its own
+    checkout. The checkout also holds the pyproject.toml that pytest would otherwise take as the
+    config of a worktree under the default data dir (`var/`), loading Crucible's settings."""
     hidden = [Path.home(), Path(settings.DATA_DIR)]
-    return [path.resolve() for path in hidden if path.exists()]
+    base = Path(settings.BASE_DIR).resolve()
+    # Installed into site-packages, "the checkout" is the interpreter's own library: keep it.
+    if not any(_inside(base, prefix) for prefix in _interpreter_prefixes()):
+        hidden.append(base)
+    # Parents first: a place inside another is covered after it, or the outer tmpfs would hide it.
+    return sorted({path.resolve() for path in hidden if path.exists()}, key=lambda path: len(path.parts))
 
 
 def _bubblewrap_argv(
@@ -333,7 +344,7 @@ def _bubblewrap_argv(
     for path in before:
         argv += ["--tmpfs", str(path)]
     # Crucible's own Python stays usable (gates run pytest with it) even if it lives in a home.
-    interpreter = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    interpreter = _interpreter_prefixes()
     covered = [*before, Path("/tmp")]  # noqa: S108  (the private tmpfs covers the host's /tmp)
     exposed = [*readable, *(p for p in sorted(interpreter) if any(_inside(p, h) for h in covered))]
     for path in exposed:

@@ -104,18 +104,19 @@ def test_writing_outside_the_worktree_is_blocked_by_bubblewrap(worktree, mode):
         Path("/etc/crucible-pwned").unlink(missing_ok=True)
 
 
-def test_the_server_home_and_data_dir_cannot_be_read_under_bubblewrap(worktree, mode, data_dir):
+def test_the_server_home_data_dir_and_checkout_cannot_be_read_under_bubblewrap(worktree, mode, data_dir):
     sentinel = Path.home() / f".crucible-sandbox-test-{uuid.uuid4().hex[:8]}"
     sentinel.write_text("home secret\n")
     (data_dir / "secret_key").write_text("data secret\n")
+    checkout = Path(django_settings.BASE_DIR)
     try:
-        receipt = run(f"cat {sentinel}; cat {data_dir}/secret_key; ls -A {Path.home()}/.ssh", cwd=worktree,
-                      timeout=30, isolation=mode)
+        receipt = run(f"cat {sentinel}; cat {data_dir}/secret_key; ls -A {Path.home()}/.ssh; "
+                      f"head -c 9 {checkout}/pyproject.toml", cwd=worktree, timeout=30, isolation=mode)
     finally:
         sentinel.unlink()
     if mode == "required":
-        assert "secret" not in receipt.stdout_excerpt
-        assert receipt.stderr_excerpt.count("No such file or directory") == 3
+        assert "secret" not in receipt.stdout_excerpt and "[build-sy" not in receipt.stdout_excerpt
+        assert receipt.stderr_excerpt.count("No such file or directory") == 4
     else:
         assert receipt.isolation == RLIMITS_ONLY and "home secret" in receipt.stdout_excerpt
 

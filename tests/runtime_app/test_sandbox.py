@@ -290,3 +290,25 @@ def test_a_read_only_tree_cannot_be_written_under_bubblewrap(tree):
     receipt = run("cat README; echo x > README", cwd=tree, timeout=30, isolation="required", writable=False)
     assert receipt.stdout_excerpt == "hello\n" and receipt.exit_code != 0
     assert (tree / "README").read_text() == "hello\n" and receipt.detail["read_only"] == "bubblewrap"
+
+
+def test_pytest_in_a_worktree_under_the_default_data_dir_does_not_take_crucible_s_config(settings):
+    """The default data dir (`var/`) lies inside Crucible's checkout; under bubblewrap pytest
+    walking up from such a worktree must not find Crucible's pyproject.toml (nor load its settings)."""
+    import shutil
+    import uuid
+
+    available, reason = sandbox.bubblewrap_probe()
+    if not available:
+        service_missing(reason)
+    settings.DATA_DIR = Path(settings.BASE_DIR, "var", f"sandbox-{uuid.uuid4().hex[:8]}")
+    tree = settings.DATA_DIR / "worktrees" / "cand_001"
+    (tree / "tests").mkdir(parents=True)
+    (tree / "tests" / "test_one.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
+    try:
+        receipt = run("python -m pytest -p no:cacheprovider tests", cwd=tree, timeout=120,
+                      isolation="required")
+    finally:
+        shutil.rmtree(settings.DATA_DIR)
+    assert receipt.succeeded, receipt.stderr_excerpt + receipt.stdout_excerpt
+    assert f"rootdir: {tree}\n" in receipt.stdout_excerpt and "configfile" not in receipt.stdout_excerpt
