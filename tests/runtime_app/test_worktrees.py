@@ -11,6 +11,7 @@ import re
 import stat
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -242,11 +243,13 @@ def test_git_variables_and_user_config_of_the_server_do_not_leak_in(repo, v1, tm
 
 
 def test_a_git_call_that_outlives_its_timeout_is_killed_with_its_children(tmp_path):
+    # A duration no other process on the machine has, so pgrep finds only this call's sleep.
+    seconds = f"30.{uuid.uuid4().int % 10**9:09d}"
     started = time.monotonic()
     with pytest.raises(GitError, match=re.escape("timed out after 0.5 s")):
-        git_run(["-c", "alias.slow=!sleep 30", "slow"], cwd=tmp_path, timeout=0.5)
+        git_run(["-c", f"alias.slow=!sleep {seconds}", "slow"], cwd=tmp_path, timeout=0.5)
     assert time.monotonic() - started < 5
-    sleeping = subprocess.run(["pgrep", "-f", "sleep 30"], capture_output=True, text=True).stdout
+    sleeping = subprocess.run(["pgrep", "-f", f"sleep {seconds}"], capture_output=True, text=True).stdout
     assert not sleeping.strip()
 
 
