@@ -359,21 +359,16 @@ def _entries(candidates: list) -> list:
                   patch_sha256=c.patch_sha256) for c in candidates]
 
 
-def _better(spec: Any, score: float, than: float) -> bool:
-    from search_app.selection import is_better
-
-    return is_better(score, than, spec.score.direction)
-
-
 def _round_close(run: Any, spec: Any) -> None:
     """Select the round's survivors; promote them to fresh trials, or go on to replay."""
-    from search_app.selection import select
+    from search_app.selection import is_better, select
 
     search, round_index = run.search, run.round_index
     baseline = search.candidates.get(number=0)
     participants = list(search.candidates.filter(state="alive", round_reached=round_index, number__gt=0))
     if baseline.score is not None:
-        for candidate in [c for c in participants if not _better(spec, c.score, baseline.score)]:
+        for candidate in [c for c in participants
+                          if not is_better(c.score, baseline.score, spec.score.direction)]:
             _eliminate(candidate, f"round {round_index}: score {candidate.score:g} is not better than the "
                                   f"baseline's {baseline.score:g}")
             participants.remove(candidate)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -295,9 +297,6 @@ def test_a_read_only_tree_cannot_be_written_under_bubblewrap(tree):
 def test_pytest_in_a_worktree_under_the_default_data_dir_does_not_take_crucible_s_config(settings):
     """The default data dir (`var/`) lies inside Crucible's checkout; under bubblewrap pytest
     walking up from such a worktree must not find Crucible's pyproject.toml (nor load its settings)."""
-    import shutil
-    import uuid
-
     available, reason = sandbox.bubblewrap_probe()
     if not available:
         service_missing(reason)
