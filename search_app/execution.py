@@ -34,8 +34,6 @@ LLM_KINDS = ("anthropic", "bedrock", "openai-compatible")
 WRITER_TIMEOUT_SECONDS = 1800
 REVIEW_TIMEOUT_SECONDS = 300
 REVIEWER_SCRIPT = Path(__file__).resolve().parent / "reviewer.py"
-# Replay accepts a score within this share of the earlier median, or within the earlier spread.
-REPLAY_TOLERANCE = 0.25
 
 
 def search_spec(search: Search) -> SearchSpec:
@@ -327,10 +325,11 @@ def _hidden_files_write(worktree: Path, files: dict[str, str]) -> None:
         target.write_text(content)
 
 
-def replay_verdict(earlier: list[float], replayed: float) -> tuple[bool, str]:
-    """Does a replayed median agree with the earlier trials, within their noise?"""
+def replay_verdict(earlier: list[float], replayed: float, tolerance: float) -> tuple[bool, str]:
+    """Does a replayed median agree with the earlier trials, within their noise (their spread,
+    or `tolerance` times their median, whichever is wider)?"""
     median = statistics.median(earlier)
-    band = max(max(earlier) - min(earlier), abs(median) * REPLAY_TOLERANCE)
+    band = max(max(earlier) - min(earlier), abs(median) * tolerance)
     if abs(replayed - median) <= band:
         return True, f"replayed median {replayed:g} is within {band:g} of {median:g}"
     return False, f"replayed median {replayed:g} moved more than {band:g} from {median:g}"

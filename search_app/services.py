@@ -709,7 +709,10 @@ def _result_apply(step: Any, candidate: Any, result: dict, replay_verdict: Any, 
         if "eliminated" in result:
             passed, why = False, f"replay failed: {result['eliminated']}"
         else:
-            passed, why = replay_verdict(earlier, result["score"])
+            from search_app.execution import search_spec
+
+            tolerance = search_spec(step.search).score.replay_tolerance
+            passed, why = replay_verdict(earlier, result["score"], tolerance)
             why = ("replay passed: " if passed else "replay failed: ") + why
         step.result = {**step.result, "passed": passed, "why": why}
         step.save(update_fields=["result"])

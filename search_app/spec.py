@@ -173,6 +173,11 @@ class ScoreSpec(_Section):
         default_factory=lambda: ["diff_lines"], description="applied in order on equal scores; each once"
     )
     timeout_seconds: int = Field(900, ge=1, le=86_400, description="per trial")
+    replay_tolerance: float = Field(
+        0.25, ge=0, le=10, allow_inf_nan=False,
+        description="replay passes when its median is within this share of the earlier median, or "
+        "within the earlier trials' spread (wall-clock metrics on a shared machine may need 0.5)",
+    )
 
 
 class SelectionSpec(_Section):
@@ -567,7 +572,7 @@ def spec_validate(source: str | bytes) -> SpecReport:
 
 # Keys added after specs were first frozen: at their default they are left out of the
 # normalized spec, so a spec that does not use them keeps the search id it always had.
-ADDED_KEYS_DEFAULTS = {("worker", "refine"): False}
+ADDED_KEYS_DEFAULTS = {("worker", "refine"): False, ("score", "replay_tolerance"): 0.25}
 
 
 def spec_normalized(spec: SearchSpec) -> dict[str, Any]:

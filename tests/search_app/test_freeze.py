@@ -268,14 +268,19 @@ def test_changing_a_spec_key_changes_the_ids(repo, key, old, new, also):
     assert changed.baseline_commit == base.baseline_commit
 
 
-def test_refine_at_its_default_keeps_the_ids_a_spec_always_had_and_true_changes_them(repo):
+@pytest.mark.parametrize("after, section, key, default, other, other_value", [
+    ('write_roots = ["code"]', "worker", "refine", "false", "true", True),
+    ('metric = "median_runtime_ms"', "score", "replay_tolerance", "0.25", "0.5", 0.5),
+])
+def test_a_key_added_later_keeps_the_ids_a_spec_always_had_at_its_default_and_changes_them_otherwise(
+    repo, after, section, key, default, other, other_value
+):
     base = freeze(WITH_EVIDENCE, repo)
     assert base.search_id == GOLDEN_SEARCH_ID
-    roots = 'write_roots = ["code"]'
-    written_out = freeze(WITH_EVIDENCE.replace(roots, roots + "\nrefine = false", 1), repo)
-    assert written_out.search_id == base.search_id and "refine" not in written_out.record["spec"]["worker"]
-    refining = freeze(WITH_EVIDENCE.replace(roots, roots + "\nrefine = true", 1), repo)
-    assert refining.search_id != base.search_id and refining.record["spec"]["worker"]["refine"] is True
+    written_out = freeze(WITH_EVIDENCE.replace(after, f"{after}\n{key} = {default}", 1), repo)
+    assert written_out.search_id == base.search_id and key not in written_out.record["spec"][section]
+    changed = freeze(WITH_EVIDENCE.replace(after, f"{after}\n{key} = {other}", 1), repo)
+    assert changed.search_id != base.search_id and changed.record["spec"][section][key] == other_value
 
 
 # --- bad input ----------------------------------------------------------------------------------

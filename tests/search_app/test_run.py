@@ -108,6 +108,29 @@ def test_a_winner_that_fails_replay_hands_over_to_the_next_candidate(personas, t
     assert "replay passed" in search.candidates.get(candidate_id="cand_002").reason
 
 
+@pytest.mark.parametrize("replay_tolerance, replayed", [(0.25, "cand_002"), (0.5, "cand_001")])
+def test_the_spec_s_replay_tolerance_decides_how_far_a_replayed_score_may_move(
+    personas, tmp_path, data_dir, replay_tolerance, replayed
+):
+    flag = tmp_path / "flagged" / ".git" / "replay-flag"
+    search = frozen(personas, tmp_path, {"cand_001": {"file": str(flag)}, "cand_002": 20},
+                    repo_name="flagged", population=2, rounds=[2, 1], replay_tolerance=replay_tolerance)
+    flag.write_text("50")
+    services.search_start(personas.owner, search, enqueue=False)
+    while SearchRun.objects.get(search=search).phase == "rounds":
+        for step_pk in services.search_advance(search.pk):
+            if Step.objects.get(pk=step_pk).kind != "replay":
+                services.step_execute(step_pk, "test")
+    flag.write_text("30")  # 40% lower: outside a 0.25 band around 50, inside a 0.5 band
+    run = services.search_run_inline(search)
+    assert run.outcome == "winner" and run.winner.candidate_id == replayed
+    band = f"{50 * replay_tolerance:g}"
+    expected = f"replay passed: replayed median 30 is within {band} of 50" if replayed == "cand_001" \
+        else f"replay failed: replayed median 30 moved more than {band} from 50"
+    replay = Step.objects.get(search=search, kind="replay", candidate__candidate_id="cand_001")
+    assert replay.result["why"] == expected
+
+
 def test_budget_exhaustion_stops_admission_and_spent_never_exceeds_the_budget(personas, tmp_path, data_dir):
     plan = {f"cand_00{n}": {"value": n + 2, "cost": 300} for n in range(1, 7)}
     search = frozen(personas, tmp_path, plan, population=6, rounds=[6, 1], concurrency=2,
