@@ -25,6 +25,8 @@ MAX_SPEC_BYTES = 256 * 1024
 TIE_BREAKERS = ("diff_lines", "cost_microusd", "score", "tokens")
 ORDERING_KEYS = ("score", "runtime", "diff_lines", "cost_microusd")
 NAME_RE = r"^[a-z0-9_-]{1,96}$"
+# Metrics the runtime measures from outside the score command (docs/sandbox.md, the score contract).
+RUNTIME_METRICS = ("runtime:wall_seconds", "runtime:cpu_seconds", "runtime:max_rss_kib")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -175,9 +177,35 @@ class ScoreSpec(_Section):
     timeout_seconds: int = Field(900, ge=1, le=86_400, description="per trial")
     replay_tolerance: float = Field(
         0.25, ge=0, le=10, allow_inf_nan=False,
-        description="replay passes when its median is within this share of the earlier median, or "
-        "within the earlier trials' spread (wall-clock metrics on a shared machine may need 0.5)",
+        description="`absolute` comparison only: replay passes when its median is within this share of "
+        "the earlier median, or within the earlier trials' spread",
     )
+    comparison: Literal["paired", "absolute"] = Field(
+        "paired", description="`paired`: each block runs every survivor and the baseline once, in a "
+        "shuffled order, and a candidate's figure is the median of its per-block ratios to the baseline, "
+        "decided by confidence intervals; `absolute`: medians of the values, as measured (used when the "
+        "baseline has no score)",
+    )
+    confidence: float = Field(
+        0.95, ge=0.5, le=0.999, allow_inf_nan=False,
+        description="`paired`: the confidence level of the intervals that promote, beat the baseline "
+        "and pick the winner",
+    )
+    max_trials: int | None = Field(
+        None, ge=1, le=100, description="`paired`: blocks a candidate may get in one round when the "
+        "candidates either side of the cut cannot be told apart (default: 3 × trials)",
+    )
+
+
+    @property
+    def trials_ceiling(self) -> int:
+        """The most blocks one candidate gets in a round, adaptive ones included."""
+        return self.max_trials or min(3 * self.trials, 100)
+
+    @property
+    def runtime_measured(self) -> bool:
+        """Whether the runtime measures the metric itself (no code the command runs can report it)."""
+        return self.metric in RUNTIME_METRICS
 
 
 class SelectionSpec(_Section):
@@ -510,6 +538,14 @@ def _cross_checks(data: dict[str, Any], positions: dict[tuple[str, ...], tuple[i
         breakers = score["tie_breakers"]
         if len(set(breakers)) != len(breakers):
             add(("score", "tie_breakers"), "a tie-breaker is repeated", "each tie-breaker once")
+    ceiling, trials = (score.get("max_trials"), score.get("trials", 5)) if isinstance(score, dict) else (0, 0)
+    if type(ceiling) is int and type(trials) is int and ceiling < trials:
+        add(("score", "max_trials"), f"max_trials {ceiling} is below trials {trials}",
+            "max_trials ≥ trials (the blocks every survivor gets)")
+    metric = score.get("metric") if isinstance(score, dict) else None
+    if isinstance(metric, str) and metric.startswith("runtime:") and metric not in RUNTIME_METRICS:
+        add(("score", "metric"), f"`{metric}` is not a metric the runtime measures",
+            "one of " + ", ".join(RUNTIME_METRICS) + ", or a name the score command reports")
     return errors
 
 
@@ -572,7 +608,10 @@ def spec_validate(source: str | bytes) -> SpecReport:
 
 # Keys added after specs were first frozen: at their default they are left out of the
 # normalized spec, so a spec that does not use them keeps the search id it always had.
-ADDED_KEYS_DEFAULTS = {("worker", "refine"): False, ("score", "replay_tolerance"): 0.25}
+ADDED_KEYS_DEFAULTS = {
+    ("worker", "refine"): False, ("score", "replay_tolerance"): 0.25, ("score", "comparison"): "paired",
+    ("score", "confidence"): 0.95, ("score", "max_trials"): None,
+}
 
 
 def spec_normalized(spec: SearchSpec) -> dict[str, Any]:

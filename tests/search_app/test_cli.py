@@ -90,7 +90,8 @@ def test_validate_lists_every_error_of_a_spec_with_several_problems(tmp_path):
     assert lines(done.stdout) == [
         f"{spec}:5:1 concurrency: invalid value; expected a number less than or equal to 16",
         f"{spec}:31:1 score.trails: unknown key `trails`; expected one of command, metric, direction, "
-        "trials, tie_breakers, timeout_seconds, replay_tolerance (did you mean `trials`?)",
+        "trials, tie_breakers, timeout_seconds, replay_tolerance, comparison, confidence, max_trials "
+        "(did you mean `trials`?)",
         f"{spec}:35:1 selection.policy: invalid value; expected 'pareto' or 'ordered'",
     ]
 
