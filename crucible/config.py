@@ -45,6 +45,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", "INFO"),
     Variable("CRUCIBLE_REPO_ROOTS", "comma-separated absolute dirs repositories may be registered under"),
     Variable("CRUCIBLE_SANDBOX", "bubblewrap for commands: required, preferred or off", "preferred"),
+    Variable("CRUCIBLE_SANDBOX_UID", "the unprivileged uid (and gid) sandboxed commands run as when the "
+             "server runs as root", "65534"),
+    Variable("CRUCIBLE_SANDBOX_TOOLCHAIN", "comma-separated absolute dirs commands may read besides /usr, "
+             "/etc, /bin, /lib* and Crucible's Python (e.g. /opt/node)"),
+    Variable("CRUCIBLE_LANE_DIR", "where the measurement-lane lock lives; workers on one host must share it "
+             "(default: the data dir's locks/)"),
     Variable("CRUCIBLE_STEP_LEASE_SECONDS", "how long a worker's claim on a step lasts unrenewed", "60"),
     Variable("CRUCIBLE_PROVIDER_CONCURRENCY", "model calls in flight per provider account, machine-wide",
              "8"),
@@ -79,6 +85,9 @@ class Config:
     require_services: bool
     repo_roots: list[Path]
     sandbox: str
+    sandbox_uid: int
+    sandbox_toolchain: list[Path]
+    lane_dir: Path | None
     step_lease_seconds: int
     provider_concurrency: int
     required_approvals: int
@@ -140,6 +149,13 @@ def _directories(name: str, raw: str) -> list[Path]:
             raise ConfigError(f"{name}: {word!r} is not an absolute path")
         roots.append(Path(os.path.normpath(path)))
     return roots
+
+
+def _directory(name: str, raw: str) -> Path | None:
+    roots = _directories(name, raw)
+    if len(roots) > 1:
+        raise ConfigError(f"{name}={raw!r}: give one absolute directory")
+    return roots[0] if roots else None
 
 
 def _draft_model(raw: str) -> str:
@@ -215,6 +231,9 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         redis_url=redis_url,
         repo_roots=_directories("CRUCIBLE_REPO_ROOTS", get("CRUCIBLE_REPO_ROOTS") or ""),
         sandbox=sandbox,
+        sandbox_uid=_integer("CRUCIBLE_SANDBOX_UID", get("CRUCIBLE_SANDBOX_UID") or "", 1, 2**31 - 2),
+        sandbox_toolchain=_directories("CRUCIBLE_SANDBOX_TOOLCHAIN", get("CRUCIBLE_SANDBOX_TOOLCHAIN") or ""),
+        lane_dir=_directory("CRUCIBLE_LANE_DIR", get("CRUCIBLE_LANE_DIR") or ""),
         draft_model=_draft_model(get("CRUCIBLE_DRAFT_MODEL") or ""),
         provider_concurrency=_integer(
             "CRUCIBLE_PROVIDER_CONCURRENCY", get("CRUCIBLE_PROVIDER_CONCURRENCY") or "", 1, 256

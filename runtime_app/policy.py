@@ -20,6 +20,7 @@ import re
 import shlex
 import tomllib
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -297,6 +298,31 @@ class _Checker:
                     groups.setdefault(_fold(item.path), set()).add(item.path)
             self.listings[key] = groups
         return self.listings[key]
+
+
+def read_only_paths(paths: Iterable[str], rules: PolicyRules, extra: Iterable[str] = ()) -> list[str]:
+    """The paths of a tree that no command may change while it runs (bound read-only in the
+    sandbox): protected paths, the score script, `extra` (hidden evaluator files) and, with
+    `forbid_test_changes`, tests, test configuration, start-up files and CI files. As few as
+    cover them: a `tests/` directory once, not each file in it."""
+    present = list(paths)
+    found = {path.strip("/") for path in [*extra, *rules.protected_paths] if path.strip("/")}
+    if rules.score_script:
+        found.add(rules.score_script)
+    if rules.forbid_test_changes:
+        for path in present:
+            parts = path.split("/")
+            lowered = [part.lower() for part in parts]
+            folder = next((depth for depth, part in enumerate(lowered[:-1])
+                           if part in TEST_SEGMENTS or part in CI_DIRS), None)
+            if folder is not None:
+                found.add("/".join(parts[: folder + 1]))
+            elif _test_kinds(lowered) or lowered[-1] == "pyproject.toml":
+                found.add(path)
+    existing = set(present) | {"/".join(path.split("/")[:depth]) for path in present
+                               for depth in range(1, path.count("/") + 1)}
+    kept = sorted(path for path in found if path in existing)
+    return [path for path in kept if not any(path.startswith(other + "/") for other in kept)]
 
 
 # --- names ----------------------------------------------------------------------------------

@@ -302,12 +302,16 @@ def receipt_record(
 
 def command_run(
     command: Any, *, project: Project | None = None, subject: tuple[str, int] | None = None,
-    label: str = "", **options: Any,
+    label: str = "", note: dict[str, Any] | None = None, **options: Any,
 ) -> Receipt:
-    """Run a command in the sandbox (see runtime_app.sandbox.run) and write its receipt."""
+    """Run a command in the sandbox (see runtime_app.sandbox.run) and write its receipt; `note`
+    adds what the caller knows to its detail (a trial's block and position)."""
     from runtime_app import sandbox
 
-    return receipt_record(sandbox.run(command, **options), project=project, subject=subject, label=label)
+    receipt = sandbox.run(command, **options)
+    if note:
+        receipt.detail = {**receipt.detail, **note}
+    return receipt_record(receipt, project=project, subject=subject, label=label)
 
 
 def patch_admit(
