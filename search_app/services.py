@@ -288,7 +288,7 @@ def search_advance(search_pk: int) -> list[int]:
         if run.phase == "rounds":
             _admit(run, spec, steps, live)
             if not live and _round_complete(run, steps):
-                _round_close(run, spec)
+                _round_next(run, spec, steps)
         busy = search.steps.filter(state__in=("pending", "running")).exists
         if run.phase == "replay" and not busy():
             _replay_next(run, spec)
@@ -303,19 +303,36 @@ def search_advance(search_pk: int) -> list[int]:
 
 
 def _admit(run: Any, spec: Any, steps: list, live: list) -> None:
-    """Queue the evaluation of each candidate its writer has finished with (in round 0, or a
-    refinement in a later round), and admit round 0's writers in batch order."""
+    """Admit to evaluation each candidate whose writer has finished (in round 0, or a refinement
+    in a later round), in candidate order, and round 0's writers in batch order.
+
+    A candidate is admitted to evaluation only once every earlier candidate's writer of the round
+    has finished, so identical patches are grouped deterministically: the group is evaluated once,
+    by its earliest member, and the others are marked at once, whatever they would have scored.
+    """
     from search_app.models import Step
 
     search = run.search
     has_evaluate = {(s.candidate_id, s.round) for s in steps if s.kind == "evaluate"}
-    for step in steps:
-        candidate = step.candidate
-        if step.kind == "generate" and step.state in ("done", "failed") and \
-                (step.candidate_id, step.round) not in has_evaluate and candidate.state == "evaluating":
-            live.append(Step.objects.create(search=search, candidate=candidate, kind="evaluate",
-                                            round=step.round))
-    queued = list(search.candidates.filter(state="queued").order_by("number"))
+    written = {s.candidate_id for s in steps if s.kind == "generate" and s.round == run.round_index
+               and s.state in ("done", "failed")}
+    candidates = list(search.candidates.filter(number__gt=0).order_by("number"))
+    writing = {c.pk for c in candidates if c.state in ("queued", "writing")}
+    for candidate in candidates:
+        if candidate.pk in writing:
+            break  # later candidates wait, so an identical earlier patch is always seen first
+        if candidate.pk not in written or candidate.state != "evaluating" or \
+                (candidate.pk, run.round_index) in has_evaluate:
+            continue
+        original = _identical_earlier(candidates, candidate)
+        if original is not None:
+            candidate.duplicate_of = original
+            _eliminate(candidate, f"identical patch to {original.candidate_id}: evaluated once and credited "
+                                  f"to {original.candidate_id}, the earliest candidate with it")
+            continue
+        live.append(Step.objects.create(search=search, candidate=candidate, kind="evaluate",
+                                        round=run.round_index))
+    queued = [c for c in candidates if c.state == "queued"]
     for candidate in queued:
         if len(live) >= spec.concurrency:
             break
@@ -332,6 +349,23 @@ def _admit(run: Any, spec: Any, steps: list, live: list) -> None:
         live.append(Step.objects.create(search=search, candidate=candidate, kind="generate", round=0,
                                         reserved_cost_microusd=cost, reserved_tokens=tokens))
         _candidate_event(candidate, "admitted; its writer starts")
+
+
+# States of candidates whose patch is still in the race (or was, for grouping round 0's patches).
+_GROUPED_STATES = ("evaluating", "alive", "eliminated", "winner")
+
+
+def _identical_earlier(candidates: list, candidate: Any) -> Any:
+    """The earliest other candidate with byte-identical patch bytes still in the race, or (in round
+    0) that was judged on them; None if the patch is its own."""
+    for other in candidates:
+        if other.number >= candidate.number:
+            return None
+        if other.patch_sha256 == candidate.patch_sha256 and other.patch_sha256 and \
+                other.state in _GROUPED_STATES and other.duplicate_of_id is None and \
+                (other.state != "eliminated" or candidate.patch_round == 0):
+            return other
+    return None
 
 
 def _not_admitted(run: Any, candidates: list) -> None:
@@ -351,24 +385,98 @@ def _round_complete(run: Any, steps: list) -> bool:
     return not any(s.state in ("pending", "running") for s in steps)
 
 
-def _entries(candidates: list) -> list:
+def _entries(candidates: list, scores: dict[str, float] | None = None) -> list:
     from search_app.selection import Entry
 
-    return [Entry(c.candidate_id, score=c.score, cost_microusd=c.cost_microusd, tokens=c.tokens,
-                  diff_lines=c.diff_lines or 0, runtime_seconds=c.runtime_seconds or 0.0,
+    return [Entry(c.candidate_id, score=(scores or {}).get(c.candidate_id, c.score), cost_microusd=c.cost_microusd,
+                  tokens=c.tokens, diff_lines=c.diff_lines or 0, runtime_seconds=c.runtime_seconds or 0.0,
                   patch_sha256=c.patch_sha256) for c in candidates]
 
 
-def _round_close(run: Any, spec: Any) -> None:
-    """Select the round's survivors; promote them to fresh trials, or go on to replay."""
-    from search_app.selection import is_better, select
+def comparison_for(search: Search, spec: Any, baseline: Any) -> str:
+    """How this search compares candidates now: `paired` (per-block ratios to the baseline) when
+    its spec asks for it and the baseline is measured; `absolute` otherwise, and always for a
+    search frozen before paired blocks existed (contract 1), which runs as it was frozen."""
+    if search.contract < 2 or spec.score.comparison != "paired" or baseline.state != "alive":
+        return "absolute"
+    return "paired"
+
+
+def _interval(candidate: Any, spec: Any) -> Any:
+    from search_app.measurement import Interval
+
+    return Interval(candidate.score, candidate.score_low, candidate.score_high, spec.score.confidence,
+                    len(candidate.blocks.get(str(candidate.round_reached), {})))
+
+
+def _round_next(run: Any, spec: Any, steps: list) -> None:
+    """The round's gates are done: measure its survivors in blocks, add blocks where the
+    candidates at the cut (or against the baseline) cannot be told apart yet, then close it."""
+    from search_app.measurement import contested, undecided_against
 
     search, round_index = run.search, run.round_index
     baseline = search.candidates.get(number=0)
     participants = list(search.candidates.filter(state="alive", round_reached=round_index, number__gt=0))
-    if baseline.score is not None:
-        for candidate in [c for c in participants
-                          if not is_better(c.score, baseline.score, spec.score.direction)]:
+    measures = sorted((s for s in steps if s.kind == "measure" and s.round == round_index), key=lambda s: s.part)
+    failed = next((s for s in measures if s.state == "failed"), None)
+    if failed is not None:
+        _outcome_none(run, f"round {round_index} could not be measured: {failed.error}")
+        return
+    if not participants:
+        _round_close(run, spec)
+        return
+    members = ["baseline"] if baseline.state == "alive" else []
+    if not measures:
+        _measure_create(run, round_index, 0, [*members, *(c.candidate_id for c in participants)],
+                        0, spec.score.trials)
+        return
+    if comparison_for(search, spec, baseline) == "paired":
+        intervals = {c.candidate_id: _interval(c, spec) for c in participants if c.score is not None}
+        last = round_index >= len(spec.rounds) - 1
+        keep = 1 if last else spec.rounds[round_index + 1]
+        direction = spec.score.direction
+        wanted = set(contested(intervals, keep, direction)) | set(undecided_against(intervals, 1.0, direction))
+        counts = {c.candidate_id: len(c.blocks.get(str(round_index), {})) for c in participants}
+        more = sorted(cid for cid in wanted if counts[cid] < spec.score.trials_ceiling)
+        if more:
+            first = max(s.plan["blocks"][1] for s in measures)
+            blocks = min(spec.score.trials, spec.score.trials_ceiling - min(counts[cid] for cid in more))
+            _measure_create(run, round_index, len(measures), [*members, *more], first, first + blocks)
+            _search_event(search, "search.measuring", f"round {round_index}: {', '.join(more)} cannot be told "
+                          f"apart yet; {blocks} more block(s) for them and the baseline", round=round_index)
+            return
+    _round_close(run, spec)
+
+
+def _measure_create(run: Any, round_index: int, part: int, members: list[str], first: int, last: int) -> None:
+    from search_app.models import Step
+
+    baseline = run.search.candidates.get(number=0)
+    Step.objects.create(search=run.search, candidate=baseline, kind="measure", round=round_index, part=part,
+                        plan={"members": sorted(members), "blocks": [first, last]})
+
+
+def _round_close(run: Any, spec: Any) -> None:
+    """Select the round's survivors; promote them to the next round, or go on to replay."""
+    from search_app.measurement import beats, describe, tie_groups, tied_scores
+    from search_app.selection import is_better, select
+
+    search, round_index = run.search, run.round_index
+    baseline = search.candidates.get(number=0)
+    paired = comparison_for(search, spec, baseline) == "paired"
+    direction = spec.score.direction
+    participants = list(search.candidates.filter(state="alive", round_reached=round_index, number__gt=0))
+    labels: dict[str, str] = {}
+    if paired:
+        for candidate in list(participants):
+            interval = _interval(candidate, spec)
+            labels[candidate.candidate_id] = describe(interval, paired=True)
+            if not beats(interval, 1.0, direction):
+                _eliminate(candidate, f"round {round_index}: {labels[candidate.candidate_id]}: not clearly "
+                                      "better than the baseline")
+                participants.remove(candidate)
+    elif baseline.score is not None:
+        for candidate in [c for c in participants if not is_better(c.score, baseline.score, direction)]:
             _eliminate(candidate, f"round {round_index}: score {candidate.score:g} is not better than the "
                                   f"baseline's {baseline.score:g}")
             participants.remove(candidate)
@@ -377,24 +485,36 @@ def _round_close(run: Any, spec: Any) -> None:
         return
     last = round_index >= len(spec.rounds) - 1
     keep = len(participants) if last else spec.rounds[round_index + 1]
-    decisions = select(_entries(participants), keep, direction=spec.score.direction,
-                       policy=spec.selection.policy, ordering=spec.selection.ordering,
-                       tie_breakers=spec.score.tie_breakers, retain_diversity=spec.selection.retain_diversity)
+    scores, ties = None, {}
+    if paired:
+        intervals = {c.candidate_id: _interval(c, spec) for c in participants}
+        scores = tied_scores(intervals, direction)
+        for group in tie_groups(intervals, direction):
+            for cid in group:
+                if len(group) > 1:
+                    ties[cid] = [other for other in group if other != cid]
+    decisions = select(_entries(participants, scores), keep, direction=direction, policy=spec.selection.policy,
+                       ordering=spec.selection.ordering, tie_breakers=spec.score.tie_breakers,
+                       retain_diversity=spec.selection.retain_diversity, labels=labels)
     by_id = {c.candidate_id: c for c in participants}
     run.rankings = {**run.rankings, str(round_index): [d.candidate_id for d in decisions
                                                        if not d.duplicate_of]}
     for decision in decisions:
         candidate = by_id[decision.candidate_id]
+        reason = decision.reason
+        if decision.candidate_id in ties:
+            reason += f"; tied with {', '.join(ties[decision.candidate_id])} (their intervals overlap), so " \
+                      f"the tie-breakers ({', '.join(spec.score.tie_breakers)}) order them"
         if decision.duplicate_of:
             candidate.duplicate_of = by_id[decision.duplicate_of]
         if decision.promoted and not last:
-            candidate.state, candidate.reason = "evaluating", f"round {round_index}: {decision.reason}"
-            candidate.save(update_fields=["state", "reason", "duplicate_of", "updated_at"])
+            candidate.reason = f"round {round_index}: {reason}"
+            candidate.save(update_fields=["reason", "duplicate_of", "updated_at"])
             _promote(run, spec, candidate, round_index + 1)
         elif not decision.promoted:
-            _eliminate(candidate, f"round {round_index}: {decision.reason}")
+            _eliminate(candidate, f"round {round_index}: {reason}")
         else:
-            candidate.reason = f"round {round_index}: {decision.reason}"
+            candidate.reason = f"round {round_index}: {reason}"
             candidate.save(update_fields=["reason", "duplicate_of", "updated_at"])
     _search_event(search, "search.round_closed", f"round {round_index} closed: "
                   f"{sum(d.promoted for d in decisions)} of {len(decisions)} go on", round=round_index)
@@ -402,11 +522,15 @@ def _round_close(run: Any, spec: Any) -> None:
         run.phase = "replay"
     else:
         run.round_index = round_index + 1
+        if baseline.state == "alive":  # the baseline runs in every round's blocks
+            baseline.round_reached = round_index + 1
+            baseline.save(update_fields=["round_reached", "updated_at"])
 
 
 def _promote(run: Any, spec: Any, candidate: Any, next_round: int) -> None:
-    """Fresh trials in the next round; with `worker.refine`, its writer revises the patch first,
-    if the budget can cover one more writer (otherwise the patch is re-scored as it is)."""
+    """On to the next round's blocks with the patch it has; with `worker.refine`, its writer
+    revises the patch first, if the budget can cover one more writer (otherwise the patch goes
+    on as it is)."""
     from search_app.models import Step
 
     if spec.worker.refine:
@@ -424,13 +548,18 @@ def _promote(run: Any, spec: Any, candidate: Any, next_round: int) -> None:
                                     "cover another writer")
     else:
         _candidate_event(candidate, f"promoted to round {next_round}")
-    Step.objects.create(search=run.search, candidate=candidate, kind="evaluate", round=next_round)
+    _carry_on(candidate, next_round)
+
+
+def _carry_on(candidate: Any, round_index: int) -> None:
+    """A patch that passed its gates goes into `round_index`'s blocks as it is."""
+    candidate.state, candidate.round_reached = "alive", round_index
+    candidate.save(update_fields=["state", "round_reached", "updated_at"])
 
 
 def _refinement_kept(candidate: Any, step: Any, why: str) -> None:
     """A refinement that fails costs the candidate nothing: it goes on with the patch it had."""
-    candidate.state = "evaluating"
-    candidate.save(update_fields=["state", "updated_at"])
+    _carry_on(candidate, step.round)
     _candidate_event(candidate, f"round {step.round}: refinement failed ({why}); keeps its round "
                                 f"{candidate.patch_round} patch")
 
@@ -456,7 +585,8 @@ def _replay_order(run: Any) -> list[str]:
 
 
 def _replay_next(run: Any, spec: Any) -> None:
-    """Replay the best candidate not yet replayed; after MAX_REPLAYS failures, NONE."""
+    """Replay the best candidate not yet replayed, interleaved with the baseline; after
+    MAX_REPLAYS failures, NONE."""
     from search_app.models import Step
 
     search = run.search
@@ -478,9 +608,14 @@ def _replay_next(run: Any, spec: Any) -> None:
         _outcome_none(run, f"no candidate passed replay ({', '.join(run.replayed) or 'none replayed'})")
         return
     candidate = search.candidates.get(candidate_id=remaining[0])
+    baseline = search.candidates.get(number=0)
+    members = [candidate.candidate_id, *(["baseline"] if baseline.state == "alive" else [])]
     run.replayed = [*run.replayed, candidate.candidate_id]
-    Step.objects.create(search=search, candidate=candidate, kind="replay", round=run.round_index)
-    _candidate_event(candidate, "provisional winner: replaying on a clean baseline")
+    Step.objects.create(search=search, candidate=candidate, kind="replay", round=run.round_index,
+                        plan={"members": sorted(members), "blocks": [0, spec.score.trials],
+                              "namespace": f"replay-{candidate.candidate_id}"})
+    _candidate_event(candidate, "provisional winner: replaying on a clean baseline, interleaved with the "
+                                "baseline")
 
 
 def _outcome_winner(run: Any) -> None:
@@ -611,16 +746,10 @@ def step_execute(step_pk: int, owner: str) -> bool:
     beat = threading.Thread(target=_heartbeat, args=(step.pk, owner, step.search_id, cancel, stop),
                             daemon=True)
     beat.start()
+    work = {"generate": execution.generate, "evaluate": execution.evaluate, "measure": execution.measure,
+            "replay": execution.replay, "review": execution.review}[step.kind]
     try:
-        if step.kind == "generate":
-            result = execution.generate(step, cancel)
-        elif step.kind == "evaluate":
-            # Gates run on every new patch: round 0's, and a refinement's in its round.
-            result = execution.evaluate(step, cancel, gates=step.round == step.candidate.patch_round)
-        elif step.kind == "replay":
-            result = execution.evaluate(step, cancel, gates=True)
-        else:
-            result = execution.review(step, cancel)
+        result = work(step, cancel)
     except Exception as error:  # a runtime fault: the step fails with its reason, the search goes on
         logger.exception("step %s failed", step_pk)
         result = {"error": f"{type(error).__name__}: {error}"}
@@ -633,7 +762,6 @@ def step_execute(step_pk: int, owner: str) -> bool:
 def _step_record(step_pk: int, owner: str, result: dict) -> bool:
     from django.utils import timezone
 
-    from search_app.execution import replay_verdict
     from search_app.models import Review, SearchRun, Step
 
     with transaction.atomic():
@@ -666,7 +794,9 @@ def _step_record(step_pk: int, owner: str, result: dict) -> bool:
         if step.state == "cancelled":
             return True
         if "error" in result:
-            if candidate.number == 0:
+            if step.kind == "measure":
+                pass  # the round cannot be decided: search_advance ends the search with the reason
+            elif candidate.number == 0:
                 candidate.state, candidate.reason = "eliminated", f"baseline not measured: {result['error']}"
                 candidate.save()
             elif step.refines:
@@ -674,11 +804,11 @@ def _step_record(step_pk: int, owner: str, result: dict) -> bool:
             else:
                 _eliminate(candidate, f"{step.kind} step failed in the runtime: {result['error']}")
             return True
-        _result_apply(step, candidate, result, replay_verdict, Review)
+        _result_apply(step, candidate, result, Review)
     return True
 
 
-def _result_apply(step: Any, candidate: Any, result: dict, replay_verdict: Any, review_model: Any) -> None:
+def _result_apply(step: Any, candidate: Any, result: dict, review_model: Any) -> None:
     if step.refines:
         _refinement_apply(step, candidate, result)
         return
@@ -702,18 +832,8 @@ def _result_apply(step: Any, candidate: Any, result: dict, replay_verdict: Any, 
         _candidate_event(candidate, f"reviewer says {result['verdict']} ({findings} findings)")
         return
     if step.kind == "replay":
-        # The noise band comes from the trials of the patch being replayed (not of a patch
-        # its writer later refined).
-        earlier = [v for round_key, values in candidate.trials.items()
-                   if int(round_key) >= candidate.patch_round for v in values]
-        if "eliminated" in result:
-            passed, why = False, f"replay failed: {result['eliminated']}"
-        else:
-            from search_app.execution import search_spec
-
-            tolerance = search_spec(step.search).score.replay_tolerance
-            passed, why = replay_verdict(earlier, result["score"], tolerance)
-            why = ("replay passed: " if passed else "replay failed: ") + why
+        passed, why = _replay_verdict(step, candidate, result)
+        why = ("replay passed: " if passed else "replay failed: ") + why
         step.result = {**step.result, "passed": passed, "why": why}
         step.save(update_fields=["result"])
         if not passed:
@@ -723,35 +843,133 @@ def _result_apply(step: Any, candidate: Any, result: dict, replay_verdict: Any, 
             candidate.save()
             _candidate_event(candidate, why)
         return
-    # evaluate
+    if step.kind == "measure":
+        _measurement_apply(step, result)
+        return
+    # evaluate: the gates (a new patch's, or the baseline's)
     candidate.gates_passed = max(candidate.gates_passed, result.get("gates_passed", 0))
     if "eliminated" in result:
         if candidate.number == 0:
             candidate.state, candidate.reason = "eliminated", f"baseline: {result['eliminated']}"
             candidate.save()
             _candidate_event(candidate, candidate.reason)
+            _search_event(step.search, "search.baseline_failed", f"the baseline failed its gates "
+                          f"({result['eliminated']}): candidates are compared by absolute values",
+                          round=step.round)
         else:
             candidate.round_reached = step.round
             _eliminate(candidate, f"round {step.round}: {result['eliminated']}")
         return
     candidate.round_reached = step.round
-    candidate.score, candidate.spread = result["score"], result["spread"]
-    candidate.runtime_seconds = result["runtime_seconds"]
-    candidate.trials = {**candidate.trials, str(step.round): result["trials"]}
     candidate.state = "alive"
     candidate.save()
-    _candidate_event(candidate, f"round {step.round}: score {candidate.score:g} ± {candidate.spread:g}")
+    _candidate_event(candidate, f"round {step.round}: passed its {candidate.gates_passed} gate(s); "
+                                "measured with the round's blocks")
+
+
+def _measurement_apply(step: Any, result: dict) -> None:
+    """Record a round's blocks: each member's values, a member whose trial failed eliminated, then
+    every measured candidate's figure and interval for the round so far."""
+    from search_app.execution import search_spec
+
+    search = step.search
+    spec = search_spec(search)
+    key = str(step.round)
+    members = {c.candidate_id: c for c in search.candidates.filter(candidate_id__in=result["members"])}
+    for cid, candidate in members.items():
+        values, seconds = result["values"].get(cid, {}), result["durations"].get(cid, {})
+        round_blocks = dict(candidate.blocks.get(key, {}))
+        round_blocks.update({block: {"value": value, "seconds": seconds.get(block)} for block, value in values.items()})
+        candidate.blocks = {**candidate.blocks, key: round_blocks}
+        candidate.save(update_fields=["blocks", "updated_at"])
+    for cid, why in result["dropped"].items():
+        candidate = members[cid]
+        if candidate.number == 0:
+            candidate.state, candidate.reason = "eliminated", f"baseline not measured: {why}"
+            candidate.save(update_fields=["state", "reason", "updated_at"])
+            _search_event(search, "search.baseline_failed", f"the baseline could not be measured ({why}): "
+                          "candidates are compared by absolute values", round=step.round)
+        else:
+            _eliminate(candidate, f"round {step.round}: {why}")
+    _scores_update(search, spec, step.round)
+
+
+def _block_values(candidate: Any, key: str) -> dict[int, float]:
+    return {int(block): item["value"] for block, item in candidate.blocks.get(key, {}).items()}
+
+
+def _scores_update(search: Search, spec: Any, round_index: int) -> None:
+    """Each measured candidate's figure for the round: its median paired ratio to the baseline
+    with its interval (paired), or the median of its values (absolute); the absolute median is
+    kept either way."""
+    import statistics
+
+    from search_app.measurement import median_interval, paired_ratios
+
+    key = str(round_index)
+    baseline = search.candidates.get(number=0)
+    paired = comparison_for(search, spec, baseline) == "paired"
+    base_values = _block_values(baseline, key)
+    for candidate in search.candidates.filter(state="alive", round_reached=round_index):
+        values = _block_values(candidate, key)
+        if not values:
+            continue
+        ordered = [values[block] for block in sorted(values)]
+        seconds = [item["seconds"] for item in candidate.blocks[key].values() if item.get("seconds") is not None]
+        candidate.trials = {**candidate.trials, key: ordered}
+        candidate.score_absolute = statistics.median(ordered)
+        candidate.spread = max(ordered) - min(ordered)
+        candidate.runtime_seconds = statistics.fmean(seconds) if seconds else None
+        ratios = paired_ratios(values, base_values) if candidate.number else [1.0]
+        seed = f"{search.search_id}/{round_index}/{candidate.candidate_id}"
+        figures = ratios if paired and ratios else ordered
+        interval = median_interval(figures, spec.score.confidence, seed)
+        candidate.score, candidate.score_low, candidate.score_high = interval.point, interval.low, interval.high
+        candidate.save()
+        shown = f"{interval.point:.3g}× baseline [{interval.low:.3g}, {interval.high:.3g}]" if paired else \
+            f"score {interval.point:g}"
+        _candidate_event(candidate, f"round {round_index}: {shown} over {len(figures)} block(s)")
+
+
+def _replay_verdict(step: Any, candidate: Any, result: dict) -> tuple[bool, str]:
+    """Paired: the replay's interval must overlap the one it won with and still beat the baseline.
+    Absolute: its median must stay within the band of its earlier trials."""
+    import statistics
+
+    from search_app.execution import search_spec
+    from search_app.measurement import median_interval, paired_ratios, replay_consistent, replay_within_band
+
+    if "eliminated" in result:  # its patch or its gates
+        return False, result["eliminated"]
+    spec = search_spec(step.search)
+    cid = candidate.candidate_id
+    if cid in result["dropped"]:
+        return False, result["dropped"][cid]
+    values = {int(block): value for block, value in result["values"].get(cid, {}).items()}
+    if not values:
+        return False, "the replay measured nothing"
+    baseline = step.search.candidates.get(number=0)
+    base = {int(block): value for block, value in result["values"].get("baseline", {}).items()}
+    if comparison_for(step.search, spec, baseline) == "paired" and base and "baseline" not in result["dropped"]:
+        replayed = median_interval(paired_ratios(values, base), spec.score.confidence,
+                                   f"{step.search.search_id}/replay/{cid}")
+        return replay_consistent(_interval(candidate, spec), replayed, spec.score.direction)
+    # The band comes from the trials of the patch being replayed (not of a patch its writer
+    # later refined).
+    earlier = [v for round_key, trial_values in candidate.trials.items()
+               if int(round_key) >= candidate.patch_round for v in trial_values]
+    return replay_within_band(earlier, statistics.median(values.values()), spec.score.replay_tolerance)
 
 
 def _refinement_apply(step: Any, candidate: Any, result: dict) -> None:
     if "eliminated" in result:
         _refinement_kept(candidate, step, result["eliminated"])
         return
-    candidate.state = "evaluating"
     if result["patch_sha256"] == candidate.patch_sha256:
-        candidate.save(update_fields=["state", "updated_at"])
+        _carry_on(candidate, step.round)  # the same patch passed its gates already
         _candidate_event(candidate, f"round {step.round}: its writer kept its patch")
         return
+    candidate.state = "evaluating"
     candidate.patch = bytes.fromhex(result["patch_hex"])
     candidate.patch_sha256, candidate.patch_round = result["patch_sha256"], step.round
     candidate.diff_lines, candidate.files = result.get("diff_lines"), result.get("files", [])
