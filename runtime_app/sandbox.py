@@ -113,7 +113,8 @@ def is_secret_name(name: str) -> bool:
 
 def path_dirs() -> list[str]:
     """The server's PATH with Crucible's Python first: where a command's programs are looked up."""
-    return [str(Path(sys.executable).parent), *os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(os.pathsep)]
+    server = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    return [str(Path(sys.executable).parent), *server.split(os.pathsep)]
 
 
 def env_build(
@@ -482,11 +483,13 @@ def sandbox_which(
 # in a private mount namespace, as root, a tmpfs covers an unused system directory and each such
 # source (or the per-command overlay) is mounted into a slot there, then the rest runs.
 _STAGE = """base=$1; shift
-mount -t tmpfs -o mode=0755,size=64k crucible-stage "$base" || { echo "crucible sandbox: no stage" >&2; exit 125; }
+mount -t tmpfs -o mode=0755,size=64k crucible-stage "$base" ||
+  { echo "crucible sandbox: no stage" >&2; exit 125; }
 while [ "$1" != -- ]; do
   case $1 in
     bind) if [ "$4" = f ]; then : > "$base/$3"; else mkdir "$base/$3"; fi
-          mount --bind "$2" "$base/$3" || { echo "crucible sandbox: cannot stage $2" >&2; exit 125; }; shift 4;;
+          mount --bind "$2" "$base/$3" ||
+            { echo "crucible sandbox: cannot stage $2" >&2; exit 125; }; shift 4;;
     overlay) mkdir "$base/$5"
           mount -t overlay crucible -o "lowerdir=$2,upperdir=$3,workdir=$4" "$base/$5" ||
             { echo "crucible sandbox: the overlay could not be mounted" >&2; exit 125; }; shift 5;;
@@ -615,7 +618,8 @@ def _probe(identity: tuple[int, int] | None) -> tuple[bool, str]:
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip()
         if identity is not None:
-            why += f" (as the unprivileged uid {identity[0]}: this host may not allow unprivileged user namespaces)"
+            why += (f" (as the unprivileged uid {identity[0]}: this host may not allow unprivileged user "
+                    "namespaces)")
         return False, f"bubblewrap could not start: {why}"
     return True, "bubblewrap starts"
 
@@ -703,6 +707,11 @@ class _Plan:
     view: dict
 
 
+def _copy_tree(tree: Path, copy: Path) -> None:
+    """A full copy (reflinked where the file system can) for a fresh tree without an overlay."""
+    subprocess.run(["cp", "-a", "--reflink=auto", f"{tree}/.", str(copy)], check=True, capture_output=True)
+
+
 def _scratch_dir() -> Path:
     base = Path(settings.DATA_DIR).resolve() / "sandbox"
     base.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -726,8 +735,7 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
         run_tree = tree
         if fresh:  # no bubblewrap to bind a copy over the pristine path: run in the copy itself
             run_tree = scratch / "tree"
-            subprocess.run(["cp", "-a", "--reflink=auto", f"{tree}/.", str(run_tree)], check=True,
-                           capture_output=True)
+            _copy_tree(tree, run_tree)
         declared = dict(env or {})
         if metrics_dir is not None:
             declared["CRUCIBLE_METRICS_FILE"] = str(metrics_dir / METRICS_NAME)
@@ -737,7 +745,8 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
                      refused, scratch, metrics_dir,
                      {"uid": os.geteuid(), "gid": os.getegid(), "network": "host (no isolation)",
                       "mounts": "the host's file system (no isolation)",
-                      "tree": "a fresh copy" if fresh else ("read-only (not enforced)" if not writable else "the tree"),
+                      "tree": "a fresh copy" if fresh else
+                      ("the tree" if writable else "read-only (not enforced)"),
                       **({"read_only_paths": "not enforced"} if read_only else {})})
     identity = sandbox_identity()
     if fresh or writable or _inside(tree, Path(settings.DATA_DIR).resolve()):
@@ -760,7 +769,7 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
         how = "a fresh overlay of the pristine tree (its writes are discarded)"
     elif fresh:
         copy = scratch / "tree"
-        subprocess.run(["cp", "-a", "--reflink=auto", f"{tree}/.", str(copy)], check=True, capture_output=True)
+        _copy_tree(tree, copy)
         source = stage.source(copy)
         how = "a fresh copy of the pristine tree (its writes are discarded)"
     else:
@@ -778,7 +787,8 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
     uid, gid = identity or (os.geteuid(), os.getegid())
     return _Plan(full, {}, "/", sorted(env_full), refused, scratch, metrics_dir,
                  {"uid": uid, "gid": gid, "network": "none (own network namespace; no host sockets)",
-                  "tree": how, "mounts": mounts, **({"read_only_paths": list(read_only)} if read_only else {})})
+                  "tree": how, "mounts": mounts,
+                  **({"read_only_paths": list(read_only)} if read_only else {})})
 
 
 def chosen_mode(chosen: str) -> str:
@@ -845,7 +855,8 @@ def run(
             cgroups = _RunCgroups(parents, limits.processes)
         except OSError:
             cgroups = None
-    accounting = cgroups is not None and ("v2" in cgroups.paths or {"cpuacct", "memory"} <= set(cgroups.paths))
+    accounting = cgroups is not None and (
+        "v2" in cgroups.paths or {"cpuacct", "memory"} <= set(cgroups.paths))
     try:
         plan = _plan(argv, chosen=chosen, tree=tree_path, cwd=cwd_path, env=env, limits=limits,
                      readable=readable_paths, read_only=list(read_only), writable=writable, fresh=fresh,
@@ -938,13 +949,15 @@ def run(
             **({"peak_processes": peak} if peak is not None else {}),
             "sandbox": plan.view,
             "lane": {"mode": lane, "waited_seconds": round(lane_wait, 6)},
-            **({} if metrics_file is None else {"metrics_file": "written" if metrics_copied else "not written"}),
+            **({} if metrics_file is None else
+               {"metrics_file": "written" if metrics_copied else "not written"}),
         },
     )
 
 
 def _wait(process: subprocess.Popen, captures: dict[int, _Capture], stdin: bytes, deadline: float,
-          cancel: threading.Event | None, cgroups: _RunCgroups | None) -> tuple[bool, bool, int, object, int, float]:
+          cancel: threading.Event | None, cgroups: _RunCgroups | None
+          ) -> tuple[bool, bool, int, object, int, float]:
     """Feed stdin, read both pipes and reap the command by its deadline; kill its group (and
     cgroups) on timeout or cancel, and whatever it left behind.
     (timed_out, cancelled, status, rusage, stray processes killed, when it was reaped)"""

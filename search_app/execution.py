@@ -304,8 +304,8 @@ def _gates(step: Step, spec: SearchSpec, tree: Path, read_only: list[str], label
     """Run the hard gates in order, each on a fresh copy of the pristine tree; None if all passed,
     else the step's result (eliminated or cancelled)."""
     for number, command in enumerate(spec.hard_gates.commands, start=1):
-        gate = _run(step, command, f"{label} gate {number}", cwd=tree, timeout=spec.hard_gates.timeout_seconds,
-                    cancel=cancel, fresh=True, read_only=read_only)
+        gate = _run(step, command, f"{label} gate {number}", cwd=tree, cancel=cancel,
+                    timeout=spec.hard_gates.timeout_seconds, fresh=True, read_only=read_only)
         receipts.append(gate.pk)
         if gate.detail.get("cancelled"):
             return {"cancelled": True, "receipts": receipts}
@@ -350,7 +350,8 @@ def _hidden_files_write(worktree: Path, files: dict[str, str]) -> None:
 
 
 def _trial(step: Step, spec: SearchSpec, member: Any, tree: Path, read_only: list[str], label: str,
-           cancel: threading.Event, block: int, position: int, scratch: Path) -> tuple[Receipt, MetricReading]:
+           cancel: threading.Event, block: int, position: int, scratch: Path
+           ) -> tuple[Receipt, MetricReading]:
     """One timing trial in the exclusive lane, on a fresh copy of the member's pristine tree."""
     reported = not spec.score.runtime_measured
     metrics_file = scratch / f"metrics-{uuid.uuid4().hex}.json" if reported else None
@@ -393,7 +394,8 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
             else:
                 trees[cid] = (tree, read_only)
         for block in range(first, last):
-            order = block_order(search.search_id, namespace, block, [cid for cid in trees if cid not in dropped])
+            running = [cid for cid in trees if cid not in dropped]
+            order = block_order(search.search_id, namespace, block, running)
             for position, cid in enumerate(order):
                 if cancel.is_set():
                     return {"cancelled": True, "receipts": receipts}

@@ -64,7 +64,7 @@ def median_interval(values: Sequence[float], confidence: float, seed: str,
     medians = sorted(statistics.median(rng.choices(values, k=size)) for _ in range(resamples))
     tail = (1 - confidence) / 2
     low = medians[int(tail * (resamples - 1))]
-    high = medians[int(round((1 - tail) * (resamples - 1)))]
+    high = medians[round((1 - tail) * (resamples - 1))]
     return Interval(point, min(low, point), max(high, point), confidence, size)
 
 

@@ -82,7 +82,8 @@ class Search(models.Model):
     hashed_inputs = models.JSONField()
     candidate_batches = models.JSONField()
     contract = models.PositiveSmallIntegerField(
-        default=2, help_text="how it is measured: 1 = absolute medians (frozen before paired blocks), 2 = paired")
+        default=2,
+        help_text="how it is measured: 1 = absolute medians (frozen before paired blocks), 2 = paired")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -164,8 +165,8 @@ class Candidate(models.Model):
         null=True, blank=True,
         help_text="its latest round's figure: the median paired ratio to the baseline (paired), or the "
                   "median of its trials (absolute)")
-    score_low = models.FloatField(null=True, blank=True, help_text="the figure's confidence interval, low end")
-    score_high = models.FloatField(null=True, blank=True, help_text="the figure's confidence interval, high end")
+    score_low = models.FloatField(null=True, blank=True, help_text="its confidence interval's low end")
+    score_high = models.FloatField(null=True, blank=True, help_text="its confidence interval's high end")
     score_absolute = models.FloatField(null=True, blank=True, help_text="median of its latest round's trials")
     spread = models.FloatField(null=True, blank=True, help_text="max − min of those trials")
     trials = models.JSONField(default=dict, blank=True, help_text="{round: [values, in block order]}")
@@ -202,8 +203,8 @@ class Step(models.Model):
     candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="steps")
     kind = models.CharField(max_length=16, choices=KINDS)
     round = models.IntegerField(default=0)
-    part = models.IntegerField(default=0, help_text="a round's measurement in parts: the blocks, then adaptive ones")
-    plan = models.JSONField(default=dict, blank=True, help_text="measure/replay: members and blocks [first, last)")
+    part = models.IntegerField(default=0, help_text="a round's measurements: its blocks, then adaptive ones")
+    plan = models.JSONField(default=dict, blank=True, help_text="measure/replay: members, blocks")
     state = models.CharField(max_length=16, choices=STATES, default="pending")
     attempts = models.PositiveIntegerField(default=0)
     lease_owner = models.CharField(max_length=200, blank=True)

@@ -388,7 +388,8 @@ def _round_complete(run: Any, steps: list) -> bool:
 def _entries(candidates: list, scores: dict[str, float] | None = None) -> list:
     from search_app.selection import Entry
 
-    return [Entry(c.candidate_id, score=(scores or {}).get(c.candidate_id, c.score), cost_microusd=c.cost_microusd,
+    scores = scores or {}
+    return [Entry(c.candidate_id, score=scores.get(c.candidate_id, c.score), cost_microusd=c.cost_microusd,
                   tokens=c.tokens, diff_lines=c.diff_lines or 0, runtime_seconds=c.runtime_seconds or 0.0,
                   patch_sha256=c.patch_sha256) for c in candidates]
 
@@ -417,7 +418,8 @@ def _round_next(run: Any, spec: Any, steps: list) -> None:
     search, round_index = run.search, run.round_index
     baseline = search.candidates.get(number=0)
     participants = list(search.candidates.filter(state="alive", round_reached=round_index, number__gt=0))
-    measures = sorted((s for s in steps if s.kind == "measure" and s.round == round_index), key=lambda s: s.part)
+    measures = sorted((s for s in steps if s.kind == "measure" and s.round == round_index),
+                      key=lambda s: s.part)
     failed = next((s for s in measures if s.state == "failed"), None)
     if failed is not None:
         _outcome_none(run, f"round {round_index} could not be measured: {failed.error}")
@@ -435,15 +437,16 @@ def _round_next(run: Any, spec: Any, steps: list) -> None:
         last = round_index >= len(spec.rounds) - 1
         keep = 1 if last else spec.rounds[round_index + 1]
         direction = spec.score.direction
-        wanted = set(contested(intervals, keep, direction)) | set(undecided_against(intervals, 1.0, direction))
+        wanted = {*contested(intervals, keep, direction), *undecided_against(intervals, 1.0, direction)}
         counts = {c.candidate_id: len(c.blocks.get(str(round_index), {})) for c in participants}
         more = sorted(cid for cid in wanted if counts[cid] < spec.score.trials_ceiling)
         if more:
             first = max(s.plan["blocks"][1] for s in measures)
             blocks = min(spec.score.trials, spec.score.trials_ceiling - min(counts[cid] for cid in more))
             _measure_create(run, round_index, len(measures), [*members, *more], first, first + blocks)
-            _search_event(search, "search.measuring", f"round {round_index}: {', '.join(more)} cannot be told "
-                          f"apart yet; {blocks} more block(s) for them and the baseline", round=round_index)
+            _search_event(search, "search.measuring", f"round {round_index}: {', '.join(more)} cannot be "
+                          f"told apart yet; {blocks} more block(s) for them and the baseline",
+                          round=round_index)
             return
     _round_close(run, spec)
 
@@ -493,8 +496,9 @@ def _round_close(run: Any, spec: Any) -> None:
             for cid in group:
                 if len(group) > 1:
                     ties[cid] = [other for other in group if other != cid]
-    decisions = select(_entries(participants, scores), keep, direction=direction, policy=spec.selection.policy,
-                       ordering=spec.selection.ordering, tie_breakers=spec.score.tie_breakers,
+    decisions = select(_entries(participants, scores), keep, direction=direction,
+                       policy=spec.selection.policy, ordering=spec.selection.ordering,
+                       tie_breakers=spec.score.tie_breakers,
                        retain_diversity=spec.selection.retain_diversity, labels=labels)
     by_id = {c.candidate_id: c for c in participants}
     run.rankings = {**run.rankings, str(round_index): [d.candidate_id for d in decisions
@@ -879,7 +883,8 @@ def _measurement_apply(step: Any, result: dict) -> None:
     for cid, candidate in members.items():
         values, seconds = result["values"].get(cid, {}), result["durations"].get(cid, {})
         round_blocks = dict(candidate.blocks.get(key, {}))
-        round_blocks.update({block: {"value": value, "seconds": seconds.get(block)} for block, value in values.items()})
+        round_blocks.update({block: {"value": value, "seconds": seconds.get(block)}
+                             for block, value in values.items()})
         candidate.blocks = {**candidate.blocks, key: round_blocks}
         candidate.save(update_fields=["blocks", "updated_at"])
     for cid, why in result["dropped"].items():
@@ -915,7 +920,8 @@ def _scores_update(search: Search, spec: Any, round_index: int) -> None:
         if not values:
             continue
         ordered = [values[block] for block in sorted(values)]
-        seconds = [item["seconds"] for item in candidate.blocks[key].values() if item.get("seconds") is not None]
+        seconds = [item["seconds"] for item in candidate.blocks[key].values()
+                   if item.get("seconds") is not None]
         candidate.trials = {**candidate.trials, key: ordered}
         candidate.score_absolute = statistics.median(ordered)
         candidate.spread = max(ordered) - min(ordered)
@@ -924,7 +930,8 @@ def _scores_update(search: Search, spec: Any, round_index: int) -> None:
         seed = f"{search.search_id}/{round_index}/{candidate.candidate_id}"
         figures = ratios if paired and ratios else ordered
         interval = median_interval(figures, spec.score.confidence, seed)
-        candidate.score, candidate.score_low, candidate.score_high = interval.point, interval.low, interval.high
+        candidate.score, candidate.score_low, candidate.score_high = (interval.point, interval.low,
+                                                                      interval.high)
         candidate.save()
         shown = f"{interval.point:.3g}× baseline [{interval.low:.3g}, {interval.high:.3g}]" if paired else \
             f"score {interval.point:g}"
@@ -950,7 +957,8 @@ def _replay_verdict(step: Any, candidate: Any, result: dict) -> tuple[bool, str]
         return False, "the replay measured nothing"
     baseline = step.search.candidates.get(number=0)
     base = {int(block): value for block, value in result["values"].get("baseline", {}).items()}
-    if comparison_for(step.search, spec, baseline) == "paired" and base and "baseline" not in result["dropped"]:
+    paired = comparison_for(step.search, spec, baseline) == "paired"
+    if paired and base and "baseline" not in result["dropped"]:
         replayed = median_interval(paired_ratios(values, base), spec.score.confidence,
                                    f"{step.search.search_id}/replay/{cid}")
         return replay_consistent(_interval(candidate, spec), replayed, spec.score.direction)

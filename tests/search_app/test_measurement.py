@@ -24,7 +24,7 @@ MEMBERS = ["baseline", "cand_001", "cand_002", "cand_003", "cand_004"]
 
 
 def test_block_order_is_the_same_for_the_same_search_round_and_block():
-    assert block_order("search-abc", 1, 3, MEMBERS) == block_order("search-abc", 1, 3, list(reversed(MEMBERS)))
+    assert block_order("search-abc", 1, 3, MEMBERS) == block_order("search-abc", 1, 3, MEMBERS[::-1])
 
 
 def test_block_order_changes_between_blocks_and_between_searches():

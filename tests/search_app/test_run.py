@@ -47,7 +47,8 @@ def test_the_best_candidate_wins_and_every_other_says_why(personas, tmp_path, da
     assert "not in the best 2" in fate["cand_001"][1]  # 5 < 7 and 9
     assert "round 1" in fate["cand_006"][1] and "not in the best 1" in fate["cand_006"][1]
     winner = search.candidates.get(candidate_id="cand_002")
-    assert winner.trials == {"0": [9.0, 9.0], "1": [9.0, 9.0], "2": [9.0, 9.0]} and winner.score_absolute == 9.0
+    assert winner.trials == {"0": [9.0, 9.0], "1": [9.0, 9.0], "2": [9.0, 9.0]}
+    assert winner.score_absolute == 9.0
     # Its figure is the median of its per-block ratios to the baseline, with its interval.
     assert (winner.score, winner.score_low, winner.score_high) == (4.5, 4.5, 4.5)
     assert "2.5× baseline [2.5, 2.5] at 95 %): not in the best 2" in fate["cand_001"][1]  # reasons show it
@@ -76,7 +77,8 @@ def test_a_candidate_no_better_than_the_baseline_is_eliminated(personas, tmp_pat
     search = frozen(personas, tmp_path, {"cand_001": 1, "cand_002": 3}, population=2, rounds=[2, 1])
     run = run_inline(personas, search)
     assert run.winner.candidate_id == "cand_002"
-    assert "0.5× baseline [0.5, 0.5] at 95 %: not clearly better than the baseline" in fates(search)["cand_001"][1]
+    reason = fates(search)["cand_001"][1]
+    assert "0.5× baseline [0.5, 0.5] at 95 %: not clearly better than the baseline" in reason
 
 
 def test_with_absolute_comparison_a_candidate_no_better_than_the_baseline_s_median_is_eliminated(
