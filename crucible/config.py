@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import secrets
 import sys
 from collections.abc import Callable, Mapping
@@ -44,6 +45,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_EVENT_POLL_SECONDS", "how often live pages poll the DB for events"),
     Variable("CRUCIBLE_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", "INFO"),
     Variable("CRUCIBLE_REPO_ROOTS", "comma-separated absolute dirs repositories may be registered under"),
+    Variable("CRUCIBLE_ALLOWED_EXTENSIONS",
+             "comma-separated dotted paths of engines, agents and benchmarks the web and API may name"),
     Variable("CRUCIBLE_SANDBOX", "bubblewrap for commands: required, preferred or off", "preferred"),
     Variable("CRUCIBLE_STEP_LEASE_SECONDS", "how long a worker's claim on a step lasts unrenewed", "60"),
     Variable("CRUCIBLE_PROVIDER_CONCURRENCY", "model calls in flight per provider account, machine-wide",
@@ -78,6 +81,7 @@ class Config:
     log_level: str
     require_services: bool
     repo_roots: list[Path]
+    allowed_extensions: tuple[str, ...]
     sandbox: str
     step_lease_seconds: int
     provider_concurrency: int
@@ -140,6 +144,18 @@ def _directories(name: str, raw: str) -> list[Path]:
             raise ConfigError(f"{name}: {word!r} is not an absolute path")
         roots.append(Path(os.path.normpath(path)))
     return roots
+
+
+_DOTTED_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)?")
+
+
+def _dotted_paths(name: str, raw: str) -> tuple[str, ...]:
+    paths = []
+    for word in _words(raw):
+        if not _DOTTED_PATH.fullmatch(word):
+            raise ConfigError(f"{name}: {word!r} is not a dotted path such as package.module.Name")
+        paths.append(word)
+    return tuple(paths)
 
 
 def _draft_model(raw: str) -> str:
@@ -214,6 +230,9 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         database_url=database_url,
         redis_url=redis_url,
         repo_roots=_directories("CRUCIBLE_REPO_ROOTS", get("CRUCIBLE_REPO_ROOTS") or ""),
+        allowed_extensions=_dotted_paths(
+            "CRUCIBLE_ALLOWED_EXTENSIONS", get("CRUCIBLE_ALLOWED_EXTENSIONS") or ""
+        ),
         sandbox=sandbox,
         draft_model=_draft_model(get("CRUCIBLE_DRAFT_MODEL") or ""),
         provider_concurrency=_integer(
