@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import secrets
 import sys
 from collections.abc import Callable, Mapping
@@ -44,6 +45,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_EVENT_POLL_SECONDS", "how often live pages poll the DB for events"),
     Variable("CRUCIBLE_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", "INFO"),
     Variable("CRUCIBLE_REPO_ROOTS", "comma-separated absolute dirs repositories may be registered under"),
+    Variable("CRUCIBLE_ALLOWED_EXTENSIONS",
+             "comma-separated dotted paths of engines, agents and benchmarks the web and API may name"),
     Variable("CRUCIBLE_SANDBOX", "bubblewrap for commands: required, preferred or off", "preferred"),
     Variable("CRUCIBLE_SANDBOX_UID", "the unprivileged uid (and gid) sandboxed commands run as when the "
              "server runs as root", "65534"),
@@ -84,6 +87,7 @@ class Config:
     log_level: str
     require_services: bool
     repo_roots: list[Path]
+    allowed_extensions: tuple[str, ...]
     sandbox: str
     sandbox_uid: int
     sandbox_toolchain: list[Path]
@@ -158,6 +162,18 @@ def _directory(name: str, raw: str) -> Path | None:
     return roots[0] if roots else None
 
 
+_DOTTED_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)?")
+
+
+def _dotted_paths(name: str, raw: str) -> tuple[str, ...]:
+    paths = []
+    for word in _words(raw):
+        if not _DOTTED_PATH.fullmatch(word):
+            raise ConfigError(f"{name}: {word!r} is not a dotted path such as package.module.Name")
+        paths.append(word)
+    return tuple(paths)
+
+
 def _draft_model(raw: str) -> str:
     value = raw.strip()
     if value and (value.count(":") < 1 or not all(part.strip() for part in value.split(":", 1))):
@@ -230,6 +246,9 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         database_url=database_url,
         redis_url=redis_url,
         repo_roots=_directories("CRUCIBLE_REPO_ROOTS", get("CRUCIBLE_REPO_ROOTS") or ""),
+        allowed_extensions=_dotted_paths(
+            "CRUCIBLE_ALLOWED_EXTENSIONS", get("CRUCIBLE_ALLOWED_EXTENSIONS") or ""
+        ),
         sandbox=sandbox,
         sandbox_uid=_integer("CRUCIBLE_SANDBOX_UID", get("CRUCIBLE_SANDBOX_UID") or "", 1, 2**31 - 2),
         sandbox_toolchain=_directories("CRUCIBLE_SANDBOX_TOOLCHAIN", get("CRUCIBLE_SANDBOX_TOOLCHAIN") or ""),
