@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import difflib
+import shlex
 from typing import Any
 
-from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 from django.http import Http404
 
-from runtime_app.prices import usd_text
+from runtime_app.fleet import preset_get, preset_resolve_model
+from runtime_app.models import Receipt
+from runtime_app.prices import price_for, usd_text
 from runtime_app.selectors import projects_for_user
-from search_app.models import Search, Spec, SpecVersion
+from search_app.execution import search_spec
+from search_app.forecast import Forecast, History, forecast
+from search_app.models import Candidate, Search, SearchRun, Spec, SpecVersion, Step
+from search_app.spec import SearchSpec
 
 
 def specs_for_user(user: Any) -> QuerySet[Spec]:
@@ -650,3 +656,99 @@ def compare_diff_files(text: str, large: int = COMPARE_LARGE_FILE_LINES) -> list
         item["large"] = item["added"] + item["deleted"] > large
         del item["header"]
     return files
+
+
+# ---- the forecast before launch
+
+FORECAST_HISTORY_SEARCHES = 20  # the newest finished searches of a repository a forecast reads
+FORECAST_SAMPLE = 2000  # at most this many of the newest durations of each kind
+
+
+def _command_text(argv: list[str]) -> str:
+    """The command line a spec gave (`/bin/sh -c LINE` runs it), to match durations by command."""
+    if len(argv) == 3 and argv[:2] == ["/bin/sh", "-c"]:
+        return argv[2]
+    return shlex.join(argv)
+
+
+def _durations(receipts: QuerySet, word: str) -> dict[str, tuple[float, ...]]:
+    rows = receipts.filter(label__contains=f" {word} ").order_by("-id").values_list(
+        "argv", "duration_seconds", "detail__cancelled")[:FORECAST_SAMPLE]
+    found: dict[str, list[float]] = {}
+    for argv, seconds, cancelled in rows:
+        if not cancelled:
+            found.setdefault(_command_text(argv or []), []).append(seconds)
+    return {command: tuple(values) for command, values in found.items()}
+
+
+def forecast_history(project_pk: int, repository_path: str, provider: str, requested_model: str, *,
+                     exclude_pk: int | None = None) -> History:
+    """What the newest finished searches of the repository (in the same project) left: writer
+    steps of the same provider and model (or command line), their model-call receipts' totals,
+    and gate and trial durations by command. Six queries, however many searches and receipts."""
+    past = Search.objects.filter(project_id=project_pk, repository_path=repository_path,
+                                 run__status="finished")
+    if exclude_pk is not None:
+        past = past.exclude(pk=exclude_pk)
+    rows = list(past.order_by("-run__finished_at", "-pk").values_list(
+        "pk", "spec_normalized__worker__provider", "requested_model_id")[:FORECAST_HISTORY_SEARCHES])
+    if not rows:
+        return History()
+    searches = [pk for pk, _, _ in rows]
+    writers = [pk for pk, used, model in rows if used == provider and model == requested_model]
+    steps = Step.objects.filter(search_id__in=writers, kind="generate")
+    spans = steps.filter(state="done", started_at__isnull=False, finished_at__isnull=False).order_by(
+        "-id").values_list("started_at", "finished_at")[:FORECAST_SAMPLE]
+    calls = Receipt.objects.filter(
+        kind="llm_call", subject_type="candidate", label__contains=" writer call ",
+        subject_id__in=Candidate.objects.filter(search_id__in=writers).values("pk"),
+    ).aggregate(calls=Count("pk"), cost=Sum("cost_microusd"), input=Sum("input_tokens"),
+                output=Sum("output_tokens"), read=Sum("cache_read_tokens"), write=Sum("cache_write_tokens"))
+    commands = Receipt.objects.filter(
+        kind="command", subject_type="candidate", error="",
+        subject_id__in=Candidate.objects.filter(search_id__in=searches).values("pk"),
+    )
+    return History(
+        searches=len(searches), writer_searches=len(writers),
+        writer_seconds=tuple((end - start).total_seconds() for start, end in spans),
+        writer_steps=steps.filter(state__in=("done", "failed")).count() if writers else 0,
+        writer_calls=calls["calls"], writer_cost_microusd=calls["cost"] or 0,
+        writer_tokens=sum(calls[name] or 0 for name in ("input", "output", "read", "write")),
+        gate_seconds=_durations(commands, "gate"), trial_seconds=_durations(commands, "trial"),
+    )
+
+
+def _forecast_with(spec: SearchSpec, project_pk: int, repository_path: str, requested: str, resolved: str,
+                   exclude_pk: int | None = None) -> Forecast:
+    preset = preset_get(spec.worker.provider)
+    history = forecast_history(project_pk, repository_path, spec.worker.provider, requested,
+                               exclude_pk=exclude_pk)
+    price, label = None, ""
+    if preset is not None and preset.kind != "command":
+        entry = preset.price_model or resolved
+        price, version = price_for(entry)
+        label = f"{entry} (table {version})"
+    return forecast(spec, history, price=price, price_label=label, model=resolved)
+
+
+def search_forecast(search: Search) -> Forecast:
+    """The forecast of a frozen search, from its frozen spec and model and its repository's history."""
+    return _forecast_with(search_spec(search), search.project_id, search.repository_path,
+                          search.requested_model_id, search.resolved_model_id or search.requested_model_id,
+                          exclude_pk=search.pk)
+
+
+def search_started(search: Search) -> bool:
+    return SearchRun.objects.filter(search=search).exists()
+
+
+def search_forecast_before_start(search: Search) -> Forecast | None:
+    """The forecast while the search has not started (None once it has: its run says the rest)."""
+    return None if search_started(search) else search_forecast(search)
+
+
+def spec_forecast(spec: SearchSpec, project_pk: int, repository_path: str) -> Forecast:
+    """The forecast of a spec not frozen yet, against a repository's history: nothing is written."""
+    requested = spec.worker.model or spec.worker.command
+    resolved, _ = preset_resolve_model(spec.worker.provider, requested)
+    return _forecast_with(spec, project_pk, repository_path, requested, resolved)

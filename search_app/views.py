@@ -456,6 +456,7 @@ def search_detail(request: HttpRequest, search_id: str) -> HttpResponse:
         "batches": search.candidate_batches,
         "candidate_count": sum(len(batch) for batch in search.candidate_batches),
         "empty_message": "No activity for this search yet.",
+        "forecast": selectors.search_forecast_before_start(search),
         **_run_context(request, search),
         **_live_context(request, subject=("search", search.pk)),
     })
