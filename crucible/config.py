@@ -5,10 +5,12 @@ A wrong or unknown variable stops start-up with one line naming it (see manage.p
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
 import secrets
+import stat
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -270,8 +272,9 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
 def persistent_secret(path: Path, make: Callable[[], str] = lambda: secrets.token_urlsafe(50)) -> str:
     """Return the secret stored at path, creating it (mode 600) on first use."""
     if path.exists():
+        private_tighten(path)
         return path.read_text().strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
     value = make()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -280,6 +283,61 @@ def persistent_secret(path: Path, make: Callable[[], str] = lambda: secrets.toke
     with os.fdopen(fd, "w") as handle:
         handle.write(value)
     return value
+
+
+PRIVATE_DIR_MODE, PRIVATE_FILE_MODE = 0o700, 0o600
+# Files SQLite keeps beside a database; they hold its pages (sessions included) too.
+SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
+
+
+def private_tighten(path: Path) -> None:
+    """Take group and other permissions off `path` (an older install may have left them);
+    never loosens, never follows a symlink; a file Crucible's user does not own is reported."""
+    try:
+        current = os.lstat(path).st_mode
+        if stat.S_ISLNK(current) or not stat.S_IMODE(current) & 0o077:
+            return
+        os.chmod(path, stat.S_IMODE(current) & 0o700)
+    except FileNotFoundError:
+        pass
+    except OSError as error:
+        print(f"crucible: could not make {path} private to its owner: {error}", file=sys.stderr)
+
+
+def private_dir(path: Path) -> Path:
+    """A directory only Crucible's user can enter: created 0700, tightened if it exists."""
+    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    private_tighten(path)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """An existing file tightened, a missing one created empty with mode 600 (so SQLite, which
+    gives its -wal and -shm files the database's mode, opens a file that is private already)."""
+    if not path.exists():
+        # Made first by another process, or not makeable here: SQLite then says why when it opens.
+        with contextlib.suppress(FileExistsError, FileNotFoundError, PermissionError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
+    for suffix in SQLITE_COMPANIONS:
+        private_tighten(path.with_name(path.name + suffix))
+    return path
+
+
+def data_dir_secure(data_dir: Path, *private_trees: Path) -> None:
+    """The data dir 0700, every file at its top 0600 (the database and its companions, the
+    secret key, key files, beat's schedule), and each of `private_trees` (e.g. the broker's
+    queue) 0700 for its directories and 0600 for its files. Runs at every start."""
+    private_dir(data_dir)
+    for entry in data_dir.iterdir():
+        if entry.is_file() and not entry.is_symlink():
+            private_tighten(entry)
+    for tree in private_trees:
+        if not tree.is_dir() or tree.is_symlink():
+            continue
+        private_tighten(tree)
+        for root, dirs, files in os.walk(tree):
+            for name in (*dirs, *files):
+                private_tighten(Path(root) / name)
 
 
 def load_or_exit() -> Config:

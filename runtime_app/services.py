@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runtime_app import roles
+from runtime_app import roles, signals
 from runtime_app.git import GitError, repo_open
 from runtime_app.models import (
     ApiToken,
@@ -136,6 +136,39 @@ def project_member_add(actor: Any, project: Project, user: Any) -> ProjectMember
                 {"message": f"{user.get_username()} joined"},
             )
     return membership
+
+
+def project_member_remove(actor: Any, project: Project, user: Any) -> None:
+    """Take a user off a project; an operator who is a member (or a superuser) may do this.
+
+    The deletion's hook (project_membership_end) records it and withdraws the user's pending
+    decisions on the project's winners, as it does for the admin and any other deletion.
+    """
+    _require(actor, roles.OPERATE)
+    if not (actor.is_superuser or project.memberships.filter(user=actor).exists()):
+        raise PermissionDenied("Only members of a project can remove members from it.")
+    membership = project.memberships.filter(user=user).first()
+    if membership is None:
+        raise ValidationError({"user": f"{user.get_username()} is not a member of {project.name}."})
+    with transaction.atomic(), signals.acting_as(actor):
+        membership.delete()
+
+
+def project_membership_end(actor: Any, membership: ProjectMembership) -> None:
+    """What ending a membership does, however it ends (called by its pre_delete hook): audited,
+    announced, and the user no longer decides on the project's winners."""
+    project, username = membership.project, membership.user.get_username()
+    audit_record(actor, "project.member_remove", project=project, target=username)
+    event_emit(project, "project", project.pk, "project.member_removed", {"message": f"{username} left"})
+    approver_standing_end(actor, membership.user, project=project,
+                          reason=f"{username} was removed from {project.name}")
+
+
+def approver_standing_end(actor: Any, user: Any, *, project: Project | None, reason: str) -> None:
+    """`user` may no longer decide on the winners of `project` (None: of any project); the apps
+    that hold decisions withdraw the pending ones (search_app listens to approver_standing_ended)."""
+    signals.approver_standing_ended.send(sender=Project, user=user, project=project, actor=actor,
+                                         reason=reason)
 
 
 def _require_member(user: Any, project: Project) -> None:

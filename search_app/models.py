@@ -277,7 +277,9 @@ class Approval(models.Model):
     """A person's decision on a winner, bound to the exact patch it was made on.
 
     A decision made on another patch hash than the candidate's current one is stale: it
-    counts for nothing. The latest decision of each person is the one that stands.
+    counts for nothing. The latest decision of each person is the one that stands. A
+    decision is withdrawn (for good) when its maker leaves the project or loses the approve
+    permission before the winner is merged.
     """
 
     DECISIONS = [("approve", "approve"), ("request_changes", "request changes")]
@@ -292,6 +294,8 @@ class Approval(models.Model):
     replay = models.TextField(blank=True, help_text="the replay result shown when deciding")
     note = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    withdrawn_at = models.DateTimeField(null=True, blank=True)
+    withdrawn_reason = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]

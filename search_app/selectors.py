@@ -204,22 +204,34 @@ def winner_replay(search: Search) -> dict[str, Any] | None:
 
 def approval_state(candidate: Any) -> dict[str, Any]:
     """Each person's standing decision on the candidate, which of them count, and whether the
-    winner may be merged (enough current approvals by approvers, no current request for changes)."""
+    winner may be merged (enough current approvals by approvers, no current request for changes).
+
+    A decision counts only while it is on the current patch, not withdrawn, and its maker is
+    still an active member of the project with the approve permission: checked here, on every
+    read, so a departure no hook saw cannot leave a decision counting.
+    """
     from django.conf import settings
     from django.contrib.auth import get_user_model
 
     from runtime_app import roles
+    from runtime_app.models import ProjectMembership
 
     history = list(candidate.approvals.order_by("created_at", "id"))
     decisions: dict[int | None, Any] = {}
     for approval in history:
         approval.candidate = candidate  # `stale` compares with this candidate's current hash
         decisions[approval.user_id] = approval
-    approvers = {user.pk: user for user in get_user_model().objects.filter(
-        pk__in=[pk for pk in decisions if pk is not None], is_active=True)}
-    standing = [a for a in decisions.values() if a.decision == "approve" and not a.stale
-                and a.user_id in approvers and approvers[a.user_id].has_perm(roles.APPROVE)]
-    changes = [a for a in decisions.values() if a.decision == "request_changes" and not a.stale]
+    makers = [pk for pk in decisions if pk is not None]
+    members = set(ProjectMembership.objects.filter(project_id=candidate.search.project_id, user_id__in=makers)
+                  .values_list("user_id", flat=True))
+    deciders = {user.pk for user in get_user_model().objects.filter(pk__in=makers, is_active=True)
+                if (user.is_superuser or user.pk in members) and user.has_perm(roles.APPROVE)}
+
+    def counts(approval: Any) -> bool:
+        return not approval.stale and approval.withdrawn_at is None and approval.user_id in deciders
+
+    standing = [a for a in decisions.values() if a.decision == "approve" and counts(a)]
+    changes = [a for a in decisions.values() if a.decision == "request_changes" and counts(a)]
     required = settings.CONFIG.required_approvals
     blocker = ""
     if changes:
@@ -229,7 +241,8 @@ def approval_state(candidate: Any) -> dict[str, Any]:
                   f"it has {len(standing)}."
     return {"history": history, "decisions": decisions, "standing_approvals": standing,
             "changes_requested": changes, "required": required, "mergeable": not blocker,
-            "blocker": blocker, "stale": [a for a in history if a.stale]}
+            "blocker": blocker, "stale": [a for a in history if a.stale],
+            "withdrawn": [a for a in history if a.withdrawn_at is not None]}
 
 
 def candidate_steps(candidate: Any) -> list[dict[str, Any]]:

@@ -1131,8 +1131,15 @@ def spec_draft_write(user: Any, project: Project, description: str) -> tuple[str
 # A person decides; the reviewer's verdict is advice. An approval is bound to the exact patch
 # hash the approver was shown, so a changed patch leaves it stale. A merge needs enough
 # standing approvals, makes one commit with dulwich on a new or unmoved branch, and never pushes.
+# A decision is withdrawn when its maker may no longer decide; a merge commits only bytes whose
+# SHA-256 is the approved one, onto a branch name git reads as a plain branch.
 
 MAX_COMMENT_CHARS = 10_000
+MAX_BRANCH_CHARS = 200
+VALID_BRANCH_HINT = ("A valid branch name looks like crucible/faster-parser or feature/x-2: letters, digits "
+                     "and . _ - / ; it does not start with '-', '.', '/' or 'refs/', is not HEAD or another "
+                     "*_HEAD name, has no spaces, '..', '~^:?*[\\' or control characters and does not end in "
+                     "'/', '.' or '.lock'.")
 
 
 def _user_name(user: Any) -> str:
@@ -1213,7 +1220,8 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
             raise ValidationError("You froze this search, so someone else must approve its winner "
                                   "(an administrator can allow it with CRUCIBLE_SELF_APPROVAL=true).")
         standing = approval_state(candidate)["decisions"].get(user.pk)
-        if standing is not None and standing.decision == decision and not standing.stale:
+        if (standing is not None and standing.decision == decision and not standing.stale
+                and standing.withdrawn_at is None):
             return standing
         replay = winner_replay(search)
         approval = Approval.objects.create(
@@ -1229,8 +1237,87 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
     return approval
 
 
+def approvals_withdraw(actor: Any, user: Any, *, project: Project | None = None, reason: str) -> int:
+    """Withdraw, for good, the decisions `user` made on winners not merged yet (in `project`,
+    or in every project): they left it or lost the approve permission. Each candidate's
+    withdrawal is audited and announced; returns how many decisions were withdrawn."""
+    from django.utils import timezone
+
+    from search_app.models import Approval, Candidate
+
+    pending = Approval.objects.filter(user=user, withdrawn_at__isnull=True,
+                                      candidate__search__merge__isnull=True)
+    if project is not None:
+        pending = pending.filter(candidate__search__project=project)
+    with transaction.atomic():
+        by_candidate: dict[int, list[str]] = {}
+        for candidate_id, decision in pending.values_list("candidate_id", "decision"):
+            by_candidate.setdefault(candidate_id, []).append(decision)
+        if not by_candidate:
+            return 0
+        withdrawn = Approval.objects.filter(pk__in=list(pending.values_list("pk", flat=True))).update(
+            withdrawn_at=timezone.now(), withdrawn_reason=reason[:200])
+        username = user.get_username()
+        for candidate in Candidate.objects.filter(pk__in=by_candidate).select_related("search__project"):
+            search = candidate.search
+            audit_record(actor, "approval.withdraw", project=search.project,
+                         target=f"{search.search_id} {candidate.candidate_id}",
+                         detail={"user": username, "reason": reason, "decisions": by_candidate[candidate.pk]})
+            _search_event(search, "approval.withdrawn", f"{username}'s decision on {candidate.candidate_id} "
+                          f"was withdrawn: {reason}", candidate_id=candidate.candidate_id)
+    return withdrawn
+
+
+def branch_name_check(branch: str) -> str:
+    """A branch name git's `check-ref-format --branch` accepts and that git cannot read as
+    something else (HEAD-like names, options, full ref names); else a ValidationError."""
+    from dulwich.refs import check_ref_format
+
+    name = (branch or "").strip()
+    problem = ""
+    if len(name) > MAX_BRANCH_CHARS:
+        problem = f"it is {len(name)} characters long (at most {MAX_BRANCH_CHARS})"
+    elif name.startswith("-"):
+        problem = "it starts with '-', so git would read it as an option"
+    elif name.startswith("refs/"):
+        problem = "it starts with 'refs/'; give the branch's short name"
+    elif _head_like(name):
+        problem = "git reads it as a special ref, not a branch"
+    elif not check_ref_format(f"refs/heads/{name}".encode()):
+        problem = "git refuses it as a branch name"
+    if problem:
+        raise ValidationError({"branch": f"{name!r} cannot be a branch: {problem}. {VALID_BRANCH_HINT}"})
+    return name
+
+
+def _head_like(name: str) -> bool:
+    """HEAD, ORIG_HEAD, FETCH_HEAD, MERGE_HEAD, …_HEAD and @: git resolves these before any branch."""
+    return name == "@" or (name.endswith("HEAD") and all(c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ_" for c in name))
+
+
 def merge_branch_default(search: Search) -> str:
     return f"crucible/{search.search_id}"
+
+
+class PatchMismatch(ValidationError):
+    """The winner's stored bytes do not hash to the patch hash its approvals were bound to."""
+
+    def __init__(self, approved: str, actual: str) -> None:
+        self.approved, self.actual = approved, actual
+        super().__init__(f"The winner's patch bytes (SHA-256 {actual[:12]}) do not match the approved hash "
+                         f"({approved[:12]}): they changed after approval, so nothing was merged. Ask an "
+                         "administrator to look at how the stored patch was altered.")
+
+
+def _patch_verified(winner: Any) -> bytes:
+    """The exact bytes to apply, once their SHA-256 is the one the approvals were bound to."""
+    import hashlib
+
+    patch = bytes(winner.patch or b"")
+    actual = hashlib.sha256(patch).hexdigest()
+    if actual != winner.patch_sha256:
+        raise PatchMismatch(winner.patch_sha256, actual)
+    return patch
 
 
 def merge_create(user: Any, search: Search, target: str = "new_branch", branch: str = "") -> Any:
@@ -1238,14 +1325,10 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
     `crucible/<search-id>`) or on an existing branch that still points at the baseline.
 
     Needs the approver role and enough standing approvals; one merge per search; never pushes.
+    The branch name is checked (branch_name_check) and the bytes committed must hash to the
+    approved patch hash, else nothing is merged and the refusal is audited.
     """
-    from datetime import UTC, datetime
-    from time import monotonic
-
-    from runtime_app.models import Receipt
-    from runtime_app.services import receipt_record
     from search_app.models import Merge
-    from search_app.selectors import approval_state
 
     _require(user, roles.APPROVE)
     _require_member(user, search.project)
@@ -1254,9 +1337,26 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
     branch = (branch or "").strip() or (merge_branch_default(search) if target == "new_branch" else "")
     if not branch:
         raise ValidationError({"branch": "Name the existing branch to commit on."})
-    with transaction.atomic():
-        from search_app.models import SearchRun
+    branch = branch_name_check(branch)
+    try:
+        return _merge_create(user, search, target, branch)
+    except PatchMismatch as mismatch:  # recorded outside the refused merge's rolled-back transaction
+        audit_record(user, "merge.refuse", project=search.project, target=f"{search.search_id} → {branch}",
+                     detail={"reason": "patch bytes do not match the approved hash",
+                             "approved_sha256": mismatch.approved, "actual_sha256": mismatch.actual})
+        raise ValidationError(mismatch.messages[0]) from None
 
+
+def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
+    from datetime import UTC, datetime
+    from time import monotonic
+
+    from runtime_app.models import Receipt
+    from runtime_app.services import receipt_record
+    from search_app.models import Merge, SearchRun
+    from search_app.selectors import approval_state
+
+    with transaction.atomic():
         SearchRun.objects.select_for_update().get(search=search)  # one merge decision at a time
         if Merge.objects.filter(search=search).exists():
             raise ValidationError(f"Merged already: {search.merge.branch} @ {search.merge.commit_sha[:12]}.")
@@ -1264,13 +1364,14 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
         state = approval_state(winner)
         if not state["mergeable"]:
             raise ValidationError(state["blocker"])
+        patch = _patch_verified(winner)
         approvers = ", ".join(sorted({a.user_name for a in state["standing_approvals"]}))
         started_at, started = datetime.now(UTC), monotonic()
         # A merge whose commit was made but whose row was not (a crash between the two) is adopted.
         commit = _earlier_merge_commit(search, winner, branch)
         adopted = commit is not None
         if not adopted:
-            commit = _merge_commit(search, winner, branch, target, user, approvers)
+            commit = _merge_commit(search, winner, branch, target, user, approvers, patch=patch)
         receipt = receipt_record(Receipt(
             kind="merge", argv=["crucible", "merge", branch], cwd=".", started_at=started_at,
             finished_at=datetime.now(UTC), duration_seconds=round(monotonic() - started, 6), exit_code=0,
@@ -1290,13 +1391,16 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
     return merge
 
 
-def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: Any, approvers: str) -> str:
-    """The winner's patch on a clean baseline, committed with dulwich onto `branch`."""
+def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: Any, approvers: str,
+                  patch: bytes | None = None) -> str:
+    """The winner's patch on a clean baseline, committed with dulwich onto `branch`; `patch` is
+    the bytes merge_create verified (read and verified here when not given)."""
     from time import monotonic
 
     from runtime_app.git import GitError, commit_create
     from runtime_app.worktrees import patch_apply, worktree_remove
 
+    patch = _patch_verified(winner) if patch is None else patch
     # No repo lock here: worktree creation takes it, and the branch moves by compare-and-set.
     if target == "new_branch" and _branch_exists(search.repository_path, branch):
         raise ValidationError({"branch": f"Branch {branch} exists already; choose another name."})
@@ -1304,7 +1408,7 @@ def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: A
         _branch_at_baseline(search, branch)
     worktree = None
     try:
-        worktree = patch_apply(search.repository_path, search.baseline_commit, bytes(winner.patch),
+        worktree = patch_apply(search.repository_path, search.baseline_commit, patch,
                                f"merge-{search.search_id}-{int(monotonic() * 1000)}")
         return commit_create(
             search.repository_path,

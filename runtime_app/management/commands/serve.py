@@ -1,7 +1,7 @@
 """Serve Crucible: Daphne (web + websockets) and a Celery worker with embedded beat.
 
-Both run as child processes; Ctrl-C (or SIGTERM) stops both and waits for them. If serve
-itself is killed, Linux sends both children SIGTERM (no orphaned server or worker).
+Both run as child processes, with umask 077; Ctrl-C (or SIGTERM) stops both and waits for
+them. If serve itself is killed, Linux sends both children SIGTERM (no orphaned server or worker).
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
+        # Whatever the children create (queue messages, sessions in SQLite's -wal, worktrees)
+        # is readable by this user alone; settings tightens what an older install left looser.
+        os.umask(0o077)
         # Children get their own process groups, so the terminal's Ctrl-C reaches only us
         # and we stop them in order, instead of each one reacting on its own.
         for name, argv in commands.items():
