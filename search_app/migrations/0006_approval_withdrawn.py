@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('search_app', '0004_candidate_patch_round'),
+        ('search_app', '0005_fair_measurement'),
     ]
 
     operations = [
