@@ -75,9 +75,10 @@ def git_run(
     """Run `git args` safely and return its stdout; a failure raises GitError with git's words."""
     argv = ["git", *(item for pair in _SAFE_CONFIG for item in ("-c", pair)), *args]
     try:
+        # umask 022 whatever the server's: worktrees must be readable by the sandbox's own user.
         process = subprocess.Popen(
             argv, cwd=cwd, env=git_env(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True,
+            stderr=subprocess.PIPE, start_new_session=True, umask=0o022,
         )
     except OSError as error:
         raise GitError(f"git {args[0]} could not start in {cwd}: {error.strerror}") from None

@@ -90,11 +90,6 @@ def _alive(pid: int) -> bool:
     return status.exists() and "\nState:\tZ" not in status.read_text()
 
 
-def _umask(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Umask:")), 8)
-
-
 def _serve(tmp_path: Path, log) -> tuple[subprocess.Popen, int]:
     """`manage.py serve` on a fresh embedded data dir, started as `make run` does."""
     env = {k: v for k, v in os.environ.items()
@@ -125,10 +120,12 @@ def test_serve_starts_web_and_worker_and_ctrl_c_stops_both(tmp_path):
                 beats = db.execute("SELECT COUNT(*) FROM runtime_app_workerheartbeat").fetchone()[0]
             time.sleep(0.5)
         assert beats, (tmp_path / "serve.log").read_text()[-3000:]
-        # What the web server and the worker create is their user's alone (umask 077).
-        assert {_umask(pid) for pid in children} == {0o077}
-        schedule = list(tmp_path.glob("celerybeat-schedule*"))
-        assert schedule and {stat.S_IMODE(path.stat().st_mode) for path in schedule} == {0o600}
+        # What the web server and the worker create lies in a data dir only their user can enter,
+        # and the database's journal files take its 0600.
+        assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o700
+        journal = [tmp_path / "crucible.sqlite3", *tmp_path.glob("crucible.sqlite3-*")]
+        assert {stat.S_IMODE(path.stat().st_mode) for path in journal if path.exists()} == {0o600}
+        assert list(tmp_path.glob("celerybeat-schedule*"))
 
         serve.send_signal(signal.SIGINT)
         assert serve.wait(timeout=40) == 0
