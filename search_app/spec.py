@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from runtime_app.fleet import EFFORTS, PRESETS, preset_get, preset_names
+from runtime_app.policy import DEFAULT_MAX_PATCH_BYTES, DEFAULT_MAX_PATCH_FILES
 
 LIVE_CEILING = 16  # the runtime's live-step ceiling; no search runs more at once
 MAX_STEPS = 1000
@@ -86,6 +87,17 @@ class WorkerSpec(_Section):
     refine: bool = Field(
         False, description="each promoted candidate's writer revises its own patch at the start of "
         "every later round, at that round's effort (a writer's budget reservation each time)"
+    )
+    max_patch_bytes: int = Field(
+        DEFAULT_MAX_PATCH_BYTES, ge=1, le=256 << 20,
+        description="the most a candidate's patch may change, in bytes: added and modified files at "
+        "their new size plus deleted files, and the diff text itself; a writer that changes more is "
+        "refused before its diff is built (default 10 MiB)",
+    )
+    max_patch_files: int = Field(
+        DEFAULT_MAX_PATCH_FILES, ge=1, le=100_000,
+        description="the most files a candidate's patch may add, modify or delete (a rename counts "
+        "two); a writer that changes more is refused",
     )
 
     @field_validator("provider")
@@ -572,7 +584,11 @@ def spec_validate(source: str | bytes) -> SpecReport:
 
 # Keys added after specs were first frozen: at their default they are left out of the
 # normalized spec, so a spec that does not use them keeps the search id it always had.
-ADDED_KEYS_DEFAULTS = {("worker", "refine"): False, ("score", "replay_tolerance"): 0.25}
+ADDED_KEYS_DEFAULTS = {
+    ("worker", "refine"): False, ("score", "replay_tolerance"): 0.25,
+    ("worker", "max_patch_bytes"): DEFAULT_MAX_PATCH_BYTES,
+    ("worker", "max_patch_files"): DEFAULT_MAX_PATCH_FILES,
+}
 
 
 def spec_normalized(spec: SearchSpec) -> dict[str, Any]:
