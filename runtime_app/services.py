@@ -353,31 +353,47 @@ def patch_admit(
 ) -> tuple[Any, Receipt]:
     """Apply a candidate's patch to a fresh baseline worktree and judge it by the change policy.
 
-    Returns (worktree path, receipt) when admitted, (None, receipt) when the patch does not
-    apply cleanly or breaks a rule; a refused patch's worktree is removed. The receipt says
-    which stage refused it and why, path by path.
+    Returns (worktree path, receipt) when admitted, (None, receipt) when the patch is over the
+    rules' patch limits (judged before it is applied), does not apply cleanly or breaks a rule;
+    a refused patch's worktree is removed. The receipt says which stage refused it and why,
+    path by path. Nothing the patch brings is written into the repository's object store.
     """
+    from contextlib import closing
     from datetime import UTC, datetime
     from time import monotonic
 
     from runtime_app.policy import policy_check
-    from runtime_app.worktrees import patch_apply, patch_from_text, worktree_remove, worktree_tree
+    from runtime_app.worktrees import (
+        object_scratch,
+        patch_apply,
+        patch_from_text,
+        worktree_remove,
+        worktree_tree,
+    )
 
     started_at, started = datetime.now(UTC), monotonic()
-    patch = patch_from_text(patch_text)
-    detail: dict[str, Any] = {
-        "patch_sha256": patch.sha256, "diff_lines": patch.diff_lines, "files": patch.files[:200],
-        "baseline": commit,
-    }
+    limits = rules.limits
+    detail: dict[str, Any] = {"patch_sha256": hashlib.sha256(patch_text).hexdigest(), "baseline": commit}
     worktree = None
-    try:
-        worktree = patch_apply(repo_path, commit, patch_text, name)
-    except GitError as error:
-        detail.update(verdict="rejected", stage="apply", reason=str(error))
+    # Over the byte limit, the text is not even read for its numstat.
+    refusal = limits.text_refusal(len(patch_text))
+    if refusal is None:
+        patch = patch_from_text(patch_text)
+        detail.update(diff_lines=patch.diff_lines, files=patch.files[:200])
+        refusal = limits.files_refusal(len(patch.files))
+    if refusal is not None:
+        detail.update(verdict="rejected", stage="policy", reason=refusal)
     else:
+        try:
+            worktree = patch_apply(repo_path, commit, patch_text, name)
+        except GitError as error:
+            detail.update(verdict="rejected", stage="apply", reason=str(error))
+    if worktree is not None:
         with repo_open(repo_path) as repo:
             baseline_tree = repo[commit.encode()].tree
-            verdict = policy_check(repo, baseline_tree, worktree_tree(worktree, base=commit), rules)
+        with object_scratch(repo_path) as scratch, closing(scratch.store()) as store:
+            patched = worktree_tree(worktree, base=commit, scratch=scratch)
+            verdict = policy_check(store, baseline_tree, patched, rules)
         if verdict.accepted:
             detail.update(verdict="admitted", stage="policy")
         else:

@@ -253,7 +253,7 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
         # The writer's processes are gone (the sandbox killed its group and cgroup): its tree
         # is frozen, so the patch extracted now is final.
         try:
-            patch = patch_extract(worktree)
+            patch = patch_extract(worktree, limits=policy_rules(spec).limits)
         except GitError as error:
             return {"eliminated": f"its patch could not be extracted: {error}",
                     "receipts": written["receipts"], "usage": written["usage"]}

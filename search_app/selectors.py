@@ -594,14 +594,16 @@ def compare_rows(search: Search, candidates: list[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _compare_tree(search: Search, candidate: Any) -> str:
+def _compare_tree(search: Search, candidate: Any, scratch: Any) -> str:
     """The tree of the candidate's patch applied to the search's baseline commit (the baseline
-    commit's own tree for an empty patch), built in a temporary index: no worktree."""
+    commit's own tree for an empty patch), built in a temporary index with its objects in
+    `scratch` (never the repository's): no worktree."""
     from runtime_app.git import GitError
     from runtime_app.worktrees import patched_tree
 
     try:
-        return patched_tree(search.repository_path, search.baseline_commit, bytes(candidate.patch or b""))
+        return patched_tree(search.repository_path, search.baseline_commit, bytes(candidate.patch or b""),
+                            scratch=scratch)
     except GitError as error:
         raise GitError(f"{candidate.candidate_id}: {error}") from None
 
@@ -614,12 +616,14 @@ def compare_tree_diff(search: Search, first: Any, second: Any, limit: int | None
     from pathlib import Path
 
     from runtime_app.git import GitError
-    from runtime_app.worktrees import git_run
+    from runtime_app.worktrees import git_run, object_scratch
 
     try:
-        trees = [_compare_tree(search, candidate) for candidate in (first, second)]
-        out = git_run(["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
-                       "--dst-prefix=b/", trees[0], trees[1], "--"], cwd=Path(search.repository_path))
+        with object_scratch(search.repository_path) as scratch:
+            trees = [_compare_tree(search, candidate, scratch) for candidate in (first, second)]
+            out = git_run(["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
+                           "--dst-prefix=b/", trees[0], trees[1], "--"], cwd=Path(search.repository_path),
+                          env=scratch.env)
     except (GitError, OSError) as error:
         return {"text": "", "truncated": False, "error": str(error) or error.__class__.__name__}
     limit = COMPARE_DIFF_MAX_BYTES if limit is None else limit
