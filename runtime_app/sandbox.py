@@ -281,31 +281,60 @@ def pids_cgroup_parent() -> Path | None:
 
 
 class _RunCgroups:
-    """The cgroups holding every process of one run: killing them leaves nothing behind, and
-    their counters are the whole tree's CPU time and peak memory."""
+    """The cgroups of one run. The *containment* cgroup (pids) holds every process of the run from
+    the start: killing its members leaves nothing behind. The *accounting* cgroups (CPU, memory)
+    are joined by the command itself, just before it starts (`_JOIN_LATE`), so their counters are
+    the command's whole tree and nothing of the sandbox that set it up."""
 
-    def __init__(self, parents: dict[str, Path], limit: int) -> None:
+    def __init__(self, parents: dict[str, Path], limit: int, identity: tuple[int, int] | None) -> None:
         name = f"run-{os.getpid()}-{uuid.uuid4().hex[:10]}"
-        self.paths: dict[str, Path] = {}
+        self.paths: dict[str, Path] = {}  # controller (or v2 leaf) -> cgroup directory
+        self.made: list[Path] = []
         try:
-            for controller, parent in parents.items():
-                path = parent / name
-                path.mkdir()
-                self.paths[controller] = path
-            (self._path("pids") / "pids.max").write_text(str(limit))
+            if "v2" in parents:
+                # Two leaves under one run cgroup: processes may not sit beside v2 child cgroups.
+                run = self._make(parents["v2"] / name)
+                enabled = _read(parents["v2"] / "cgroup.subtree_control").split()
+                (run / "cgroup.subtree_control").write_text(" ".join(f"+{name}" for name in enabled))
+                self.paths = {"run": run, "setup": self._make(run / "setup"),
+                              "command": self._make(run / "command")}
+                (run / "pids.max").write_text(str(limit))
+            else:
+                for controller, parent in parents.items():
+                    self.paths[controller] = self._make(parent / name)
+                (self.paths["pids"] / "pids.max").write_text(str(limit))
+            for path in self.late:  # the sandbox's user moves itself in
+                if identity is not None:
+                    os.chown(path, *identity)
         except OSError:
             self.remove()
             raise
 
-    def _path(self, controller: str) -> Path:
-        return self.paths.get(controller) or self.paths["v2"]
+    def _make(self, path: Path) -> Path:
+        path.mkdir()
+        self.made.append(path)
+        return path
 
     @property
-    def procs(self) -> list[str]:
-        return [str(path / "cgroup.procs") for path in self.paths.values()]
+    def early(self) -> list[str]:
+        """cgroup.procs files the run joins before anything runs."""
+        leaf = self.paths.get("setup") or self.paths["pids"]
+        return [str(leaf / "cgroup.procs")]
+
+    @property
+    def late(self) -> list[Path]:
+        """cgroup.procs files the command joins as it starts."""
+        names = ("command",) if "command" in self.paths else ("cpuacct", "memory")
+        return [self.paths[name] / "cgroup.procs" for name in names if name in self.paths]
+
+    @property
+    def accounts(self) -> bool:
+        return "command" in self.paths or {"cpuacct", "memory"} <= set(self.paths)
 
     def members(self) -> list[int]:
-        return [int(word) for word in _read(self._path("pids") / "cgroup.procs").split()]
+        leaves = [self.paths["setup"], self.paths["command"]] if "setup" in self.paths else \
+            [self.paths["pids"]]
+        return [int(word) for leaf in leaves for word in _read(leaf / "cgroup.procs").split()]
 
     def kill_all(self) -> int:
         """SIGKILL every member until none is left; returns how many were found alive."""
@@ -320,31 +349,37 @@ class _RunCgroups:
         return len(found)
 
     def peak(self) -> int | None:
-        text = _read(self._path("pids") / "pids.peak").strip()
+        text = _read((self.paths.get("run") or self.paths["pids"]) / "pids.peak").strip()
         return int(text) if text.isdigit() else None
 
     def accounting(self) -> dict[str, float | int] | None:
-        """CPU seconds (user, system) and peak memory of every process that ran in the cgroups."""
-        if "v2" in self.paths:
-            stat = dict(line.split() for line in _read(self.paths["v2"] / "cpu.stat").splitlines()
+        """CPU seconds (user, system) and peak memory of every process of the command's tree."""
+        if "command" in self.paths:
+            leaf = self.paths["command"]
+            stat = dict(line.split() for line in _read(leaf / "cpu.stat").splitlines()
                         if len(line.split()) == 2)
-            peak = _read(self.paths["v2"] / "memory.peak").strip()
+            peak = _read(leaf / "memory.peak").strip()
             if "user_usec" not in stat or not peak.isdigit():
                 return None
             return {"user_cpu_seconds": int(stat["user_usec"]) / 1e6,
                     "sys_cpu_seconds": int(stat["system_usec"]) / 1e6, "max_rss_kib": int(peak) // 1024}
-        if "cpuacct" not in self.paths or "memory" not in self.paths:
+        if not self.accounts:
             return None
+        total = _read(self.paths["cpuacct"] / "cpuacct.usage").strip()
         user = _read(self.paths["cpuacct"] / "cpuacct.usage_user").strip()
         system = _read(self.paths["cpuacct"] / "cpuacct.usage_sys").strip()
         peak = _read(self.paths["memory"] / "memory.max_usage_in_bytes").strip()
-        if not (user.isdigit() and system.isdigit() and peak.isdigit()):
+        if not all(text.isdigit() for text in (total, user, system, peak)):
             return None
-        return {"user_cpu_seconds": int(user) / 1e9, "sys_cpu_seconds": int(system) / 1e9,
+        # The total is counted to the nanosecond; the user/system split only per scheduler tick.
+        seconds, user_share = int(total) / 1e9, int(user) / max(int(user) + int(system), 1)
+        if int(user) + int(system) == 0:
+            user_share = 1.0
+        return {"user_cpu_seconds": seconds * user_share, "sys_cpu_seconds": seconds * (1 - user_share),
                 "max_rss_kib": int(peak) // 1024}
 
     def remove(self) -> None:
-        for path in self.paths.values():
+        for path in reversed(self.made):  # leaves first
             for _ in range(100):
                 try:
                     path.rmdir()
@@ -363,6 +398,10 @@ def _killpg(pgid: int) -> None:
 # Joins every cgroup given before `--`, then runs the rest: no process of the run is ever outside.
 _JOIN_CGROUPS = ('while [ "$1" != -- ]; do echo $$ > "$1" || { echo "crucible sandbox: cannot join $1" >&2; '
                  'exit 125; }; shift; done; shift; exec "$@"')
+# The same, run last, inside the sandbox: the command moves itself into its accounting cgroups
+# through file descriptors the runtime opened for it (their paths are not visible in there).
+_JOIN_LATE = ('while [ "$1" != -- ]; do echo 0 > "$1" || { echo "crucible sandbox: cannot join $1" >&2; '
+              'exit 125; }; shift; done; shift; exec "$@"')
 
 
 # ------------------------------------------------------------------------------ bubblewrap
@@ -720,7 +759,7 @@ def _scratch_dir() -> Path:
 
 def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[str, str] | None,
           limits: Limits, readable: list[Path], read_only: list[str], writable: bool, fresh: bool,
-          metrics: bool, accounting: bool) -> _Plan:
+          metrics: bool, accounting: bool, join_late: Sequence[str]) -> _Plan:
     prlimit = shutil.which("prlimit")
     if not prlimit:
         raise SandboxError("prlimit (util-linux) is not installed; commands cannot be limited")
@@ -741,8 +780,8 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
             declared["CRUCIBLE_METRICS_FILE"] = str(metrics_dir / METRICS_NAME)
         env_full, refused = env_build(declared, home=str(home))
         run_cwd = run_tree / cwd.relative_to(tree)
-        return _Plan([prlimit, *limits.prlimit_args(), "--", *argv], env_full, str(run_cwd), sorted(env_full),
-                     refused, scratch, metrics_dir,
+        return _Plan([prlimit, *limits.prlimit_args(), "--", *join_late, *argv], env_full, str(run_cwd),
+                     sorted(env_full), refused, scratch, metrics_dir,
                      {"uid": os.geteuid(), "gid": os.getegid(), "network": "host (no isolation)",
                       "mounts": "the host's file system (no isolation)",
                       "tree": "a fresh copy" if fresh else
@@ -783,6 +822,7 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
     bwrap += ["--chdir", str(cwd), "--"]
     prefix = stage.argv()
     full = [*prefix, *_identity_argv(identity), *stage.resolve(bwrap), prlimit, *limits.prlimit_args(), "--",
+            *join_late,
             *argv]
     uid, gid = identity or (os.geteuid(), os.getegid())
     return _Plan(full, {}, "/", sorted(env_full), refused, scratch, metrics_dir,
@@ -852,22 +892,29 @@ def run(
     cgroups = None
     if parents:
         try:
-            cgroups = _RunCgroups(parents, limits.processes)
+            owner = sandbox_identity() if chosen == BUBBLEWRAP else None
+            cgroups = _RunCgroups(parents, limits.processes, owner)
         except OSError:
             cgroups = None
-    accounting = cgroups is not None and (
-        "v2" in cgroups.paths or {"cpuacct", "memory"} <= set(cgroups.paths))
+    accounting = cgroups is not None and cgroups.accounts
+    late_fds: list[int] = []
     try:
+        if accounting:
+            late_fds = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in cgroups.late]
+        join_late = ["/bin/sh", "-c", _JOIN_LATE, "sh", *(f"/proc/self/fd/{fd}" for fd in late_fds), "--"] \
+            if late_fds else []
         plan = _plan(argv, chosen=chosen, tree=tree_path, cwd=cwd_path, env=env, limits=limits,
                      readable=readable_paths, read_only=list(read_only), writable=writable, fresh=fresh,
-                     metrics=metrics_file is not None, accounting=accounting)
+                     metrics=metrics_file is not None, accounting=accounting, join_late=join_late)
     except BaseException:
+        for fd in late_fds:
+            os.close(fd)
         if cgroups:
             cgroups.remove()
         raise
     full_argv = plan.argv
     if cgroups is not None:
-        full_argv = ["/bin/sh", "-c", _JOIN_CGROUPS, "sh", *cgroups.procs, "--", *full_argv]
+        full_argv = ["/bin/sh", "-c", _JOIN_CGROUPS, "sh", *cgroups.early, "--", *full_argv]
     processes_enforced_by = (
         "pids-cgroup" if cgroups else ("rlimit" if os.geteuid() != 0 else "none (root, no pids cgroup)")
     )
@@ -885,9 +932,13 @@ def run(
                 process = subprocess.Popen(
                     full_argv, cwd=plan.popen_cwd, env=plan.popen_env, stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                    pass_fds=late_fds,
                 )
             except OSError as error:
                 raise SandboxError(f"the sandbox could not start: {error}") from None
+            finally:
+                for fd in late_fds:
+                    os.close(fd)
             captures = {process.stdout.fileno(): _Capture(limits.output_bytes),
                         process.stderr.fileno(): _Capture(limits.output_bytes)}
             timed_out, cancelled, status, rusage, stray, ended = _wait(

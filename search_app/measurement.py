@@ -150,3 +150,20 @@ def replay_within_band(earlier: Sequence[float], replayed: float, tolerance: flo
     if abs(replayed - median) <= band:
         return True, f"replayed median {replayed:g} is within {band:g} of {median:g}"
     return False, f"replayed median {replayed:g} moved more than {band:g} from {median:g}"
+
+
+def is_paired(contract: int, comparison: str, baseline_state: str) -> bool:
+    """Whether a search compares by paired ratios now: its spec asks for it, the baseline is
+    measured, and it was frozen under the paired contract (2); contract 1 runs as it was frozen."""
+    return contract >= 2 and comparison == "paired" and baseline_state == "alive"
+
+
+def figure_text(score: float | None, low: float | None, high: float | None, *, paired: bool) -> str:
+    """A candidate's figure as pages show it: `0.41× [0.38, 0.44]` (paired) or the plain value."""
+    if score is None:
+        return "—"
+    if not paired:
+        return f"{score:g}"
+    if low is None or high is None or low == high == score:
+        return f"{score:.3g}×"
+    return f"{score:.3g}× [{low:.3g}, {high:.3g}]"

@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.http import Http404
 
 from runtime_app.fleet import preset_get, preset_resolve_model
@@ -15,6 +16,7 @@ from runtime_app.prices import price_for, usd_text
 from runtime_app.selectors import projects_for_user
 from search_app.execution import search_spec
 from search_app.forecast import Forecast, History, forecast
+from search_app.measurement import figure_text, is_paired
 from search_app.models import Candidate, Search, SearchRun, Spec, SpecVersion, Step
 from search_app.spec import SearchSpec
 
@@ -421,7 +423,8 @@ def search_list_rows(
 
     from search_app.models import Candidate, Step
 
-    scored = Candidate.objects.filter(search=OuterRef("pk"), number__gt=0, score__isnull=False)
+    scored = Candidate.objects.filter(search=OuterRef("pk"), number__gt=0, score__isnull=False).annotate(
+        measured=Coalesce("score_absolute", "score"))
     stepped = Step.objects.filter(search=OuterRef("pk"), started_at__isnull=False)
     rows = searches_for_user(user).select_related("run", "repository").defer(
         "spec_text", "spec_normalized", "hashed_inputs", "candidate_batches",
@@ -432,13 +435,15 @@ def search_list_rows(
             default=F("run__status"), output_field=CharField(),
         ),
         score_direction=KT("spec_normalized__score__direction"),
+        # Ranked by figure (a paired ratio or a median), shown as the metric's median value.
         best_score=Case(
             When(spec_normalized__score__direction="maximize",
-                 then=Subquery(scored.order_by("-score").values("score")[:1])),
-            default=Subquery(scored.order_by("score").values("score")[:1]), output_field=FloatField(),
+                 then=Subquery(scored.order_by("-score").values("measured")[:1])),
+            default=Subquery(scored.order_by("score").values("measured")[:1]), output_field=FloatField(),
         ),
         baseline_score=Subquery(
-            Candidate.objects.filter(search=OuterRef("pk"), number=0).order_by().values("score")[:1]
+            Candidate.objects.filter(search=OuterRef("pk"), number=0).order_by()
+            .annotate(measured=Coalesce("score_absolute", "score")).values("measured")[:1]
         ),
         population=F("spec_normalized__population"),
         rounds=F("spec_normalized__rounds"),
@@ -535,9 +540,17 @@ def _round_key(key: Any) -> tuple[int, str]:
     return (int(text), text) if text.isdigit() else (1 << 30, text)
 
 
-def compare_rows(search: Search, candidates: list[Any]) -> list[dict[str, Any]]:
+def search_paired(search: Search) -> bool:
+    """Whether the search's figures are paired ratios to the baseline (one query)."""
+    comparison = ((search.spec_normalized or {}).get("score") or {}).get("comparison", "paired")
+    state = search.candidates.filter(number=0).values_list("state", flat=True).first() or ""
+    return is_paired(search.contract, comparison, state)
+
+
+def compare_rows(search: Search, candidates: list[Any], *, paired: bool = False) -> list[dict[str, Any]]:
     """The metric rows of the compare table (no queries): per row its label, one cell per
-    candidate ({"text", "title"}) and `same`, true when every candidate has the same value."""
+    candidate ({"text", "title"}) and `same`, true when every candidate has the same value.
+    `paired`: scores are ratios to the baseline, shown with their intervals."""
     spec = search.spec_normalized or {}
     rounds = list(spec.get("rounds") or [])
     gates = len((spec.get("hard_gates") or {}).get("commands") or [])
@@ -571,7 +584,11 @@ def compare_rows(search: Search, candidates: list[Any]) -> list[dict[str, Any]]:
         ("Round reached", reached),
         ("Gates passed", lambda c: cell(c.gates_passed, f"{c.gates_passed} of {gates}" if gates
                                         else str(c.gates_passed))),
-        ("Score (median)", lambda c: cell(c.score, _number_text(c.score), _exact(c.score))),
+        ("Score", lambda c: cell(c.score, figure_text(c.score, c.score_low, c.score_high, paired=paired),
+                                 "median ratio to the baseline in the same block, with its confidence "
+                                 "interval" if paired else _exact(c.score))),
+        ("Median value", lambda c: cell(c.score_absolute, _number_text(c.score_absolute),
+                                        _exact(c.score_absolute))),
         ("Spread (max − min)", lambda c: cell(c.spread, _number_text(c.spread), _exact(c.spread))),
     ]
     keys = sorted({str(k) for c in candidates for k in (c.trials or {})}, key=_round_key)

@@ -398,9 +398,9 @@ def comparison_for(search: Search, spec: Any, baseline: Any) -> str:
     """How this search compares candidates now: `paired` (per-block ratios to the baseline) when
     its spec asks for it and the baseline is measured; `absolute` otherwise, and always for a
     search frozen before paired blocks existed (contract 1), which runs as it was frozen."""
-    if search.contract < 2 or spec.score.comparison != "paired" or baseline.state != "alive":
-        return "absolute"
-    return "paired"
+    from search_app.measurement import is_paired
+
+    return "paired" if is_paired(search.contract, spec.score.comparison, baseline.state) else "absolute"
 
 
 def _interval(candidate: Any, spec: Any) -> Any:

@@ -789,7 +789,7 @@ def search_compare(request: HttpRequest, search_id: str) -> HttpResponse:
         "toggle_url": f"{request.path}?{urlencode(query + ([] if differences_only else [('diff', '1')]))}",
     }
     if candidates:
-        rows = selectors.compare_rows(search, candidates)
+        rows = selectors.compare_rows(search, candidates, paired=selectors.search_paired(search))
         diff = selectors.compare_tree_diff(search, candidates[0], candidates[1])
         shown = patch_shown(diff["text"].encode())
         context.update(

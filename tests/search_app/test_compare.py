@@ -128,10 +128,12 @@ def test_the_picked_candidates_metrics_are_shown_side_by_side_in_the_order_picke
     shown = table(html)
     assert [head.split()[0] for head in shown.heads] == ["cand_002", "cand_001", "baseline"]
     assert shown.rows["State"] == ["winner", "eliminated", "alive"]
-    assert shown.rows["Score (median)"] == ["9", "4", "2"]
+    assert shown.rows["Score"] == ["4.5×", "2×", "1×"]  # median ratio to the baseline in each block
+    assert shown.rows["Median value"] == ["9", "4", "2"]
     assert shown.rows["Trials, round 0"] == ["9, 9", "4, 4", "2, 2"]
-    assert shown.rows["Trials, round 1"] == ["9, 9", "—", "—"]  # only the winner went on
-    assert shown.rows["Round reached"] == ["1 (last)", "0", "0"]
+    # Only the winner went on; the baseline runs in every round's blocks.
+    assert shown.rows["Trials, round 1"] == ["9, 9", "—", "2, 2"]
+    assert shown.rows["Round reached"] == ["1 (last)", "0", "1 (last)"]
     assert shown.rows["Gates passed"] == ["1 of 1", "1 of 1", "1 of 1"]
     assert shown.rows["Files changed"] == ["1", "1", "0"]
     assert shown.titles["Files changed"][0] == "code/answer.py"
@@ -159,7 +161,7 @@ def test_differences_only_hides_the_rows_whose_values_are_all_equal_and_keeps_th
     html = response.content.decode()
     differing = table(html)
     assert "Gates passed" not in differing.rows and "Tokens" not in differing.rows
-    assert differing.rows["Score (median)"] == ["4", "7"]
+    assert differing.rows["Median value"] == ["4", "7"]
     assert set(differing.rows) < set(everything.rows)
     assert "row" in html and "hidden" in html
     # The toggle link keeps the picked candidates and turns the filter off; and the other way.
@@ -237,7 +239,7 @@ def test_a_patch_that_no_longer_applies_or_a_missing_repository_is_a_message_not
     assert response.status_code == 200
     html = response.content.decode()
     assert 'id="compare-diff-error"' in html and "does not apply" in html
-    assert table(html).rows["Score (median)"] == ["4", "7"]  # the metrics still show
+    assert table(html).rows["Median value"] == ["4", "7"]  # the metrics still show
     assert worktree_names() == before
     shutil.rmtree(repo)
     response = client.get(compare_url(search, "cand_001", "cand_002"))
@@ -299,4 +301,5 @@ def test_the_number_of_queries_does_not_grow_with_the_candidates_picked(finished
         assert response.status_code == 200 and len(table(response.content.decode()).heads) == 4
     assert len(two) == len(four)
     candidate_queries = [q["sql"] for q in four.captured_queries if "search_app_candidate" in q["sql"]]
-    assert len(candidate_queries) == 2  # the picker's list and the picked candidates
+    # The picker's list, the picked candidates and the baseline's state (is it paired?).
+    assert len(candidate_queries) == 3

@@ -92,7 +92,7 @@ def test_the_candidate_page_shows_diff_files_policy_receipts_and_prompt(finished
     search, _, _ = finished
     html = page(login(personas.member), f"/searches/{search.search_id}/candidates/cand_002/")
     assert '<script id="patch-data" type="application/json">' in html and "return 9" in html
-    assert "code/answer.py" in html and "admitted" in html and "gate 1" in html and "trial 1" in html
+    assert "code/answer.py" in html and "admitted" in html and "gate 1" in html and "trial block 0" in html
     assert "Shared prefix" in html and "You are cand_002." in html
     assert "Approving and merging need the approver role." in html
     assert page(login(personas.member), f"/searches/{search.search_id}/candidates/baseline/")

@@ -23,12 +23,11 @@ SECOND_GATE = "python -c 'pass'"
 
 def make_spec(*, gates: int = 1, comparison: str = "", max_trials: int | None = None, llm: bool = False,
               **options) -> SearchSpec:
-    text = spec_text(**options)
+    text = spec_text(**options, **({"comparison": comparison} if comparison else {}))
     if gates == 2:
         text = text.replace(f"commands = [{json.dumps(GATE)}]",
                             f"commands = [{json.dumps(GATE)}, {json.dumps(SECOND_GATE)}]")
-    extra = "".join([f'\ncomparison = "{comparison}"' if comparison else "",
-                     f"\nmax_trials = {max_trials}" if max_trials else ""])
+    extra = f"\nmax_trials = {max_trials}" if max_trials else ""
     text = text.replace('metric = "value"', 'metric = "value"' + extra)
     if llm:
         text = text.replace('provider = "command"\ncommand = "python scripts/writer.py"',

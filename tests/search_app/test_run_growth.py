@@ -101,5 +101,5 @@ def test_caps_raised_in_the_spec_let_the_same_writer_through_to_the_change_polic
     run_inline(personas, search)
     candidate = search.candidates.get(candidate_id="cand_001")
     assert candidate.patch and b"code/gen/m4999.py" in bytes(candidate.patch)  # extracted, stored
-    assert "not better than the baseline" in candidate.reason  # admitted, gated and scored like any other
+    assert "not clearly better than the baseline" in candidate.reason  # admitted, gated, scored
     assert object_store_kib(repo) == before
