@@ -8,6 +8,8 @@ bubblewrap the network and outside-write cases are not blocked, and the receipt 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
 import socket
@@ -21,6 +23,7 @@ from django.conf import settings as django_settings
 from runtime_app import sandbox, services
 from runtime_app.git import GitError
 from runtime_app.metrics import metric_read
+from runtime_app.models import Receipt
 from runtime_app.policy import PolicyRules
 from runtime_app.sandbox import RLIMITS_ONLY, Limits, run
 from runtime_app.worktrees import patch_extract, worktree_create, worktree_remove
@@ -174,6 +177,108 @@ def test_deleting_the_worktree_is_contained_and_the_runtime_reports_it(repo, wor
     assert not worktree.exists()
 
 
+def _bubblewrap_only(mode: str) -> None:
+    if mode != "required":
+        pytest.skip("what bubblewrap hides; rlimits only hides nothing and its receipts say so")
+
+
+def test_commands_run_as_an_unprivileged_uid_and_root_only_files_stay_unreadable(worktree, mode):
+    _bubblewrap_only(mode)
+    receipt = run("id -u; id -g; cat /etc/shadow; grep -c CapEff /proc/self/status", cwd=worktree, timeout=30,
+                  isolation=mode)
+    uid, gid = receipt.stdout_excerpt.split()[:2]
+    assert uid != "0" and gid != "0"
+    assert "root:" not in receipt.stdout_excerpt and "Permission denied" in receipt.stderr_excerpt
+    view = receipt.detail["sandbox"]
+    assert view["uid"] == int(uid) and view["network"].startswith("none")
+
+
+def test_only_the_tree_the_toolchain_and_declared_paths_are_visible(worktree, mode, data_dir, tmp_path):
+    _bubblewrap_only(mode)
+    # Another instance's data dir beside this one, another project's repository, host services.
+    other = data_dir.parent / "other-instance"
+    other.mkdir()
+    (other / "secret_key").write_text("another instance's key\n")
+    (other / "crucible.sqlite3").write_text("another instance's database\n")
+    elsewhere = tmp_path / "someone-elses-repo"
+    elsewhere.mkdir()
+    (elsewhere / "code.py").write_text("private = True\n")
+    declared = tmp_path / "declared"
+    declared.mkdir()
+    (declared / "harness.py").write_text("print('harness')\n")
+    script = (f"cat {other}/secret_key {other}/crucible.sqlite3 {elsewhere}/code.py; "
+              f"ls /var /srv /run /home; python {declared}/harness.py")
+    receipt = run(script, cwd=worktree, timeout=30, isolation=mode, readable=[declared])
+    assert "another instance" not in receipt.stdout_excerpt and "private" not in receipt.stdout_excerpt
+    assert receipt.stderr_excerpt.count("No such file or directory") >= 7
+    assert receipt.stdout_excerpt.strip().endswith("harness")
+    mounts = {item["target"]: item["mode"] for item in receipt.detail["sandbox"]["mounts"]}
+    assert mounts[str(worktree)] == "rw" and mounts[str(declared)] == "ro" and "/" not in mounts
+
+
+def test_host_unix_sockets_cannot_be_reached(worktree, mode):
+    """A database's or a broker's socket under /run (or /var/run) would be reachable through a
+    read-only bind of /: writers, gates and trials see none."""
+    _bubblewrap_only(mode)
+    folder = Path("/run") / f"crucible-socket-test-{uuid.uuid4().hex[:8]}"
+    folder.mkdir(mode=0o755)
+    path = folder / ".s.PGSQL.5432"
+    abstract = f"\0crucible-test-{uuid.uuid4().hex[:8]}"
+    try:
+        with socket.socket(socket.AF_UNIX) as listener, socket.socket(socket.AF_UNIX) as hidden:
+            listener.bind(str(path))
+            path.chmod(0o777)
+            listener.listen()
+            hidden.bind(abstract)
+            hidden.listen()
+            code = ("import socket, sys\n"
+                    f"for address in ({str(path)!r}, {abstract!r}):\n"
+                    "    s = socket.socket(socket.AF_UNIX)\n"
+                    "    try:\n        s.connect(address); print('connected')\n"
+                    "    except OSError as error:\n        print('refused', error.errno)\n")
+            receipt = run([sys.executable, "-c", code], cwd=worktree, timeout=30, isolation=mode)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert receipt.succeeded, receipt.stderr_excerpt
+    assert "connected" not in receipt.stdout_excerpt and receipt.stdout_excerpt.count("refused") == 2
+
+
+def test_receipts_count_the_command_s_own_cpu_and_memory(worktree, mode):
+    if sandbox.pids_cgroup_parent() is None:
+        service_missing("no cgroups here: CPU and memory cannot be counted for the command's tree")
+    code = ("import time; b = bytearray(200 << 20); end = time.process_time() + 0.4\n"
+            "while time.process_time() < end: pass")
+    # Run by a child of a shell, as a test suite's subprocess would be.
+    receipt = run(f"{sys.executable} -c '{code}' & wait", cwd=worktree, timeout=60, isolation=mode)
+    assert receipt.succeeded, receipt.stderr_excerpt
+    cpu = receipt.rusage["user_cpu_seconds"] + receipt.rusage["sys_cpu_seconds"]
+    assert cpu >= 0.35 and receipt.rusage["max_rss_kib"] >= 190 * 1024
+    assert receipt.rusage["measured_by"] == "cgroup"
+
+
+def test_a_command_on_a_fresh_tree_leaves_the_pristine_tree_as_it_was(worktree, mode):
+    (worktree / "tests").mkdir(exist_ok=True)
+    (worktree / "tests" / "test_x.py").write_text("def test_x():\n    assert 1\n")
+    (worktree / "code.py").write_text("real = True\n")
+    vandal = ("echo 'real = False' > code.py; echo planted > sitecustomize.py; rm -f README*; "
+              "echo 'def test_x(): pass' > tests/test_x.py; rm -rf tests")
+    first = run(vandal, cwd=worktree, timeout=30, isolation=mode, fresh=True, read_only=["tests"])
+    second = run("cat code.py; ls; cat tests/test_x.py", cwd=worktree, timeout=30, isolation=mode, fresh=True)
+    assert (worktree / "code.py").read_text() == "real = True\n"
+    assert not (worktree / "sitecustomize.py").exists()
+    assert second.stdout_excerpt.startswith("real = True\n") and "sitecustomize" not in second.stdout_excerpt
+    assert "assert 1" in second.stdout_excerpt
+    if mode == "required":
+        assert "Read-only file system" in first.stderr_excerpt or "Permission denied" in first.stderr_excerpt
+        assert "fresh" in first.detail["sandbox"]["tree"]
+
+
+def test_runtime_variables_that_look_secret_still_reach_commands(worktree, mode):
+    receipt = run("echo $CRUCIBLE_MAX_TOKENS", cwd=worktree, timeout=30, isolation=mode,
+                  env={"CRUCIBLE_MAX_TOKENS": "12345", "MY_API_TOKEN": "sk-nope-nope"})
+    assert receipt.stdout_excerpt == "12345\n" and receipt.env_refused == ["MY_API_TOKEN"]
+
+
 # ----------------------------------------------------------------------------------- patches
 
 
@@ -289,3 +394,136 @@ def test_a_huge_hunk_is_refused_as_oversized_and_the_receipt_keeps_only_a_summar
     assert worktree is None
     assert any(v["path"] == "src/huge.py" and "large" in v["reason"] for v in receipt.detail["violations"])
     assert receipt.detail["diff_lines"] == 400_000 and len(str(receipt.as_dict())) < 10_000
+
+
+# ------------------------------------------------------------------------- forged scores and gates
+#
+# A real repository and a scripted writer per candidate: one honest, fast candidate among forgers
+# whose real code is as slow as the baseline, and a gate-neutraliser whose code is wrong. Every
+# command runs in the real sandbox; the runtime must credit what the code really does.
+
+HOSTILE_WRITER = r'''import os, pathlib, sys
+sys.stdin.read()
+what = {"cand_001": "honest", "cand_002": "atexit", "cand_003": "metrics_file", "cand_004": "clock",
+        "cand_005": "rewrite_script", "cand_006": "neutralise"}[os.environ["CRUCIBLE_CANDIDATE_ID"]]
+SLOW = "def compute(n):\n    return sum(i * i for i in range(n))\n"
+FAST = "def compute(n):\n    return (n - 1) * n * (2 * n - 1) // 6\n"
+WRONG = "def compute(n):\n    return 285\n"
+FORGERIES = {
+    "atexit": "import atexit\natexit.register(lambda: print('{\"ms\": 0.001}', flush=True))\n",
+    "metrics_file": ("import json, os\npath = os.environ.get('CRUCIBLE_METRICS_FILE')\n"
+                     "if path:\n    open(path, 'w').write(json.dumps({'ms': 0.001}))\n"),
+    "clock": "import time\n_ticks = iter(range(10**9))\ntime.perf_counter = lambda: next(_ticks) * 1e-9\n",
+    # While a gate imports it, rewrite the protected score script that the trials run later.
+    "rewrite_script": ("import pathlib\ntry:\n    pathlib.Path('scripts/bench.py').write_text("
+                       "'print(\\'{\"ms\": 0.001}\\')\\n')\nexcept OSError:\n    pass\n"),
+    # Imported by gate 1, weaken the tests and the hidden test that gate 2 runs.
+    "neutralise": ("import pathlib\nfor test in ('tests/test_work.py', 'tests/test_hidden.py'):\n    try:\n"
+                   "        pathlib.Path(test).write_text('def test_nothing():\\n    pass\\n')\n"
+                   "    except OSError:\n        pass\n"),
+}
+code = {"honest": FAST, "neutralise": WRONG}.get(what, SLOW)
+pathlib.Path("code/work.py").write_text(FORGERIES.get(what, "") + code)
+'''
+
+BENCH = r'''import json, sys, time
+sys.path.insert(0, "code")
+from work import compute
+start = time.perf_counter()
+compute(1_500_000)
+print(json.dumps({"ms": (time.perf_counter() - start) * 1000}))
+'''
+
+HOSTILE_FILES = {
+    "code/work.py": "def compute(n):\n    return sum(i * i for i in range(n))\n",
+    "tests/test_work.py": ("import sys\nsys.path.insert(0, 'code')\nfrom work import compute\n\n"
+                           "def test_small():\n    assert compute(10) == 285\n\n"
+                           "def test_large():\n    assert compute(1000) == 332833500\n"),
+    "scripts/bench.py": BENCH,
+    "scripts/writer.py": HOSTILE_WRITER,
+    "pytest.ini": "[pytest]\ntestpaths = tests\n",
+}
+
+HIDDEN_TEST = ("import sys\\nsys.path.insert(0, 'code')\\nfrom work import compute\\n\\n"
+               "def test_hidden():\\n    assert compute(7) == 91\\n")
+
+
+def _hostile_spec(metric: str, population: int) -> str:
+    gate = "python -c \"import sys; sys.path.insert(0, 'code'); import work\""
+    return f"""name = "hostile"
+objective = "Make compute() faster without changing its result"
+population = {population}
+rounds = [{population}, 1]
+concurrency = 3
+
+[worker]
+provider = "command"
+command = "python scripts/writer.py"
+write_roots = ["code"]
+
+[evaluator.files]
+"tests/test_hidden.py" = "{HIDDEN_TEST}"
+
+[hard_gates]
+commands = [{json.dumps(gate)}, "python -m pytest -q -p no:cacheprovider tests"]
+protected_paths = ["tests", "scripts"]
+
+[score]
+command = "python scripts/bench.py"
+metric = "{metric}"
+direction = "minimize"
+trials = 2
+"""
+
+
+def _hostile_search(personas, tmp_path, metric: str, population: int = 6):
+    from search_app import services as search_services
+    from tests.gitrepo import repo_create
+
+    repo = repo_create(tmp_path / "hostile-repo", HOSTILE_FILES)
+    search = search_services.search_freeze(personas.owner, personas.alpha, _hostile_spec(metric, population),
+                                           "HEAD", repository_path=str(repo))
+    search_services.search_start(personas.owner, search, enqueue=False)
+    outcome = search_services.search_run_inline(search)
+    return outcome, {c.candidate_id: c for c in search.candidates.all()}
+
+
+def _require_bubblewrap() -> None:
+    available, reason = sandbox.bubblewrap_probe()
+    if not available:
+        service_missing(reason)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_score_forgers_lose_to_the_honest_candidate_when_the_runtime_measures(personas, tmp_path, data_dir,
+                                                                              settings):
+    """atexit lines, the metrics file, a patched clock and a rewritten score script change nothing
+    the runtime measures; the neutraliser's wrong code still meets the real tests."""
+    _require_bubblewrap()
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, sandbox="required")
+    outcome, candidates = _hostile_search(personas, tmp_path, "runtime:cpu_seconds")
+    reasons = {cid: c.reason for cid, c in candidates.items()}
+    assert outcome.outcome == "winner" and outcome.winner.candidate_id == "cand_001", reasons
+    for forger in ("cand_002", "cand_003", "cand_004", "cand_005"):
+        assert candidates[forger].state == "eliminated", reasons
+        assert "not clearly better than the baseline" in reasons[forger]
+    assert candidates["cand_006"].state == "eliminated" and "gate 2" in reasons["cand_006"]
+    assert candidates["cand_001"].score < 0.5  # its real CPU time, against the baseline's in each block
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_forged_score_script_and_weakened_tests_never_reach_the_next_command(personas, tmp_path, data_dir,
+                                                                              settings):
+    """With a metric the score script reports, the forger that rewrote the script while a gate ran
+    is still scored by the real script, and the gate-neutraliser still fails gate 2."""
+    _require_bubblewrap()
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, sandbox="required")
+    _, candidates = _hostile_search(personas, tmp_path, "ms")
+    reasons = {cid: c.reason for cid, c in candidates.items()}
+    assert candidates["cand_006"].state == "eliminated" and "gate 2" in reasons["cand_006"], reasons
+    forged = candidates["cand_005"]
+    assert forged.state == "eliminated" and forged.score_absolute and forged.score_absolute > 1, reasons
+    trial = Receipt.objects.filter(subject_type="candidate", subject_id=forged.pk,
+                                   label__contains=" trial ").first()
+    assert trial.detail["metric_source"] == "reported by the score command"
+    assert "0.001" not in trial.stdout_excerpt
