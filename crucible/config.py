@@ -44,6 +44,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_EVENT_POLL_SECONDS", "how often live pages poll the DB for events"),
     Variable("CRUCIBLE_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", "INFO"),
     Variable("CRUCIBLE_REPO_ROOTS", "comma-separated absolute dirs repositories may be registered under"),
+    Variable("CRUCIBLE_READ_ROOTS", "comma-separated absolute dirs a spec's read_paths may name "
+             "(host paths its commands read, read-only)"),
+    Variable("CRUCIBLE_EVALUATOR_ROOTS", "comma-separated absolute dirs hidden evaluator files may be "
+             "read from at freeze"),
     Variable("CRUCIBLE_SANDBOX", "bubblewrap for commands: required, preferred or off", "preferred"),
     Variable("CRUCIBLE_STEP_LEASE_SECONDS", "how long a worker's claim on a step lasts unrenewed", "60"),
     Variable("CRUCIBLE_PROVIDER_CONCURRENCY", "model calls in flight per provider account, machine-wide",
@@ -78,6 +82,8 @@ class Config:
     log_level: str
     require_services: bool
     repo_roots: list[Path]
+    read_roots: list[Path]
+    evaluator_roots: list[Path]
     sandbox: str
     step_lease_seconds: int
     provider_concurrency: int
@@ -214,6 +220,8 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         database_url=database_url,
         redis_url=redis_url,
         repo_roots=_directories("CRUCIBLE_REPO_ROOTS", get("CRUCIBLE_REPO_ROOTS") or ""),
+        read_roots=_directories("CRUCIBLE_READ_ROOTS", get("CRUCIBLE_READ_ROOTS") or ""),
+        evaluator_roots=_directories("CRUCIBLE_EVALUATOR_ROOTS", get("CRUCIBLE_EVALUATOR_ROOTS") or ""),
         sandbox=sandbox,
         draft_model=_draft_model(get("CRUCIBLE_DRAFT_MODEL") or ""),
         provider_concurrency=_integer(
