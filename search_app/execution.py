@@ -27,7 +27,9 @@ from runtime_app.models import Receipt
 from runtime_app.policy import PolicyRules
 from runtime_app.sandbox import Limits, SandboxError
 from runtime_app.worktrees import patch_extract, worktree_create, worktree_remove, worktrees_root
+from search_app.hidden import hidden_files_write, readable_for
 from search_app.models import Search, Step
+from search_app.preflight import search_start_failure
 from search_app.spec import SearchSpec, spec_validate
 
 LLM_KINDS = ("anthropic", "bedrock", "openai-compatible")
@@ -226,8 +228,14 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
         elif kind == "command":
             prompt = writer_prompt(search, spec, candidate.candidate_id, step.round, refining)
             writer = _run(step, spec.worker.command, f"{candidate.candidate_id} writer", cwd=worktree,
-                          timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel, env=env, stdin=prompt.encode())
+                          timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel, env=env, stdin=prompt.encode(),
+                          readable=readable_for(spec, "worker"))
             written = {"usage": _usage(writer), "receipts": [writer.pk]}
+            # A writer that cannot start stops the search (search_app/preflight.py), not just this candidate.
+            failure = search_start_failure(search, writer, "worker.command", spec.worker.command)
+            if failure:
+                return {**failure.result(), "receipts": receipts + written["receipts"],
+                        "usage": written["usage"]}
         else:
             return {"eliminated": f"provider kind {kind!r} has no writer in this version of Crucible "
                                   "(anthropic and command workers run today)"}
@@ -274,15 +282,20 @@ def evaluate(step: Step, cancel: threading.Event, *, gates: bool) -> dict[str, A
         return {"eliminated": f"patch refused at {admit.detail['stage']}: {admit.detail['reason']}",
                 "receipts": receipts}
     try:
-        _hidden_files_write(worktree, spec.evaluator.files)
+        hidden_files_write(worktree, search)  # the frozen snapshot (search_app/hidden.py)
         gates_passed = 0
         if gates:
             for number, command in enumerate(spec.hard_gates.commands, start=1):
                 gate = _run(step, command, f"{label} gate {number}", cwd=worktree,
-                            timeout=spec.hard_gates.timeout_seconds, cancel=cancel)
+                            timeout=spec.hard_gates.timeout_seconds, cancel=cancel,
+                            readable=readable_for(spec, "hard_gates"))
                 receipts.append(gate.pk)
                 if gate.detail.get("cancelled"):
                     return {"cancelled": True, "receipts": receipts}
+                # Cannot start: the spec's failure (stop the search), or a script its patch deleted.
+                failure = search_start_failure(search, gate, f"hard_gates.commands[{number - 1}]", command)
+                if failure:
+                    return {**failure.result(), "receipts": receipts, "gates_passed": gates_passed}
                 if not gate.succeeded:
                     return {"eliminated": f"gate {number} `{command}` {gate.outcome} (receipt #{gate.pk})",
                             "receipts": receipts, "gates_passed": gates_passed}
@@ -292,10 +305,14 @@ def evaluate(step: Step, cancel: threading.Event, *, gates: bool) -> dict[str, A
             metrics_file = worktree / f".crucible-metrics-{uuid.uuid4().hex}.json"
             trial = _run(step, spec.score.command, f"{label} trial {number}", cwd=worktree,
                          timeout=spec.score.timeout_seconds, cancel=cancel,
-                         env={"CRUCIBLE_METRICS_FILE": str(metrics_file)})
+                         env={"CRUCIBLE_METRICS_FILE": str(metrics_file)},
+                         readable=readable_for(spec, "score"))
             receipts.append(trial.pk)
             if trial.detail.get("cancelled"):
                 return {"cancelled": True, "receipts": receipts}
+            failure = search_start_failure(search, trial, "score.command", spec.score.command)  # as above
+            if failure:
+                return {**failure.result(), "receipts": receipts, "gates_passed": gates_passed}
             reading = metric_read(trial, spec.score.metric, metrics_file)
             metrics_file.unlink(missing_ok=True)
             if not reading.counted:
@@ -506,7 +523,7 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
 
     def shell(command: str) -> str:
         ran = _run(step, command, f"{candidate.candidate_id} writer shell", cwd=worktree,
-                   timeout=SHELL_TIMEOUT_SECONDS, cancel=cancel)
+                   timeout=SHELL_TIMEOUT_SECONDS, cancel=cancel, readable=readable_for(spec, "worker"))
         receipts.append(ran.pk)
         return f"exit {ran.exit_code} ({ran.outcome})\n{ran.stdout_excerpt}{ran.stderr_excerpt}"
 
