@@ -5,9 +5,12 @@ A wrong or unknown variable stops start-up with one line naming it (see manage.p
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
+import re
 import secrets
+import stat
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -48,7 +51,15 @@ VARIABLES: tuple[Variable, ...] = (
              "(host paths its commands read, read-only)"),
     Variable("CRUCIBLE_EVALUATOR_ROOTS", "comma-separated absolute dirs hidden evaluator files may be "
              "read from at freeze"),
+    Variable("CRUCIBLE_ALLOWED_EXTENSIONS",
+             "comma-separated dotted paths of engines, agents and benchmarks the web and API may name"),
     Variable("CRUCIBLE_SANDBOX", "bubblewrap for commands: required, preferred or off", "preferred"),
+    Variable("CRUCIBLE_SANDBOX_UID", "the unprivileged uid (and gid) sandboxed commands run as when the "
+             "server runs as root", "65534"),
+    Variable("CRUCIBLE_SANDBOX_TOOLCHAIN", "comma-separated absolute dirs commands may read besides /usr, "
+             "/etc, /bin, /lib* and Crucible's Python (e.g. /opt/node)"),
+    Variable("CRUCIBLE_LANE_DIR", "where the measurement-lane lock lives; workers on one host must share it "
+             "(default: the data dir's locks/)"),
     Variable("CRUCIBLE_STEP_LEASE_SECONDS", "how long a worker's claim on a step lasts unrenewed", "60"),
     Variable("CRUCIBLE_PROVIDER_CONCURRENCY", "model calls in flight per provider account, machine-wide",
              "8"),
@@ -84,7 +95,11 @@ class Config:
     repo_roots: list[Path]
     read_roots: list[Path]
     evaluator_roots: list[Path]
+    allowed_extensions: tuple[str, ...]
     sandbox: str
+    sandbox_uid: int
+    sandbox_toolchain: list[Path]
+    lane_dir: Path | None
     step_lease_seconds: int
     provider_concurrency: int
     required_approvals: int
@@ -146,6 +161,25 @@ def _directories(name: str, raw: str) -> list[Path]:
             raise ConfigError(f"{name}: {word!r} is not an absolute path")
         roots.append(Path(os.path.normpath(path)))
     return roots
+
+
+def _directory(name: str, raw: str) -> Path | None:
+    roots = _directories(name, raw)
+    if len(roots) > 1:
+        raise ConfigError(f"{name}={raw!r}: give one absolute directory")
+    return roots[0] if roots else None
+
+
+_DOTTED_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)?")
+
+
+def _dotted_paths(name: str, raw: str) -> tuple[str, ...]:
+    paths = []
+    for word in _words(raw):
+        if not _DOTTED_PATH.fullmatch(word):
+            raise ConfigError(f"{name}: {word!r} is not a dotted path such as package.module.Name")
+        paths.append(word)
+    return tuple(paths)
 
 
 def _draft_model(raw: str) -> str:
@@ -222,7 +256,13 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         repo_roots=_directories("CRUCIBLE_REPO_ROOTS", get("CRUCIBLE_REPO_ROOTS") or ""),
         read_roots=_directories("CRUCIBLE_READ_ROOTS", get("CRUCIBLE_READ_ROOTS") or ""),
         evaluator_roots=_directories("CRUCIBLE_EVALUATOR_ROOTS", get("CRUCIBLE_EVALUATOR_ROOTS") or ""),
+        allowed_extensions=_dotted_paths(
+            "CRUCIBLE_ALLOWED_EXTENSIONS", get("CRUCIBLE_ALLOWED_EXTENSIONS") or ""
+        ),
         sandbox=sandbox,
+        sandbox_uid=_integer("CRUCIBLE_SANDBOX_UID", get("CRUCIBLE_SANDBOX_UID") or "", 1, 2**31 - 2),
+        sandbox_toolchain=_directories("CRUCIBLE_SANDBOX_TOOLCHAIN", get("CRUCIBLE_SANDBOX_TOOLCHAIN") or ""),
+        lane_dir=_directory("CRUCIBLE_LANE_DIR", get("CRUCIBLE_LANE_DIR") or ""),
         draft_model=_draft_model(get("CRUCIBLE_DRAFT_MODEL") or ""),
         provider_concurrency=_integer(
             "CRUCIBLE_PROVIDER_CONCURRENCY", get("CRUCIBLE_PROVIDER_CONCURRENCY") or "", 1, 256
@@ -240,8 +280,9 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
 def persistent_secret(path: Path, make: Callable[[], str] = lambda: secrets.token_urlsafe(50)) -> str:
     """Return the secret stored at path, creating it (mode 600) on first use."""
     if path.exists():
+        private_tighten(path)
         return path.read_text().strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
     value = make()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -250,6 +291,61 @@ def persistent_secret(path: Path, make: Callable[[], str] = lambda: secrets.toke
     with os.fdopen(fd, "w") as handle:
         handle.write(value)
     return value
+
+
+PRIVATE_DIR_MODE, PRIVATE_FILE_MODE = 0o700, 0o600
+# Files SQLite keeps beside a database; they hold its pages (sessions included) too.
+SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
+
+
+def private_tighten(path: Path) -> None:
+    """Take group and other permissions off `path` (an older install may have left them);
+    never loosens, never follows a symlink; a file Crucible's user does not own is reported."""
+    try:
+        current = os.lstat(path).st_mode
+        if stat.S_ISLNK(current) or not stat.S_IMODE(current) & 0o077:
+            return
+        os.chmod(path, stat.S_IMODE(current) & 0o700)
+    except FileNotFoundError:
+        pass
+    except OSError as error:
+        print(f"crucible: could not make {path} private to its owner: {error}", file=sys.stderr)
+
+
+def private_dir(path: Path) -> Path:
+    """A directory only Crucible's user can enter: created 0700, tightened if it exists."""
+    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    private_tighten(path)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """An existing file tightened, a missing one created empty with mode 600 (so SQLite, which
+    gives its -wal and -shm files the database's mode, opens a file that is private already)."""
+    if not path.exists():
+        # Made first by another process, or not makeable here: SQLite then says why when it opens.
+        with contextlib.suppress(FileExistsError, FileNotFoundError, PermissionError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
+    for suffix in SQLITE_COMPANIONS:
+        private_tighten(path.with_name(path.name + suffix))
+    return path
+
+
+def data_dir_secure(data_dir: Path, *private_trees: Path) -> None:
+    """The data dir 0700, every file at its top 0600 (the database and its companions, the
+    secret key, key files, beat's schedule), and each of `private_trees` (e.g. the broker's
+    queue) 0700 for its directories and 0600 for its files. Runs at every start."""
+    private_dir(data_dir)
+    for entry in data_dir.iterdir():
+        if entry.is_file() and not entry.is_symlink():
+            private_tighten(entry)
+    for tree in private_trees:
+        if not tree.is_dir() or tree.is_symlink():
+            continue
+        private_tighten(tree)
+        for root, dirs, files in os.walk(tree):
+            for name in (*dirs, *files):
+                private_tighten(Path(root) / name)
 
 
 def load_or_exit() -> Config:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dj_database_url
 
-from crucible.config import BASE_DIR, load, persistent_secret
+from crucible.config import BASE_DIR, data_dir_secure, load, persistent_secret, private_dir, private_file
 
 CONFIG = load()
 DATA_DIR = CONFIG.data_dir
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+# Sessions, keys and the queue live here: only Crucible's user may enter (see docs/security.md).
+private_dir(DATA_DIR)
 
 SECRET_KEY = CONFIG.secret_key or persistent_secret(DATA_DIR / "secret_key")
 DEBUG = CONFIG.debug
@@ -87,6 +90,9 @@ else:
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(_SQLITE_OPTIONS)
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    _SQLITE_NAME = str(DATABASES["default"]["NAME"])
+    if _SQLITE_NAME and _SQLITE_NAME != ":memory:" and not _SQLITE_NAME.startswith("file:"):
+        private_file(Path(_SQLITE_NAME))  # before SQLite first opens it, so it is never 0644
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -156,7 +162,10 @@ else:
         "polling_interval": 0.05,
     }
     for _name in ("queue", "control", "processed"):
-        (_BROKER_DIR / _name).mkdir(parents=True, exist_ok=True)
+        private_dir(_BROKER_DIR / _name)
+
+# Tighten what an older install (or a process with a looser umask) left readable by others.
+data_dir_secure(DATA_DIR, DATA_DIR / "broker")
 
 # Security: the same posture everywhere; HTTPS-only parts switch on with CRUCIBLE_HTTPS.
 SESSION_COOKIE_HTTPONLY = True

@@ -9,13 +9,20 @@
 - `ReferenceLLMAgent` sends one completion: the workspace (prompt, fragments, skills, recent
   memories) as the system prompt and the task's input as the user message, through
   `runtime_app.llm.ToolChat` with a fleet preset (anthropic, bedrock or openai-compatible).
-- `agent_for(workspace_path)` picks the class from manifest.yaml's `agent` section.
+- `agent_check(workspace_path, trusted=...)` says whether the class manifest.yaml's `agent`
+  section asks for may be used, importing nothing; `agent_for(workspace_path, trusted=...)`
+  checks the same and makes the agent (in a worker or the CLI).
 
 The `agent` settings read here (manifest.yaml, read leniently so that keys a stricter manifest
 schema does not know yet still work):
 
-    type: command | reference | <package.module.AgentClass>
+    type: command | reference | <an entry point of crucible.agents> | <package.module.AgentClass>
     entrypoint: <package.module.AgentClass> | a path in the workspace (tools/solve.py) | a command line
+
+A dotted class path (in `type` or `entrypoint`) other than a built-in's own
+(evolve_app.agents.CommandAgent, evolve_app.agents.ReferenceLLMAgent) is honoured only from the
+trusted CLI or when CRUCIBLE_ALLOWED_EXTENSIONS lists it; anything else is refused before a run
+starts (A-Evolve's `entrypoint: agent_evolve....` included), never imported.
     command: a path in the workspace or a command line (for type command; else `entrypoint`
              when it is not a dotted path, else the tools/registry.yaml entry with
              `entrypoint: true`, whose `timeout_seconds` also applies)
@@ -28,7 +35,6 @@ reaches a sandbox, a step, an output or an error text (known secret values are r
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import shutil
@@ -40,6 +46,7 @@ from typing import Any
 
 import yaml
 
+from evolve_app.extensions import AGENT_GROUP, SETTING, dotted_allowed, dotted_load, installed
 from evolve_app.types import SkillMeta, Task, Trajectory
 from evolve_app.workspace import AgentWorkspace, WorkspaceError
 
@@ -435,39 +442,88 @@ class ReferenceLLMAgent(BaseAgent):
 # ------------------------------------------------------------------------------------------ choice
 
 AGENT_TYPES: dict[str, type[BaseAgent]] = {"command": CommandAgent, "reference": ReferenceLLMAgent}
+# A built-in named by its dotted path is the built-in: found by lookup, not imported.
+_BUILTIN_PATHS = {f"{cls.__module__}{sep}{cls.__name__}": cls for cls in AGENT_TYPES.values()
+                  for sep in (".", ":")}
 
 
-def _agent_class(dotted: str) -> type[BaseAgent]:
-    module_name, _, name = dotted.partition(":") if ":" in dotted else dotted.rpartition(".")
-    try:
-        value = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as error:
-        raise AgentError(f"agent class {dotted!r} cannot be loaded: {error}") from None
+def agent_names() -> list[str]:
+    """The agent types a manifest may name for the web and API: built-ins, then entry points."""
+    return [*AGENT_TYPES, *sorted(name for name in installed(AGENT_GROUP) if name not in AGENT_TYPES)]
+
+
+def _class_named(path: str, key: str, trusted: bool) -> type[BaseAgent] | str:
+    """A built-in class by its path, else the path itself if this caller may name it."""
+    path = path.strip()
+    if path in _BUILTIN_PATHS:
+        return _BUILTIN_PATHS[path]
+    if not dotted_allowed(path, trusted=trusted):
+        raise AgentError(
+            f"manifest.yaml's agent.{key} {path!r} names a Python class, which runs started from the web "
+            f"or API do not import (nothing was). An administrator allows it by adding {path} to {SETTING}; "
+            f"or start the run with `manage.py evolve run`, or use agent.type "
+            f"{' or '.join(agent_names())} without a class in agent.{key}.")
+    return path
+
+
+def _agent_choice(settings: dict[str, Any], trusted: bool) -> tuple[type[BaseAgent], type[BaseAgent] | str]:
+    """(the class the agent must be, the class or the entry point/dotted path to load), from the
+    manifest's `agent` settings by lookup only; AgentError when it may not be used."""
+    kind, entrypoint = settings.get("type"), settings.get("entrypoint")
+    if isinstance(kind, str) and kind in AGENT_TYPES:
+        base = AGENT_TYPES[kind]
+        chosen = _class_named(entrypoint, "entrypoint", trusted) if _is_dotted(entrypoint) else base
+        if isinstance(chosen, type) and not issubclass(chosen, base):
+            raise AgentError(f"agent.entrypoint {entrypoint!r} is not a {base.__name__} "
+                             f"(agent.type is {kind})")
+        return base, chosen
+    if isinstance(kind, str) and kind in installed(AGENT_GROUP):
+        return BaseAgent, f"entry point {kind}"
+    if _is_dotted(kind):
+        return BaseAgent, _class_named(kind, "type", trusted)
+    if _is_dotted(entrypoint):
+        return BaseAgent, _class_named(entrypoint, "entrypoint", trusted)
+    raise AgentError(f"agent.type {kind!r}: use {', '.join(agent_names())}, or a dotted path to a BaseAgent "
+                     f"subclass (in agent.type or agent.entrypoint) that the CLI names or {SETTING} lists")
+
+
+def agent_check(workspace_path: str | Path, *, trusted: bool = False) -> None:
+    """Raise AgentError unless the agent manifest.yaml asks for may be used by this caller:
+    a built-in type, an installed entry point of `crucible.agents`, or a dotted path from the
+    CLI (`trusted`) or listed in CRUCIBLE_ALLOWED_EXTENSIONS. Reads the manifest; imports nothing."""
+    _agent_choice(agent_settings(workspace_path), trusted)
+
+
+def _agent_class(target: str) -> type[BaseAgent]:
+    """Load a class already allowed: an entry point (`entry point NAME`) or a dotted path."""
+    if target.startswith("entry point "):
+        name = target.removeprefix("entry point ")
+        try:
+            value = installed(AGENT_GROUP)[name].load()
+        except Exception as error:  # an installed package's own failure to load
+            raise AgentError(f"agent type {name!r} cannot be loaded: {type(error).__name__}: "
+                             f"{error}") from None
+    else:
+        try:
+            value = dotted_load(target, AgentError)
+        except AgentError as error:
+            raise AgentError(f"agent class {target!r} cannot be loaded: {error}") from None
     if not (isinstance(value, type) and issubclass(value, BaseAgent)):
-        raise AgentError(f"{dotted!r} is not a BaseAgent subclass")
+        raise AgentError(f"{target!r} is not a BaseAgent subclass")
     return value
 
 
-def agent_for(workspace_path: str | Path, **options: Any) -> BaseAgent:
+def agent_for(workspace_path: str | Path, *, trusted: bool = False, **options: Any) -> BaseAgent:
     """The agent manifest.yaml asks for: `type: command` → CommandAgent, `type: reference` →
-    ReferenceLLMAgent, else a dotted path (in `type`, or in `entrypoint`) to a BaseAgent
-    subclass. `options` go to the class (e.g. model= for ReferenceLLMAgent)."""
+    ReferenceLLMAgent (either refined by a subclass named in `entrypoint`), an entry point of
+    `crucible.agents`, else a dotted path (in `type`, or in `entrypoint`) to a BaseAgent
+    subclass. It is checked first (agent_check, with the same trust), so a manifest changed
+    after the run was checked cannot make a worker import a class nobody allowed. `options` go
+    to the class (e.g. model= for ReferenceLLMAgent)."""
     settings = agent_settings(workspace_path)
-    kind = settings.get("type")
-    entrypoint = settings.get("entrypoint")
-    if isinstance(kind, str) and kind in AGENT_TYPES:
-        cls = AGENT_TYPES[kind]
-        if _is_dotted(entrypoint):
-            named = _agent_class(entrypoint)  # a subclass of the type's class may refine it
-            if not issubclass(named, cls):
-                raise AgentError(f"agent.entrypoint {entrypoint!r} is not a {cls.__name__} "
-                                 f"(agent.type is {kind})")
-            cls = named
-    elif _is_dotted(kind):
-        cls = _agent_class(kind)
-    elif _is_dotted(entrypoint):
-        cls = _agent_class(entrypoint)
-    else:
-        raise AgentError(f"agent.type {kind!r}: use command, reference, or a dotted path to a BaseAgent "
-                         "subclass (in agent.type or agent.entrypoint)")
+    base, chosen = _agent_choice(settings, trusted)
+    cls = chosen if isinstance(chosen, type) else _agent_class(chosen)
+    if not issubclass(cls, base):
+        raise AgentError(f"agent.entrypoint {settings.get('entrypoint')!r} is not a {base.__name__} "
+                         f"(agent.type is {settings.get('type')})")
     return cls(workspace_path, **options)

@@ -154,8 +154,12 @@ class ImportIn(Schema):
 
 
 class RunIn(Schema):
-    benchmark: str = Field("demo", max_length=500, description="a registered name, folder:PATH or jsonl:PATH")
-    engine: str = Field("textbook", max_length=200, description="an engine name or a dotted path")
+    benchmark: str = Field("demo", max_length=500,
+                           description="a registered name, or folder:PATH / jsonl:PATH under "
+                                       "CRUCIBLE_REPO_ROOTS")
+    engine: str = Field("textbook", max_length=200,
+                        description="a registered engine name (a dotted path only if "
+                                    "CRUCIBLE_ALLOWED_EXTENSIONS lists it)")
     cycles: int = Field(5, description="1 to 200; a run stops early when it converges")
     config: dict[str, Any] | None = Field(None, description="EvolveConfig: batch_size, holdout_size, …")
 
@@ -220,7 +224,8 @@ def agent_detail(request: HttpRequest, agent_id: int):
 
 @router.post("/agents/{agent_id}/runs", response={202: RunOut})
 def run_start(request: HttpRequest, agent_id: int, body: RunIn):
-    """Queue an evolution run for the workers (one run at a time per agent)."""
+    """Queue an evolution run for the workers (one run at a time per agent). Engines, benchmarks
+    and the workspace's agent type are checked by name; nothing named here is imported."""
     agent = selectors.agent_for_user(request.user, agent_id)
     run = services.evolution_run_start(request.user, agent, benchmark=body.benchmark, engine=body.engine,
                                        cycles=body.cycles, config=body.config)

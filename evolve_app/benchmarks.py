@@ -17,31 +17,42 @@ Built-ins:
 - `JsonlBenchmark(path)`: one JSON object per line, `{"task_id", "input", "expected", "split",
   "category", "match"}`, judged in process by the `match` rule (MATCH_RULES).
 
-`benchmark_get(name_or_spec)` resolves a name registered in the `crucible.benchmarks` entry
-point group (`demo`, `task-folder`, `jsonl` are built in), `name:argument` (the factory
-called with the argument, e.g. `jsonl:/path/tasks.jsonl`; `folder:` is `task-folder:`), or
-a dotted path (`package.module:name` or `package.module.name`) to a BenchmarkAdapter subclass
-or instance, or to a function marked `@benchmark_factory` — never to any other callable.
+`benchmark_check(spec, trusted=...)` says whether a caller may name a benchmark, importing
+nothing; `benchmark_get(spec, trusted=...)` checks the same and makes it (in a worker or the
+CLI). A spec is a name registered in the `crucible.benchmarks` entry point group (`demo`,
+`task-folder`, `jsonl` are built in), `name:argument` (the factory called with the argument,
+e.g. `jsonl:/path/tasks.jsonl`; `folder:` is `task-folder:`; a built-in's path must lie under
+CRUCIBLE_REPO_ROOTS unless trusted), or — from the CLI, or when CRUCIBLE_ALLOWED_EXTENSIONS
+lists it — a dotted path (`package.module:name` or `package.module.name`) to a
+BenchmarkAdapter subclass or instance, or to a function marked `@benchmark_factory`, never to
+any other callable.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import re
 import shutil
 import uuid
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from evolve_app.extensions import (
+    BENCHMARK_GROUP,
+    dotted_allowed,
+    dotted_load,
+    dotted_refusal,
+    installed,
+    is_dotted,
+    server_path,
+)
 from evolve_app.types import Feedback, Task, Trajectory
 
 SPLITS = ("train", "holdout")
 MATCH_RULES = ("exact", "normalized", "contains", "regex", "number")
-ENTRY_POINT_GROUP = "crucible.benchmarks"
+ENTRY_POINT_GROUP = BENCHMARK_GROUP
 NUMBER_TOLERANCE = 1e-6
 CHECK_TIMEOUT_SECONDS = 120.0
 MAX_OUTPUT_CHARS = 1 << 20  # what a check or a match rule gets to see of an agent's output
@@ -344,48 +355,76 @@ def demo_benchmark() -> JsonlBenchmark:
 
 # --------------------------------------------------------------------------------- registry
 
-_BUILTINS: dict[str, str] = {
-    "demo": "evolve_app.benchmarks:demo_benchmark",
-    "task-folder": "evolve_app.benchmarks:TaskFolderBenchmark",
-    "jsonl": "evolve_app.benchmarks:JsonlBenchmark",
+_BUILTINS: dict[str, Callable[..., BenchmarkAdapter]] = {
+    "demo": demo_benchmark, "task-folder": TaskFolderBenchmark, "jsonl": JsonlBenchmark,
 }
+_PATH_KINDS = {"task-folder": "folder", "jsonl": "file"}  # built-ins whose argument is a server path
 _ALIASES = {"folder": "task-folder"}
-
-
-def _registered() -> dict[str, Callable[[], Any]]:
-    """name -> loader: the entry points of `crucible.benchmarks`, then built-ins not installed."""
-    loaders: dict[str, Callable[[], Any]] = {}
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        loaders.setdefault(point.name, point.load)
-    for name, target in _BUILTINS.items():
-        loaders.setdefault(name, lambda target=target: _import(target))
-    return loaders
+# A built-in named by its dotted path (its entry point's value) is the built-in, found by lookup.
+_BUILTIN_PATHS = {f"evolve_app.benchmarks{sep}{made.__name__}": name for name, made in _BUILTINS.items()
+                  for sep in (".", ":")}
 
 
 def benchmark_names() -> list[str]:
-    """Every registered benchmark name, sorted."""
-    return sorted(_registered())
+    """Every benchmark the web and API may name (built-ins and installed entry points), sorted."""
+    return sorted(set(_BUILTINS) | set(installed(BENCHMARK_GROUP)))
 
 
-def _import(target: str) -> Any:
-    """`package.module:attr` or `package.module.attr`."""
-    module_name, _, attribute = target.partition(":") if ":" in target else target.rpartition(".")
-    if not module_name or not attribute:
-        raise BenchmarkError(f"{target!r} is not a dotted path (package.module:name)")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise BenchmarkError(f"cannot import {module_name!r} for benchmark {target!r}: {error}") from None
-    try:
-        value = module
-        for part in attribute.split("."):
-            value = getattr(value, part)
-    except AttributeError:
-        raise BenchmarkError(f"{module_name!r} has no {attribute!r} (benchmark {target!r})") from None
-    return value
+def _builtin_argument(name: str, spec: str, argument: str | None, trusted: bool) -> tuple[Any, ...]:
+    """A built-in's arguments, checked without making it: a path must be under CRUCIBLE_REPO_ROOTS
+    unless trusted (refused alike whether it exists or not), and then exist."""
+    kind = _PATH_KINDS.get(name)
+    if kind is None:
+        if argument is not None:
+            raise BenchmarkError(f"benchmark {spec!r}: {name} takes no argument")
+        return ()
+    if argument is None:
+        raise BenchmarkError(f"benchmark {spec!r} needs a {kind}; give it one as {name}:<argument>")
+    path = server_path(argument, trusted=trusted, what="benchmark", error=BenchmarkError)
+    if kind == "folder" and not path.is_dir():
+        raise BenchmarkError(f"task folder benchmark {argument}: no such folder")
+    if kind == "file" and not path.is_file():
+        raise BenchmarkError(f"JSONL benchmark {argument}: no such file")
+    return (path,)
 
 
-def _adapter(value: Any, spec: str, *args: str) -> BenchmarkAdapter:
+def _resolve(name_or_spec: str, trusted: bool) -> tuple[str, str, tuple[Any, ...]]:
+    """("builtin" | "installed" | "dotted", what to make, its arguments), or BenchmarkError.
+    A lookup: nothing is imported."""
+    spec = (name_or_spec or "").strip()
+    if not spec:
+        raise BenchmarkError("no benchmark named; use a registered name, folder:/path or jsonl:/path")
+    name, colon, argument = spec.partition(":")
+    name = _ALIASES.get(name, name)
+    if colon and name in _BUILTINS | installed(BENCHMARK_GROUP) and not argument.strip():
+        raise BenchmarkError(f"benchmark {spec!r}: nothing after the colon")
+    given = argument.strip() if colon else None
+    if name in _BUILTINS:
+        return "builtin", name, _builtin_argument(name, spec, given, trusted)
+    if spec in _BUILTIN_PATHS:
+        return "builtin", _BUILTIN_PATHS[spec], ()
+    if name in installed(BENCHMARK_GROUP):
+        return "installed", name, (given,) if colon else ()
+    if is_dotted(spec):
+        if not dotted_allowed(spec, trusted=trusted):
+            raise BenchmarkError(dotted_refusal("benchmark", spec, benchmark_names()))
+        return "dotted", spec, ()
+    raise BenchmarkError(
+        f"unknown benchmark {spec!r}; registered: {', '.join(benchmark_names())}; or use folder:/path "
+        "or jsonl:/path (a dotted path package.module:factory only from the CLI or "
+        "CRUCIBLE_ALLOWED_EXTENSIONS)"
+    )
+
+
+def benchmark_check(name_or_spec: str, *, trusted: bool = False) -> None:
+    """Raise BenchmarkError unless this caller may name this benchmark. A name lookup and path
+    checks: nothing is imported, made or called. `trusted` (the CLI) may give any path and a
+    dotted path; the web and API paths under CRUCIBLE_REPO_ROOTS and the dotted paths listed in
+    CRUCIBLE_ALLOWED_EXTENSIONS."""
+    _resolve(name_or_spec, trusted)
+
+
+def _adapter(value: Any, spec: str, *args: Any) -> BenchmarkAdapter:
     try:
         made = value(*args) if callable(value) and not isinstance(value, BenchmarkAdapter) else value
     except BenchmarkError:
@@ -399,33 +438,26 @@ def _adapter(value: Any, spec: str, *args: str) -> BenchmarkAdapter:
     return made
 
 
-_DOTTED = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*(?::[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)?")
-
-
-def benchmark_get(name_or_spec: str) -> BenchmarkAdapter:
-    """The benchmark `name_or_spec` names: `demo`, `jsonl:/path`, `folder:/path`,
-    `task-folder:/path`, any entry point of `crucible.benchmarks` (with `:argument` if its
-    factory takes one), or a dotted path to a factory or class."""
+def benchmark_get(name_or_spec: str, *, trusted: bool = False) -> BenchmarkAdapter:
+    """The benchmark `name_or_spec` names (see benchmark_check, which it calls first with the
+    same trust), made: `demo`, `jsonl:/path`, `folder:/path`, `task-folder:/path`, an entry
+    point of `crucible.benchmarks` (with `:argument` if its factory takes one), or an allowed
+    dotted path to a factory or class."""
     spec = (name_or_spec or "").strip()
-    if not spec:
-        raise BenchmarkError("no benchmark named; use a registered name, folder:/path, jsonl:/path "
-                             "or a dotted path")
-    registered = _registered()
-    name, colon, argument = spec.partition(":")
-    name = _ALIASES.get(name, name)
-    if name in registered:
-        if colon and not argument.strip():
-            raise BenchmarkError(f"benchmark {spec!r}: nothing after the colon")
-        return _adapter(registered[name](), spec, *((argument.strip(),) if colon else ()))
-    if "." in spec and _DOTTED.fullmatch(spec):
-        value = _import(spec)
-        is_class = isinstance(value, type) and issubclass(value, BenchmarkAdapter)
-        marked = getattr(value, "crucible_benchmark", False) is True
-        if not (is_class or isinstance(value, BenchmarkAdapter) or marked):
-            raise BenchmarkError(f"{spec!r} is not a benchmark: a dotted path must name a BenchmarkAdapter "
-                                 "subclass or instance, or a function marked with @benchmark_factory")
-        return _adapter(value, spec)
-    raise BenchmarkError(
-        f"unknown benchmark {spec!r}; registered: {', '.join(sorted(registered))}; or use folder:/path, "
-        "jsonl:/path, or a dotted path (package.module:factory)"
-    )
+    kind, target, args = _resolve(spec, trusted)
+    if kind == "builtin":
+        return _adapter(_BUILTINS[target], spec, *args)
+    if kind == "installed":
+        try:
+            value = installed(BENCHMARK_GROUP)[target].load()
+        except Exception as error:  # an installed package's own failure to load
+            raise BenchmarkError(f"benchmark {target!r} cannot be loaded: {type(error).__name__}: "
+                                 f"{error}") from None
+        return _adapter(value, spec, *args)
+    value = dotted_load(target, BenchmarkError)
+    is_class = isinstance(value, type) and issubclass(value, BenchmarkAdapter)
+    marked = getattr(value, "crucible_benchmark", False) is True
+    if not (is_class or isinstance(value, BenchmarkAdapter) or marked):
+        raise BenchmarkError(f"{spec!r} is not a benchmark: a dotted path must name a BenchmarkAdapter "
+                             "subclass or instance, or a function marked with @benchmark_factory")
+    return _adapter(value, spec)

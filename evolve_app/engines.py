@@ -2,8 +2,10 @@
 
 An engine may only change the workspace's files; the loop snapshots before and after, reverts
 edits outside `evolvable_layers`, and rolls back mutations the holdout gate rejects. Engines
-are named here (ENGINES) or given by dotted path; their options arrive as keyword arguments
-from EvolveConfig.engine_options.
+are named: the built-ins here (ENGINES), the entry points of `crucible.engines`, or a dotted path
+where the caller may give one (the CLI, or CRUCIBLE_ALLOWED_EXTENSIONS; see evolve_app/extensions.py).
+Their options arrive as keyword arguments from EvolveConfig.engine_options; `engine_check` checks a
+name and its options without importing, constructing or calling anything.
 
 - textbook: offline and deterministic (the demo's engine).
 - skillforge: a model edits the workspace with the editor and a sandboxed shell (A-Evolve's default).
@@ -22,7 +24,6 @@ cycle, and the loop puts the workspace back at pre-evo-N.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import os
@@ -30,11 +31,20 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evolve_app.extensions import (
+    ENGINE_GROUP,
+    dotted_allowed,
+    dotted_load,
+    dotted_refusal,
+    installed,
+    is_dotted,
+    server_path,
+)
 from evolve_app.types import Observation, StepResult, Task
 
 
@@ -43,9 +53,16 @@ class EngineError(Exception):
 
 
 class EvolutionEngine:
-    """The seed's engine interface."""
+    """The seed's engine interface. `PATH_OPTIONS` are options that name a file on the server:
+    from the web and API they must lie under CRUCIBLE_REPO_ROOTS."""
 
     name = "engine"
+    PATH_OPTIONS: tuple[str, ...] = ()
+
+    @classmethod
+    def options_check(cls, options: Mapping[str, Any]) -> None:
+        """Refuse option values the engine would refuse, without making it (EngineError)."""
+        return None
 
     def step(self, workspace: Any, observations: list[Observation], history: Any, trial: Any) -> StepResult:
         raise NotImplementedError
@@ -61,6 +78,7 @@ class TextbookEngine(EvolutionEngine):
     runner on the failed tasks before the cycle commits."""
 
     name = "textbook"
+    PATH_OPTIONS = ("textbook",)
 
     def __init__(self, textbook: str | Path | None = None, per_cycle: int = 1) -> None:
         default = Path(__file__).resolve().parent / "demo" / "textbook.json"
@@ -642,13 +660,17 @@ class AdaptiveEvolutionEngine(EvolutionEngine):
 
     name = "adaptive"
 
-    def __init__(self, inner: str = "skillforge", window: int = 3, max_size: int = 4, epsilon: float = 0.01,
-                 start_size: int = 1, **inner_options: Any) -> None:
-        self.inner_name = inner
-        self.inner = engine_get(inner, **inner_options)
-        self.window, self.max_size, self.epsilon = int(window), int(max_size), float(epsilon)
-        if self.window < 1 or self.max_size < 1:
+    @classmethod
+    def options_check(cls, options: Mapping[str, Any]) -> None:
+        if int(options.get("window", 3)) < 1 or int(options.get("max_size", 4)) < 1:
             raise EngineError("adaptive: window and max_size are at least 1")
+
+    def __init__(self, inner: str = "skillforge", window: int = 3, max_size: int = 4, epsilon: float = 0.01,
+                 start_size: int = 1, *, trusted: bool = False, **inner_options: Any) -> None:
+        self.options_check({"window": window, "max_size": max_size})
+        self.inner_name = inner
+        self.inner = engine_get(inner, trusted=trusted, **inner_options)
+        self.window, self.max_size, self.epsilon = int(window), int(max_size), float(epsilon)
         self.size = max(1, min(self.max_size, int(start_size)))
         self.scores: list[float] = []
 
@@ -896,18 +918,26 @@ class SearchEngine(EvolutionEngine):
     name = "search"
 
     def __init__(self, inner: str = "textbook", n: int = 3, successes: int = 3, per_cycle_values: str = "",
-                 **inner_options: Any) -> None:
-        self.inner_name, self.inner_options = inner, dict(inner_options)
+                 *, trusted: bool = False, **inner_options: Any) -> None:
+        self.options_check({"n": n, "per_cycle_values": per_cycle_values})
+        self.inner_name, self.inner_options, self.trusted = inner, dict(inner_options), trusted
         self.n, self.successes = int(n), int(successes)
-        if not 1 <= self.n <= 16:
+        self.per_cycle_values = self._values(per_cycle_values) or list(range(1, self.n + 1))
+        engine_get(inner, trusted=trusted, **self.inner_options)  # a bad inner engine fails here, not later
+
+    @classmethod
+    def options_check(cls, options: Mapping[str, Any]) -> None:
+        if not 1 <= int(options.get("n", 3)) <= 16:
             raise EngineError("search: n is 1 to 16 candidates")
+        cls._values(options.get("per_cycle_values", ""))
+
+    @staticmethod
+    def _values(per_cycle_values: Any) -> list[int]:
         try:
-            values = [int(v) for v in str(per_cycle_values).replace(" ", "").split(",") if v]
+            return [int(v) for v in str(per_cycle_values).replace(" ", "").split(",") if v]
         except ValueError:
             raise EngineError(f"search: per_cycle_values {per_cycle_values!r} is not a list like 1,2,3") \
                 from None
-        self.per_cycle_values = values or list(range(1, self.n + 1))
-        engine_get(inner, **self.inner_options)  # a bad inner engine is refused when the run starts
 
     def _scratch(self) -> Path:
         try:
@@ -972,8 +1002,9 @@ class SearchEngine(EvolutionEngine):
         record: dict[str, Any] = {"candidate": index + 1, "setting": {}, "score": None, "files": 0,
                                   "bytes": 0}
         try:
-            engine = engine_get(self.inner_name, **self.inner_options)
-            inner_trial = runner_class(copy, trial.benchmark, trial.concurrency)
+            engine = engine_get(self.inner_name, trusted=self.trusted, **self.inner_options)
+            trusted = getattr(trial, "trusted", False)  # the copies' agents are chosen with the run's trust
+            inner_trial = runner_class(copy, trial.benchmark, trial.concurrency, trusted=trusted)
             knob = _size_knob(engine)
             if knob:
                 setattr(engine, knob, self.per_cycle_values[index % len(self.per_cycle_values)])
@@ -993,7 +1024,7 @@ class SearchEngine(EvolutionEngine):
         delta = workspace_delta(original, _layer_files(copy, layers))
         record.update(summary=result.summary[:300], files=delta["files"], bytes=delta["bytes"])
         if delta["files"]:
-            judged = runner_class(copy, trial.benchmark, trial.concurrency).run(tasks)
+            judged = runner_class(copy, trial.benchmark, trial.concurrency, trusted=trusted).run(tasks)
             record["passed"] = sum(1 for _, feedback in judged if feedback.success)
             record["score"] = round(sum(f.score for _, f in judged) / len(judged), 6) if judged else 0.0
         return record
@@ -1031,17 +1062,105 @@ ENGINES = {"textbook": TextbookEngine, "skillforge": SkillForgeEngine, "guided":
            "adaptive": AdaptiveEvolutionEngine, "adaptive-skill": AdaptiveSkillEngine, "search": SearchEngine}
 
 
-def engine_get(name: str, **options: Any) -> EvolutionEngine:
-    """A named engine or a dotted path to an EvolutionEngine subclass (or factory)."""
-    if name in ENGINES:
-        return ENGINES[name](**options)
-    module_name, _, attribute = name.rpartition(".")
-    if not module_name:
-        raise EngineError(f"unknown engine {name!r}: use one of {', '.join(ENGINES)} or a dotted path")
+# A built-in named by its dotted path is the built-in: found by lookup, not imported.
+_BUILTIN_PATHS = {f"{cls.__module__}{sep}{cls.__name__}": name for name, cls in ENGINES.items()
+                  for sep in (".", ":")}
+RESERVED_OPTIONS = ("trusted",)  # set by the runtime from where the run was started
+_SETTABLE = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def engine_names() -> list[str]:
+    """The engines the web and API may name: the built-ins, then installed entry points."""
+    return [*ENGINES, *sorted(name for name in installed(ENGINE_GROUP) if name not in ENGINES)]
+
+
+def _builtin(name: str) -> str | None:
+    return name if name in ENGINES else _BUILTIN_PATHS.get(name)
+
+
+def _value_check(engine: str, key: str, value: Any, default: Any) -> None:
+    """A value the constructor would turn into its default's type (int() or float())."""
+    kind = type(default)
+    if kind not in (int, float):
+        return
     try:
-        factory = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
-        raise EngineError(f"engine {name!r} cannot be loaded: {error}") from None
+        kind(value)
+    except (TypeError, ValueError):
+        wanted = "a whole number" if kind is int else "a number"
+        raise EngineError(f"{engine}: option {key} must be {wanted}, got {value!r}") from None
+
+
+def _options_check(name: str, cls: type[EvolutionEngine], options: dict[str, Any], trusted: bool) -> None:
+    """A built-in's options against its signature (inspected, never called), its own bounds, its
+    path options (under CRUCIBLE_REPO_ROOTS unless trusted), and its inner engine, if it has one."""
+    parameters = inspect.signature(cls).parameters
+    settable = {key: p for key, p in parameters.items()
+                if p.kind in _SETTABLE and key not in RESERVED_OPTIONS}
+    passes_on = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    unknown = [key for key in options if key not in settable]
+    if unknown and not passes_on:
+        raise EngineError(f"{name} has no option {', '.join(map(repr, unknown))}; its options: "
+                          f"{', '.join(settable) or 'none'}")
+    missing = [key for key, p in settable.items() if p.default is p.empty and key not in options]
+    if missing:
+        raise EngineError(f"{name} needs the option {', '.join(missing)}")
+    for key, value in options.items():
+        if key in settable:
+            _value_check(name, key, value, settable[key].default)
+    for key in cls.PATH_OPTIONS:
+        if options.get(key) not in (None, ""):
+            server_path(str(options[key]), trusted=trusted, what=f"{name} {key} file", error=EngineError)
+    cls.options_check(options)
+    if passes_on and "inner" in settable:
+        inner = str(options.get("inner", settable["inner"].default))
+        rest = {key: value for key, value in options.items() if key not in settable}
+        try:
+            engine_check(inner, rest, trusted=trusted)
+        except EngineError as error:
+            raise EngineError(f"{name}'s inner engine: {error}") from None
+
+
+def engine_check(name: str, options: Mapping[str, Any] | None = None, *, trusted: bool = False) -> None:
+    """Raise EngineError unless `name` is an engine this caller may name, with options it takes.
+
+    A name lookup and signature checks only: nothing is imported, constructed or called. A
+    built-in's options are checked in full; an entry point's or a dotted path's are its own,
+    checked when a worker makes it. A dotted path needs `trusted` (the CLI) or its exact
+    spelling in CRUCIBLE_ALLOWED_EXTENSIONS."""
+    options = dict(options or {})
+    reserved = [key for key in options if key in RESERVED_OPTIONS]
+    if reserved:
+        raise EngineError(f"{', '.join(reserved)} is set by the runtime, not an engine option")
+    builtin = _builtin(name)
+    if builtin is not None:
+        _options_check(builtin, ENGINES[builtin], options, trusted)
+    elif name in installed(ENGINE_GROUP):
+        return
+    elif is_dotted(name):
+        if not dotted_allowed(name, trusted=trusted):
+            raise EngineError(dotted_refusal("engine", name, engine_names()))
+    else:
+        raise EngineError(f"unknown engine {name!r}: use one of {', '.join(engine_names())}")
+
+
+def engine_get(name: str, *, trusted: bool = False, **options: Any) -> EvolutionEngine:
+    """The engine `name` names, made with `options` (in a worker or the CLI, never to check a
+    request). It is checked first, with the trust the run has, so a stored row or option that
+    names a dotted path nobody allowed is refused, not imported."""
+    engine_check(name, options, trusted=trusted)
+    builtin = _builtin(name)
+    if builtin is not None:
+        factory: Any = ENGINES[builtin]
+        if "trusted" in inspect.signature(factory).parameters:  # its inner engines get the same trust
+            options = {**options, "trusted": trusted}
+    else:
+        point = installed(ENGINE_GROUP).get(name)
+        try:
+            factory = point.load() if point is not None else dotted_load(name, EngineError)
+        except EngineError as error:
+            raise EngineError(f"engine {name!r} cannot be loaded: {error}") from None
+        except Exception as error:  # an installed package's own failure to load
+            raise EngineError(f"engine {name!r} cannot be loaded: {type(error).__name__}: {error}") from None
     engine = factory(**options)
     if not hasattr(engine, "step"):
         raise EngineError(f"{name!r} is not an evolution engine (it has no step())")

@@ -56,8 +56,11 @@ class RunStartForm(forms.Form):
     problem is reported on its own field."""
 
     benchmark = forms.CharField(max_length=500, initial="demo",
-                                help_text="A registered name, folder:PATH or jsonl:PATH.")
-    engine = forms.CharField(max_length=200, initial="textbook", help_text="An engine name or a dotted path.")
+                                help_text="A registered name, or folder:PATH or jsonl:PATH under the allowed "
+                                          "directories.")
+    engine = forms.CharField(max_length=200, initial="textbook",
+                             help_text="A registered engine (a dotted path only if an administrator "
+                                       "allows it).")
     cycles = forms.IntegerField(initial=5, help_text="1 to 200; a run stops early when it converges.")
 
     def __init__(self, *args: Any, **kwargs: Any):

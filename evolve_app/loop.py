@@ -78,15 +78,19 @@ class EvolutionResult:
 
 
 class TrialRunner:
-    """Solves chosen tasks against the workspace as it is now (e.g. mutated, not yet committed)."""
+    """Solves chosen tasks against the workspace as it is now (e.g. mutated, not yet committed).
+    The agent is chosen from the manifest again, with the run's trust: an engine that rewrote
+    manifest.yaml cannot make it name a class nobody allowed."""
 
-    def __init__(self, workspace_path: Path, benchmark: Any, concurrency: int = 4) -> None:
+    def __init__(self, workspace_path: Path, benchmark: Any, concurrency: int = 4, *,
+                 trusted: bool = False) -> None:
         self.workspace_path, self.benchmark, self.concurrency = workspace_path, benchmark, concurrency
+        self.trusted = trusted
 
     def run(self, tasks: list[Task]) -> list[tuple[Trajectory, Feedback]]:
         from evolve_app.agents import agent_for
 
-        agent = agent_for(self.workspace_path)
+        agent = agent_for(self.workspace_path, trusted=self.trusted)
         solved = solve_batch(agent, self.benchmark, tasks, self.concurrency)
         return [(o.trajectory, o.feedback) for o in solved]
 
@@ -116,20 +120,28 @@ def _mean(observations: list[Observation]) -> float | None:
 
 class Evolver:
     """`Evolver(agent, benchmark, config).run(cycles=N)`; `on_cycle` receives each CycleResult
-    as it is decided (the services write it to the database and announce it)."""
+    as it is decided (the services write it to the database and announce it).
+
+    Names (an agent type in the manifest, a benchmark, an engine) are resolved as the web and
+    API may name them; `trusted=True` (the CLI, or your own Python code) also honours dotted
+    paths. The check is made here again, whatever checked the run before."""
 
     def __init__(self, agent: Any, benchmark: Any, config: EvolveConfig | dict | None = None, *,
                  engine: Any = "textbook", on_cycle: Callable[[CycleResult], None] | None = None,
-                 should_stop: Callable[[], bool] | None = None, first_cycle: int = 1) -> None:
+                 should_stop: Callable[[], bool] | None = None, first_cycle: int = 1,
+                 trusted: bool = False) -> None:
         from evolve_app.agents import BaseAgent, agent_for
         from evolve_app.benchmarks import benchmark_get
         from evolve_app.engines import engine_get
 
-        self.agent = agent if isinstance(agent, BaseAgent) else agent_for(Path(agent))
+        self.trusted = trusted
+        self.agent = agent if isinstance(agent, BaseAgent) else agent_for(Path(agent), trusted=trusted)
         self.path = Path(self.agent.workspace_path)
-        self.benchmark = benchmark_get(benchmark) if isinstance(benchmark, str) else benchmark
+        self.benchmark = benchmark_get(benchmark, trusted=trusted) if isinstance(benchmark, str) \
+            else benchmark
         self.config = config if isinstance(config, EvolveConfig) else EvolveConfig(**(config or {}))
-        self.engine = engine_get(engine, **self.config.engine_options) if isinstance(engine, str) else engine
+        self.engine = engine_get(engine, trusted=trusted, **self.config.engine_options) \
+            if isinstance(engine, str) else engine
         self.on_cycle = on_cycle or (lambda result: None)
         self.should_stop = should_stop or (lambda: False)
         self.first_cycle = first_cycle
@@ -197,7 +209,7 @@ class Evolver:
         from evolve_app.history import EvolutionHistory
         from evolve_app.workspace import workspace_restore
 
-        trial = TrialRunner(self.path, self.benchmark, self.config.concurrency)
+        trial = TrialRunner(self.path, self.benchmark, self.config.concurrency, trusted=self.trusted)
         try:
             step = self.engine.step(workspace, result.observations, EvolutionHistory(self.path), trial)
         except Exception as error:
@@ -208,7 +220,8 @@ class Evolver:
         if result.reverted_paths:
             result.reason = f"reverted edits outside evolvable_layers: {', '.join(result.reverted_paths)}"
         if holdout and self._changed_since(f"pre-evo-{number}"):
-            after = TrialRunner(self.path, self.benchmark, self.config.concurrency).run(holdout)
+            after = TrialRunner(self.path, self.benchmark, self.config.concurrency,
+                                trusted=self.trusted).run(holdout)
             result.holdout_after = round(statistics.fmean(f.score for _, f in after), 6)
             drop = (result.holdout_score or 0) - result.holdout_after
             if drop > self.config.holdout_tolerance:

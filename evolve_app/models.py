@@ -43,6 +43,10 @@ class EvolutionRun(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="runs")
     benchmark = models.CharField(max_length=500, help_text="a registered name, folder:PATH or jsonl:PATH")
     engine = models.CharField(max_length=200, help_text="an engine name or a dotted path")
+    # The worker names engines, agents and benchmarks with this trust: a dotted path needs it
+    # (or CRUCIBLE_ALLOWED_EXTENSIONS), so a row edited later cannot smuggle an import.
+    trusted = models.BooleanField(default=False, help_text="started from the local administrator's CLI, "
+                                                           "which may name dotted paths")
     config = models.JSONField(default=dict, blank=True)
     cycles_planned = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=STATUSES, default="queued")

@@ -75,12 +75,20 @@ def demo_agent_create(user: Any, project: Project) -> Any:
 
 
 def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engine: str = "textbook",
-                        cycles: int = 5, config: dict | None = None, enqueue: bool = True) -> Any:
-    """Check the benchmark, engine and settings, then queue the run (one at a time per agent)."""
+                        cycles: int = 5, config: dict | None = None, enqueue: bool = True,
+                        trusted: bool = False) -> Any:
+    """Check the benchmark, engine, the workspace's agent type and the settings, then queue the
+    run (one at a time per agent).
+
+    The check is by name, never by importing or making anything (evolve_app/extensions.py):
+    the web and API may name what is registered, paths under CRUCIBLE_REPO_ROOTS and the dotted
+    paths of CRUCIBLE_ALLOWED_EXTENSIONS; `trusted` (the local administrator's CLI) may name
+    any path or dotted path. The run keeps its trust, and the worker checks again with it."""
     from pydantic import ValidationError as PydanticError
 
-    from evolve_app.benchmarks import benchmark_get
-    from evolve_app.engines import EngineError, engine_get
+    from evolve_app.agents import AgentError, agent_check
+    from evolve_app.benchmarks import BenchmarkError, benchmark_check
+    from evolve_app.engines import EngineError, engine_check
     from evolve_app.loop import EvolveConfig
     from evolve_app.models import EvolutionRun
 
@@ -95,22 +103,27 @@ def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engin
         errors["config"] = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
         settings = None
     try:
-        benchmark_get(benchmark)
-    except Exception as error:  # any adapter's own failure to load is the user's to read
+        benchmark_check(benchmark, trusted=trusted)
+    except BenchmarkError as error:
         errors["benchmark"] = str(error)
     try:
-        engine_get(engine, **(settings.engine_options if settings else {}))
-    except (EngineError, TypeError) as error:
+        engine_check(engine, settings.engine_options if settings else {}, trusted=trusted)
+    except EngineError as error:
         errors["engine"] = str(error)
+    try:
+        agent_check(agent.path, trusted=trusted)
+    except (AgentError, OSError) as error:
+        errors["agent"] = str(error)
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
         if EvolutionRun.objects.select_for_update().filter(agent=agent, status__in=ACTIVE).exists():
             raise ValidationError("This agent already has a run in progress.")
         run = EvolutionRun.objects.create(agent=agent, benchmark=benchmark, engine=engine, started_by=user,
-                                          config=settings.model_dump(), cycles_planned=cycles)
+                                          config=settings.model_dump(), cycles_planned=cycles,
+                                          trusted=trusted)
         audit_record(user, "evolution.start", project=agent.project, target=f"{agent.name} run {run.pk}",
-                     detail={"benchmark": benchmark, "engine": engine, "cycles": cycles})
+                     detail={"benchmark": benchmark, "engine": engine, "cycles": cycles, "trusted": trusted})
         _agent_event(agent, "evolution.queued", f"{agent.name}: run {run.pk} queued ({cycles} cycles, "
                      f"{engine} on {benchmark})", run=run.pk)
         if enqueue:
@@ -142,7 +155,7 @@ def evolution_run_execute(run_pk: int) -> Any:
         return EvolutionRun.objects.filter(pk=run.pk, status="cancelled").exists()
 
     try:
-        evolver = Evolver(agent.path, run.benchmark, run.config, engine=run.engine,
+        evolver = Evolver(agent.path, run.benchmark, run.config, engine=run.engine, trusted=run.trusted,
                           on_cycle=lambda result: cycle_record(run, result), should_stop=cancelled,
                           first_cycle=next_cycle)
         result = evolver.run(cycles=remaining) if remaining > 0 else None

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from dulwich import porcelain
 from dulwich.errors import NotGitRepository
-from dulwich.index import Index
 from dulwich.objects import Blob, Commit, Tag, Tree
 from dulwich.refs import check_ref_format
 from dulwich.repo import Repo
@@ -142,8 +141,9 @@ def commit_create(
 ) -> str:
     """A commit object made with dulwich, no hooks run; returns its sha.
 
-    The tree is the index of `tree_from_worktree` (a worktree of this repository, e.g. one
-    `patch_apply` staged) or, when None, the repository's own index. `author` and
+    The tree is that of the files of `tree_from_worktree` (a worktree of this repository, e.g.
+    one `patch_apply` made), hashed into this repository's objects (the only place candidate
+    content enters them: an approved merge), or, when None, the repository's own index. `author` and
     `committer` (default: the author) are "Name <email>"; `when` defaults to now. Trailers
     follow the message after a blank line as "Key: value" lines, in the order given.
     With `branch`, refs/heads/<branch> moves to the commit only if it still points at
@@ -161,7 +161,7 @@ def commit_create(
     try:
         parents = [ref_resolve(repo, parent_commit).encode()] if parent_commit else []
         commit = Commit()
-        commit.tree = _index_for(repo, tree_from_worktree).commit(repo.object_store)
+        commit.tree = _tree_for(repo, tree_from_worktree)
         commit.parents = parents
         commit.author, commit.committer = author.encode(), committer.encode()
         commit.author_time = commit.commit_time = timestamp
@@ -229,15 +229,15 @@ def _message_with_trailers(message: str, trailers: dict[str, str]) -> str:
     return body + "\n" + ("\n" + "\n".join(lines) + "\n" if lines else "")
 
 
-def _index_for(repo: Repo, worktree: str | Path | None) -> Index:
+def _tree_for(repo: Repo, worktree: str | Path | None) -> bytes:
     if worktree is None:
-        return repo.open_index()
-    from runtime_app.worktrees import worktree_admin_dir
+        return repo.open_index().commit(repo.object_store)
+    from runtime_app.worktrees import worktree_admin_dir, worktree_tree_keep
 
     admin = worktree_admin_dir(worktree)
     if admin.parent.parent != Path(repo.commondir()).resolve():
         raise GitError(f"{worktree}: a worktree of another repository")
-    return Index(str(admin / "index"))
+    return worktree_tree_keep(worktree).encode()
 
 
 def _branch_advance(repo: Repo, branch: str, parent: bytes | None, new: bytes) -> None:

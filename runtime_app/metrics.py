@@ -1,10 +1,16 @@
-"""Reading a metric from a command the runtime ran: structured output only, never prose.
+"""Reading a metric from a command the runtime ran: measured by the runtime, or structured
+output only, never prose.
 
-The contract (docs/sandbox.md): a score command reports by writing a JSON object to the
-file named by `$CRUCIBLE_METRICS_FILE`, or, if it writes no such file, by printing a JSON
-object as the last non-empty line of stdout. The metric counts only when the command
-exited 0 within its time, and only as a finite number. Anything else is no metric, with a
-reason a person can act on.
+The contract (docs/sandbox.md, "the score contract"):
+- `runtime:wall_seconds`, `runtime:cpu_seconds` and `runtime:max_rss_kib` are measured by the
+  runtime from outside the command (its reaping time, its cgroup's counters): nothing the
+  command's code prints, writes or patches changes them.
+- Any other metric is *reported by the score command*: a JSON object written to the file named
+  by `$CRUCIBLE_METRICS_FILE` (outside the command's tree), or, if it writes no such file, a
+  JSON object as the last non-empty line of stdout. Code the command runs can forge it; the
+  reading says so, and pages label it.
+A metric counts only when the command exited 0 within its time, and only as a finite number.
+Anything else is no metric, with a reason a person can act on.
 """
 
 from __future__ import annotations
@@ -19,21 +25,53 @@ from runtime_app.models import Receipt
 METRICS_FILE_LIMIT = 1 << 20
 
 
+RUNTIME_PREFIX = "runtime:"
+REPORTED_LABEL = "reported by the score command (forgeable by code it runs)"
+
+
 @dataclass(frozen=True)
 class MetricReading:
     value: float | None
     reason: str  # where the value came from, or why there is none
-    source: str = ""  # "file" or "stdout"
+    source: str = ""  # "runtime", "metrics file" or "last line of stdout"
 
     @property
     def counted(self) -> bool:
         return self.value is not None
 
+    @property
+    def reported(self) -> bool:
+        """Whether the command reported the value about itself (and code it ran could forge it)."""
+        return self.source not in ("", "runtime")
+
+
+def runtime_metric(receipt: Receipt, metric: str) -> MetricReading:
+    """A metric the runtime measured itself: wall seconds from start to reaping, CPU seconds
+    (user + system) and peak memory of the command's whole process tree."""
+    name = metric.removeprefix(RUNTIME_PREFIX)
+    usage = receipt.rusage or {}
+    if name == "wall_seconds":
+        value = receipt.duration_seconds
+    elif name == "cpu_seconds":
+        user, system = usage.get("user_cpu_seconds"), usage.get("sys_cpu_seconds")
+        value = None if user is None or system is None else user + system
+    elif name == "max_rss_kib":
+        value = usage.get("max_rss_kib")
+    else:
+        return MetricReading(None, f"{metric!r} is not a metric the runtime measures")
+    if value is None:
+        return MetricReading(None, f"the runtime could not measure {name} for this command")
+    how = f" ({usage.get('measured_by')})" if name != "wall_seconds" and usage.get("measured_by") else ""
+    return MetricReading(float(value), f"measured by the runtime{how}", "runtime")
+
 
 def metric_read(receipt: Receipt, metric: str, metrics_file: str | Path | None = None) -> MetricReading:
-    """The named metric from a command's structured output, if the command succeeded."""
+    """The named metric, if the command succeeded: measured by the runtime (`runtime:` names)
+    or from the command's structured output."""
     if not receipt.succeeded:
         return MetricReading(None, f"the command {receipt.outcome}; a metric only counts after exit 0")
+    if metric.startswith(RUNTIME_PREFIX):
+        return runtime_metric(receipt, metric)
     data, source, problem = _structured_output(receipt, metrics_file)
     if data is None:
         return MetricReading(None, problem)
@@ -43,7 +81,7 @@ def metric_read(receipt: Receipt, metric: str, metrics_file: str | Path | None =
     value = data[metric]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return MetricReading(None, f"metric {metric!r} is {value!r}, not a finite number", source)
-    return MetricReading(float(value), f"from the {source}", source)
+    return MetricReading(float(value), f"from the {source}, {REPORTED_LABEL}", source)
 
 
 def _structured_output(receipt: Receipt, metrics_file: str | Path | None) -> tuple[dict | None, str, str]:

@@ -20,6 +20,7 @@ import re
 import shlex
 import tomllib
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,12 @@ if TYPE_CHECKING:
 
 REGULAR, EXECUTABLE, SYMLINK, GITLINK = 0o100644, 0o100755, 0o120000, 0o160000
 BINARY_SNIFF_BYTES = 8000  # what git looks at to call a file binary
+MIB = 1 << 20
+# Per candidate, in all (spec keys worker.max_patch_bytes and worker.max_patch_files): each
+# changed file is already held to max_file_bytes, so 10 MiB is ten such files rewritten whole,
+# far above a real code change, and 1,000 files is a wide refactor but not a generated tree.
+DEFAULT_MAX_PATCH_BYTES = 10 * MIB
+DEFAULT_MAX_PATCH_FILES = 1000
 
 # Test files and test configuration (matched on folded names, at any depth).
 TEST_SEGMENTS = frozenset({"test", "tests"})
@@ -80,6 +87,8 @@ class PolicyRules:
     score_script: str | None = None
     forbid_test_changes: bool = True
     max_file_bytes: int = 1_000_000
+    max_patch_bytes: int = DEFAULT_MAX_PATCH_BYTES
+    max_patch_files: int = DEFAULT_MAX_PATCH_FILES
 
     @classmethod
     def from_spec(cls, spec: SearchSpec) -> PolicyRules:
@@ -89,7 +98,54 @@ class PolicyRules:
             protected_paths=tuple(spec.hard_gates.protected_paths),
             score_script=command_script(spec.score.command),
             forbid_test_changes=spec.hard_gates.forbid_test_changes,
+            max_patch_bytes=spec.worker.max_patch_bytes,
+            max_patch_files=spec.worker.max_patch_files,
         )
+
+    @property
+    def limits(self) -> PatchLimits:
+        return PatchLimits(self.max_patch_bytes, self.max_patch_files)
+
+
+@dataclass(frozen=True)
+class PatchLimits:
+    """How much one candidate's patch may change in all: `max_bytes` of content (every file it
+    adds or modifies at its new size, every file it deletes at its old size) and of diff text,
+    and `max_files` paths (a rename is two). Judged on file sizes before any diff is built,
+    then confirmed on the diff."""
+
+    max_bytes: int = DEFAULT_MAX_PATCH_BYTES
+    max_files: int = DEFAULT_MAX_PATCH_FILES
+
+    def files_refusal(self, files: int) -> str | None:
+        if files <= self.max_files:
+            return None
+        return (f"the patch changes {files:,} files, over worker.max_patch_files = {self.max_files:,}; "
+                "keep generated or vendored files out of the change, or raise worker.max_patch_files "
+                "in the spec")
+
+    def bytes_refusal(self, changed_bytes: int, files: int) -> str | None:
+        if changed_bytes <= self.max_bytes:
+            return None
+        return (f"the patch changes {size_text(changed_bytes)} in {files:,} file{'s' if files != 1 else ''}, "
+                f"over worker.max_patch_bytes = {size_text(self.max_bytes)}; keep large or generated "
+                "files out of the change, or raise worker.max_patch_bytes in the spec")
+
+    def text_refusal(self, text_bytes: int) -> str | None:
+        if text_bytes <= self.max_bytes:
+            return None
+        return (f"the patch is {size_text(text_bytes)} of diff text, over worker.max_patch_bytes = "
+                f"{size_text(self.max_bytes)}; make a smaller change, or raise worker.max_patch_bytes "
+                "in the spec")
+
+
+def size_text(count: int) -> str:
+    """A byte count for people: `812 bytes`, `3.5 KiB`, `64.0 MiB`."""
+    if count >= MIB:
+        return f"{count / MIB:.1f} MiB"
+    if count >= 1024:
+        return f"{count / 1024:.1f} KiB"
+    return f"{count:,} byte{'s' if count != 1 else ''}"
 
 
 @dataclass(frozen=True, order=True)
@@ -297,6 +353,31 @@ class _Checker:
                     groups.setdefault(_fold(item.path), set()).add(item.path)
             self.listings[key] = groups
         return self.listings[key]
+
+
+def read_only_paths(paths: Iterable[str], rules: PolicyRules, extra: Iterable[str] = ()) -> list[str]:
+    """The paths of a tree that no command may change while it runs (bound read-only in the
+    sandbox): protected paths, the score script, `extra` (hidden evaluator files) and, with
+    `forbid_test_changes`, tests, test configuration, start-up files and CI files. As few as
+    cover them: a `tests/` directory once, not each file in it."""
+    present = list(paths)
+    found = {path.strip("/") for path in [*extra, *rules.protected_paths] if path.strip("/")}
+    if rules.score_script:
+        found.add(rules.score_script)
+    if rules.forbid_test_changes:
+        for path in present:
+            parts = path.split("/")
+            lowered = [part.lower() for part in parts]
+            folder = next((depth for depth, part in enumerate(lowered[:-1])
+                           if part in TEST_SEGMENTS or part in CI_DIRS), None)
+            if folder is not None:
+                found.add("/".join(parts[: folder + 1]))
+            elif _test_kinds(lowered) or lowered[-1] == "pyproject.toml":
+                found.add(path)
+    existing = set(present) | {"/".join(path.split("/")[:depth]) for path in present
+                               for depth in range(1, path.count("/") + 1)}
+    kept = sorted(path for path in found if path in existing)
+    return [path for path in kept if not any(path.startswith(other + "/") for other in kept)]
 
 
 # --- names ----------------------------------------------------------------------------------

@@ -4,18 +4,27 @@ Layers, outermost first (docs/sandbox.md explains each and what it does not stop
 
 1. A new session and process group, killed as a group on timeout and when the command ends,
    so background processes die with it; the command's own exit is reaped with its rusage.
-2. A `pids` cgroup per run where the host lets us make one (it binds root too), else
-   RLIMIT_NPROC, which binds only non-root users.
-3. bubblewrap when `CRUCIBLE_SANDBOX` allows and it can start: no network, read-only root,
-   a private `/tmp`, the server's home, data dir and checkout hidden, the tree the only writable place,
-   `--cap-drop ALL`, its own pid namespace and session, dying with its parent.
-4. rlimits through `prlimit` inside all of that: CPU seconds, address space, open files,
+2. Per-run cgroups where the host lets us make them (pids, cpu accounting, memory): `pids.max`
+   binds root too, every member is killed at the end, and CPU time and peak memory are read from
+   them — the command's whole tree, whatever isolation runs it.
+3. bubblewrap when `CRUCIBLE_SANDBOX` allows and it can start, as an **allow-list**: the command
+   sees its tree, the toolchain (/usr, /etc, /bin, /lib*, Crucible's Python, the admin's
+   `CRUCIBLE_SANDBOX_TOOLCHAIN`), the paths the caller declares readable and a private /tmp —
+   nothing else of the host (no data dir, no home, no other repositories, no /run and so no host
+   Unix sockets). No network, `--cap-drop ALL`, its own pid namespace and session. When the server
+   runs as root, bubblewrap itself runs as an unprivileged uid (`CRUCIBLE_SANDBOX_UID`), so
+   root-only host files stay unreadable even where they are mounted.
+4. A fresh tree per command when asked (`fresh=True`): the command runs on a throwaway overlay
+   (or copy) of a pristine tree, so its writes never reach the next command; `read_only` paths
+   inside the tree are bound read-only on top.
+5. rlimits through `prlimit` inside all of that: CPU seconds, address space, open files,
    file size and processes.
 
 The environment is built from an allow-list; names that look like secrets never pass, and
 the values of the server's secrets (plus any the caller declares) are redacted from what is
 recorded. Output is kept as a head and a tail, with its total size and SHA-256 of the raw
-stream.
+stream. Every command holds the measurement lane (runtime_app.lane) while it runs: shared, or
+exclusive for a timing trial.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import re
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -36,17 +46,25 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
 
+from runtime_app.lane import SHARED, lane_hold
 from runtime_app.models import Receipt
 
 BUBBLEWRAP = "bubblewrap"
 RLIMITS_ONLY = "rlimits-only"
 MODES = ("required", "preferred", "off")
 SANDBOX_HOME = "/tmp/home"  # noqa: S108  (inside the sandbox's private tmpfs)
+# Where a score command finds $CRUCIBLE_METRICS_FILE under bubblewrap (outside its tree).
+METRICS_DIR_INSIDE = "/run/crucible"
+METRICS_NAME = "metrics.json"
+# The host's system directories every command may read (merged-/usr links are kept as links).
+SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Runtime-owned variables whose names look secret-like but carry no secret.
+RUNTIME_VARIABLES = frozenset({"CRUCIBLE_MAX_TOKENS"})
 REDACTED = "[redacted]"
 # Names that never enter a sandbox, whatever a spec declares.
 _SECRET_NAME = re.compile(
@@ -93,11 +111,22 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
-def env_build(declared: Mapping[str, str] | None, *, home: str) -> tuple[dict[str, str], list[str]]:
-    """The command's whole environment and the declared names refused as secret-like."""
-    python_bin = str(Path(sys.executable).parent)
+def path_dirs() -> list[str]:
+    """The server's PATH with Crucible's Python first: where a command's programs are looked up."""
+    server = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    return [str(Path(sys.executable).parent), *server.split(os.pathsep)]
+
+
+def env_build(
+    declared: Mapping[str, str] | None, *, home: str, path: Sequence[str] | None = None
+) -> tuple[dict[str, str], list[str]]:
+    """The command's whole environment and the declared names refused as secret-like.
+
+    `path` is the PATH the command gets (default: `path_dirs()`); under bubblewrap only the
+    directories it can see.
+    """
     env = {
-        "PATH": os.pathsep.join([python_bin, os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")]),
+        "PATH": os.pathsep.join(dict.fromkeys(part for part in (path or path_dirs()) if part)),
         "LANG": os.environ.get("LANG", "C.UTF-8"),
         "HOME": home,
         "TMPDIR": "/tmp" if home == SANDBOX_HOME else home,  # noqa: S108  (private under bubblewrap)
@@ -108,7 +137,7 @@ def env_build(declared: Mapping[str, str] | None, *, home: str) -> tuple[dict[st
             raise SandboxError(f"environment name {name!r} is not a valid variable name")
         if not isinstance(value, str) or "\0" in value:
             raise SandboxError(f"environment value of {name} must be text without NUL bytes")
-        if is_secret_name(name):
+        if is_secret_name(name) and name not in RUNTIME_VARIABLES:
             refused.append(name)
             continue
         env[name] = value
@@ -200,29 +229,6 @@ def _feed_stdin(process: subprocess.Popen, data: bytes) -> None:
 # ------------------------------------------------------------------------ process containment
 
 
-@functools.cache
-def pids_cgroup_parent() -> Path | None:
-    """Where per-run pids cgroups can be made on this host, or None (checked once per process)."""
-    candidates = [Path("/sys/fs/cgroup/pids")]
-    if "pids" in _read(Path("/sys/fs/cgroup/cgroup.subtree_control")):
-        candidates.append(Path("/sys/fs/cgroup"))
-    for root in candidates:
-        parent = root / "crucible"
-        try:
-            parent.mkdir(exist_ok=True)
-            if root == Path("/sys/fs/cgroup"):
-                (parent / "cgroup.subtree_control").write_text("+pids")
-            probe = parent / f"probe-{os.getpid()}"
-            probe.mkdir()
-            ok = (probe / "pids.max").exists()
-            probe.rmdir()
-        except OSError:
-            continue
-        if ok:
-            return parent
-    return None
-
-
 def _read(path: Path) -> str:
     try:
         return path.read_text()
@@ -230,20 +236,76 @@ def _read(path: Path) -> str:
         return ""
 
 
-class _PidsCgroup:
-    """A cgroup holding every process of one run; killing it leaves nothing behind."""
+_V1_ROOT = Path("/sys/fs/cgroup")
+_V1_FILES = {"pids": "pids.max", "cpuacct": "cpuacct.usage", "memory": "memory.max_usage_in_bytes"}
 
-    def __init__(self, parent: Path, limit: int) -> None:
-        self.path = parent / f"run-{os.getpid()}-{uuid.uuid4().hex[:10]}"
-        self.path.mkdir()
-        (self.path / "pids.max").write_text(str(limit))
+
+def _probe_parent(parent: Path, needed: str, enable: str = "") -> bool:
+    """Can per-run cgroups holding `needed` be made under `parent`? (made once per process)"""
+    try:
+        parent.mkdir(exist_ok=True)
+        if enable:
+            (parent / "cgroup.subtree_control").write_text(enable)
+        probe = parent / f"probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        probe.mkdir()
+        ok = (probe / needed).exists()
+        probe.rmdir()
+    except OSError:
+        return False
+    return ok
+
+
+@functools.cache
+def cgroup_parents() -> dict[str, Path]:
+    """Where per-run cgroups can be made on this host, by controller: cgroup v1's `pids`,
+    `cpuacct` and `memory` hierarchies, or one v2 directory under the key "v2"."""
+    found = {}
+    for controller, needed in _V1_FILES.items():
+        if (_V1_ROOT / controller / "cgroup.procs").exists() and \
+                _probe_parent(_V1_ROOT / controller / "crucible", needed):
+            found[controller] = _V1_ROOT / controller / "crucible"
+    if found:
+        return found
+    available = set(_read(_V1_ROOT / "cgroup.subtree_control").split())
+    wanted = [name for name in ("pids", "cpu", "memory") if name in available]
+    if "pids" in wanted and _probe_parent(_V1_ROOT / "crucible", "pids.max",
+                                          " ".join(f"+{name}" for name in wanted)):
+        found["v2"] = _V1_ROOT / "crucible"
+    return found
+
+
+def pids_cgroup_parent() -> Path | None:
+    """Where per-run pids cgroups are made, or None (no cgroup can cap a root fork bomb here)."""
+    parents = cgroup_parents()
+    return parents.get("pids") or parents.get("v2")
+
+
+class _RunCgroups:
+    """The cgroups holding every process of one run: killing them leaves nothing behind, and
+    their counters are the whole tree's CPU time and peak memory."""
+
+    def __init__(self, parents: dict[str, Path], limit: int) -> None:
+        name = f"run-{os.getpid()}-{uuid.uuid4().hex[:10]}"
+        self.paths: dict[str, Path] = {}
+        try:
+            for controller, parent in parents.items():
+                path = parent / name
+                path.mkdir()
+                self.paths[controller] = path
+            (self._path("pids") / "pids.max").write_text(str(limit))
+        except OSError:
+            self.remove()
+            raise
+
+    def _path(self, controller: str) -> Path:
+        return self.paths.get(controller) or self.paths["v2"]
 
     @property
-    def procs(self) -> Path:
-        return self.path / "cgroup.procs"
+    def procs(self) -> list[str]:
+        return [str(path / "cgroup.procs") for path in self.paths.values()]
 
     def members(self) -> list[int]:
-        return [int(word) for word in _read(self.procs).split()]
+        return [int(word) for word in _read(self._path("pids") / "cgroup.procs").split()]
 
     def kill_all(self) -> int:
         """SIGKILL every member until none is left; returns how many were found alive."""
@@ -258,21 +320,49 @@ class _PidsCgroup:
         return len(found)
 
     def peak(self) -> int | None:
-        text = _read(self.path / "pids.peak").strip()
+        text = _read(self._path("pids") / "pids.peak").strip()
         return int(text) if text.isdigit() else None
 
+    def accounting(self) -> dict[str, float | int] | None:
+        """CPU seconds (user, system) and peak memory of every process that ran in the cgroups."""
+        if "v2" in self.paths:
+            stat = dict(line.split() for line in _read(self.paths["v2"] / "cpu.stat").splitlines()
+                        if len(line.split()) == 2)
+            peak = _read(self.paths["v2"] / "memory.peak").strip()
+            if "user_usec" not in stat or not peak.isdigit():
+                return None
+            return {"user_cpu_seconds": int(stat["user_usec"]) / 1e6,
+                    "sys_cpu_seconds": int(stat["system_usec"]) / 1e6, "max_rss_kib": int(peak) // 1024}
+        if "cpuacct" not in self.paths or "memory" not in self.paths:
+            return None
+        user = _read(self.paths["cpuacct"] / "cpuacct.usage_user").strip()
+        system = _read(self.paths["cpuacct"] / "cpuacct.usage_sys").strip()
+        peak = _read(self.paths["memory"] / "memory.max_usage_in_bytes").strip()
+        if not (user.isdigit() and system.isdigit() and peak.isdigit()):
+            return None
+        return {"user_cpu_seconds": int(user) / 1e9, "sys_cpu_seconds": int(system) / 1e9,
+                "max_rss_kib": int(peak) // 1024}
+
     def remove(self) -> None:
-        for _ in range(100):
-            try:
-                self.path.rmdir()
-                return
-            except OSError:
-                time.sleep(0.02)
+        for path in self.paths.values():
+            for _ in range(100):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
 
 
 def _killpg(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+# Joins every cgroup given before `--`, then runs the rest: no process of the run is ever outside.
+_JOIN_CGROUPS = ('while [ "$1" != -- ]; do echo $$ > "$1" || { echo "crucible sandbox: cannot join $1" >&2; '
+                 'exit 125; }; shift; done; shift; exec "$@"')
 
 
 # ------------------------------------------------------------------------------ bubblewrap
@@ -282,22 +372,264 @@ def sandbox_mode() -> str:
     return settings.CONFIG.sandbox
 
 
+def sandbox_identity() -> tuple[int, int] | None:
+    """(uid, gid) bubblewrap runs commands as: the unprivileged `CRUCIBLE_SANDBOX_UID` when the
+    server runs as root, else None (the server's own user, already unprivileged)."""
+    if os.geteuid() != 0:
+        return None
+    uid = settings.CONFIG.sandbox_uid
+    return uid, uid
+
+
+def _identity_argv(identity: tuple[int, int] | None) -> list[str]:
+    if identity is None:
+        return []
+    uid, gid = identity
+    return [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+
+
+def _interpreter_prefixes() -> list[Path]:
+    prefixes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    return sorted(prefixes)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def toolchain_paths() -> list[Path]:
+    """Host directories every sandboxed command may read: the system directories, Crucible's
+    Python (the venv and the interpreter it was made from) and the admin's additions."""
+    return list(_toolchain(tuple(settings.CONFIG.sandbox_toolchain)))
+
+
 @functools.cache
-def bubblewrap_probe() -> tuple[bool, str]:
-    """Can bubblewrap start here with the flags run() uses? (answer, reason); checked once."""
+def _toolchain(extra: tuple[Path, ...]) -> tuple[Path, ...]:
+    system = [Path(name) for name in SYSTEM_DIRS if os.path.lexists(name)]
+    real_system = [path.resolve() for path in system]
+    kept = [path for path in (*_interpreter_prefixes(), *extra)
+            if path.exists() and not any(_inside(path.resolve(), root) for root in real_system)]
+    return (*system, *dict.fromkeys(kept))
+
+
+@functools.cache
+def _toolchain_real(extra: tuple[Path, ...]) -> tuple[Path, ...]:
+    return tuple(path.resolve() for path in _toolchain(extra))
+
+
+class _View:
+    """The host paths a command's view is made of, to tell what it can see."""
+
+    def __init__(self, tree: Path, readable: Sequence[Path]) -> None:
+        extra = tuple(settings.CONFIG.sandbox_toolchain)
+        points = [tree, *readable, *_toolchain(extra), tree.resolve(), *(path.resolve() for path in readable),
+                  *_toolchain_real(extra)]
+        # Plain string prefixes: this runs for every PATH entry of every command.
+        self.prefixes = tuple(dict.fromkeys(str(point).rstrip("/") + "/" for point in points))
+
+    def _covered(self, path: str) -> bool:
+        return (path.rstrip("/") + "/").startswith(self.prefixes)
+
+    def problem(self, target: Path) -> str | None:
+        target = Path(os.path.normpath(target))
+        real = Path(os.path.realpath(target))
+        if self._covered(str(target)) or self._covered(str(real)):
+            return None
+        if _inside(target, Path("/tmp")):  # noqa: S108
+            return "sandboxed commands get a private /tmp"
+        if _inside(real, Path(settings.DATA_DIR).resolve()):
+            return "it lies in Crucible's data dir, which commands never see"
+        if _inside(real, Path.home().resolve()):
+            return "it lies in the server's home directory, which commands never see"
+        shown = ", ".join(str(point) for point in toolchain_paths())
+        return f"commands see only their tree, declared read paths and the toolchain ({shown})"
+
+
+def visibility_problem(
+    path: str | Path, *, tree: str | Path, readable: Sequence[str | Path] = (), isolation: str | None = None,
+) -> str | None:
+    """None if the host `path` can be read by a command run in `tree` with `readable` paths (as
+    `run()` would run it); otherwise the reason it cannot, in words for a person."""
+    if isolation_choose(isolation) != BUBBLEWRAP:
+        return None
+    tree_path = Path(tree).resolve()
+    target = Path(path) if Path(path).is_absolute() else tree_path / path
+    return _View(tree_path, [Path(item).resolve() for item in readable]).problem(target)
+
+
+def sandbox_path(
+    tree: str | Path, readable: Sequence[str | Path] = (), isolation: str | None = None
+) -> list[str]:
+    """The PATH a command gets: `path_dirs()` without the directories it could not see."""
+    parts = [part for part in path_dirs() if part and Path(part).is_absolute()]
+    if isolation_choose(isolation) != BUBBLEWRAP:
+        return parts
+    view = _View(Path(tree).resolve(), [Path(item).resolve() for item in readable])
+    return [part for part in parts if view.problem(Path(part)) is None]
+
+
+def sandbox_which(
+    program: str, *, tree: str | Path, readable: Sequence[str | Path] = (), isolation: str | None = None,
+) -> Path | None:
+    """Where a bare program name (`python`, `bash`) resolves on the PATH a command gets, or None."""
+    for folder in sandbox_path(tree, readable, isolation):
+        candidate = Path(folder) / program
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+# Stages the bind sources an unprivileged bubblewrap could not reach (a 0700 data dir, a home):
+# in a private mount namespace, as root, a tmpfs covers an unused system directory and each such
+# source (or the per-command overlay) is mounted into a slot there, then the rest runs.
+_STAGE = """base=$1; shift
+mount -t tmpfs -o mode=0755,size=64k crucible-stage "$base" ||
+  { echo "crucible sandbox: no stage" >&2; exit 125; }
+while [ "$1" != -- ]; do
+  case $1 in
+    bind) if [ "$4" = f ]; then : > "$base/$3"; else mkdir "$base/$3"; fi
+          mount --bind "$2" "$base/$3" ||
+            { echo "crucible sandbox: cannot stage $2" >&2; exit 125; }; shift 4;;
+    overlay) mkdir "$base/$5"
+          mount -t overlay crucible -o "lowerdir=$2,upperdir=$3,workdir=$4" "$base/$5" ||
+            { echo "crucible sandbox: the overlay could not be mounted" >&2; exit 125; }; shift 5;;
+    *) exit 125;;
+  esac
+done
+shift; exec "$@"
+"""
+_STAGE_BASES = ("/run", "/mnt", "/srv", "/media", "/sys")
+
+
+class _Stage:
+    """Where bubblewrap binds each host path from: the path itself when the sandbox user can
+    reach it, else a slot of the stage (see _STAGE)."""
+
+    def __init__(self, identity: tuple[int, int] | None) -> None:
+        self.identity = identity
+        self.ops: list[str] = []
+        self.slots = 0
+        self.sources: list[Path] = []
+        self.base = ""
+
+    def source(self, path: Path) -> Path:
+        self.sources.append(path)
+        if self.identity is None or _reachable(path, *self.identity):
+            return path
+        return self._slot(["bind", str(path)], "f" if path.is_file() and not path.is_dir() else "d")
+
+    def overlay(self, lower: Path, upper: Path, work: Path) -> Path:
+        self.sources.append(lower)
+        return self._slot(["overlay", str(lower), str(upper), str(work)], None)
+
+    def _slot(self, op: list[str], kind: str | None) -> Path:
+        slot = str(self.slots)
+        self.slots += 1
+        self.ops += [*op, slot, *([kind] if kind else [])]
+        return Path("@stage") / slot  # replaced by the real base once every source is known
+
+    def argv(self) -> list[str]:
+        """The prefix that builds the stage, or nothing when every source is reachable."""
+        if not self.ops:
+            return []
+        self.base = next((base for base in _STAGE_BASES if Path(base).is_dir() and not Path(base).is_symlink()
+                          and not any(_inside(source.resolve(), Path(base)) for source in self.sources)), "")
+        if not self.base:
+            raise SandboxError("no free system directory to stage the sandbox's mounts in")
+        return [shutil.which("unshare") or "unshare", "--mount", "--propagation", "private", "--",
+                "/bin/sh", "-c", _STAGE, "sh", self.base, *self.ops, "--"]
+
+    def resolve(self, argv: list[str]) -> list[str]:
+        return [part.replace("@stage", self.base, 1) if part.startswith("@stage/") else part for part in argv]
+
+
+def _reachable(path: Path, uid: int, gid: int) -> bool:
+    """Whether `uid` can search every directory on the way to `path` (not following the last link)."""
+    real = Path(os.path.realpath(path.parent)) / path.name
+    for folder in [*reversed(real.parents)]:
+        try:
+            info = os.stat(folder)
+        except OSError:
+            return False
+        bit = stat.S_IXUSR if info.st_uid == uid else (stat.S_IXGRP if info.st_gid == gid else stat.S_IXOTH)
+        if not info.st_mode & bit:
+            return False
+    return True
+
+
+def _view_argv(tree: Path, source: Path, writable: bool, readable: Sequence[Path], read_only: Sequence[str],
+               metrics_dir: Path | None, stage: _Stage) -> tuple[list[str], list[dict[str, str]]]:
+    """bubblewrap's mount arguments for an allow-list view, and the mounts as a receipt lists them.
+    `source` is where the tree's content comes from (the tree, a fresh copy, or a stage slot)."""
+    argv: list[str] = []
+    mounts: list[dict[str, str]] = []
+
+    def bind(src: Path, dst: Path, mode: str, shown: Path | None = None) -> None:
+        argv.extend(["--bind" if mode == "rw" else "--ro-bind", str(src), str(dst)])
+        mounts.append({"source": str(shown or src), "target": str(dst), "mode": mode})
+
+    for path in toolchain_paths():
+        if path.is_symlink() and str(path) in SYSTEM_DIRS:
+            argv += ["--symlink", os.readlink(path), str(path)]
+            mounts.append({"source": os.readlink(path), "target": str(path), "mode": "symlink"})
+        else:
+            bind(stage.source(path), path, "ro", path)
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", SANDBOX_HOME]  # noqa: S108
+    mounts += [{"source": "proc", "target": "/proc", "mode": "proc"},
+               {"source": "devtmpfs (minimal)", "target": "/dev", "mode": "dev"},
+               {"source": "tmpfs", "target": "/tmp", "mode": "tmpfs"}]  # noqa: S108
+    # Readable paths inside the tree go after it, or its bind would cover them.
+    before = [path for path in readable if not _inside(path, tree)]
+    after = [path for path in readable if _inside(path, tree)]
+    for path in before:
+        bind(stage.source(path), path, "ro", path)
+    bind(source, tree, "rw" if writable else "ro", tree)
+    for path in after:
+        bind(stage.source(path), path, "ro", path)
+    for relative in read_only:
+        bind(source / relative, tree / relative, "ro", tree / relative)
+    if metrics_dir is not None:
+        bind(stage.source(metrics_dir), Path(METRICS_DIR_INSIDE), "rw", metrics_dir)
+    return argv, mounts
+
+
+_FLAGS = ["--unshare-all", "--cap-drop", "ALL", "--new-session", "--die-with-parent", "--clearenv"]
+
+
+@functools.cache
+def _probe(identity: tuple[int, int] | None) -> tuple[bool, str]:
     bwrap = shutil.which("bwrap")
     if not bwrap:
         return False, "bubblewrap (bwrap) is not installed"
-    argv = [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",  # noqa: S108
-            "--unshare-all", "--cap-drop", "ALL", "--new-session", "--die-with-parent", "--clearenv",
-            "--", "/bin/true"]
+    base = Path(tempfile.mkdtemp(prefix="crucible-probe-"))  # 0700: the tree inside needs the stage
+    tree = base / "tree"
     try:
+        tree.mkdir()
+        tree_hand_over(tree, identity)
+        stage = _Stage(identity)
+        view, _ = _view_argv(tree, stage.source(tree), False, [], [], None, stage)
+        prefix = stage.argv()
+        argv = [*prefix, *_identity_argv(identity), bwrap, *stage.resolve(view), *_FLAGS, "--", "/bin/true"]
         done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
+    except (OSError, subprocess.TimeoutExpired, SandboxError) as error:
         return False, f"bubblewrap could not start: {error}"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
     if done.returncode != 0:
-        return False, f"bubblewrap could not start: {done.stderr.decode(errors='replace').strip()}"
+        why = done.stderr.decode(errors="replace").strip()
+        if identity is not None:
+            why += (f" (as the unprivileged uid {identity[0]}: this host may not allow unprivileged user "
+                    "namespaces)")
+        return False, f"bubblewrap could not start: {why}"
     return True, "bubblewrap starts"
+
+
+def bubblewrap_probe() -> tuple[bool, str]:
+    """Can bubblewrap start here, as run() starts it? (answer, reason); checked once per identity."""
+    return _probe(sandbox_identity())
+
+
+bubblewrap_probe.cache_clear = _probe.cache_clear  # tests reset the probe as before
 
 
 def isolation_choose(mode: str | None = None) -> str:
@@ -315,55 +647,153 @@ def isolation_choose(mode: str | None = None) -> str:
     return RLIMITS_ONLY
 
 
-def _interpreter_prefixes() -> set[Path]:
-    return {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+# ----------------------------------------------------------------------------- fresh trees
 
 
-def _hidden_paths() -> list[Path]:
-    """Host places a command must not read: the server's home, Crucible's data dir and its own
-    checkout. The checkout also holds the pyproject.toml that pytest would otherwise take as the
-    config of a worktree under the default data dir (`var/`), loading Crucible's settings."""
-    hidden = [Path.home(), Path(settings.DATA_DIR)]
-    base = Path(settings.BASE_DIR).resolve()
-    # Installed into site-packages, "the checkout" is the interpreter's own library: keep it.
-    if not any(_inside(base, prefix) for prefix in _interpreter_prefixes()):
-        hidden.append(base)
-    # Parents first: a place inside another is covered after it, or the outer tmpfs would hide it.
-    return sorted({path.resolve() for path in hidden if path.exists()}, key=lambda path: len(path.parts))
+@functools.cache
+def overlay_available() -> bool:
+    """Can this (root) server give each command a throwaway overlay of a pristine tree?"""
+    if os.geteuid() != 0 or "overlay" not in _read(Path("/proc/filesystems")) or not shutil.which("unshare"):
+        return False
+    base = Path(tempfile.mkdtemp(prefix="crucible-overlay-probe-"))
+    try:
+        for name in ("lower", "upper", "work"):
+            (base / name).mkdir()
+        stage = _Stage((0, 0))
+        stage.overlay(base / "lower", base / "upper", base / "work")
+        done = subprocess.run([*stage.argv(), "true"], capture_output=True, timeout=30, check=False)
+        return done.returncode == 0
+    except (OSError, subprocess.TimeoutExpired, SandboxError):
+        return False
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
-def _bubblewrap_argv(
-    tree: Path, cwd: Path, env: Mapping[str, str], readable: Sequence[Path], writable: bool = True
-) -> list[str]:
-    argv = ["bwrap", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]  # noqa: S108
-    hidden = [path for path in _hidden_paths() if path != tree]
-    # A hidden place that holds the tree is covered first and the tree bound over it; one
-    # inside the tree is covered after the tree's bind, which would otherwise expose it.
-    before = [path for path in hidden if not _inside(path, tree)]
-    after = [path for path in hidden if _inside(path, tree)]
-    for path in before:
-        argv += ["--tmpfs", str(path)]
-    # Crucible's own Python stays usable (gates run pytest with it) even if it lives in a home.
-    interpreter = _interpreter_prefixes()
-    covered = [*before, Path("/tmp")]  # noqa: S108  (the private tmpfs covers the host's /tmp)
-    exposed = [*readable, *(p for p in sorted(interpreter) if any(_inside(p, h) for h in covered))]
-    for path in exposed:
-        argv += ["--ro-bind", str(path), str(path)]
-    argv += ["--bind" if writable else "--ro-bind", str(tree), str(tree)]
-    for path in after:
-        argv += ["--tmpfs", str(path)]
-    argv += ["--dir", SANDBOX_HOME]
-    argv += ["--unshare-all", "--cap-drop", "ALL", "--new-session", "--die-with-parent", "--clearenv"]
-    for name, value in env.items():
-        argv += ["--setenv", name, value]
-    return [*argv, "--chdir", str(cwd), "--"]
+_OVERLAY_UNSAFE = re.compile(r"[,:\\\s]")
 
 
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+def tree_hand_over(tree: Path, identity: tuple[int, int] | None) -> None:
+    """Make every entry of `tree` owned by the sandbox user (only those that are not already),
+    so an unprivileged command can write the tree it was given. Links are not followed."""
+    if identity is None:
+        return
+    uid, gid = identity
+
+    def own(path: str) -> None:
+        info = os.lstat(path)
+        if info.st_uid != uid or info.st_gid != gid:
+            os.lchown(path, uid, gid)
+
+    own(str(tree))
+    for root, dirs, files in os.walk(tree):
+        for name in (*dirs, *files):
+            own(os.path.join(root, name))
 
 
 # --------------------------------------------------------------------------------------- run
+
+
+@dataclass
+class _Plan:
+    """What one run is made of, decided before it starts; `scratch` is removed after it."""
+
+    argv: list[str]
+    popen_env: dict[str, str]
+    popen_cwd: str
+    env_names: list[str]
+    refused: list[str]
+    scratch: Path
+    metrics_dir: Path | None
+    view: dict
+
+
+def _copy_tree(tree: Path, copy: Path) -> None:
+    """A full copy (reflinked where the file system can) for a fresh tree without an overlay."""
+    subprocess.run(["cp", "-a", "--reflink=auto", f"{tree}/.", str(copy)], check=True, capture_output=True)
+
+
+def _scratch_dir() -> Path:
+    base = Path(settings.DATA_DIR).resolve() / "sandbox"
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return Path(tempfile.mkdtemp(prefix="run-", dir=base))
+
+
+def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[str, str] | None,
+          limits: Limits, readable: list[Path], read_only: list[str], writable: bool, fresh: bool,
+          metrics: bool, accounting: bool) -> _Plan:
+    prlimit = shutil.which("prlimit")
+    if not prlimit:
+        raise SandboxError("prlimit (util-linux) is not installed; commands cannot be limited")
+    scratch = _scratch_dir()
+    metrics_dir = None
+    if metrics:
+        metrics_dir = scratch / "metrics"
+        metrics_dir.mkdir()
+    if chosen != BUBBLEWRAP:
+        home = scratch / "home"
+        home.mkdir()
+        run_tree = tree
+        if fresh:  # no bubblewrap to bind a copy over the pristine path: run in the copy itself
+            run_tree = scratch / "tree"
+            _copy_tree(tree, run_tree)
+        declared = dict(env or {})
+        if metrics_dir is not None:
+            declared["CRUCIBLE_METRICS_FILE"] = str(metrics_dir / METRICS_NAME)
+        env_full, refused = env_build(declared, home=str(home))
+        run_cwd = run_tree / cwd.relative_to(tree)
+        return _Plan([prlimit, *limits.prlimit_args(), "--", *argv], env_full, str(run_cwd), sorted(env_full),
+                     refused, scratch, metrics_dir,
+                     {"uid": os.geteuid(), "gid": os.getegid(), "network": "host (no isolation)",
+                      "mounts": "the host's file system (no isolation)",
+                      "tree": "a fresh copy" if fresh else
+                      ("the tree" if writable else "read-only (not enforced)"),
+                      **({"read_only_paths": "not enforced"} if read_only else {})})
+    identity = sandbox_identity()
+    if fresh or writable or _inside(tree, Path(settings.DATA_DIR).resolve()):
+        tree_hand_over(tree, identity)
+    declared = dict(env or {})
+    if metrics_dir is not None:
+        tree_hand_over(metrics_dir, identity)
+        declared["CRUCIBLE_METRICS_FILE"] = f"{METRICS_DIR_INSIDE}/{METRICS_NAME}"
+    env_full, refused = env_build(declared, home=SANDBOX_HOME,
+                                  path=sandbox_path(tree, readable, chosen_mode(chosen)))
+    stage = _Stage(identity)
+    how = "read-write" if writable else "read-only"
+    if fresh and overlay_available() and not _OVERLAY_UNSAFE.search(f"{tree}{scratch}"):
+        upper, work = scratch / "upper", scratch / "work"
+        upper.mkdir()
+        work.mkdir()
+        os.chmod(upper, os.lstat(tree).st_mode & 0o7777)  # the merged root shows the upper dir's mode
+        tree_hand_over(upper, identity)
+        source = stage.overlay(tree, upper, work)
+        how = "a fresh overlay of the pristine tree (its writes are discarded)"
+    elif fresh:
+        copy = scratch / "tree"
+        _copy_tree(tree, copy)
+        source = stage.source(copy)
+        how = "a fresh copy of the pristine tree (its writes are discarded)"
+    else:
+        source = stage.source(tree)
+    view, mounts = _view_argv(tree, source, writable or fresh, readable, read_only, metrics_dir, stage)
+    bwrap = [shutil.which("bwrap") or "bwrap", *view, *_FLAGS]
+    if not accounting:
+        bwrap.append("--as-pid-1")  # no cgroup to count the tree: rusage must reach the command itself
+    for name, value in env_full.items():
+        bwrap += ["--setenv", name, value]
+    bwrap += ["--chdir", str(cwd), "--"]
+    prefix = stage.argv()
+    full = [*prefix, *_identity_argv(identity), *stage.resolve(bwrap), prlimit, *limits.prlimit_args(), "--",
+            *argv]
+    uid, gid = identity or (os.geteuid(), os.getegid())
+    return _Plan(full, {}, "/", sorted(env_full), refused, scratch, metrics_dir,
+                 {"uid": uid, "gid": gid, "network": "none (own network namespace; no host sockets)",
+                  "tree": how, "mounts": mounts,
+                  **({"read_only_paths": list(read_only)} if read_only else {})})
+
+
+def chosen_mode(chosen: str) -> str:
+    """The CRUCIBLE_SANDBOX mode that gives an isolation already chosen."""
+    return "required" if chosen == BUBBLEWRAP else "off"
 
 
 def run(
@@ -381,14 +811,22 @@ def run(
     kind: str = "command",
     writable: bool = True,
     cancel: threading.Event | None = None,
+    fresh: bool = False,
+    read_only: Sequence[str] = (),
+    metrics_file: str | Path | None = None,
+    lane: str = SHARED,
 ) -> Receipt:
     """Run `command` (argv list, or a shell line for /bin/sh) contained, and describe it.
 
     `tree` is the one writable place (default: `cwd`), and `cwd` must lie inside it.
     `readable` are host paths re-exposed read-only under bubblewrap (a worktree's git dir).
     `writable=False` binds the tree read-only (bubblewrap only; with rlimits only the
-    receipt says it was not enforced). Setting `cancel` stops the command like a timeout.
-    Returns an unsaved Receipt; `services.receipt_record` writes it.
+    receipt says it was not enforced). `fresh=True` runs the command on a throwaway overlay (or
+    copy) of the tree, which stays pristine; `read_only` are tree-relative paths bound read-only
+    on top. With `metrics_file`, the command gets `$CRUCIBLE_METRICS_FILE` outside its tree and
+    what it writes there is copied to `metrics_file` afterwards. `lane` is the measurement lane
+    mode held while the command runs (`exclusive` for timing trials). Setting `cancel` stops the
+    command like a timeout. Returns an unsaved Receipt; `services.receipt_record` writes it.
     """
     limits = limits or Limits()
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
@@ -404,99 +842,66 @@ def run(
         raise SandboxError(f"working directory {cwd} does not exist")
     if not _inside(cwd_path, tree_path):
         raise SandboxError(f"working directory {cwd} is outside the tree {tree}")
+    for relative in read_only:
+        if Path(relative).is_absolute() or ".." in Path(relative).parts:
+            raise SandboxError(f"read-only path {relative!r} must lie inside the tree")
     readable_paths = [Path(path).resolve() for path in readable]
-    prlimit = shutil.which("prlimit")
-    if not prlimit:
-        raise SandboxError("prlimit (util-linux) is not installed; commands cannot be limited")
     chosen = isolation_choose(isolation)
     secrets = secret_values(redact_values)
-
-    scratch: Path | None = None
-    if chosen == BUBBLEWRAP:
-        env_full, refused = env_build(env, home=SANDBOX_HOME)
-        outer = _bubblewrap_argv(tree_path, cwd_path, env_full, readable_paths, writable)
-        full_argv, popen_env, popen_cwd = [*outer, prlimit, *limits.prlimit_args(), "--", *argv], {}, "/"
-    else:
-        scratch = Path(tempfile.mkdtemp(prefix="crucible-home-"))
-        env_full, refused = env_build(env, home=str(scratch))
-        full_argv = [prlimit, *limits.prlimit_args(), "--", *argv]
-        popen_env, popen_cwd = env_full, str(cwd_path)
-
-    cgroup_parent = pids_cgroup_parent()
-    cgroup = None
-    if cgroup_parent is not None:
+    parents = cgroup_parents()
+    cgroups = None
+    if parents:
         try:
-            cgroup = _PidsCgroup(cgroup_parent, limits.processes)
+            cgroups = _RunCgroups(parents, limits.processes)
         except OSError:
-            cgroup = None
-    if cgroup is not None:
-        # Join the cgroup before exec, so no process of the run is ever outside it.
-        full_argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup.procs), *full_argv]
+            cgroups = None
+    accounting = cgroups is not None and (
+        "v2" in cgroups.paths or {"cpuacct", "memory"} <= set(cgroups.paths))
+    try:
+        plan = _plan(argv, chosen=chosen, tree=tree_path, cwd=cwd_path, env=env, limits=limits,
+                     readable=readable_paths, read_only=list(read_only), writable=writable, fresh=fresh,
+                     metrics=metrics_file is not None, accounting=accounting)
+    except BaseException:
+        if cgroups:
+            cgroups.remove()
+        raise
+    full_argv = plan.argv
+    if cgroups is not None:
+        full_argv = ["/bin/sh", "-c", _JOIN_CGROUPS, "sh", *cgroups.procs, "--", *full_argv]
     processes_enforced_by = (
-        "pids-cgroup" if cgroup else ("rlimit" if os.geteuid() != 0 else "none (root, no pids cgroup)")
+        "pids-cgroup" if cgroups else ("rlimit" if os.geteuid() != 0 else "none (root, no pids cgroup)")
     )
-
     captures: dict[int, _Capture] = {}
-    started_at = datetime.now(UTC)
-    started = time.monotonic()
-    timed_out = False
-    cancelled = False
+    timed_out = cancelled = False
     stray = 0
-    peak = None
+    peak = figures = None
     status = 0
     rusage = None
     try:
-        try:
-            process = subprocess.Popen(
-                full_argv, cwd=popen_cwd, env=popen_env, stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            )
-        except OSError as error:
-            raise SandboxError(f"the sandbox could not start: {error}") from None
-        captures = {process.stdout.fileno(): _Capture(limits.output_bytes),
-                    process.stderr.fileno(): _Capture(limits.output_bytes)}
-        stop = threading.Event()
-        reader = threading.Thread(target=_pump, args=(process, captures, stop), daemon=True)
-        writer = threading.Thread(target=_feed_stdin, args=(process, stdin), daemon=True)
-        reader.start()
-        writer.start()
-        outcome: list[tuple[int, int, object]] = []
-        waiter = threading.Thread(target=lambda: outcome.append(os.wait4(process.pid, 0)), daemon=True)
-        waiter.start()
-        deadline = started + timeout
-        while waiter.is_alive():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                break
-            if cancel is not None and cancel.is_set():
-                cancelled = True
-                break
-            waiter.join(min(remaining, 0.1) if cancel is not None else remaining)
-        if timed_out or cancelled:
-            _killpg(process.pid)
-            if cgroup:
-                cgroup.kill_all()
-            waiter.join()
-        _, status, rusage = outcome[0]
-        process.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4 above
-        # Whatever the command left running in its group or cgroup dies with it.
-        _killpg(process.pid)
-        if cgroup:
-            stray = cgroup.kill_all()
-            peak = cgroup.peak()
-        stop.set()
-        reader.join(10)
-        writer.join(1)
-        for stream in (process.stdin, process.stdout, process.stderr):
-            stream.close()
+        with lane_hold(lane) as lane_wait:
+            started_at = datetime.now(UTC)
+            started = time.monotonic()
+            try:
+                process = subprocess.Popen(
+                    full_argv, cwd=plan.popen_cwd, env=plan.popen_env, stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                )
+            except OSError as error:
+                raise SandboxError(f"the sandbox could not start: {error}") from None
+            captures = {process.stdout.fileno(): _Capture(limits.output_bytes),
+                        process.stderr.fileno(): _Capture(limits.output_bytes)}
+            timed_out, cancelled, status, rusage, stray, ended = _wait(
+                process, captures, stdin, started + timeout, cancel, cgroups)
+            duration = ended - started
+            finished_at = started_at + timedelta(seconds=duration)
+            if cgroups:
+                peak = cgroups.peak()
+                figures = cgroups.accounting() if accounting else None
+        metrics_copied = _metrics_collect(plan.metrics_dir, metrics_file)
     finally:
-        if cgroup:
-            cgroup.remove()
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
-    finished_at = datetime.now(UTC)
-    duration = time.monotonic() - started
+        if cgroups:
+            cgroups.remove()
+        _scratch_remove(plan.scratch)
 
     exit_code: int | None
     signal_number: int | None = None
@@ -510,12 +915,17 @@ def run(
     if timed_out or cancelled:
         signal_number = signal.SIGKILL
     out, err = captures.values()
+    if figures is None:
+        figures = {"user_cpu_seconds": rusage.ru_utime if rusage else None,
+                   "sys_cpu_seconds": rusage.ru_stime if rusage else None,
+                   "max_rss_kib": rusage.ru_maxrss if rusage else None}
+    measured_by = "cgroup" if accounting and figures is not None and cgroups is not None else "rusage"
     return Receipt(
         kind=kind,
         argv=[redact(part, secrets) for part in argv],
         cwd=str(cwd_path.relative_to(tree_path)),
-        env_names=sorted(env_full),
-        env_refused=refused,
+        env_names=plan.env_names,
+        env_refused=plan.refused,
         started_at=started_at,
         finished_at=finished_at,
         duration_seconds=round(duration, 6),
@@ -524,11 +934,8 @@ def run(
         timed_out=timed_out,
         isolation=chosen,
         limits={**asdict(limits), "timeout_seconds": timeout, "processes_enforced_by": processes_enforced_by},
-        rusage={
-            "user_cpu_seconds": round(rusage.ru_utime, 6) if rusage else None,
-            "sys_cpu_seconds": round(rusage.ru_stime, 6) if rusage else None,
-            "max_rss_kib": rusage.ru_maxrss if rusage else None,
-        },
+        rusage={**{name: value if value is None or name == "max_rss_kib" else round(value, 6)
+                   for name, value in figures.items()}, "measured_by": measured_by},
         stdout_excerpt=out.excerpt(secrets),
         stdout_bytes=out.total,
         stdout_sha256=out.digest.hexdigest(),
@@ -540,8 +947,80 @@ def run(
             **({} if writable else {"read_only": "bubblewrap" if chosen == BUBBLEWRAP else "not enforced"}),
             **({"stray_processes_killed": stray} if stray else {}),
             **({"peak_processes": peak} if peak is not None else {}),
+            "sandbox": plan.view,
+            "lane": {"mode": lane, "waited_seconds": round(lane_wait, 6)},
+            **({} if metrics_file is None else
+               {"metrics_file": "written" if metrics_copied else "not written"}),
         },
     )
+
+
+def _wait(process: subprocess.Popen, captures: dict[int, _Capture], stdin: bytes, deadline: float,
+          cancel: threading.Event | None, cgroups: _RunCgroups | None
+          ) -> tuple[bool, bool, int, object, int, float]:
+    """Feed stdin, read both pipes and reap the command by its deadline; kill its group (and
+    cgroups) on timeout or cancel, and whatever it left behind.
+    (timed_out, cancelled, status, rusage, stray processes killed, when it was reaped)"""
+    timed_out = cancelled = False
+    stop = threading.Event()
+    reader = threading.Thread(target=_pump, args=(process, captures, stop), daemon=True)
+    writer = threading.Thread(target=_feed_stdin, args=(process, stdin), daemon=True)
+    reader.start()
+    writer.start()
+    outcome: list[tuple[int, int, object, float]] = []
+    # The moment it is reaped is when the command ended: its wall time stops there.
+    waiter = threading.Thread(target=lambda: outcome.append((*os.wait4(process.pid, 0), time.monotonic())),
+                              daemon=True)
+    waiter.start()
+    while waiter.is_alive():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            timed_out = True
+            break
+        if cancel is not None and cancel.is_set():
+            cancelled = True
+            break
+        waiter.join(min(remaining, 0.1) if cancel is not None else remaining)
+    if timed_out or cancelled:
+        _killpg(process.pid)
+        if cgroups:
+            cgroups.kill_all()
+        waiter.join()
+    _, status, rusage, ended = outcome[0]
+    process.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4 above
+    _killpg(process.pid)  # whatever the command left running in its group dies with it
+    stray = cgroups.kill_all() if cgroups else 0  # and whatever left the group, with its cgroup
+    stop.set()
+    reader.join(10)
+    writer.join(1)
+    for stream in (process.stdin, process.stdout, process.stderr):
+        stream.close()
+    return timed_out, cancelled, status, rusage, stray, ended
+
+
+def _metrics_collect(metrics_dir: Path | None, metrics_file: str | Path | None) -> bool:
+    """Copy what the command wrote to $CRUCIBLE_METRICS_FILE to where the caller wants it."""
+    if metrics_dir is None or metrics_file is None:
+        return False
+    written = metrics_dir / METRICS_NAME
+    target = Path(metrics_file)
+    target.unlink(missing_ok=True)
+    if written.is_symlink() or not written.is_file():
+        return False
+    with open(written, "rb") as source, open(target, "wb") as copy:
+        copy.write(source.read((1 << 20) + 1))  # the reader refuses anything over 1 MiB
+    return True
+
+
+def _scratch_remove(scratch: Path) -> None:
+    # The command may have left unreadable or unwritable folders behind: root removes them anyway,
+    # another user first gives itself the rights back.
+    if os.geteuid() != 0:
+        for root, dirs, _ in os.walk(scratch):
+            for name in dirs:
+                with contextlib.suppress(OSError):
+                    os.chmod(os.path.join(root, name), 0o700)
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def artifact_describe(tree: str | Path, relative: str) -> dict:

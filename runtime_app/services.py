@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runtime_app import roles
+from runtime_app import roles, signals
 from runtime_app.git import GitError, repo_open
 from runtime_app.models import (
     ApiToken,
@@ -136,6 +136,39 @@ def project_member_add(actor: Any, project: Project, user: Any) -> ProjectMember
                 {"message": f"{user.get_username()} joined"},
             )
     return membership
+
+
+def project_member_remove(actor: Any, project: Project, user: Any) -> None:
+    """Take a user off a project; an operator who is a member (or a superuser) may do this.
+
+    The deletion's hook (project_membership_end) records it and withdraws the user's pending
+    decisions on the project's winners, as it does for the admin and any other deletion.
+    """
+    _require(actor, roles.OPERATE)
+    if not (actor.is_superuser or project.memberships.filter(user=actor).exists()):
+        raise PermissionDenied("Only members of a project can remove members from it.")
+    membership = project.memberships.filter(user=user).first()
+    if membership is None:
+        raise ValidationError({"user": f"{user.get_username()} is not a member of {project.name}."})
+    with transaction.atomic(), signals.acting_as(actor):
+        membership.delete()
+
+
+def project_membership_end(actor: Any, membership: ProjectMembership) -> None:
+    """What ending a membership does, however it ends (called by its pre_delete hook): audited,
+    announced, and the user no longer decides on the project's winners."""
+    project, username = membership.project, membership.user.get_username()
+    audit_record(actor, "project.member_remove", project=project, target=username)
+    event_emit(project, "project", project.pk, "project.member_removed", {"message": f"{username} left"})
+    approver_standing_end(actor, membership.user, project=project,
+                          reason=f"{username} was removed from {project.name}")
+
+
+def approver_standing_end(actor: Any, user: Any, *, project: Project | None, reason: str) -> None:
+    """`user` may no longer decide on the winners of `project` (None: of any project); the apps
+    that hold decisions withdraw the pending ones (search_app listens to approver_standing_ended)."""
+    signals.approver_standing_ended.send(sender=Project, user=user, project=project, actor=actor,
+                                         reason=reason)
 
 
 def _require_member(user: Any, project: Project) -> None:
@@ -302,12 +335,16 @@ def receipt_record(
 
 def command_run(
     command: Any, *, project: Project | None = None, subject: tuple[str, int] | None = None,
-    label: str = "", **options: Any,
+    label: str = "", note: dict[str, Any] | None = None, **options: Any,
 ) -> Receipt:
-    """Run a command in the sandbox (see runtime_app.sandbox.run) and write its receipt."""
+    """Run a command in the sandbox (see runtime_app.sandbox.run) and write its receipt; `note`
+    adds what the caller knows to its detail (a trial's block and position)."""
     from runtime_app import sandbox
 
-    return receipt_record(sandbox.run(command, **options), project=project, subject=subject, label=label)
+    receipt = sandbox.run(command, **options)
+    if note:
+        receipt.detail = {**receipt.detail, **note}
+    return receipt_record(receipt, project=project, subject=subject, label=label)
 
 
 def patch_admit(
@@ -316,31 +353,47 @@ def patch_admit(
 ) -> tuple[Any, Receipt]:
     """Apply a candidate's patch to a fresh baseline worktree and judge it by the change policy.
 
-    Returns (worktree path, receipt) when admitted, (None, receipt) when the patch does not
-    apply cleanly or breaks a rule; a refused patch's worktree is removed. The receipt says
-    which stage refused it and why, path by path.
+    Returns (worktree path, receipt) when admitted, (None, receipt) when the patch is over the
+    rules' patch limits (judged before it is applied), does not apply cleanly or breaks a rule;
+    a refused patch's worktree is removed. The receipt says which stage refused it and why,
+    path by path. Nothing the patch brings is written into the repository's object store.
     """
+    from contextlib import closing
     from datetime import UTC, datetime
     from time import monotonic
 
     from runtime_app.policy import policy_check
-    from runtime_app.worktrees import patch_apply, patch_from_text, worktree_remove, worktree_tree
+    from runtime_app.worktrees import (
+        object_scratch,
+        patch_apply,
+        patch_from_text,
+        worktree_remove,
+        worktree_tree,
+    )
 
     started_at, started = datetime.now(UTC), monotonic()
-    patch = patch_from_text(patch_text)
-    detail: dict[str, Any] = {
-        "patch_sha256": patch.sha256, "diff_lines": patch.diff_lines, "files": patch.files[:200],
-        "baseline": commit,
-    }
+    limits = rules.limits
+    detail: dict[str, Any] = {"patch_sha256": hashlib.sha256(patch_text).hexdigest(), "baseline": commit}
     worktree = None
-    try:
-        worktree = patch_apply(repo_path, commit, patch_text, name)
-    except GitError as error:
-        detail.update(verdict="rejected", stage="apply", reason=str(error))
+    # Over the byte limit, the text is not even read for its numstat.
+    refusal = limits.text_refusal(len(patch_text))
+    if refusal is None:
+        patch = patch_from_text(patch_text)
+        detail.update(diff_lines=patch.diff_lines, files=patch.files[:200])
+        refusal = limits.files_refusal(len(patch.files))
+    if refusal is not None:
+        detail.update(verdict="rejected", stage="policy", reason=refusal)
     else:
+        try:
+            worktree = patch_apply(repo_path, commit, patch_text, name)
+        except GitError as error:
+            detail.update(verdict="rejected", stage="apply", reason=str(error))
+    if worktree is not None:
         with repo_open(repo_path) as repo:
             baseline_tree = repo[commit.encode()].tree
-            verdict = policy_check(repo, baseline_tree, worktree_tree(worktree, base=commit), rules)
+        with object_scratch(repo_path) as scratch, closing(scratch.store()) as store:
+            patched = worktree_tree(worktree, base=commit, scratch=scratch)
+            verdict = policy_check(store, baseline_tree, patched, rules)
         if verdict.accepted:
             detail.update(verdict="admitted", stage="policy")
         else:

@@ -11,10 +11,19 @@ back at it before git reads anything through it.
 
 A patch is the binary-safe `git diff` of a worktree's files (tracked changes and new
 untracked files, not ignored ones) against the commit it was made at, staged in a
-temporary index so the worktree's own index is never touched. Applying one makes a fresh
-worktree, checks the patch with `git apply --check`, applies it with `git apply --index`,
-then compares the resulting tree with what the patch declares; any failure removes the
-worktree and raises GitError with the reason.
+temporary index so the worktree's own index is never touched. Before anything is hashed,
+the sizes and number of the changed files are held to the patch limits (PatchLimits), and
+the diff's length once it exists. Applying one makes a fresh worktree, checks the patch
+with `git apply --check`, applies it with `git apply --index` to a temporary copy of the
+worktree's index (the worktree's own index stays at the commit), then compares the
+resulting tree with what the patch declares; any failure removes the worktree and raises
+GitError with the reason.
+
+Nothing a candidate wrote reaches the repository's object store: every git call that hashes
+files or patch content (`add`, `apply --index`/`--cached`, `write-tree`) writes into a
+temporary object directory (ObjectScratch: GIT_OBJECT_DIRECTORY, with the repository's
+objects as an alternate to read from), deleted afterwards. Only a merge a person approved
+writes its tree into the repository (`worktree_tree_keep`, used by git.commit_create).
 """
 
 from __future__ import annotations
@@ -28,13 +37,15 @@ import signal
 import stat
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
+from dulwich.object_store import DiskObjectStore
 
 from runtime_app.git import GitError, ref_resolve, repo_open
+from runtime_app.policy import PatchLimits
 
 GIT_TIMEOUT_SECONDS = 300.0
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
@@ -75,9 +86,10 @@ def git_run(
     """Run `git args` safely and return its stdout; a failure raises GitError with git's words."""
     argv = ["git", *(item for pair in _SAFE_CONFIG for item in ("-c", pair)), *args]
     try:
+        # umask 022 whatever the server's: worktrees must be readable by the sandbox's own user.
         process = subprocess.Popen(
             argv, cwd=cwd, env=git_env(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True,
+            stderr=subprocess.PIPE, start_new_session=True, umask=0o022,
         )
     except OSError as error:
         raise GitError(f"git {args[0]} could not start in {cwd}: {error.strerror}") from None
@@ -234,13 +246,73 @@ def _partial_remove(path: Path) -> None:
         shutil.rmtree(path)
 
 
-def _worktree_git(worktree: Path, index: Path | None = None) -> tuple[Path, dict[str, str]]:
-    """The checked worktree root and the environment that points git at it (and an index)."""
+def _worktree_git(
+    worktree: Path, index: Path | None = None, scratch: ObjectScratch | None = None,
+) -> tuple[Path, dict[str, str]]:
+    """The checked worktree root and the environment that points git at it (and an index, and
+    a scratch object directory)."""
     worktree = Path(worktree).resolve()
     env = {"GIT_DIR": str(worktree_admin_dir(worktree)), "GIT_WORK_TREE": str(worktree)}
     if index is not None:
         env["GIT_INDEX_FILE"] = str(index)
+    if scratch is not None:
+        env.update(scratch.env)
     return worktree, env
+
+
+# -------------------------------------------------------------------------- scratch objects
+
+
+class PatchLimitError(GitError):
+    """A worktree's changes are over worker.max_patch_bytes or worker.max_patch_files."""
+
+
+@dataclass(frozen=True)
+class ObjectScratch:
+    """A temporary object directory: git writes every object it makes there and reads the
+    repository's objects as an alternate, so what a candidate wrote never enters the repository."""
+
+    path: Path
+    repository_objects: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        quoted = str(self.repository_objects).replace("\\", "\\\\").replace('"', '\\"')
+        # C-quoted, so a ':' in the repository's path is not read as a list separator.
+        return {"GIT_OBJECT_DIRECTORY": str(self.path), "GIT_ALTERNATE_OBJECT_DIRECTORIES": f'"{quoted}"'}
+
+    def store(self) -> DiskObjectStore:
+        """The scratch objects and, through its alternates file, the repository's (for dulwich)."""
+        return DiskObjectStore(str(self.path))
+
+
+@contextlib.contextmanager
+def object_scratch(repo_path: str | Path) -> Iterator[ObjectScratch]:
+    """An ObjectScratch over the objects of the repository at repo_path, removed on exit."""
+    repo = repo_open(repo_path)
+    try:
+        objects = Path(repo.commondir()).resolve() / "objects"
+    finally:
+        repo.close()
+    with _scratch_over(objects) as scratch:
+        yield scratch
+
+
+@contextlib.contextmanager
+def _scratch_over(objects: Path) -> Iterator[ObjectScratch]:
+    if "\n" in str(objects):
+        raise GitError(f"{objects!r}: a repository path with a line break cannot be read as an alternate")
+    with tempfile.TemporaryDirectory(prefix="crucible-objects-") as temp:
+        path = Path(temp) / "objects"
+        (path / "info").mkdir(parents=True)
+        (path / "pack").mkdir()
+        (path / "info" / "alternates").write_text(f"{objects}\n")
+        yield ObjectScratch(path, objects)
+
+
+def _worktree_objects(worktree: Path) -> Path:
+    """The object store a worktree shares: its repository's (the admin dir is .git/worktrees/<name>)."""
+    return worktree_admin_dir(worktree).parent.parent / "objects"
 
 
 # ---------------------------------------------------------------------------------------- patches
@@ -270,35 +342,125 @@ def patch_from_text(text: bytes) -> Patch:
     return Patch(text, hashlib.sha256(text).hexdigest(), numstat, diff_lines, files)
 
 
-def patch_extract(worktree: str | Path, *, base: str | None = None) -> Patch:
+def patch_extract(
+    worktree: str | Path, *, base: str | None = None, limits: PatchLimits | None = None,
+) -> Patch:
     """The patch from `base` (default: the commit the worktree was made at) to its files now.
 
     Tracked changes and new untracked files that are not ignored; binary files as git binary
-    patches. Staged through a temporary index: the worktree's own index is not touched.
+    patches. Staged through a temporary index: the worktree's own index is not touched, and
+    the objects hashed on the way go to a scratch object directory, never the repository's.
+    Raises PatchLimitError when the changes are over `limits` (default: PatchLimits()):
+    judged on the changed files' count and sizes before any of them is hashed, then on the
+    diff's length.
     """
-    with tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
-        worktree, env = _worktree_git(Path(worktree), Path(temp) / "index")
+    limits = limits or PatchLimits()
+    worktree = Path(worktree).resolve()
+    with _scratch_over(_worktree_objects(worktree)) as scratch, \
+            tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
+        worktree, env = _worktree_git(worktree, Path(temp) / "index", scratch)
         base = _base_resolve(worktree, env, base)
-        _files_stage(worktree, env, base)
+        git_run(["read-tree", base], cwd=worktree, env=env)
+        _changes_limit(worktree, env, limits)
+        git_run(["add", "--all", "--", "."], cwd=worktree, env=env)
         text = git_run(["diff", "--cached", *_DIFF_OPTIONS, base, "--"], cwd=worktree, env=env)
-    return patch_from_text(text)
+    refusal = limits.text_refusal(len(text))
+    if refusal:
+        raise PatchLimitError(refusal)
+    patch = patch_from_text(text)
+    refusal = limits.files_refusal(len(patch.files))
+    if refusal:
+        raise PatchLimitError(refusal)
+    return patch
 
 
-def worktree_tree(worktree: str | Path, *, base: str | None = None) -> str:
-    """The sha of the tree of the worktree's files as they are now (what patch_extract diffs)."""
+def _changes_limit(worktree: Path, env: dict[str, str], limits: PatchLimits) -> None:
+    """Refuse changes over the limits from their paths and sizes alone, before git hashes them.
+
+    The index holds `base` (read-tree). `git status` compares each tracked file with it in
+    memory (writing no object) and names the files that differ (its second status letter:
+    index against the files) and the untracked ones that are not ignored. Added and modified
+    files count at their size on disk, deleted ones at their size in base. Status writes the
+    refreshed (temporary) index, so `git add` then hashes only what changed. Submodules are not
+    entered: that would run git inside a directory the candidate controls.
+    """
+    out = git_run(["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignore-submodules=all",
+                   "--no-renames"], cwd=worktree, env={**env, "GIT_OPTIONAL_LOCKS": "1"})
+    fields = iter(out.split(b"\0"))
+    changed: list[bytes] = []
+    deleted: list[bytes] = []  # the base's blob ids of deleted files
+    for entry in fields:
+        if entry.startswith(b"? "):
+            changed.append(entry[2:])
+        elif entry.startswith((b"1 ", b"2 ")):
+            parts = entry.split(b" ", 8 if entry.startswith(b"1 ") else 9)
+            if entry.startswith(b"2 "):
+                next(fields, None)  # a rename's original path (renames are off; never expected)
+            worktree_status, index_sha, path = parts[1][1:2], parts[7], parts[-1]
+            if worktree_status == b"D":
+                deleted.append(index_sha)
+            elif worktree_status != b".":
+                changed.append(path)
+    files = len(changed) + len(deleted)
+    refusal = limits.files_refusal(files)
+    if refusal:
+        raise PatchLimitError(refusal)
+    total = 0
+    for path in changed:
+        with contextlib.suppress(OSError):  # gone between the listing and now: nothing to add
+            total += os.lstat(worktree / os.fsdecode(path)).st_size
+    if deleted:
+        sizes = git_run(["cat-file", "--batch-check=%(objectsize)"], cwd=worktree, env=env,
+                        stdin=b"\n".join(deleted) + b"\n")
+        total += sum(int(size) for size in sizes.split() if size.isdigit())
+    refusal = limits.bytes_refusal(total, files)
+    if refusal:
+        raise PatchLimitError(refusal)
+
+
+def worktree_tree(
+    worktree: str | Path, *, base: str | None = None, scratch: ObjectScratch | None = None,
+) -> str:
+    """The sha of the tree of the worktree's files as they are now (what patch_extract diffs).
+
+    Its objects go to `scratch` (to read the tree afterwards, e.g. for the change policy) or,
+    without one, to a private scratch removed on return: the sha then only names the tree.
+    """
+    worktree = Path(worktree).resolve()
+    if scratch is None:
+        with _scratch_over(_worktree_objects(worktree)) as own:
+            return worktree_tree(worktree, base=base, scratch=own)
     with tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
-        worktree, env = _worktree_git(Path(worktree), Path(temp) / "index")
+        worktree, env = _worktree_git(worktree, Path(temp) / "index", scratch)
         _files_stage(worktree, env, _base_resolve(worktree, env, base))
         return git_run(["write-tree"], cwd=worktree, env=env).decode().strip()
 
 
-def patched_tree(repo_path: str | Path, commit: str, patch_text: bytes) -> str:
+def worktree_tree_keep(worktree: str | Path) -> str:
+    """The tree of the worktree's files, written into the repository's own object store.
+
+    Only for a merge a person approved (git.commit_create): its commit needs every blob and
+    tree in the repository. Everything else hashes into an ObjectScratch.
+    """
+    with tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
+        worktree, env = _worktree_git(Path(worktree), Path(temp) / "index")
+        _files_stage(worktree, env, _base_resolve(worktree, env, None))
+        return git_run(["write-tree"], cwd=worktree, env=env).decode().strip()
+
+
+def patched_tree(
+    repo_path: str | Path, commit: str, patch_text: bytes, *, scratch: ObjectScratch | None = None,
+) -> str:
     """The sha of `commit`'s tree with the patch applied, built in a temporary index only: no
     checkout, no filters, nothing run. For reading trees (compare), never for running a
-    candidate. GitError says why a patch does not apply (`git apply` is all or nothing)."""
+    candidate. Its objects go to `scratch` (or a private one removed on return, as for
+    worktree_tree). GitError says why a patch does not apply (`git apply` is all or nothing)."""
+    if scratch is None:
+        with object_scratch(repo_path) as own:
+            return patched_tree(repo_path, commit, patch_text, scratch=own)
     repo_path, sha = _commit_resolve(repo_path, commit)
     with tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
-        env = {"GIT_INDEX_FILE": str(Path(temp) / "index")}
+        env = {"GIT_INDEX_FILE": str(Path(temp) / "index"), **scratch.env}
         git_run(["read-tree", sha], cwd=repo_path, env=env)
         if patch_text:
             try:
@@ -309,10 +471,13 @@ def patched_tree(repo_path: str | Path, commit: str, patch_text: bytes) -> str:
 
 
 def patch_apply(repo_path: str | Path, commit: str, patch_text: bytes, name: str) -> Path:
-    """A fresh worktree at `commit` with the patch applied and staged, verified against the patch.
+    """A fresh worktree at `commit` with the patch applied, verified against the patch.
 
-    Rejected (GitError naming the reason, worktree removed) if `git apply --check` fails, the
-    apply fails, or the resulting tree's name-status differs from what the patch declares.
+    The patch is staged in a temporary copy of the worktree's index with its objects in a
+    scratch directory: the worktree's own index stays at `commit` (git there sees the patch as
+    unstaged changes) and refers only to objects the repository has. Rejected (GitError naming
+    the reason, worktree removed) if `git apply --check` fails, the apply fails, or the
+    resulting tree's name-status differs from what the patch declares.
     """
     try:
         declared = patch_name_status(patch_text)
@@ -354,18 +519,24 @@ def patch_name_status(text: bytes) -> dict[str, str]:
 
 
 def _patch_apply_in(worktree: Path, patch_text: bytes, declared: dict[str, str]) -> None:
-    worktree, env = _worktree_git(worktree)
-    base = _base_resolve(worktree, env, None)
-    if patch_text:
-        try:
-            git_run(["apply", "--check", "--binary", "-"], cwd=worktree, env=env, stdin=patch_text)
-        except GitError as error:
-            raise GitError(f"it does not apply to {base[:12]} ({error})") from None
-        git_run(["apply", "--binary", "--index", "-"], cwd=worktree, env=env, stdin=patch_text)
-    staged = git_run(["write-tree"], cwd=worktree, env=env).decode().strip()
-    if worktree_tree(worktree, base=base) != staged:
-        raise GitError("after applying, the files on disk differ from the staged tree")
-    applied = _tree_name_status(worktree, env, base, staged)
+    worktree = Path(worktree).resolve()
+    with _scratch_over(_worktree_objects(worktree)) as scratch, \
+            tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
+        index = Path(temp) / "index"
+        # The fresh checkout's index, stat data and all: `apply --index` needs files that match it.
+        shutil.copyfile(worktree_admin_dir(worktree) / "index", index)
+        worktree, env = _worktree_git(worktree, index, scratch)
+        base = _base_resolve(worktree, env, None)
+        if patch_text:
+            try:
+                git_run(["apply", "--check", "--binary", "-"], cwd=worktree, env=env, stdin=patch_text)
+            except GitError as error:
+                raise GitError(f"it does not apply to {base[:12]} ({error})") from None
+            git_run(["apply", "--binary", "--index", "-"], cwd=worktree, env=env, stdin=patch_text)
+        staged = git_run(["write-tree"], cwd=worktree, env=env).decode().strip()
+        if worktree_tree(worktree, base=base, scratch=scratch) != staged:
+            raise GitError("after applying, the files on disk differ from the staged tree")
+        applied = _tree_name_status(worktree, env, base, staged)
     if applied != declared:
         raise GitError(f"the applied tree changes {_describe(applied)} but the patch declares "
                        f"{_describe(declared)}")

@@ -218,3 +218,62 @@ def search_receipts(request: HttpRequest, search_id: str):
     """Every receipt of the search's candidates, oldest first."""
     search = selectors.search_for_user(request.user, search_id)
     return [receipt.as_dict() for receipt in selectors.search_receipts(request.user, search)]
+
+
+class ForecastSpanOut(Schema):
+    low: float
+    high: float
+
+
+class ForecastRoundOut(Schema):
+    round: int
+    survivors: int
+    writer_steps: ForecastSpanOut
+    gate_runs: ForecastSpanOut
+    trial_runs: ForecastSpanOut
+    wall_seconds: ForecastSpanOut | None
+
+
+class ForecastReplayOut(Schema):
+    replays: ForecastSpanOut
+    gate_runs: ForecastSpanOut
+    trial_runs: ForecastSpanOut
+
+
+class ForecastBudgetOut(Schema):
+    max_cost_microusd: int | None
+    max_tokens: int | None
+
+
+class SearchForecastOut(Schema):
+    search_id: str
+    started: bool = Field(description="whether the search has started (the forecast stays as planned)")
+    writer_kind: str = Field(description="`llm` or `command`")
+    provider: str
+    model: str
+    rounds: list[ForecastRoundOut]
+    replay: ForecastReplayOut
+    writer_steps: ForecastSpanOut
+    gate_runs: ForecastSpanOut
+    trial_runs: ForecastSpanOut
+    model_calls: ForecastSpanOut | None
+    cost_microusd: ForecastSpanOut | None = Field(description="null when it cannot be forecast")
+    cost_source: str
+    tokens: ForecastSpanOut | None
+    budget: ForecastBudgetOut
+    wall_seconds: ForecastSpanOut | None = Field(description="null without history of this repository")
+    wall_source: str
+    wall_ceiling_seconds: float = Field(description="an upper bound from the spec's timeouts")
+    wall_ceiling_source: str
+    history_searches: int
+    notes: list[str]
+    warnings: list[str]
+
+
+@router.get("/searches/{search_id}/forecast", response=SearchForecastOut)
+def search_forecast(request: HttpRequest, search_id: str):
+    """Planned writer steps, gate and trial runs (as ranges), expected cost and wall time, and
+    where each figure comes from: the price table and this repository's past searches' receipts."""
+    search = selectors.search_for_user(request.user, search_id)
+    return {"search_id": search.search_id, "started": selectors.search_started(search),
+            **selectors.search_forecast(search).as_dict()}

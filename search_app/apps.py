@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.apps import AppConfig
 
 
@@ -6,8 +8,15 @@ class SearchAppConfig(AppConfig):
     verbose_name = "Experimental search"
 
     def ready(self) -> None:
+        from runtime_app.signals import approver_standing_ended
         from runtime_app.subjects import live_renderer_register, subject_type_register
         from search_app.live import search_live_fragments
+
+        def approvals_withdraw_for(sender: Any, user: Any, project: Any, actor: Any, reason: str,
+                                   **kwargs: Any) -> None:
+            from search_app.services import approvals_withdraw
+
+            approvals_withdraw(actor, user, project=project, reason=reason)
 
         def search_project(subject_id: int) -> int | None:
             from search_app.models import Search
@@ -23,3 +32,7 @@ class SearchAppConfig(AppConfig):
         subject_type_register("search", search_project)
         subject_type_register("candidate", candidate_project)
         live_renderer_register("search", search_live_fragments)
+        # Someone who may no longer decide (left the project, lost the approve permission):
+        # their pending decisions on unmerged winners are withdrawn.
+        approver_standing_ended.connect(approvals_withdraw_for, weak=False,
+                                        dispatch_uid="search_app_approvals_withdraw")

@@ -9,7 +9,6 @@ Step: a step that dies half-way leaves only receipts, and running it again is sa
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import threading
 import uuid
@@ -22,12 +21,14 @@ from django.utils import timezone
 from runtime_app import services as runtime_services
 from runtime_app.fleet import preset_get
 from runtime_app.git import GitError
-from runtime_app.metrics import last_json_line, metric_read
+from runtime_app.lane import EXCLUSIVE, SHARED
+from runtime_app.metrics import MetricReading, last_json_line, metric_read
 from runtime_app.models import Receipt
-from runtime_app.policy import PolicyRules
+from runtime_app.policy import PolicyRules, read_only_paths
 from runtime_app.sandbox import Limits, SandboxError
 from runtime_app.worktrees import patch_extract, worktree_create, worktree_remove, worktrees_root
 from search_app.hidden import hidden_files_write, readable_for
+from search_app.measurement import block_order
 from search_app.models import Search, Step
 from search_app.preflight import search_start_failure
 from search_app.spec import SearchSpec, spec_validate
@@ -140,21 +141,27 @@ def _record(receipt: Receipt, step: Step, label: str) -> Receipt:
 def _run(step: Step, command: Sequence[str] | str, label: str, *, cwd: Path, timeout: float,
          cancel: threading.Event, env: dict[str, str] | None = None, stdin: bytes = b"",
          writable: bool = True, readable: Sequence[Path] = (), kind: str = "command",
-         limits: Limits | None = None) -> Receipt:
+         limits: Limits | None = None, fresh: bool = False, read_only: Sequence[str] = (),
+         metrics_file: Path | None = None, lane: str = SHARED, subject: int | None = None,
+         note: dict[str, Any] | None = None) -> Receipt:
+    """A command in the sandbox for this step, with its receipt on the candidate's page (or on
+    `subject`'s, the candidate a measurement trial is for); `note` is added to its detail."""
     repo_git = Path(step.search.repository_path) / ".git"
+    subject_pk = subject or step.candidate_id
     try:
         return runtime_services.command_run(
             command, cwd=cwd, timeout=timeout, env=env, stdin=stdin, writable=writable, kind=kind,
             readable=[repo_git, *readable], cancel=cancel, limits=limits, project=step.search.project,
-            subject=("candidate", step.candidate_id), label=label,
+            subject=("candidate", subject_pk), label=label, fresh=fresh, read_only=read_only,
+            metrics_file=metrics_file, lane=lane, note=note,
         )
     except SandboxError as error:  # refused before it ran (e.g. bubblewrap required): say so
-        from django.utils import timezone
-
         now = timezone.now()
         receipt = Receipt(kind=kind, argv=[command] if isinstance(command, str) else list(command),
-                          started_at=now, finished_at=now, duration_seconds=0, error=str(error))
-        return _record(receipt, step, label)
+                          started_at=now, finished_at=now, duration_seconds=0, error=str(error),
+                          detail=note or {})
+        return runtime_services.receipt_record(receipt, project=step.search.project,
+                                               subject=("candidate", subject_pk), label=label)
 
 
 def _usage(receipt: Receipt) -> dict[str, int]:
@@ -174,11 +181,19 @@ def _usage(receipt: Receipt) -> dict[str, int]:
 # ------------------------------------------------------------------------------------ generate
 
 
+def previous_score(candidate: Any) -> float | None:
+    """The metric's value a candidate last measured (its absolute median)."""
+    return candidate.score_absolute if candidate.score_absolute is not None else candidate.score
+
+
 def refine_note(search: Search, spec: SearchSpec, candidate: Any) -> str:
     """What a refining writer starts from: its patch (already applied) and how it scored."""
-    baseline = search.candidates.filter(number=0).values_list("score", flat=True).first()
+    # The values as measured (a paired figure is a ratio; the writer wants the metric itself).
+    baseline = search.candidates.filter(number=0).values_list("score_absolute", "score").first()
+    baseline = next((value for value in baseline or () if value is not None), None)
     against = f"; the baseline scored {baseline:g}" if baseline is not None else ""
-    score = f"{candidate.score:g}" if candidate.score is not None else "no score"
+    measured = previous_score(candidate)
+    score = f"{measured:g}" if measured is not None else "no score"
     return (f"Your patch from round {candidate.patch_round} is already applied in your working directory. "
             f"It scored {score} on {spec.score.metric} ({spec.score.direction}{against}). "
             "Improve it, or leave the files as they are to keep it. ")
@@ -218,7 +233,8 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
         }
         if step.refines:
             env["CRUCIBLE_REFINE"] = "1"
-            env["CRUCIBLE_PREVIOUS_SCORE"] = "" if candidate.score is None else f"{candidate.score:g}"
+            measured = previous_score(candidate)
+            env["CRUCIBLE_PREVIOUS_SCORE"] = "" if measured is None else f"{measured:g}"
         kind = preset_get(spec.worker.provider).kind
         if kind in LLM_KINDS:
             written = llm_write(step, spec, worktree, cancel, refining)
@@ -245,7 +261,7 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
         # The writer's processes are gone (the sandbox killed its group and cgroup): its tree
         # is frozen, so the patch extracted now is final.
         try:
-            patch = patch_extract(worktree)
+            patch = patch_extract(worktree, limits=policy_rules(spec).limits)
         except GitError as error:
             return {"eliminated": f"its patch could not be extracted: {error}",
                     "receipts": written["receipts"], "usage": written["usage"]}
@@ -265,68 +281,69 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ evaluate
 
 
-def evaluate(step: Step, cancel: threading.Event, *, gates: bool) -> dict[str, Any]:
-    """Fresh baseline + the patch, change policy, hidden files, gates in order, then trials."""
-    search, candidate = step.search, step.candidate
-    spec = search_spec(search)
-    label = f"{candidate.candidate_id} r{step.round} {step.kind}"
-    name = _worktree_name(step, step.kind)
+def _evaluation_tree(step: Step, candidate: Any, spec: SearchSpec, purpose: str,
+                     label: str) -> tuple[Path | None, Receipt, list[str]]:
+    """A pristine evaluation tree: a fresh baseline checkout, the candidate's patch (judged by the
+    change policy) and the hidden evaluator files, which arrive only now. Commands never run in
+    it directly: each gets a throwaway copy (`fresh`), with `read_only` paths bound read-only.
+    Returns (tree or None, the apply receipt, the read-only paths)."""
+    search = step.search
+    name = f"{search.search_id}-{candidate.candidate_id}-{purpose}-r{step.round}"
     _fresh_worktree_path(search.repository_path, name)
     worktree, admit = runtime_services.patch_admit(
         search.repository_path, search.baseline_commit, bytes(candidate.patch), name,
         policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
         label=f"{label} apply",
     )
-    receipts = [admit.pk]
     if worktree is None:
+        return None, admit, []
+    try:
+        hidden_files_write(worktree, search)  # the frozen snapshot (search_app/hidden.py)
+        files = [str(path.relative_to(worktree)) for path in worktree.rglob("*")
+                 if path.is_file() and ".git" not in path.relative_to(worktree).parts[:1]]
+    except BaseException:
+        worktree_remove(search.repository_path, worktree)
+        raise
+    return worktree, admit, read_only_paths(files, policy_rules(spec), extra=list(spec.evaluator.files))
+
+
+def _gates(step: Step, spec: SearchSpec, tree: Path, read_only: list[str], label: str,
+           cancel: threading.Event, receipts: list[int]) -> dict[str, Any] | None:
+    """Run the hard gates in order, each on a fresh copy of the pristine tree; None if all passed,
+    else the step's result (eliminated or cancelled)."""
+    for number, command in enumerate(spec.hard_gates.commands, start=1):
+        gate = _run(step, command, f"{label} gate {number}", cwd=tree, cancel=cancel,
+                    timeout=spec.hard_gates.timeout_seconds, fresh=True, read_only=read_only,
+                    readable=readable_for(spec, "hard_gates"))
+        receipts.append(gate.pk)
+        if gate.detail.get("cancelled"):
+            return {"cancelled": True, "receipts": receipts}
+        # Cannot start: the spec's failure (stop the search), or a script its patch deleted.
+        failure = search_start_failure(step.search, gate, f"hard_gates.commands[{number - 1}]", command)
+        if failure:
+            return {**failure.result(), "receipts": receipts, "gates_passed": number - 1}
+        if not gate.succeeded:
+            return {"eliminated": f"gate {number} `{command}` {gate.outcome} (receipt #{gate.pk})",
+                    "receipts": receipts, "gates_passed": number - 1}
+    return None
+
+
+def evaluate(step: Step, cancel: threading.Event) -> dict[str, Any]:
+    """Fresh baseline + the patch, change policy, hidden files, then the gates in order. Trials
+    run later, in the round's measurement blocks (`measure`)."""
+    search, candidate = step.search, step.candidate
+    spec = search_spec(search)
+    label = f"{candidate.candidate_id} r{step.round} {step.kind}"
+    tree, admit, read_only = _evaluation_tree(step, candidate, spec, step.kind, label)
+    receipts = [admit.pk]
+    if tree is None:
         return {"eliminated": f"patch refused at {admit.detail['stage']}: {admit.detail['reason']}",
                 "receipts": receipts}
     try:
-        hidden_files_write(worktree, search)  # the frozen snapshot (search_app/hidden.py)
-        gates_passed = 0
-        if gates:
-            for number, command in enumerate(spec.hard_gates.commands, start=1):
-                gate = _run(step, command, f"{label} gate {number}", cwd=worktree,
-                            timeout=spec.hard_gates.timeout_seconds, cancel=cancel,
-                            readable=readable_for(spec, "hard_gates"))
-                receipts.append(gate.pk)
-                if gate.detail.get("cancelled"):
-                    return {"cancelled": True, "receipts": receipts}
-                # Cannot start: the spec's failure (stop the search), or a script its patch deleted.
-                failure = search_start_failure(search, gate, f"hard_gates.commands[{number - 1}]", command)
-                if failure:
-                    return {**failure.result(), "receipts": receipts, "gates_passed": gates_passed}
-                if not gate.succeeded:
-                    return {"eliminated": f"gate {number} `{command}` {gate.outcome} (receipt #{gate.pk})",
-                            "receipts": receipts, "gates_passed": gates_passed}
-                gates_passed += 1
-        values, durations = [], []
-        for number in range(1, spec.score.trials + 1):
-            metrics_file = worktree / f".crucible-metrics-{uuid.uuid4().hex}.json"
-            trial = _run(step, spec.score.command, f"{label} trial {number}", cwd=worktree,
-                         timeout=spec.score.timeout_seconds, cancel=cancel,
-                         env={"CRUCIBLE_METRICS_FILE": str(metrics_file)},
-                         readable=readable_for(spec, "score"))
-            receipts.append(trial.pk)
-            if trial.detail.get("cancelled"):
-                return {"cancelled": True, "receipts": receipts}
-            failure = search_start_failure(search, trial, "score.command", spec.score.command)  # as above
-            if failure:
-                return {**failure.result(), "receipts": receipts, "gates_passed": gates_passed}
-            reading = metric_read(trial, spec.score.metric, metrics_file)
-            metrics_file.unlink(missing_ok=True)
-            if not reading.counted:
-                return {"eliminated": f"trial {number}: {reading.reason} (receipt #{trial.pk})",
-                        "receipts": receipts, "gates_passed": gates_passed, "trials": values}
-            values.append(reading.value)
-            durations.append(trial.duration_seconds)
+        stopped = _gates(step, spec, tree, read_only, label, cancel, receipts)
     finally:
-        worktree_remove(search.repository_path, worktree)
-    return {
-        "receipts": receipts, "gates_passed": gates_passed, "trials": values,
-        "score": statistics.median(values), "spread": max(values) - min(values),
-        "runtime_seconds": statistics.fmean(durations),
-    }
+        worktree_remove(search.repository_path, tree)
+    return stopped or {"receipts": receipts, "gates_passed": len(spec.hard_gates.commands)}
 
 
 def _hidden_files_write(worktree: Path, files: dict[str, str]) -> None:
@@ -342,14 +359,105 @@ def _hidden_files_write(worktree: Path, files: dict[str, str]) -> None:
         target.write_text(content)
 
 
-def replay_verdict(earlier: list[float], replayed: float, tolerance: float) -> tuple[bool, str]:
-    """Does a replayed median agree with the earlier trials, within their noise (their spread,
-    or `tolerance` times their median, whichever is wider)?"""
-    median = statistics.median(earlier)
-    band = max(max(earlier) - min(earlier), abs(median) * tolerance)
-    if abs(replayed - median) <= band:
-        return True, f"replayed median {replayed:g} is within {band:g} of {median:g}"
-    return False, f"replayed median {replayed:g} moved more than {band:g} from {median:g}"
+# ------------------------------------------------------------------------------------- measure
+
+
+def _trial(step: Step, spec: SearchSpec, member: Any, tree: Path, read_only: list[str], label: str,
+           cancel: threading.Event, block: int, position: int, scratch: Path
+           ) -> tuple[Receipt, MetricReading]:
+    """One timing trial in the exclusive lane, on a fresh copy of the member's pristine tree."""
+    reported = not spec.score.runtime_measured
+    metrics_file = scratch / f"metrics-{uuid.uuid4().hex}.json" if reported else None
+    trial = _run(step, spec.score.command, f"{label} trial block {block}", cwd=tree,
+                 timeout=spec.score.timeout_seconds, cancel=cancel, fresh=True, read_only=read_only,
+                 readable=readable_for(spec, "score"), metrics_file=metrics_file, lane=EXCLUSIVE,
+                 subject=member.pk,
+                 note={"block": block, "position": position, "round": step.round,
+                       "measures": member.candidate_id, "metric": spec.score.metric,
+                       "metric_source": "runtime" if not reported else "reported by the score command"})
+    reading = metric_read(trial, spec.score.metric, metrics_file)
+    if metrics_file is not None:
+        metrics_file.unlink(missing_ok=True)
+    return trial, reading
+
+
+def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
+    """Run blocks `plan.blocks` of a round for `plan.members` (candidate ids, the baseline
+    among them): in each block every member runs one trial, in the block's seeded order, with no
+    other command of this host running at the same time. A member whose trial fails (or whose
+    tree cannot be rebuilt) leaves the later blocks and is reported."""
+    search = step.search
+    spec = search_spec(search)
+    first, last = step.plan["blocks"]
+    members = {candidate.candidate_id: candidate for candidate in
+               search.candidates.filter(candidate_id__in=step.plan["members"])}
+    namespace = step.plan.get("namespace", step.round)
+    trees: dict[str, tuple[Path, list[str]]] = {}
+    receipts: list[int] = []
+    values: dict[str, dict[str, float]] = {cid: {} for cid in members}
+    durations: dict[str, dict[str, float]] = {cid: {} for cid in members}
+    dropped: dict[str, str] = {}
+    scratch = worktrees_root().parent / "sandbox"
+    scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        for cid, member in sorted(members.items()):
+            tree, admit, read_only = _evaluation_tree(step, member, spec, "measure", f"{cid} r{step.round}")
+            receipts.append(admit.pk)
+            if tree is None:
+                dropped[cid] = f"its patch could not be set up again: {admit.detail.get('reason')}"
+            else:
+                trees[cid] = (tree, read_only)
+        for block in range(first, last):
+            running = [cid for cid in trees if cid not in dropped]
+            order = block_order(search.search_id, namespace, block, running)
+            for position, cid in enumerate(order):
+                if cancel.is_set():
+                    return {"cancelled": True, "receipts": receipts}
+                tree, read_only = trees[cid]
+                trial, reading = _trial(step, spec, members[cid], tree, read_only, f"{cid} r{step.round}",
+                                        cancel, block, position, scratch)
+                receipts.append(trial.pk)
+                if trial.detail.get("cancelled"):
+                    return {"cancelled": True, "receipts": receipts}
+                # As for the gates: a score command that cannot start stops the search (preflight.py).
+                failure = search_start_failure(search, trial, "score.command", spec.score.command)
+                if failure and failure.spec:
+                    return {"spec_failure": failure.message, "receipts": receipts}
+                if failure:
+                    dropped[cid] = failure.message
+                    continue
+                if not reading.counted:
+                    dropped[cid] = f"trial in block {block}: {reading.reason} (receipt #{trial.pk})"
+                    continue
+                values[cid][str(block)] = reading.value
+                durations[cid][str(block)] = trial.duration_seconds
+    finally:
+        for tree, _ in trees.values():
+            worktree_remove(search.repository_path, tree)
+    return {"receipts": receipts, "values": values, "durations": durations, "dropped": dropped,
+            "blocks": [first, last], "members": sorted(members)}
+
+
+def replay(step: Step, cancel: threading.Event) -> dict[str, Any]:
+    """The provisional winner again on a clean baseline: its gates, then `trials` blocks
+    interleaved with the baseline (the replay's own block order)."""
+    search, candidate = step.search, step.candidate
+    spec = search_spec(search)
+    label = f"{candidate.candidate_id} replay"
+    tree, admit, read_only = _evaluation_tree(step, candidate, spec, "replay", label)
+    receipts = [admit.pk]
+    if tree is None:
+        return {"eliminated": f"patch refused at {admit.detail['stage']}: {admit.detail['reason']}",
+                "receipts": receipts}
+    try:
+        stopped = _gates(step, spec, tree, read_only, label, cancel, receipts)
+    finally:
+        worktree_remove(search.repository_path, tree)
+    if stopped:
+        return stopped
+    measured = measure(step, cancel)
+    measured["receipts"] = receipts + measured["receipts"]
+    return measured
 
 
 # -------------------------------------------------------------------------------------- review

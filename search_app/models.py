@@ -81,6 +81,9 @@ class Search(models.Model):
     spec_normalized = models.JSONField()
     hashed_inputs = models.JSONField()
     candidate_batches = models.JSONField()
+    contract = models.PositiveSmallIntegerField(
+        default=2,
+        help_text="how it is measured: 1 = absolute medians (frozen before paired blocks), 2 = paired")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -158,9 +161,16 @@ class Candidate(models.Model):
     diff_lines = models.IntegerField(null=True, blank=True)
     files = models.JSONField(default=list, blank=True)
     gates_passed = models.IntegerField(default=0)
-    score = models.FloatField(null=True, blank=True, help_text="median of its latest round's trials")
+    score = models.FloatField(
+        null=True, blank=True,
+        help_text="its latest round's figure: the median paired ratio to the baseline (paired), or the "
+                  "median of its trials (absolute)")
+    score_low = models.FloatField(null=True, blank=True, help_text="its confidence interval's low end")
+    score_high = models.FloatField(null=True, blank=True, help_text="its confidence interval's high end")
+    score_absolute = models.FloatField(null=True, blank=True, help_text="median of its latest round's trials")
     spread = models.FloatField(null=True, blank=True, help_text="max − min of those trials")
-    trials = models.JSONField(default=dict, blank=True, help_text="{round: [values]}")
+    trials = models.JSONField(default=dict, blank=True, help_text="{round: [values, in block order]}")
+    blocks = models.JSONField(default=dict, blank=True, help_text="{round: {block: value}}")
     runtime_seconds = models.FloatField(null=True, blank=True, help_text="mean trial wall time")
     cost_microusd = models.BigIntegerField(default=0)
     tokens = models.BigIntegerField(default=0)
@@ -183,7 +193,8 @@ class Candidate(models.Model):
 class Step(models.Model):
     """A unit of work (generate, evaluate, replay, review): claimed by lease, done once."""
 
-    KINDS = [("generate", "generate"), ("evaluate", "evaluate"), ("replay", "replay"), ("review", "review")]
+    KINDS = [("generate", "generate"), ("evaluate", "evaluate"), ("measure", "measure"), ("replay", "replay"),
+             ("review", "review")]
     STATES = [
         ("pending", "pending"), ("running", "running"), ("done", "done"), ("failed", "failed"),
         ("cancelled", "cancelled"),
@@ -192,6 +203,8 @@ class Step(models.Model):
     candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="steps")
     kind = models.CharField(max_length=16, choices=KINDS)
     round = models.IntegerField(default=0)
+    part = models.IntegerField(default=0, help_text="a round's measurements: its blocks, then adaptive ones")
+    plan = models.JSONField(default=dict, blank=True, help_text="measure/replay: members, blocks")
     state = models.CharField(max_length=16, choices=STATES, default="pending")
     attempts = models.PositiveIntegerField(default=0)
     lease_owner = models.CharField(max_length=200, blank=True)
@@ -208,7 +221,7 @@ class Step(models.Model):
     class Meta:
         ordering = ["id"]
         constraints = [
-            models.UniqueConstraint(fields=["candidate", "kind", "round"], name="unique_step")
+            models.UniqueConstraint(fields=["candidate", "kind", "round", "part"], name="unique_step_part")
         ]
         indexes = [
             models.Index(fields=["search", "state"]), models.Index(fields=["state", "lease_expires_at"]),
@@ -264,7 +277,9 @@ class Approval(models.Model):
     """A person's decision on a winner, bound to the exact patch it was made on.
 
     A decision made on another patch hash than the candidate's current one is stale: it
-    counts for nothing. The latest decision of each person is the one that stands.
+    counts for nothing. The latest decision of each person is the one that stands. A
+    decision is withdrawn (for good) when its maker leaves the project or loses the approve
+    permission before the winner is merged.
     """
 
     DECISIONS = [("approve", "approve"), ("request_changes", "request changes")]
@@ -279,6 +294,8 @@ class Approval(models.Model):
     replay = models.TextField(blank=True, help_text="the replay result shown when deciding")
     note = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    withdrawn_at = models.DateTimeField(null=True, blank=True)
+    withdrawn_reason = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]

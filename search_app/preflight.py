@@ -167,36 +167,12 @@ def _script_of(words: list[str]) -> str | None:
 
 # -------------------------------------------------------------------------------- preflight
 
-# TEMPORARY until the allow-list sandbox lands in runtime_app/sandbox.py with its own
-# visibility_problem / sandbox_which: the same rules, approximated here.
-_TOOLCHAIN = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-
-
 def _visibility(path: Path, *, tree: Path, readable: Iterable[Path]) -> str | None:
-    if hasattr(sandbox, "visibility_problem"):
-        return sandbox.visibility_problem(path, tree=tree, readable=readable)
-    real = Path(os.path.realpath(path))
-    shown = [tree, *readable, *(Path(p) for p in _TOOLCHAIN), *sandbox._interpreter_prefixes()]
-    if any(sandbox._inside(real, Path(os.path.realpath(place))) for place in shown):
-        return None
-    if sandbox._inside(real, Path("/tmp")):  # noqa: S108
-        return "sandboxed commands get a private /tmp"
-    return "only the tree, the toolchain and declared paths are visible"
+    return sandbox.visibility_problem(path, tree=tree, readable=list(readable))
 
 
 def _which(program: str, *, tree: Path, readable: Iterable[Path]) -> Path | None:
-    if hasattr(sandbox, "sandbox_which"):
-        return sandbox.sandbox_which(program, tree=tree, readable=readable)
-    readable = list(readable)
-    env, _ = sandbox.env_build({}, home=sandbox.SANDBOX_HOME)
-    for folder in env["PATH"].split(os.pathsep):
-        candidate = Path(folder) / program
-        if os.access(candidate, os.X_OK) and candidate.is_file() and \
-                _visibility(candidate, tree=tree, readable=readable) is None:
-            return candidate
-    return None
-
-
+    return sandbox.sandbox_which(program, tree=tree, readable=list(readable))
 
 
 @dataclass
@@ -400,7 +376,9 @@ _CANNOT_START = [
     re.compile(r"ruby: (?P<why>No such file or directory) -- (?P<name>\S+)"),
     re.compile(r"Error: Cannot find module '(?P<name>[^'\n]+)'(?P<why>)"),  # node
 ]
-_BWRAP_MISSING = re.compile(r"^bwrap: Can't find source path (?P<name>\S+): (?P<why>[^\n]+)", re.M)
+# The sandbox itself could not show a declared path (bubblewrap's words, or the root stage's).
+_SOURCE_MISSING = re.compile(r"^(?:bwrap: Can't find source path (?P<name>\S+): (?P<why>[^\n]+)"
+                             r"|crucible sandbox: cannot stage (?P<staged>\S+))$", re.M)
 
 
 @dataclass(frozen=True)
@@ -433,11 +411,12 @@ def start_failure(receipt: Any, section: str, command: str, baseline_has: Callab
         return None
     stderr = receipt.stderr_excerpt or ""
     key = section.split(".")[0]
-    for match in _BWRAP_MISSING.finditer(stderr):  # the sandbox could not show a declared path
-        if Path(match["name"]) in readable and not os.path.lexists(match["name"]):
-            return StartFailure(f"{section} `{command}` cannot start: {match['name']}, declared in "
-                                f"{key}.read_paths, {match['why']} on the host{number}; put it back or "
-                                "freeze the spec again without it", True)
+    for match in _SOURCE_MISSING.finditer(stderr):
+        name = match["name"] or match["staged"]
+        if Path(name) in readable and not os.path.lexists(name):
+            return StartFailure(f"{section} `{command}` cannot start: {name}, declared in {key}.read_paths, "
+                                f"is gone from the host{number}; put it back, or freeze the spec again "
+                                "without it", True)
     named = _named(command)
     for pattern in _CANNOT_START:
         for match in pattern.finditer(stderr):

@@ -113,9 +113,10 @@ def rank(
 
 def select(
     entries: Sequence[Entry], keep: int, *, direction: str, policy: str, ordering: Sequence[str],
-    tie_breakers: Sequence[str], retain_diversity: bool,
+    tie_breakers: Sequence[str], retain_diversity: bool, labels: dict[str, str] | None = None,
 ) -> list[Decision]:
-    """Promote the best `keep` entries; every entry gets a decision with its rank and reason."""
+    """Promote the best `keep` entries; every entry gets a decision with its rank and reason.
+    `labels` describe an entry's score in its reason (its interval) instead of the bare number."""
     ranked = rank(entries, direction=direction, policy=policy, ordering=ordering,
                   tie_breakers=tie_breakers, retain_diversity=retain_diversity)
     decisions: list[Decision] = []
@@ -128,7 +129,7 @@ def select(
                                       f"identical patch to {original}, which ranks higher", original))
             continue
         first_with_patch.setdefault(entry.patch_sha256, entry.candidate_id)
-        score = f"score {entry.score:g}"
+        score = (labels or {}).get(entry.candidate_id) or f"score {entry.score:g}"
         if promoted < keep:
             promoted += 1
             decisions.append(Decision(entry.candidate_id, True, position,

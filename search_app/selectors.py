@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import difflib
+import shlex
 from typing import Any
 
-from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 from django.http import Http404
 
-from runtime_app.prices import usd_text
+from runtime_app.fleet import preset_get, preset_resolve_model
+from runtime_app.models import Receipt
+from runtime_app.prices import price_for, usd_text
 from runtime_app.selectors import projects_for_user
-from search_app.models import Search, Spec, SpecVersion
+from search_app.execution import search_spec
+from search_app.forecast import Forecast, History, forecast
+from search_app.models import Candidate, Search, SearchRun, Spec, SpecVersion, Step
+from search_app.spec import SearchSpec
 
 
 def specs_for_user(user: Any) -> QuerySet[Spec]:
@@ -201,22 +207,34 @@ def winner_replay(search: Search) -> dict[str, Any] | None:
 
 def approval_state(candidate: Any) -> dict[str, Any]:
     """Each person's standing decision on the candidate, which of them count, and whether the
-    winner may be merged (enough current approvals by approvers, no current request for changes)."""
+    winner may be merged (enough current approvals by approvers, no current request for changes).
+
+    A decision counts only while it is on the current patch, not withdrawn, and its maker is
+    still an active member of the project with the approve permission: checked here, on every
+    read, so a departure no hook saw cannot leave a decision counting.
+    """
     from django.conf import settings
     from django.contrib.auth import get_user_model
 
     from runtime_app import roles
+    from runtime_app.models import ProjectMembership
 
     history = list(candidate.approvals.order_by("created_at", "id"))
     decisions: dict[int | None, Any] = {}
     for approval in history:
         approval.candidate = candidate  # `stale` compares with this candidate's current hash
         decisions[approval.user_id] = approval
-    approvers = {user.pk: user for user in get_user_model().objects.filter(
-        pk__in=[pk for pk in decisions if pk is not None], is_active=True)}
-    standing = [a for a in decisions.values() if a.decision == "approve" and not a.stale
-                and a.user_id in approvers and approvers[a.user_id].has_perm(roles.APPROVE)]
-    changes = [a for a in decisions.values() if a.decision == "request_changes" and not a.stale]
+    makers = [pk for pk in decisions if pk is not None]
+    members = set(ProjectMembership.objects.filter(project_id=candidate.search.project_id, user_id__in=makers)
+                  .values_list("user_id", flat=True))
+    deciders = {user.pk for user in get_user_model().objects.filter(pk__in=makers, is_active=True)
+                if (user.is_superuser or user.pk in members) and user.has_perm(roles.APPROVE)}
+
+    def counts(approval: Any) -> bool:
+        return not approval.stale and approval.withdrawn_at is None and approval.user_id in deciders
+
+    standing = [a for a in decisions.values() if a.decision == "approve" and counts(a)]
+    changes = [a for a in decisions.values() if a.decision == "request_changes" and counts(a)]
     required = settings.CONFIG.required_approvals
     blocker = ""
     if changes:
@@ -226,7 +244,8 @@ def approval_state(candidate: Any) -> dict[str, Any]:
                   f"it has {len(standing)}."
     return {"history": history, "decisions": decisions, "standing_approvals": standing,
             "changes_requested": changes, "required": required, "mergeable": not blocker,
-            "blocker": blocker, "stale": [a for a in history if a.stale]}
+            "blocker": blocker, "stale": [a for a in history if a.stale],
+            "withdrawn": [a for a in history if a.withdrawn_at is not None]}
 
 
 def candidate_steps(candidate: Any) -> list[dict[str, Any]]:
@@ -578,14 +597,16 @@ def compare_rows(search: Search, candidates: list[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _compare_tree(search: Search, candidate: Any) -> str:
+def _compare_tree(search: Search, candidate: Any, scratch: Any) -> str:
     """The tree of the candidate's patch applied to the search's baseline commit (the baseline
-    commit's own tree for an empty patch), built in a temporary index: no worktree."""
+    commit's own tree for an empty patch), built in a temporary index with its objects in
+    `scratch` (never the repository's): no worktree."""
     from runtime_app.git import GitError
     from runtime_app.worktrees import patched_tree
 
     try:
-        return patched_tree(search.repository_path, search.baseline_commit, bytes(candidate.patch or b""))
+        return patched_tree(search.repository_path, search.baseline_commit, bytes(candidate.patch or b""),
+                            scratch=scratch)
     except GitError as error:
         raise GitError(f"{candidate.candidate_id}: {error}") from None
 
@@ -598,12 +619,14 @@ def compare_tree_diff(search: Search, first: Any, second: Any, limit: int | None
     from pathlib import Path
 
     from runtime_app.git import GitError
-    from runtime_app.worktrees import git_run
+    from runtime_app.worktrees import git_run, object_scratch
 
     try:
-        trees = [_compare_tree(search, candidate) for candidate in (first, second)]
-        out = git_run(["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
-                       "--dst-prefix=b/", trees[0], trees[1], "--"], cwd=Path(search.repository_path))
+        with object_scratch(search.repository_path) as scratch:
+            trees = [_compare_tree(search, candidate, scratch) for candidate in (first, second)]
+            out = git_run(["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
+                           "--dst-prefix=b/", trees[0], trees[1], "--"], cwd=Path(search.repository_path),
+                          env=scratch.env)
     except (GitError, OSError) as error:
         return {"text": "", "truncated": False, "error": str(error) or error.__class__.__name__}
     limit = COMPARE_DIFF_MAX_BYTES if limit is None else limit
@@ -653,3 +676,99 @@ def compare_diff_files(text: str, large: int = COMPARE_LARGE_FILE_LINES) -> list
         item["large"] = item["added"] + item["deleted"] > large
         del item["header"]
     return files
+
+
+# ---- the forecast before launch
+
+FORECAST_HISTORY_SEARCHES = 20  # the newest finished searches of a repository a forecast reads
+FORECAST_SAMPLE = 2000  # at most this many of the newest durations of each kind
+
+
+def _command_text(argv: list[str]) -> str:
+    """The command line a spec gave (`/bin/sh -c LINE` runs it), to match durations by command."""
+    if len(argv) == 3 and argv[:2] == ["/bin/sh", "-c"]:
+        return argv[2]
+    return shlex.join(argv)
+
+
+def _durations(receipts: QuerySet, word: str) -> dict[str, tuple[float, ...]]:
+    rows = receipts.filter(label__contains=f" {word} ").order_by("-id").values_list(
+        "argv", "duration_seconds", "detail__cancelled")[:FORECAST_SAMPLE]
+    found: dict[str, list[float]] = {}
+    for argv, seconds, cancelled in rows:
+        if not cancelled:
+            found.setdefault(_command_text(argv or []), []).append(seconds)
+    return {command: tuple(values) for command, values in found.items()}
+
+
+def forecast_history(project_pk: int, repository_path: str, provider: str, requested_model: str, *,
+                     exclude_pk: int | None = None) -> History:
+    """What the newest finished searches of the repository (in the same project) left: writer
+    steps of the same provider and model (or command line), their model-call receipts' totals,
+    and gate and trial durations by command. Six queries, however many searches and receipts."""
+    past = Search.objects.filter(project_id=project_pk, repository_path=repository_path,
+                                 run__status="finished")
+    if exclude_pk is not None:
+        past = past.exclude(pk=exclude_pk)
+    rows = list(past.order_by("-run__finished_at", "-pk").values_list(
+        "pk", "spec_normalized__worker__provider", "requested_model_id")[:FORECAST_HISTORY_SEARCHES])
+    if not rows:
+        return History()
+    searches = [pk for pk, _, _ in rows]
+    writers = [pk for pk, used, model in rows if used == provider and model == requested_model]
+    steps = Step.objects.filter(search_id__in=writers, kind="generate")
+    spans = steps.filter(state="done", started_at__isnull=False, finished_at__isnull=False).order_by(
+        "-id").values_list("started_at", "finished_at")[:FORECAST_SAMPLE]
+    calls = Receipt.objects.filter(
+        kind="llm_call", subject_type="candidate", label__contains=" writer call ",
+        subject_id__in=Candidate.objects.filter(search_id__in=writers).values("pk"),
+    ).aggregate(calls=Count("pk"), cost=Sum("cost_microusd"), input=Sum("input_tokens"),
+                output=Sum("output_tokens"), read=Sum("cache_read_tokens"), write=Sum("cache_write_tokens"))
+    commands = Receipt.objects.filter(
+        kind="command", subject_type="candidate", error="",
+        subject_id__in=Candidate.objects.filter(search_id__in=searches).values("pk"),
+    )
+    return History(
+        searches=len(searches), writer_searches=len(writers),
+        writer_seconds=tuple((end - start).total_seconds() for start, end in spans),
+        writer_steps=steps.filter(state__in=("done", "failed")).count() if writers else 0,
+        writer_calls=calls["calls"], writer_cost_microusd=calls["cost"] or 0,
+        writer_tokens=sum(calls[name] or 0 for name in ("input", "output", "read", "write")),
+        gate_seconds=_durations(commands, "gate"), trial_seconds=_durations(commands, "trial"),
+    )
+
+
+def _forecast_with(spec: SearchSpec, project_pk: int, repository_path: str, requested: str, resolved: str,
+                   exclude_pk: int | None = None) -> Forecast:
+    preset = preset_get(spec.worker.provider)
+    history = forecast_history(project_pk, repository_path, spec.worker.provider, requested,
+                               exclude_pk=exclude_pk)
+    price, label = None, ""
+    if preset is not None and preset.kind != "command":
+        entry = preset.price_model or resolved
+        price, version = price_for(entry)
+        label = f"{entry} (table {version})"
+    return forecast(spec, history, price=price, price_label=label, model=resolved)
+
+
+def search_forecast(search: Search) -> Forecast:
+    """The forecast of a frozen search, from its frozen spec and model and its repository's history."""
+    return _forecast_with(search_spec(search), search.project_id, search.repository_path,
+                          search.requested_model_id, search.resolved_model_id or search.requested_model_id,
+                          exclude_pk=search.pk)
+
+
+def search_started(search: Search) -> bool:
+    return SearchRun.objects.filter(search=search).exists()
+
+
+def search_forecast_before_start(search: Search) -> Forecast | None:
+    """The forecast while the search has not started (None once it has: its run says the rest)."""
+    return None if search_started(search) else search_forecast(search)
+
+
+def spec_forecast(spec: SearchSpec, project_pk: int, repository_path: str) -> Forecast:
+    """The forecast of a spec not frozen yet, against a repository's history: nothing is written."""
+    requested = spec.worker.model or spec.worker.command
+    resolved, _ = preset_resolve_model(spec.worker.provider, requested)
+    return _forecast_with(spec, project_pk, repository_path, requested, resolved)

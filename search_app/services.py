@@ -303,7 +303,7 @@ def search_advance(search_pk: int) -> list[int]:
         if run.phase == "rounds":
             _admit(run, spec, steps, live)
             if not live and _round_complete(run, steps):
-                _round_close(run, spec)
+                _round_next(run, spec, steps)
         busy = search.steps.filter(state__in=("pending", "running")).exists
         if run.phase == "replay" and not busy():
             _replay_next(run, spec)
@@ -318,19 +318,36 @@ def search_advance(search_pk: int) -> list[int]:
 
 
 def _admit(run: Any, spec: Any, steps: list, live: list) -> None:
-    """Queue the evaluation of each candidate its writer has finished with (in round 0, or a
-    refinement in a later round), and admit round 0's writers in batch order."""
+    """Admit to evaluation each candidate whose writer has finished (in round 0, or a refinement
+    in a later round), in candidate order, and round 0's writers in batch order.
+
+    A candidate is admitted to evaluation only once every earlier candidate's writer of the round
+    has finished, so identical patches are grouped deterministically: the group is evaluated once,
+    by its earliest member, and the others are marked at once, whatever they would have scored.
+    """
     from search_app.models import Step
 
     search = run.search
     has_evaluate = {(s.candidate_id, s.round) for s in steps if s.kind == "evaluate"}
-    for step in steps:
-        candidate = step.candidate
-        if step.kind == "generate" and step.state in ("done", "failed") and \
-                (step.candidate_id, step.round) not in has_evaluate and candidate.state == "evaluating":
-            live.append(Step.objects.create(search=search, candidate=candidate, kind="evaluate",
-                                            round=step.round))
-    queued = list(search.candidates.filter(state="queued").order_by("number"))
+    written = {s.candidate_id for s in steps if s.kind == "generate" and s.round == run.round_index
+               and s.state in ("done", "failed")}
+    candidates = list(search.candidates.filter(number__gt=0).order_by("number"))
+    writing = {c.pk for c in candidates if c.state in ("queued", "writing")}
+    for candidate in candidates:
+        if candidate.pk in writing:
+            break  # later candidates wait, so an identical earlier patch is always seen first
+        if candidate.pk not in written or candidate.state != "evaluating" or \
+                (candidate.pk, run.round_index) in has_evaluate:
+            continue
+        original = _identical_earlier(candidates, candidate)
+        if original is not None:
+            candidate.duplicate_of = original
+            _eliminate(candidate, f"identical patch to {original.candidate_id}: evaluated once and credited "
+                                  f"to {original.candidate_id}, the earliest candidate with it")
+            continue
+        live.append(Step.objects.create(search=search, candidate=candidate, kind="evaluate",
+                                        round=run.round_index))
+    queued = [c for c in candidates if c.state == "queued"]
     for candidate in queued:
         if len(live) >= spec.concurrency:
             break
@@ -347,6 +364,23 @@ def _admit(run: Any, spec: Any, steps: list, live: list) -> None:
         live.append(Step.objects.create(search=search, candidate=candidate, kind="generate", round=0,
                                         reserved_cost_microusd=cost, reserved_tokens=tokens))
         _candidate_event(candidate, "admitted; its writer starts")
+
+
+# States of candidates whose patch is still in the race (or was, for grouping round 0's patches).
+_GROUPED_STATES = ("evaluating", "alive", "eliminated", "winner")
+
+
+def _identical_earlier(candidates: list, candidate: Any) -> Any:
+    """The earliest other candidate with byte-identical patch bytes still in the race, or (in round
+    0) that was judged on them; None if the patch is its own."""
+    for other in candidates:
+        if other.number >= candidate.number:
+            return None
+        if other.patch_sha256 == candidate.patch_sha256 and other.patch_sha256 and \
+                other.state in _GROUPED_STATES and other.duplicate_of_id is None and \
+                (other.state != "eliminated" or candidate.patch_round == 0):
+            return other
+    return None
 
 
 def _not_admitted(run: Any, candidates: list) -> None:
@@ -366,24 +400,101 @@ def _round_complete(run: Any, steps: list) -> bool:
     return not any(s.state in ("pending", "running") for s in steps)
 
 
-def _entries(candidates: list) -> list:
+def _entries(candidates: list, scores: dict[str, float] | None = None) -> list:
     from search_app.selection import Entry
 
-    return [Entry(c.candidate_id, score=c.score, cost_microusd=c.cost_microusd, tokens=c.tokens,
-                  diff_lines=c.diff_lines or 0, runtime_seconds=c.runtime_seconds or 0.0,
+    scores = scores or {}
+    return [Entry(c.candidate_id, score=scores.get(c.candidate_id, c.score), cost_microusd=c.cost_microusd,
+                  tokens=c.tokens, diff_lines=c.diff_lines or 0, runtime_seconds=c.runtime_seconds or 0.0,
                   patch_sha256=c.patch_sha256) for c in candidates]
 
 
-def _round_close(run: Any, spec: Any) -> None:
-    """Select the round's survivors; promote them to fresh trials, or go on to replay."""
-    from search_app.selection import is_better, select
+def comparison_for(search: Search, spec: Any, baseline: Any) -> str:
+    """How this search compares candidates now: `paired` (per-block ratios to the baseline) when
+    its spec asks for it and the baseline is measured; `absolute` otherwise, and always for a
+    search frozen before paired blocks existed (contract 1), which runs as it was frozen."""
+    if search.contract < 2 or spec.score.comparison != "paired" or baseline.state != "alive":
+        return "absolute"
+    return "paired"
+
+
+def _interval(candidate: Any, spec: Any) -> Any:
+    from search_app.measurement import Interval
+
+    return Interval(candidate.score, candidate.score_low, candidate.score_high, spec.score.confidence,
+                    len(candidate.blocks.get(str(candidate.round_reached), {})))
+
+
+def _round_next(run: Any, spec: Any, steps: list) -> None:
+    """The round's gates are done: measure its survivors in blocks, add blocks where the
+    candidates at the cut (or against the baseline) cannot be told apart yet, then close it."""
+    from search_app.measurement import contested, undecided_against
 
     search, round_index = run.search, run.round_index
     baseline = search.candidates.get(number=0)
     participants = list(search.candidates.filter(state="alive", round_reached=round_index, number__gt=0))
-    if baseline.score is not None:
-        for candidate in [c for c in participants
-                          if not is_better(c.score, baseline.score, spec.score.direction)]:
+    measures = sorted((s for s in steps if s.kind == "measure" and s.round == round_index),
+                      key=lambda s: s.part)
+    failed = next((s for s in measures if s.state == "failed"), None)
+    if failed is not None:
+        _outcome_none(run, f"round {round_index} could not be measured: {failed.error}")
+        return
+    if not participants:
+        _round_close(run, spec)
+        return
+    members = ["baseline"] if baseline.state == "alive" else []
+    if not measures:
+        _measure_create(run, round_index, 0, [*members, *(c.candidate_id for c in participants)],
+                        0, spec.score.trials)
+        return
+    if comparison_for(search, spec, baseline) == "paired":
+        intervals = {c.candidate_id: _interval(c, spec) for c in participants if c.score is not None}
+        last = round_index >= len(spec.rounds) - 1
+        keep = 1 if last else spec.rounds[round_index + 1]
+        direction = spec.score.direction
+        wanted = {*contested(intervals, keep, direction), *undecided_against(intervals, 1.0, direction)}
+        counts = {c.candidate_id: len(c.blocks.get(str(round_index), {})) for c in participants}
+        more = sorted(cid for cid in wanted if counts[cid] < spec.score.trials_ceiling)
+        if more:
+            first = max(s.plan["blocks"][1] for s in measures)
+            blocks = min(spec.score.trials, spec.score.trials_ceiling - min(counts[cid] for cid in more))
+            _measure_create(run, round_index, len(measures), [*members, *more], first, first + blocks)
+            _search_event(search, "search.measuring", f"round {round_index}: {', '.join(more)} cannot be "
+                          f"told apart yet; {blocks} more block(s) for them and the baseline",
+                          round=round_index)
+            return
+    _round_close(run, spec)
+
+
+def _measure_create(run: Any, round_index: int, part: int, members: list[str], first: int, last: int) -> None:
+    from search_app.models import Step
+
+    baseline = run.search.candidates.get(number=0)
+    Step.objects.create(search=run.search, candidate=baseline, kind="measure", round=round_index, part=part,
+                        plan={"members": sorted(members), "blocks": [first, last]})
+
+
+def _round_close(run: Any, spec: Any) -> None:
+    """Select the round's survivors; promote them to the next round, or go on to replay."""
+    from search_app.measurement import beats, describe, tie_groups, tied_scores
+    from search_app.selection import is_better, select
+
+    search, round_index = run.search, run.round_index
+    baseline = search.candidates.get(number=0)
+    paired = comparison_for(search, spec, baseline) == "paired"
+    direction = spec.score.direction
+    participants = list(search.candidates.filter(state="alive", round_reached=round_index, number__gt=0))
+    labels: dict[str, str] = {}
+    if paired:
+        for candidate in list(participants):
+            interval = _interval(candidate, spec)
+            labels[candidate.candidate_id] = describe(interval, paired=True)
+            if not beats(interval, 1.0, direction):
+                _eliminate(candidate, f"round {round_index}: {labels[candidate.candidate_id]}: not clearly "
+                                      "better than the baseline")
+                participants.remove(candidate)
+    elif baseline.score is not None:
+        for candidate in [c for c in participants if not is_better(c.score, baseline.score, direction)]:
             _eliminate(candidate, f"round {round_index}: score {candidate.score:g} is not better than the "
                                   f"baseline's {baseline.score:g}")
             participants.remove(candidate)
@@ -392,24 +503,37 @@ def _round_close(run: Any, spec: Any) -> None:
         return
     last = round_index >= len(spec.rounds) - 1
     keep = len(participants) if last else spec.rounds[round_index + 1]
-    decisions = select(_entries(participants), keep, direction=spec.score.direction,
+    scores, ties = None, {}
+    if paired:
+        intervals = {c.candidate_id: _interval(c, spec) for c in participants}
+        scores = tied_scores(intervals, direction)
+        for group in tie_groups(intervals, direction):
+            for cid in group:
+                if len(group) > 1:
+                    ties[cid] = [other for other in group if other != cid]
+    decisions = select(_entries(participants, scores), keep, direction=direction,
                        policy=spec.selection.policy, ordering=spec.selection.ordering,
-                       tie_breakers=spec.score.tie_breakers, retain_diversity=spec.selection.retain_diversity)
+                       tie_breakers=spec.score.tie_breakers,
+                       retain_diversity=spec.selection.retain_diversity, labels=labels)
     by_id = {c.candidate_id: c for c in participants}
     run.rankings = {**run.rankings, str(round_index): [d.candidate_id for d in decisions
                                                        if not d.duplicate_of]}
     for decision in decisions:
         candidate = by_id[decision.candidate_id]
+        reason = decision.reason
+        if decision.candidate_id in ties:
+            reason += f"; tied with {', '.join(ties[decision.candidate_id])} (their intervals overlap), so " \
+                      f"the tie-breakers ({', '.join(spec.score.tie_breakers)}) order them"
         if decision.duplicate_of:
             candidate.duplicate_of = by_id[decision.duplicate_of]
         if decision.promoted and not last:
-            candidate.state, candidate.reason = "evaluating", f"round {round_index}: {decision.reason}"
-            candidate.save(update_fields=["state", "reason", "duplicate_of", "updated_at"])
+            candidate.reason = f"round {round_index}: {reason}"
+            candidate.save(update_fields=["reason", "duplicate_of", "updated_at"])
             _promote(run, spec, candidate, round_index + 1)
         elif not decision.promoted:
-            _eliminate(candidate, f"round {round_index}: {decision.reason}")
+            _eliminate(candidate, f"round {round_index}: {reason}")
         else:
-            candidate.reason = f"round {round_index}: {decision.reason}"
+            candidate.reason = f"round {round_index}: {reason}"
             candidate.save(update_fields=["reason", "duplicate_of", "updated_at"])
     _search_event(search, "search.round_closed", f"round {round_index} closed: "
                   f"{sum(d.promoted for d in decisions)} of {len(decisions)} go on", round=round_index)
@@ -417,11 +541,15 @@ def _round_close(run: Any, spec: Any) -> None:
         run.phase = "replay"
     else:
         run.round_index = round_index + 1
+        if baseline.state == "alive":  # the baseline runs in every round's blocks
+            baseline.round_reached = round_index + 1
+            baseline.save(update_fields=["round_reached", "updated_at"])
 
 
 def _promote(run: Any, spec: Any, candidate: Any, next_round: int) -> None:
-    """Fresh trials in the next round; with `worker.refine`, its writer revises the patch first,
-    if the budget can cover one more writer (otherwise the patch is re-scored as it is)."""
+    """On to the next round's blocks with the patch it has; with `worker.refine`, its writer
+    revises the patch first, if the budget can cover one more writer (otherwise the patch goes
+    on as it is)."""
     from search_app.models import Step
 
     if spec.worker.refine:
@@ -439,13 +567,18 @@ def _promote(run: Any, spec: Any, candidate: Any, next_round: int) -> None:
                                     "cover another writer")
     else:
         _candidate_event(candidate, f"promoted to round {next_round}")
-    Step.objects.create(search=run.search, candidate=candidate, kind="evaluate", round=next_round)
+    _carry_on(candidate, next_round)
+
+
+def _carry_on(candidate: Any, round_index: int) -> None:
+    """A patch that passed its gates goes into `round_index`'s blocks as it is."""
+    candidate.state, candidate.round_reached = "alive", round_index
+    candidate.save(update_fields=["state", "round_reached", "updated_at"])
 
 
 def _refinement_kept(candidate: Any, step: Any, why: str) -> None:
     """A refinement that fails costs the candidate nothing: it goes on with the patch it had."""
-    candidate.state = "evaluating"
-    candidate.save(update_fields=["state", "updated_at"])
+    _carry_on(candidate, step.round)
     _candidate_event(candidate, f"round {step.round}: refinement failed ({why}); keeps its round "
                                 f"{candidate.patch_round} patch")
 
@@ -471,7 +604,8 @@ def _replay_order(run: Any) -> list[str]:
 
 
 def _replay_next(run: Any, spec: Any) -> None:
-    """Replay the best candidate not yet replayed; after MAX_REPLAYS failures, NONE."""
+    """Replay the best candidate not yet replayed, interleaved with the baseline; after
+    MAX_REPLAYS failures, NONE."""
     from search_app.models import Step
 
     search = run.search
@@ -493,9 +627,14 @@ def _replay_next(run: Any, spec: Any) -> None:
         _outcome_none(run, f"no candidate passed replay ({', '.join(run.replayed) or 'none replayed'})")
         return
     candidate = search.candidates.get(candidate_id=remaining[0])
+    baseline = search.candidates.get(number=0)
+    members = [candidate.candidate_id, *(["baseline"] if baseline.state == "alive" else [])]
     run.replayed = [*run.replayed, candidate.candidate_id]
-    Step.objects.create(search=search, candidate=candidate, kind="replay", round=run.round_index)
-    _candidate_event(candidate, "provisional winner: replaying on a clean baseline")
+    Step.objects.create(search=search, candidate=candidate, kind="replay", round=run.round_index,
+                        plan={"members": sorted(members), "blocks": [0, spec.score.trials],
+                              "namespace": f"replay-{candidate.candidate_id}"})
+    _candidate_event(candidate, "provisional winner: replaying on a clean baseline, interleaved with the "
+                                "baseline")
 
 
 def _outcome_winner(run: Any) -> None:
@@ -641,16 +780,10 @@ def step_execute(step_pk: int, owner: str) -> bool:
     beat = threading.Thread(target=_heartbeat, args=(step.pk, owner, step.search_id, cancel, stop),
                             daemon=True)
     beat.start()
+    work = {"generate": execution.generate, "evaluate": execution.evaluate, "measure": execution.measure,
+            "replay": execution.replay, "review": execution.review}[step.kind]
     try:
-        if step.kind == "generate":
-            result = execution.generate(step, cancel)
-        elif step.kind == "evaluate":
-            # Gates run on every new patch: round 0's, and a refinement's in its round.
-            result = execution.evaluate(step, cancel, gates=step.round == step.candidate.patch_round)
-        elif step.kind == "replay":
-            result = execution.evaluate(step, cancel, gates=True)
-        else:
-            result = execution.review(step, cancel)
+        result = work(step, cancel)
     except Exception as error:  # a runtime fault: the step fails with its reason, the search goes on
         logger.exception("step %s failed", step_pk)
         result = {"error": f"{type(error).__name__}: {error}"}
@@ -663,7 +796,6 @@ def step_execute(step_pk: int, owner: str) -> bool:
 def _step_record(step_pk: int, owner: str, result: dict) -> bool:
     from django.utils import timezone
 
-    from search_app.execution import replay_verdict
     from search_app.models import Review, SearchRun, Step
 
     with transaction.atomic():
@@ -699,7 +831,9 @@ def _step_record(step_pk: int, owner: str, result: dict) -> bool:
             _spec_failure_stop(run, result["spec_failure"])
             return True
         if "error" in result:
-            if candidate.number == 0:
+            if step.kind == "measure":
+                pass  # the round cannot be decided: search_advance ends the search with the reason
+            elif candidate.number == 0:
                 candidate.state, candidate.reason = "eliminated", f"baseline not measured: {result['error']}"
                 candidate.save()
             elif step.refines:
@@ -707,11 +841,11 @@ def _step_record(step_pk: int, owner: str, result: dict) -> bool:
             else:
                 _eliminate(candidate, f"{step.kind} step failed in the runtime: {result['error']}")
             return True
-        _result_apply(step, candidate, result, replay_verdict, Review)
+        _result_apply(step, candidate, result, Review)
     return True
 
 
-def _result_apply(step: Any, candidate: Any, result: dict, replay_verdict: Any, review_model: Any) -> None:
+def _result_apply(step: Any, candidate: Any, result: dict, review_model: Any) -> None:
     if step.refines:
         _refinement_apply(step, candidate, result)
         return
@@ -735,18 +869,8 @@ def _result_apply(step: Any, candidate: Any, result: dict, replay_verdict: Any, 
         _candidate_event(candidate, f"reviewer says {result['verdict']} ({findings} findings)")
         return
     if step.kind == "replay":
-        # The noise band comes from the trials of the patch being replayed (not of a patch
-        # its writer later refined).
-        earlier = [v for round_key, values in candidate.trials.items()
-                   if int(round_key) >= candidate.patch_round for v in values]
-        if "eliminated" in result:
-            passed, why = False, f"replay failed: {result['eliminated']}"
-        else:
-            from search_app.execution import search_spec
-
-            tolerance = search_spec(step.search).score.replay_tolerance
-            passed, why = replay_verdict(earlier, result["score"], tolerance)
-            why = ("replay passed: " if passed else "replay failed: ") + why
+        passed, why = _replay_verdict(step, candidate, result)
+        why = ("replay passed: " if passed else "replay failed: ") + why
         step.result = {**step.result, "passed": passed, "why": why}
         step.save(update_fields=["result"])
         if not passed:
@@ -756,35 +880,137 @@ def _result_apply(step: Any, candidate: Any, result: dict, replay_verdict: Any, 
             candidate.save()
             _candidate_event(candidate, why)
         return
-    # evaluate
+    if step.kind == "measure":
+        _measurement_apply(step, result)
+        return
+    # evaluate: the gates (a new patch's, or the baseline's)
     candidate.gates_passed = max(candidate.gates_passed, result.get("gates_passed", 0))
     if "eliminated" in result:
         if candidate.number == 0:
             candidate.state, candidate.reason = "eliminated", f"baseline: {result['eliminated']}"
             candidate.save()
             _candidate_event(candidate, candidate.reason)
+            _search_event(step.search, "search.baseline_failed", f"the baseline failed its gates "
+                          f"({result['eliminated']}): candidates are compared by absolute values",
+                          round=step.round)
         else:
             candidate.round_reached = step.round
             _eliminate(candidate, f"round {step.round}: {result['eliminated']}")
         return
     candidate.round_reached = step.round
-    candidate.score, candidate.spread = result["score"], result["spread"]
-    candidate.runtime_seconds = result["runtime_seconds"]
-    candidate.trials = {**candidate.trials, str(step.round): result["trials"]}
     candidate.state = "alive"
     candidate.save()
-    _candidate_event(candidate, f"round {step.round}: score {candidate.score:g} ± {candidate.spread:g}")
+    _candidate_event(candidate, f"round {step.round}: passed its {candidate.gates_passed} gate(s); "
+                                "measured with the round's blocks")
+
+
+def _measurement_apply(step: Any, result: dict) -> None:
+    """Record a round's blocks: each member's values, a member whose trial failed eliminated, then
+    every measured candidate's figure and interval for the round so far."""
+    from search_app.execution import search_spec
+
+    search = step.search
+    spec = search_spec(search)
+    key = str(step.round)
+    members = {c.candidate_id: c for c in search.candidates.filter(candidate_id__in=result["members"])}
+    for cid, candidate in members.items():
+        values, seconds = result["values"].get(cid, {}), result["durations"].get(cid, {})
+        round_blocks = dict(candidate.blocks.get(key, {}))
+        round_blocks.update({block: {"value": value, "seconds": seconds.get(block)}
+                             for block, value in values.items()})
+        candidate.blocks = {**candidate.blocks, key: round_blocks}
+        candidate.save(update_fields=["blocks", "updated_at"])
+    for cid, why in result["dropped"].items():
+        candidate = members[cid]
+        if candidate.number == 0:
+            candidate.state, candidate.reason = "eliminated", f"baseline not measured: {why}"
+            candidate.save(update_fields=["state", "reason", "updated_at"])
+            _search_event(search, "search.baseline_failed", f"the baseline could not be measured ({why}): "
+                          "candidates are compared by absolute values", round=step.round)
+        else:
+            _eliminate(candidate, f"round {step.round}: {why}")
+    _scores_update(search, spec, step.round)
+
+
+def _block_values(candidate: Any, key: str) -> dict[int, float]:
+    return {int(block): item["value"] for block, item in candidate.blocks.get(key, {}).items()}
+
+
+def _scores_update(search: Search, spec: Any, round_index: int) -> None:
+    """Each measured candidate's figure for the round: its median paired ratio to the baseline
+    with its interval (paired), or the median of its values (absolute); the absolute median is
+    kept either way."""
+    import statistics
+
+    from search_app.measurement import median_interval, paired_ratios
+
+    key = str(round_index)
+    baseline = search.candidates.get(number=0)
+    paired = comparison_for(search, spec, baseline) == "paired"
+    base_values = _block_values(baseline, key)
+    for candidate in search.candidates.filter(state="alive", round_reached=round_index):
+        values = _block_values(candidate, key)
+        if not values:
+            continue
+        ordered = [values[block] for block in sorted(values)]
+        seconds = [item["seconds"] for item in candidate.blocks[key].values()
+                   if item.get("seconds") is not None]
+        candidate.trials = {**candidate.trials, key: ordered}
+        candidate.score_absolute = statistics.median(ordered)
+        candidate.spread = max(ordered) - min(ordered)
+        candidate.runtime_seconds = statistics.fmean(seconds) if seconds else None
+        ratios = paired_ratios(values, base_values) if candidate.number else [1.0]
+        seed = f"{search.search_id}/{round_index}/{candidate.candidate_id}"
+        figures = ratios if paired and ratios else ordered
+        interval = median_interval(figures, spec.score.confidence, seed)
+        candidate.score, candidate.score_low, candidate.score_high = (interval.point, interval.low,
+                                                                      interval.high)
+        candidate.save()
+        shown = f"{interval.point:.3g}× baseline [{interval.low:.3g}, {interval.high:.3g}]" if paired else \
+            f"score {interval.point:g}"
+        _candidate_event(candidate, f"round {round_index}: {shown} over {len(figures)} block(s)")
+
+
+def _replay_verdict(step: Any, candidate: Any, result: dict) -> tuple[bool, str]:
+    """Paired: the replay's interval must overlap the one it won with and still beat the baseline.
+    Absolute: its median must stay within the band of its earlier trials."""
+    import statistics
+
+    from search_app.execution import search_spec
+    from search_app.measurement import median_interval, paired_ratios, replay_consistent, replay_within_band
+
+    if "eliminated" in result:  # its patch or its gates
+        return False, result["eliminated"]
+    spec = search_spec(step.search)
+    cid = candidate.candidate_id
+    if cid in result["dropped"]:
+        return False, result["dropped"][cid]
+    values = {int(block): value for block, value in result["values"].get(cid, {}).items()}
+    if not values:
+        return False, "the replay measured nothing"
+    baseline = step.search.candidates.get(number=0)
+    base = {int(block): value for block, value in result["values"].get("baseline", {}).items()}
+    paired = comparison_for(step.search, spec, baseline) == "paired"
+    if paired and base and "baseline" not in result["dropped"]:
+        replayed = median_interval(paired_ratios(values, base), spec.score.confidence,
+                                   f"{step.search.search_id}/replay/{cid}")
+        return replay_consistent(_interval(candidate, spec), replayed, spec.score.direction)
+    # The band comes from the trials of the patch being replayed (not of a patch its writer
+    # later refined).
+    earlier = [v for round_key, trial_values in candidate.trials.items()
+               if int(round_key) >= candidate.patch_round for v in trial_values]
+    return replay_within_band(earlier, statistics.median(values.values()), spec.score.replay_tolerance)
 
 
 def _refinement_apply(step: Any, candidate: Any, result: dict) -> None:
     if "eliminated" in result:
         _refinement_kept(candidate, step, result["eliminated"])
         return
-    candidate.state = "evaluating"
     if result["patch_sha256"] == candidate.patch_sha256:
-        candidate.save(update_fields=["state", "updated_at"])
+        _carry_on(candidate, step.round)  # the same patch passed its gates already
         _candidate_event(candidate, f"round {step.round}: its writer kept its patch")
         return
+    candidate.state = "evaluating"
     candidate.patch = bytes.fromhex(result["patch_hex"])
     candidate.patch_sha256, candidate.patch_round = result["patch_sha256"], step.round
     candidate.diff_lines, candidate.files = result.get("diff_lines"), result.get("files", [])
@@ -938,8 +1164,15 @@ def spec_draft_write(user: Any, project: Project, description: str) -> tuple[str
 # A person decides; the reviewer's verdict is advice. An approval is bound to the exact patch
 # hash the approver was shown, so a changed patch leaves it stale. A merge needs enough
 # standing approvals, makes one commit with dulwich on a new or unmoved branch, and never pushes.
+# A decision is withdrawn when its maker may no longer decide; a merge commits only bytes whose
+# SHA-256 is the approved one, onto a branch name git reads as a plain branch.
 
 MAX_COMMENT_CHARS = 10_000
+MAX_BRANCH_CHARS = 200
+VALID_BRANCH_HINT = ("A valid branch name looks like crucible/faster-parser or feature/x-2: letters, digits "
+                     "and . _ - / ; it does not start with '-', '.', '/' or 'refs/', is not HEAD or another "
+                     "*_HEAD name, has no spaces, '..', '~^:?*[\\' or control characters and does not end in "
+                     "'/', '.' or '.lock'.")
 
 
 def _user_name(user: Any) -> str:
@@ -1020,7 +1253,8 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
             raise ValidationError("You froze this search, so someone else must approve its winner "
                                   "(an administrator can allow it with CRUCIBLE_SELF_APPROVAL=true).")
         standing = approval_state(candidate)["decisions"].get(user.pk)
-        if standing is not None and standing.decision == decision and not standing.stale:
+        if (standing is not None and standing.decision == decision and not standing.stale
+                and standing.withdrawn_at is None):
             return standing
         replay = winner_replay(search)
         approval = Approval.objects.create(
@@ -1036,8 +1270,87 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
     return approval
 
 
+def approvals_withdraw(actor: Any, user: Any, *, project: Project | None = None, reason: str) -> int:
+    """Withdraw, for good, the decisions `user` made on winners not merged yet (in `project`,
+    or in every project): they left it or lost the approve permission. Each candidate's
+    withdrawal is audited and announced; returns how many decisions were withdrawn."""
+    from django.utils import timezone
+
+    from search_app.models import Approval, Candidate
+
+    pending = Approval.objects.filter(user=user, withdrawn_at__isnull=True,
+                                      candidate__search__merge__isnull=True)
+    if project is not None:
+        pending = pending.filter(candidate__search__project=project)
+    with transaction.atomic():
+        by_candidate: dict[int, list[str]] = {}
+        for candidate_id, decision in pending.values_list("candidate_id", "decision"):
+            by_candidate.setdefault(candidate_id, []).append(decision)
+        if not by_candidate:
+            return 0
+        withdrawn = Approval.objects.filter(pk__in=list(pending.values_list("pk", flat=True))).update(
+            withdrawn_at=timezone.now(), withdrawn_reason=reason[:200])
+        username = user.get_username()
+        for candidate in Candidate.objects.filter(pk__in=by_candidate).select_related("search__project"):
+            search = candidate.search
+            audit_record(actor, "approval.withdraw", project=search.project,
+                         target=f"{search.search_id} {candidate.candidate_id}",
+                         detail={"user": username, "reason": reason, "decisions": by_candidate[candidate.pk]})
+            _search_event(search, "approval.withdrawn", f"{username}'s decision on {candidate.candidate_id} "
+                          f"was withdrawn: {reason}", candidate_id=candidate.candidate_id)
+    return withdrawn
+
+
+def branch_name_check(branch: str) -> str:
+    """A branch name git's `check-ref-format --branch` accepts and that git cannot read as
+    something else (HEAD-like names, options, full ref names); else a ValidationError."""
+    from dulwich.refs import check_ref_format
+
+    name = (branch or "").strip()
+    problem = ""
+    if len(name) > MAX_BRANCH_CHARS:
+        problem = f"it is {len(name)} characters long (at most {MAX_BRANCH_CHARS})"
+    elif name.startswith("-"):
+        problem = "it starts with '-', so git would read it as an option"
+    elif name.startswith("refs/"):
+        problem = "it starts with 'refs/'; give the branch's short name"
+    elif _head_like(name):
+        problem = "git reads it as a special ref, not a branch"
+    elif not check_ref_format(f"refs/heads/{name}".encode()):
+        problem = "git refuses it as a branch name"
+    if problem:
+        raise ValidationError({"branch": f"{name!r} cannot be a branch: {problem}. {VALID_BRANCH_HINT}"})
+    return name
+
+
+def _head_like(name: str) -> bool:
+    """HEAD, ORIG_HEAD, FETCH_HEAD, MERGE_HEAD, …_HEAD and @: git resolves these before any branch."""
+    return name == "@" or (name.endswith("HEAD") and all(c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ_" for c in name))
+
+
 def merge_branch_default(search: Search) -> str:
     return f"crucible/{search.search_id}"
+
+
+class PatchMismatch(ValidationError):
+    """The winner's stored bytes do not hash to the patch hash its approvals were bound to."""
+
+    def __init__(self, approved: str, actual: str) -> None:
+        self.approved, self.actual = approved, actual
+        super().__init__(f"The winner's patch bytes (SHA-256 {actual[:12]}) do not match the approved hash "
+                         f"({approved[:12]}): they changed after approval, so nothing was merged. Ask an "
+                         "administrator to look at how the stored patch was altered.")
+
+
+def _patch_verified(winner: Any) -> bytes:
+    """The exact bytes to apply, once their SHA-256 is the one the approvals were bound to."""
+    import hashlib
+
+    patch = bytes(winner.patch or b"")
+    actual = hashlib.sha256(patch).hexdigest()
+    if actual != winner.patch_sha256:
+        raise PatchMismatch(winner.patch_sha256, actual)
+    return patch
 
 
 def merge_create(user: Any, search: Search, target: str = "new_branch", branch: str = "") -> Any:
@@ -1045,14 +1358,10 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
     `crucible/<search-id>`) or on an existing branch that still points at the baseline.
 
     Needs the approver role and enough standing approvals; one merge per search; never pushes.
+    The branch name is checked (branch_name_check) and the bytes committed must hash to the
+    approved patch hash, else nothing is merged and the refusal is audited.
     """
-    from datetime import UTC, datetime
-    from time import monotonic
-
-    from runtime_app.models import Receipt
-    from runtime_app.services import receipt_record
     from search_app.models import Merge
-    from search_app.selectors import approval_state
 
     _require(user, roles.APPROVE)
     _require_member(user, search.project)
@@ -1061,9 +1370,26 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
     branch = (branch or "").strip() or (merge_branch_default(search) if target == "new_branch" else "")
     if not branch:
         raise ValidationError({"branch": "Name the existing branch to commit on."})
-    with transaction.atomic():
-        from search_app.models import SearchRun
+    branch = branch_name_check(branch)
+    try:
+        return _merge_create(user, search, target, branch)
+    except PatchMismatch as mismatch:  # recorded outside the refused merge's rolled-back transaction
+        audit_record(user, "merge.refuse", project=search.project, target=f"{search.search_id} → {branch}",
+                     detail={"reason": "patch bytes do not match the approved hash",
+                             "approved_sha256": mismatch.approved, "actual_sha256": mismatch.actual})
+        raise ValidationError(mismatch.messages[0]) from None
 
+
+def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
+    from datetime import UTC, datetime
+    from time import monotonic
+
+    from runtime_app.models import Receipt
+    from runtime_app.services import receipt_record
+    from search_app.models import Merge, SearchRun
+    from search_app.selectors import approval_state
+
+    with transaction.atomic():
         SearchRun.objects.select_for_update().get(search=search)  # one merge decision at a time
         if Merge.objects.filter(search=search).exists():
             raise ValidationError(f"Merged already: {search.merge.branch} @ {search.merge.commit_sha[:12]}.")
@@ -1071,13 +1397,14 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
         state = approval_state(winner)
         if not state["mergeable"]:
             raise ValidationError(state["blocker"])
+        patch = _patch_verified(winner)
         approvers = ", ".join(sorted({a.user_name for a in state["standing_approvals"]}))
         started_at, started = datetime.now(UTC), monotonic()
         # A merge whose commit was made but whose row was not (a crash between the two) is adopted.
         commit = _earlier_merge_commit(search, winner, branch)
         adopted = commit is not None
         if not adopted:
-            commit = _merge_commit(search, winner, branch, target, user, approvers)
+            commit = _merge_commit(search, winner, branch, target, user, approvers, patch=patch)
         receipt = receipt_record(Receipt(
             kind="merge", argv=["crucible", "merge", branch], cwd=".", started_at=started_at,
             finished_at=datetime.now(UTC), duration_seconds=round(monotonic() - started, 6), exit_code=0,
@@ -1097,13 +1424,16 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
     return merge
 
 
-def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: Any, approvers: str) -> str:
-    """The winner's patch on a clean baseline, committed with dulwich onto `branch`."""
+def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: Any, approvers: str,
+                  patch: bytes | None = None) -> str:
+    """The winner's patch on a clean baseline, committed with dulwich onto `branch`; `patch` is
+    the bytes merge_create verified (read and verified here when not given)."""
     from time import monotonic
 
     from runtime_app.git import GitError, commit_create
     from runtime_app.worktrees import patch_apply, worktree_remove
 
+    patch = _patch_verified(winner) if patch is None else patch
     # No repo lock here: worktree creation takes it, and the branch moves by compare-and-set.
     if target == "new_branch" and _branch_exists(search.repository_path, branch):
         raise ValidationError({"branch": f"Branch {branch} exists already; choose another name."})
@@ -1111,7 +1441,7 @@ def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: A
         _branch_at_baseline(search, branch)
     worktree = None
     try:
-        worktree = patch_apply(search.repository_path, search.baseline_commit, bytes(winner.patch),
+        worktree = patch_apply(search.repository_path, search.baseline_commit, patch,
                                f"merge-{search.search_id}-{int(monotonic() * 1000)}")
         return commit_create(
             search.repository_path,

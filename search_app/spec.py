@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from runtime_app.fleet import EFFORTS, PRESETS, preset_get, preset_names
+from runtime_app.policy import DEFAULT_MAX_PATCH_BYTES, DEFAULT_MAX_PATCH_FILES
 
 LIVE_CEILING = 16  # the runtime's live-step ceiling; no search runs more at once
 MAX_STEPS = 1000
@@ -131,6 +132,17 @@ class WorkerSpec(_Section):
     refine: bool = Field(
         False, description="each promoted candidate's writer revises its own patch at the start of "
         "every later round, at that round's effort (a writer's budget reservation each time)"
+    )
+    max_patch_bytes: int = Field(
+        DEFAULT_MAX_PATCH_BYTES, ge=1, le=256 << 20,
+        description="the most a candidate's patch may change, in bytes: added and modified files at "
+        "their new size plus deleted files, and the diff text itself; a writer that changes more is "
+        "refused before its diff is built (default 10 MiB)",
+    )
+    max_patch_files: int = Field(
+        DEFAULT_MAX_PATCH_FILES, ge=1, le=100_000,
+        description="the most files a candidate's patch may add, modify or delete (a rename counts "
+        "two); a writer that changes more is refused",
     )
     read_paths: HostPaths = _read_paths("hashed into the public evidence at freeze")
 
@@ -775,6 +787,8 @@ def spec_validate(source: str | bytes) -> SpecReport:
 ADDED_KEYS_DEFAULTS = {
     ("worker", "refine"): False, ("score", "replay_tolerance"): 0.25, ("score", "comparison"): "paired",
     ("score", "confidence"): 0.95, ("score", "max_trials"): None,
+    ("worker", "max_patch_bytes"): DEFAULT_MAX_PATCH_BYTES,
+    ("worker", "max_patch_files"): DEFAULT_MAX_PATCH_FILES,
     ("worker", "read_paths"): [], ("hard_gates", "read_paths"): [], ("score", "read_paths"): [],
 }
 

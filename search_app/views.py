@@ -6,18 +6,22 @@ Thin views: reads go through selectors (404 for outsiders), writes through servi
 
 from __future__ import annotations
 
+import re
+import sys
 import tomllib
+from collections.abc import Iterator
 from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from runtime_app import roles
+from runtime_app.policy import size_text
 from runtime_app.prices import usd_text
 from runtime_app.selectors import repositories_for_user, repository_for_user, repository_refs
 from runtime_app.views import _apply_errors, _live_context
@@ -37,6 +41,12 @@ from search_app.spec import spec_validate
 from search_app.spec_templates import SPEC_TEMPLATES, spec_template_get
 
 GUTTER_MAX_LINES = 10_000  # the editor numbers at most this many lines
+# A page carries a patch twice (the no-JavaScript text and diff2html's JSON): past either limit
+# it shows the first part and links to the full patch as a download.
+PAGE_PATCH_MAX_BYTES = 512 * 1024
+PAGE_PATCH_MAX_LINES = 10_000
+DOWNLOAD_CHUNK_BYTES = 64 * 1024
+_FILE_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 MODEL_RESOLUTIONS = {
     "preset_pinned": "the provider's model listing was not reachable; the preset's pinned id stands",
     "requested_as_pinned":
@@ -456,6 +466,7 @@ def search_detail(request: HttpRequest, search_id: str) -> HttpResponse:
         "batches": search.candidate_batches,
         "candidate_count": sum(len(batch) for batch in search.candidate_batches),
         "empty_message": "No activity for this search yet.",
+        "forecast": selectors.search_forecast_before_start(search),
         **_run_context(request, search),
         **_live_context(request, subject=("search", search.pk)),
     })
@@ -583,8 +594,7 @@ def _candidate_context(request: HttpRequest, candidate, **extra: Any) -> dict[st
     is_winner = summary["winner"] == candidate.candidate_id
     return {
         "search": search, "candidate": candidate, "steps": steps, "calls": calls, "admit": admit,
-        "files": selectors.candidate_file_stats(candidate), "patch_text": bytes(candidate.patch).decode(
-            "utf-8", errors="replace"),
+        "files": selectors.candidate_file_stats(candidate), "patch": patch_shown(bytes(candidate.patch)),
         "prompt": prompt, "refinements": refinements,
         "transcript": (generate.result or {}).get("transcript", []) if generate else [],
         "writer_stop": (generate.result or {}).get("stop", "") if generate else "",
@@ -700,6 +710,64 @@ def spec_draft(request: HttpRequest) -> HttpResponse:
     return _editor(request, form, text="", status=400)
 
 
+# --- big patches: the part a page shows, and the download ------------------------------------
+
+def patch_shown(text: bytes, max_bytes: int | None = None, max_lines: int | None = None) -> dict[str, Any]:
+    """The part of a patch a page shows: all of it, or at most `max_bytes` and `max_lines`
+    (PAGE_PATCH_MAX_BYTES, PAGE_PATCH_MAX_LINES), cut after the last whole file that fits, or
+    after a line when even the first file does not; with what was left out, for the note."""
+    max_bytes = PAGE_PATCH_MAX_BYTES if max_bytes is None else max_bytes
+    max_lines = PAGE_PATCH_MAX_LINES if max_lines is None else max_lines
+    lines = text.count(b"\n") + (1 if text and not text.endswith(b"\n") else 0)
+    files = text.count(b"\ndiff --git ") + text.startswith(b"diff --git ")
+    part = text
+    if len(text) > max_bytes or lines > max_lines:
+        part = text[:max_bytes]
+        end = 0
+        for _ in range(max_lines):
+            found = part.find(b"\n", end)
+            if found < 0:
+                break
+            end = found + 1
+        part = part[:end] or part
+        boundary = part.rfind(b"\ndiff --git ")
+        part = part[: boundary + 1] if boundary > 0 else part
+    shown_lines = part.count(b"\n") + (1 if part and not part.endswith(b"\n") else 0)
+    shown_files = part.count(b"\ndiff --git ") + part.startswith(b"diff --git ")
+    in_files = f", {shown_files:,} of {files:,} files" if files > 1 else ""
+    return {
+        "text": part.decode("utf-8", errors="replace"), "truncated": part is not text,
+        "bytes": len(text), "lines": lines, "files": files,
+        "shown_bytes": len(part), "shown_lines": shown_lines, "shown_files": shown_files,
+        "note": f"Only the first {shown_lines:,} of its {lines:,} lines ({size_text(len(part))} of "
+                f"{size_text(len(text))}{in_files}) are shown here; {lines - shown_lines:,} lines "
+                f"({size_text(len(text) - len(part))}) are left out.",
+    }
+
+
+def _chunks(data: bytes) -> Iterator[bytes]:
+    view = memoryview(data)
+    for start in range(0, len(view), DOWNLOAD_CHUNK_BYTES):
+        yield bytes(view[start : start + DOWNLOAD_CHUNK_BYTES])
+
+
+def _diff_download(data: bytes, name: str) -> StreamingHttpResponse:
+    """A diff as a file to save, streamed in chunks: never rendered or sniffed as a page."""
+    response = StreamingHttpResponse(_chunks(data), content_type="text/x-diff")
+    response["Content-Disposition"] = f'attachment; filename="{_FILE_NAME_UNSAFE.sub("_", name)}.diff"'
+    response["Content-Length"] = str(len(data))
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+@require_GET
+def candidate_patch(request: HttpRequest, search_id: str, candidate_id: str) -> StreamingHttpResponse:
+    """The candidate's whole patch, byte for byte, as a text/x-diff attachment."""
+    candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
+    return _diff_download(bytes(candidate.patch or b""),
+                          f"{candidate.search.search_id}-{candidate.candidate_id}")
+
+
 # --- comparing candidates ---------------------------------------------------------------------
 
 @require_GET
@@ -727,12 +795,33 @@ def search_compare(request: HttpRequest, search_id: str) -> HttpResponse:
     if candidates:
         rows = selectors.compare_rows(search, candidates)
         diff = selectors.compare_tree_diff(search, candidates[0], candidates[1])
+        shown = patch_shown(diff["text"].encode())
         context.update(
             candidates=[{"candidate": c, "url": reverse("candidate_detail", args=[search_id, c.candidate_id])}
                         for c in candidates],
             rows=[row for row in rows if not (differences_only and row["same"])],
             hidden_rows=sum(1 for row in rows if row["same"]) if differences_only else 0,
-            diff=diff, diff_files=selectors.compare_diff_files(diff["text"]),
+            diff=diff, diff_shown=shown, diff_truncated=diff["truncated"] or shown["truncated"],
+            diff_files=selectors.compare_diff_files(shown["text"]),
             diff_limit_mb=selectors.COMPARE_DIFF_MAX_BYTES / 1_000_000,
+            diff_download_url=f"{reverse('search_compare_diff', args=[search_id])}?{urlencode(query)}",
         )
     return render(request, "search_app/compare.html", context, status=400 if problems else 200)
+
+
+@require_GET
+def search_compare_diff(request: HttpRequest, search_id: str) -> HttpResponse:
+    """The whole diff from the first picked candidate's patched tree to the second's (the one
+    the compare page cuts), as a text/x-diff attachment."""
+    search = selectors.search_for_user(request.user, search_id)
+    known = [c.candidate_id for c in selectors.compare_choices(search)]
+    picked_ids, problems = selectors.compare_pick(request.GET.getlist("c")[:100], known)
+    if problems:
+        return HttpResponse(" ".join(problems), status=400, content_type="text/plain; charset=utf-8")
+    first, second = selectors.compare_candidates(search, picked_ids)[:2]
+    diff = selectors.compare_tree_diff(search, first, second, limit=sys.maxsize)
+    if diff["error"]:
+        return HttpResponse(f"The diff cannot be made: {diff['error']}", status=409,
+                            content_type="text/plain; charset=utf-8")
+    return _diff_download(diff["text"].encode(),
+                          f"{search.search_id}-{first.candidate_id}-{second.candidate_id}")

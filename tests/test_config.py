@@ -42,11 +42,18 @@ def test_redis_url_switches_to_slower_safety_polling():
         ({"CRUCIBLE_READ_ROOTS": "/srv/bench,relative/tools"}, "CRUCIBLE_READ_ROOTS"),
         ({"CRUCIBLE_EVALUATOR_ROOTS": "hidden"}, "CRUCIBLE_EVALUATOR_ROOTS"),
         ({"CRUCIBLE_CSRF_TRUSTED_ORIGINS": "crucible.example"}, "CRUCIBLE_CSRF_TRUSTED_ORIGINS"),
+        ({"CRUCIBLE_ALLOWED_EXTENSIONS": "mypkg.Engine,/srv/x.py"}, "CRUCIBLE_ALLOWED_EXTENSIONS"),
     ],
 )
 def test_a_malformed_variable_is_refused_by_name(environ, named):
     with pytest.raises(ConfigError, match=named):
         load(environ)
+
+
+def test_allowed_extensions_are_exact_dotted_paths_and_none_by_default():
+    assert load({}).allowed_extensions == ()
+    loaded = load({"CRUCIBLE_ALLOWED_EXTENSIONS": " mypkg.engines.Mine, mypkg.bench:make ,"})
+    assert loaded.allowed_extensions == ("mypkg.engines.Mine", "mypkg.bench:make")
 
 
 def test_an_unknown_crucible_variable_is_refused_with_a_suggestion():

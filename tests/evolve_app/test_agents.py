@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import asdict
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 import yaml
 
-from evolve_app.agents import AgentError, BaseAgent, CommandAgent, ReferenceLLMAgent, agent_for
+from evolve_app.agents import AgentError, BaseAgent, CommandAgent, ReferenceLLMAgent, agent_for, agent_names
 from evolve_app.benchmarks import benchmark_get
 from evolve_app.demo import SEED_WORKSPACE, textbook_load
 from evolve_app.types import Task
@@ -260,9 +261,9 @@ class EchoAgent(BaseAgent):
 
 def test_agent_for_follows_the_manifest_to_a_class_and_refuses_what_is_not_an_agent(seed):
     set_agent(seed, type="tests.evolve_app.test_agents.EchoAgent")
-    assert agent_for(seed).solve(Task("t", "hi")).output == "hi"
+    assert agent_for(seed, trusted=True).solve(Task("t", "hi")).output == "hi"
     set_agent(seed, type="python", entrypoint="tests.evolve_app.test_agents.EchoAgent")
-    assert type(agent_for(seed)) is EchoAgent
+    assert type(agent_for(seed, trusted=True)) is EchoAgent
     for agent, message in (
         ({"type": "wizard"}, "agent.type 'wizard': use command, reference, or a dotted path"),
         ({"type": "os.path.join"}, "'os.path.join' is not a BaseAgent subclass"),
@@ -271,4 +272,20 @@ def test_agent_for_follows_the_manifest_to_a_class_and_refuses_what_is_not_an_ag
     ):
         set_agent(seed, **agent)
         with pytest.raises(AgentError, match=message):
-            agent_for(seed)
+            agent_for(seed, trusted=True)
+
+
+def test_the_built_in_agent_types_are_installed_entry_points():
+    installed = {point.name: point.value for point in entry_points(group="crucible.agents")}
+    assert installed == {"command": "evolve_app.agents:CommandAgent",
+                         "reference": "evolve_app.agents:ReferenceLLMAgent"}
+    assert agent_names() == ["command", "reference"]
+
+
+def test_an_untrusted_caller_gets_the_built_in_classes_by_path_and_no_other(seed):
+    set_agent(seed, type="command", entrypoint="evolve_app.agents.CommandAgent")
+    assert type(agent_for(seed)) is CommandAgent
+    set_agent(seed, type="python", entrypoint="tests.evolve_app.test_agents.EchoAgent")
+    with pytest.raises(AgentError, match=r"agent.entrypoint 'tests.evolve_app.test_agents.EchoAgent' names a "
+                                         r"Python class.*CRUCIBLE_ALLOWED_EXTENSIONS"):
+        agent_for(seed)

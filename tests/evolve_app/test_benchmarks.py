@@ -3,18 +3,20 @@ rules, and the registry that finds them by name, spec or dotted path."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 import pytest
 
-from evolve_app import benchmarks
+from evolve_app import benchmarks, extensions
 from evolve_app.benchmarks import (
     BenchmarkAdapter,
     BenchmarkError,
     JsonlBenchmark,
     TaskFolderBenchmark,
+    benchmark_check,
     benchmark_get,
     benchmark_names,
     match,
@@ -271,26 +273,44 @@ def test_the_built_in_benchmarks_are_installed_entry_points():
 def test_folder_and_jsonl_specs_make_their_benchmarks(folder_bench, tmp_path):
     path = write_jsonl(tmp_path / "tasks.jsonl", GOOD)
     for spec in (f"folder:{folder_bench}", f"task-folder:{folder_bench}"):
-        made = benchmark_get(spec)
+        made = benchmark_get(spec, trusted=True)
         assert isinstance(made, TaskFolderBenchmark) and made.root == folder_bench
-    made = benchmark_get(f"jsonl:{path}")
+    made = benchmark_get(f"jsonl:{path}", trusted=True)
     assert isinstance(made, JsonlBenchmark) and made.get_tasks()[0].task_id == "t1"
     with pytest.raises(BenchmarkError, match="nothing after the colon"):
         benchmark_get("jsonl:")
     with pytest.raises(BenchmarkError, match="give it one as task-folder:<argument>"):
         benchmark_get("task-folder")
     with pytest.raises(BenchmarkError, match="no such folder"):
-        benchmark_get(f"folder:{tmp_path / 'missing'}")
+        benchmark_get(f"folder:{tmp_path / 'missing'}", trusted=True)
+    with pytest.raises(BenchmarkError, match="takes no argument"):
+        benchmark_get("demo:extra")
+
+
+def test_a_benchmark_path_from_the_web_must_be_under_the_allowed_roots(folder_bench, tmp_path, settings):
+    path = write_jsonl(tmp_path / "tasks.jsonl", GOOD)
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, repo_roots=[])
+    with pytest.raises(BenchmarkError, match="CRUCIBLE_REPO_ROOTS: none yet"):
+        benchmark_get(f"jsonl:{path}")
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, repo_roots=[tmp_path])
+    assert benchmark_get(f"jsonl:{path}").get_tasks()[0].task_id == "t1"
+    assert benchmark_get(f"folder:{folder_bench}").root == folder_bench
+    with pytest.raises(BenchmarkError, match=r"JSONL benchmark .*: no such file"):  # inside: it may say so
+        benchmark_check(f"jsonl:{tmp_path / 'missing.jsonl'}")
 
 
 def test_a_dotted_path_names_a_benchmark_factory_or_an_adapter_class():
     for spec in ("evolve_app.benchmarks:demo_benchmark", "evolve_app.benchmarks.demo_benchmark",
                  "tests.evolve_app.test_benchmarks:TinyBenchmark"):
-        assert len(benchmark_get(spec).get_tasks()) >= 1
+        assert len(benchmark_get(spec, trusted=True).get_tasks()) >= 1
     with pytest.raises(BenchmarkError, match="is not a benchmark"):
-        benchmark_get("os.getcwd")  # importable and callable, but never called
+        benchmark_get("os.getcwd", trusted=True)  # importable and callable, but never called
     with pytest.raises(BenchmarkError, match="cannot import 'no_such_package'"):
-        benchmark_get("no_such_package.thing")
+        benchmark_get("no_such_package.thing", trusted=True)
+    # The built-ins' own paths name the built-ins, for anyone; another path needs trust.
+    assert isinstance(benchmark_get("evolve_app.benchmarks:demo_benchmark"), JsonlBenchmark)
+    with pytest.raises(BenchmarkError, match=r"is a dotted path, and the web and API may name only"):
+        benchmark_get("tests.evolve_app.test_benchmarks:TinyBenchmark")
 
 
 def test_an_unknown_benchmark_is_a_clear_error_that_lists_the_choices():
@@ -317,7 +337,7 @@ class TinyBenchmark(BenchmarkAdapter):
 def test_an_entry_point_of_another_package_is_found_by_name_with_or_without_an_argument(monkeypatch):
     mine = EntryPoint(name="tiny", value="tests.evolve_app.test_benchmarks:TinyBenchmark",
                       group="crucible.benchmarks")
-    monkeypatch.setattr(benchmarks, "entry_points",
+    monkeypatch.setattr(extensions, "entry_points",
                         lambda group: [mine] if group == "crucible.benchmarks" else [])
     assert "tiny" in benchmark_names()
     assert benchmark_get("tiny").answer == "1" and benchmark_get("tiny:42").answer == "42"

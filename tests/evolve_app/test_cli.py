@@ -14,7 +14,9 @@ from django.contrib.auth.models import Group
 
 from evolve_app import services
 from evolve_app.demo import SEED_WORKSPACE
+from evolve_app.engines import EvolutionEngine
 from evolve_app.models import Agent, EvolutionRun
+from evolve_app.types import StepResult
 from runtime_app import roles
 from tests.conftest import REPO_ROOT, subprocess_env
 from tests.search_app.conftest import demo  # noqa: F401  (the admin user and the demo project)
@@ -106,6 +108,34 @@ def test_a_workspace_path_is_imported_and_run_in_one_command(demo, data_dir, tmp
     agent = Agent.objects.get(path=str(folder))
     assert json.loads(done.stdout)["agent_id"] == agent.pk and agent.project == demo
     assert git(folder, "tag").split() == ["evo-0", "evo-1", "pre-evo-1"]
+
+
+class QuietEngine(EvolutionEngine):
+    """An engine of our own, named by its dotted path from the CLI."""
+
+    def step(self, workspace, observations, history, trial):
+        return StepResult(False, "the quiet engine ran", {})
+
+
+def test_the_cli_may_name_an_engine_and_a_benchmark_by_dotted_path(demo_agent):
+    done = evolve("run", str(demo_agent.pk), "--cycles", "1", "--json",
+                  "--engine", "tests.evolve_app.test_cli.QuietEngine",
+                  "--benchmark", "tests.evolve_app.test_benchmarks:TinyBenchmark")
+    assert done.returncode == 0, done.stderr
+    run = EvolutionRun.objects.get()
+    assert (run.status, run.trusted) == ("finished", True)
+    assert run.engine == "tests.evolve_app.test_cli.QuietEngine"
+    cycle = run.cycles.get()
+    assert cycle.summary == "the quiet engine ran" and cycle.observations.get().task_id == "tiny-1"
+
+
+def test_the_cli_may_name_a_benchmark_file_outside_the_allowed_directories(demo_agent, tmp_path):
+    tasks = tmp_path / "elsewhere" / "tasks.jsonl"
+    tasks.parent.mkdir()
+    tasks.write_text('{"task_id": "t1", "input": "Convert 1 km to m.", "expected": "1000"}\n')
+    done = evolve("run", str(demo_agent.pk), "--cycles", "1", "--json", "--benchmark", f"jsonl:{tasks}")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["benchmark"] == f"jsonl:{tasks}"
 
 
 def test_rollback_needs_an_approver_then_makes_a_new_commit(demo_agent, admin):

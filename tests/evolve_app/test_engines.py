@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from django.core.exceptions import ValidationError
 from evolve_app import services
 from evolve_app.demo import SEED_WORKSPACE, textbook_load
 from evolve_app.engines import (
+    ENGINES,
     AdaptiveEvolutionEngine,
     AdaptiveSkillEngine,
     EngineError,
@@ -22,6 +24,7 @@ from evolve_app.engines import (
     GuidedSynthesisEngine,
     SearchEngine,
     engine_get,
+    engine_names,
     intervention_size,
     observations_filter,
     search_winner,
@@ -60,9 +63,10 @@ def fake_llm(monkeypatch):
         fake.__exit__(None, None, None)
 
 
-def run_inline(user, agent, cycles: int, engine: str, **config):
+def run_inline(user, agent, cycles: int, engine: str, trusted: bool = False, **config):
+    """A run started and executed here; `trusted` as the CLI starts it (a test engine's dotted path)."""
     run = services.evolution_run_start(user, agent, engine=engine, cycles=cycles, config=config,
-                                       enqueue=False)
+                                       enqueue=False, trusted=trusted)
     return services.evolution_run_execute(run.pk)
 
 
@@ -394,8 +398,8 @@ def test_search_with_the_textbook_keeps_the_candidate_that_fixes_the_most_tasks(
 def test_search_prefers_the_smallest_of_the_best_and_a_mutation_that_breaks_passing_tasks_loses(
         personas, demo_agent):
     run = run_inline(personas.owner, demo_agent, cycles=1, engine="evolve_app.engines.SearchEngine",
-                     engine_options={"inner": "tests.evolve_app.test_engines.Variants", "n": 3,
-                                     "per_cycle_values": "3,1,2"})
+                     trusted=True, engine_options={"inner": "tests.evolve_app.test_engines.Variants",
+                                                   "n": 3, "per_cycle_values": "3,1,2"})
     (cycle,) = cycles_of(run)
     scores = {c["setting"]["per_cycle"]: c["score"] for c in cycle.engine_metadata["candidates"]}
     assert scores == {3: 0.5, 1: 0.25, 2: 0.5}  # breaking the units costs what the dates gained
@@ -457,6 +461,12 @@ def test_every_engine_loads_by_name_and_by_dotted_path_with_its_options(personas
         assert run.engine == spelling
         run.status = "cancelled"
         run.save(update_fields=["status"])
+
+
+def test_the_built_in_engines_are_installed_entry_points():
+    installed = {point.name: point.value for point in entry_points(group="crucible.engines")}
+    assert installed == {name: f"evolve_app.engines:{cls.__name__}" for name, cls in ENGINES.items()}
+    assert engine_names() == list(ENGINES)
 
 
 def test_bad_engine_options_are_refused_when_the_run_starts(personas, demo_agent):

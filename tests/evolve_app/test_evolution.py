@@ -22,9 +22,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 
-def run_inline(user, agent, cycles: int, engine: str = "textbook", **config):
+def run_inline(user, agent, cycles: int, engine: str = "textbook", trusted: bool = False, **config):
+    """A run started and executed here; `trusted` as the CLI starts it (a test engine's dotted path)."""
     run = services.evolution_run_start(user, agent, engine=engine, cycles=cycles, config=config,
-                                       enqueue=False)
+                                       enqueue=False, trusted=trusted)
     return services.evolution_run_execute(run.pk)
 
 
@@ -84,7 +85,7 @@ def test_a_run_converges_on_a_plateau_using_the_threshold(personas, demo_agent):
 def test_edits_outside_the_evolvable_layers_are_reverted_and_reported(personas, demo_agent):
     before = (Path(demo_agent.path) / "manifest.yaml").read_text()
     run = run_inline(personas.owner, demo_agent, cycles=1,
-                     engine="tests.evolve_app.test_evolution.ManifestVandal")
+                     engine="tests.evolve_app.test_evolution.ManifestVandal", trusted=True)
     cycle = Cycle.objects.get(run=run)
     assert sorted(cycle.reverted_paths) == ["manifest.yaml", "notes.txt"]
     assert cycle.skills_added == ["dates"] and cycle.mutated
@@ -95,7 +96,7 @@ def test_edits_outside_the_evolvable_layers_are_reverted_and_reported(personas, 
 
 def test_a_mutation_that_lowers_the_holdout_score_is_rolled_back(personas, demo_agent):
     run = run_inline(personas.owner, demo_agent, cycles=1, holdout_size=8,
-                     engine="tests.evolve_app.test_evolution.SkillRemover")
+                     engine="tests.evolve_app.test_evolution.SkillRemover", trusted=True)
     cycle = Cycle.objects.get(run=run)
     assert cycle.status == "rejected" and not cycle.mutated
     assert (cycle.holdout_score, cycle.holdout_after) == (0.25, 0.0) and "rolled back" in cycle.reason
@@ -112,7 +113,8 @@ class BadResult(EvolutionEngine):
 
 
 def test_a_cycle_that_fails_after_the_engine_is_reverted_to_pre_evo(personas, demo_agent):
-    run = run_inline(personas.owner, demo_agent, cycles=1, engine="tests.evolve_app.test_evolution.BadResult")
+    run = run_inline(personas.owner, demo_agent, cycles=1, engine="tests.evolve_app.test_evolution.BadResult",
+                     trusted=True)
     cycle = Cycle.objects.get(run=run)
     assert cycle.status == "failed" and not cycle.mutated and cycle.reason.startswith("the cycle failed")
     assert not (Path(demo_agent.path) / "skills" / "dates").exists()
@@ -121,7 +123,8 @@ def test_a_cycle_that_fails_after_the_engine_is_reverted_to_pre_evo(personas, de
 
 def test_an_engine_failure_leaves_the_workspace_at_pre_evo_and_the_run_goes_on(personas, demo_agent):
     prompt = (Path(demo_agent.path) / "prompts" / "system.md").read_text()
-    run = run_inline(personas.owner, demo_agent, cycles=2, engine="tests.evolve_app.test_evolution.Broken")
+    run = run_inline(personas.owner, demo_agent, cycles=2, engine="tests.evolve_app.test_evolution.Broken",
+                     trusted=True)
     cycles = list(Cycle.objects.filter(run=run).order_by("number"))
     assert [c.status for c in cycles] == ["failed", "failed"] and not any(c.mutated for c in cycles)
     assert "the model went away" in cycles[0].reason and run.status == "finished"

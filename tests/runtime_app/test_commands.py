@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -119,6 +120,12 @@ def test_serve_starts_web_and_worker_and_ctrl_c_stops_both(tmp_path):
                 beats = db.execute("SELECT COUNT(*) FROM runtime_app_workerheartbeat").fetchone()[0]
             time.sleep(0.5)
         assert beats, (tmp_path / "serve.log").read_text()[-3000:]
+        # What the web server and the worker create lies in a data dir only their user can enter,
+        # and the database's journal files take its 0600.
+        assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o700
+        journal = [tmp_path / "crucible.sqlite3", *tmp_path.glob("crucible.sqlite3-*")]
+        assert {stat.S_IMODE(path.stat().st_mode) for path in journal if path.exists()} == {0o600}
+        assert list(tmp_path.glob("celerybeat-schedule*"))
 
         serve.send_signal(signal.SIGINT)
         assert serve.wait(timeout=40) == 0

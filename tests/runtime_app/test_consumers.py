@@ -12,7 +12,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import transaction
 from django.test import Client
 
-from crucible.asgi import application
+from crucible.asgi import application, origin_allowed
 from runtime_app.services import event_emit
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -25,11 +25,23 @@ def session_cookie(user) -> str:
     return client.cookies["sessionid"].value
 
 
-def connect(path: str, cookie: str | None, origin: str = "http://127.0.0.1") -> WebsocketCommunicator:
-    headers = [(b"origin", origin.encode()), (b"host", b"127.0.0.1")]
+def connect(path: str, cookie: str | None, origin: str | None = "http://127.0.0.1",
+            host: str = "127.0.0.1") -> WebsocketCommunicator:
+    headers = [(b"host", host.encode())]
+    if origin is not None:
+        headers.append((b"origin", origin.encode()))
     if cookie:
         headers.append((b"cookie", f"sessionid={cookie}".encode()))
     return WebsocketCommunicator(application, path, headers=headers)
+
+
+def connects(cookie: str, origin: str | None, host: str = "127.0.0.1:8000") -> bool:
+    async def scenario() -> bool:
+        communicator = connect("/ws/events/", cookie, origin=origin, host=host)
+        connected, _ = await communicator.connect()
+        await communicator.disconnect()
+        return connected
+    return async_to_sync(scenario)()
 
 
 async def received_ids(communicator: WebsocketCommunicator, count: int) -> list[int]:
@@ -62,6 +74,59 @@ def test_a_socket_from_a_foreign_origin_is_refused(personas):
         connected, _ = await communicator.connect()
         assert not connected
     async_to_sync(scenario)()
+
+
+@pytest.mark.parametrize("origin", [
+    "https://127.0.0.1:8000",  # the page was served over http
+    "http://127.0.0.1:9999",  # another port of the same host: another origin
+    "http://127.0.0.1",  # port 80
+    "http://localhost:8000",  # an allowed host, but not the one the page came from
+    "http://evil.example",
+    "http://127.0.0.1:8000.evil.example",
+    "null",  # an opaque origin (a sandboxed frame, a file: page)
+    "http://127.0.0.1:8000/path",
+    None,  # browsers always send one
+])
+def test_a_socket_from_another_origin_than_the_pages_is_refused(personas, origin):
+    assert not connects(session_cookie(personas.owner), origin)
+
+
+def test_a_socket_from_the_pages_own_origin_is_accepted(personas):
+    cookie = session_cookie(personas.owner)
+    assert connects(cookie, "http://127.0.0.1:8000")
+    assert connects(cookie, "HTTP://LocalHost:8000", host="localhost:8000")
+    assert connects(cookie, "http://127.0.0.1", host="127.0.0.1:80")
+
+
+def test_a_host_header_that_is_not_allowed_is_refused_even_with_a_matching_origin(personas):
+    assert not connects(session_cookie(personas.owner), "http://evil.example:8000", host="evil.example:8000")
+
+
+def test_exactly_a_trusted_origin_is_accepted(personas, settings):
+    settings.ALLOWED_HOSTS = ["127.0.0.1", "crucible.example"]
+    settings.CSRF_TRUSTED_ORIGINS = ["https://crucible.example"]
+    cookie = session_cookie(personas.owner)
+    assert connects(cookie, "https://crucible.example", host="crucible.example")  # through a TLS proxy
+    assert connects(cookie, "https://crucible.example:443", host="127.0.0.1:8000")
+    for origin in ("http://crucible.example", "https://crucible.example:8443", "https://x.crucible.example"):
+        assert not connects(cookie, origin, host="127.0.0.1:8000"), origin
+
+
+@pytest.mark.parametrize(("scope", "origin", "allowed"), [
+    ({"scheme": "wss"}, "https://127.0.0.1:8000", True),
+    ({"scheme": "wss"}, "http://127.0.0.1:8000", False),
+    ({"scheme": "wss", "host": "127.0.0.1"}, "https://127.0.0.1", True),
+    ({"scheme": "ws"}, "https://127.0.0.1:8000", False),
+    ({"scheme": "ws", "proto": "https"}, "https://127.0.0.1:8000", True),  # a TLS proxy said so
+    ({"scheme": "ws", "proto": "https", "trust_proxy": False}, "https://127.0.0.1:8000", False),
+])
+def test_the_expected_scheme_follows_the_connection_or_a_trusted_proxy(settings, scope, origin, allowed):
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if scope.get("trust_proxy", True) \
+        else None
+    headers = [(b"host", scope.get("host", "127.0.0.1:8000").encode()), (b"origin", origin.encode())]
+    if "proto" in scope:
+        headers.append((b"x-forwarded-proto", scope["proto"].encode()))
+    assert origin_allowed({"type": "websocket", "scheme": scope["scheme"], "headers": headers}) is allowed
 
 
 def test_an_outsider_cannot_watch_another_teams_project(personas):

@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -31,10 +32,11 @@ def tree(data_dir) -> Path:
 
 
 @pytest.fixture
-def no_bubblewrap(tmp_path, monkeypatch) -> None:
-    """A PATH where `bwrap` is a program that cannot start, as on a host without user namespaces."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+def no_bubblewrap(monkeypatch) -> None:
+    """A PATH where `bwrap` is a program that cannot start, as on a host without user namespaces.
+    It lies where the unprivileged sandbox user can run it (tmp_path is private to root)."""
+    bin_dir = Path(tempfile.mkdtemp(prefix="crucible-no-bwrap-"))
+    bin_dir.chmod(0o755)
     fake = bin_dir / "bwrap"
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
@@ -42,6 +44,7 @@ def no_bubblewrap(tmp_path, monkeypatch) -> None:
     sandbox.bubblewrap_probe.cache_clear()
     yield
     sandbox.bubblewrap_probe.cache_clear()
+    shutil.rmtree(bin_dir)
 
 
 def test_a_command_s_exit_code_output_and_timing_are_in_its_receipt(tree, mode):

@@ -1,19 +1,26 @@
-"""runtime_app services: events, pings, tokens."""
+"""runtime_app services: events, pings, tokens, project members."""
 
 from __future__ import annotations
 
 import threading
 
 import pytest
+from django.contrib.auth.models import Group
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
 
-from runtime_app.models import Event
+from runtime_app import roles
+from runtime_app.models import AuditEntry, Event, ProjectMembership
 from runtime_app.services import (
     api_token_authenticate,
     api_token_create,
     event_emit,
+    project_member_add,
+    project_member_remove,
     project_ping_answer,
 )
+from runtime_app.signals import approver_standing_ended
+from tests.conftest import make_user
 
 
 @pytest.mark.django_db
@@ -41,6 +48,71 @@ def test_a_token_of_an_inactive_user_stops_working(personas):
     personas.member.is_active = False
     personas.member.save()
     assert api_token_authenticate(plain) is None
+
+
+@pytest.fixture
+def ended() -> list[dict]:
+    """What approver_standing_ended announced during the test."""
+    calls: list[dict] = []
+
+    def listen(sender, **kwargs) -> None:
+        calls.append({k: kwargs[k] for k in ("user", "project", "actor", "reason")})
+    approver_standing_ended.connect(listen, dispatch_uid="test_ended")
+    yield calls
+    approver_standing_ended.disconnect(dispatch_uid="test_ended")
+
+
+@pytest.mark.django_db
+def test_an_operator_member_removes_a_member_audited_announced_and_their_standing_ended(personas, ended):
+    project_member_remove(personas.owner, personas.alpha, personas.member)
+    assert not ProjectMembership.objects.filter(project=personas.alpha, user=personas.member).exists()
+    entry = AuditEntry.objects.get(action="project.member_remove")
+    assert (entry.actor, entry.project, entry.target) == (personas.owner, personas.alpha, "member")
+    assert Event.objects.filter(kind="project.member_removed", payload__message="member left").exists()
+    assert ended == [{"user": personas.member, "project": personas.alpha, "actor": personas.owner,
+                      "reason": "member was removed from alpha"}]
+
+
+@pytest.mark.django_db
+def test_only_operators_who_are_members_or_superusers_remove_members(personas, django_user_model):
+    viewer = make_user("viewer", roles.VIEWER)
+    ProjectMembership.objects.create(project=personas.alpha, user=viewer)
+    for actor in (viewer, personas.outsider):  # a member without the operator role; an operator elsewhere
+        with pytest.raises(PermissionDenied):
+            project_member_remove(actor, personas.alpha, personas.member)
+    assert not AuditEntry.objects.filter(action="project.member_remove").exists()
+    root = django_user_model.objects.create_superuser("root", password="pw-root")
+    project_member_remove(root, personas.alpha, personas.member)
+    with pytest.raises(ValidationError, match="member is not a member of alpha"):
+        project_member_remove(root, personas.alpha, personas.member)
+    project_member_add(root, personas.alpha, personas.member)
+    assert ProjectMembership.objects.filter(project=personas.alpha, user=personas.member).exists()
+
+
+@pytest.mark.django_db
+def test_every_deletion_of_a_membership_is_recorded_but_deleting_the_project_withdraws_nothing(
+        personas, ended):
+    ProjectMembership.objects.filter(user=personas.member).delete()  # the ORM: the system did it
+    assert AuditEntry.objects.get(action="project.member_remove").actor_name == "system"
+    personas.owner.delete()  # a deleted user leaves their projects too
+    personas.beta.delete()  # its memberships go with it, and so does everything they decided on
+    assert [(call["user"].username, call["project"].name) for call in ended] == [
+        ("member", "alpha"), ("owner", "alpha")]
+
+
+@pytest.mark.django_db
+def test_losing_the_approve_permission_ends_standing_everywhere_but_other_role_changes_do_not(
+        personas, ended):
+    personas.member.groups.remove(Group.objects.get(name=roles.OPERATOR))  # never could approve
+    personas.outsider.groups.remove(Group.objects.get(name=roles.VIEWER))  # still can
+    personas.owner.last_login = None
+    personas.owner.save(update_fields=["last_login"])
+    assert ended == []
+    personas.outsider.groups.remove(Group.objects.get(name=roles.APPROVER))
+    personas.owner.is_active = False
+    personas.owner.save()
+    assert [(c["user"].username, c["project"], c["reason"]) for c in ended] == [
+        ("outsider", None, "outsider lost the approve permission"), ("owner", None, "owner was deactivated")]
 
 
 @pytest.mark.integration

@@ -19,8 +19,11 @@ from dulwich import porcelain
 from dulwich.patch import PatchApplicationFailure
 
 from runtime_app.git import GitError
+from runtime_app.policy import PatchLimits
 from runtime_app.worktrees import (
+    PatchLimitError,
     git_run,
+    object_scratch,
     patch_apply,
     patch_extract,
     patch_from_text,
@@ -375,9 +378,19 @@ def test_an_extracted_patch_applied_to_a_fresh_worktree_gives_the_same_tree(repo
     assert worktree_tree(applied) == worktree_tree(source)
     assert files_of(applied) == files_of(source)
     assert (applied / "data" / "table.bin").read_bytes() == BINARY
-    staged = git(applied, "diff", "--cached", "--name-status", "--no-renames").splitlines()
-    assert sorted(staged) == sorted(f"{s}\t{p}" for p, s in patch_name_status(patch.text).items())
     assert patch_extract(applied).sha256 == patch.sha256
+
+
+def test_an_applied_worktree_keeps_its_index_at_the_commit_so_it_names_only_objects_the_repo_has(repo, v1):
+    source = worktree_create(repo, v1, "cand_001")
+    candidate_work(source)
+    patch = patch_extract(source)
+    applied = patch_apply(repo, v1, patch.text, "eval_001")
+    assert git(applied, "diff", "--cached", "--name-status") == ""  # nothing staged
+    changed = git(applied, "diff", "--name-only").split() + git(applied, "ls-files", "--others").split()
+    assert sorted(changed) == sorted(patch_name_status(patch.text))
+    git(applied, "diff", "--stat")  # every object the index names is there to diff against
+    git(repo, "fsck", "--no-dangling")  # and gc or fsck in the user's repository never miss one
 
 
 def test_the_patched_tree_from_an_index_equals_the_tree_of_an_applied_worktree(repo, v1, data_dir):
@@ -543,3 +556,134 @@ def test_applying_with_a_name_in_use_is_refused_and_the_existing_worktree_is_kep
 def test_git_in_a_directory_that_does_not_exist_is_a_git_error(tmp_path):
     with pytest.raises(GitError, match="could not start in"):
         git_run(["status"], cwd=tmp_path / "gone")
+
+
+# ------------------------------------------------------------------- growth: objects and limits
+
+
+def object_store(repo: Path) -> tuple[int, int, str]:
+    """(loose objects, KiB in all, every object name) of the repository's object store."""
+    counts = dict(line.split(": ") for line in git(repo, "count-objects", "-v").splitlines())
+    names = git(repo, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)")
+    return int(counts["count"]), int(counts["size"]) + int(counts["size-pack"]), names
+
+
+def blob_sha(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324  (git's object name)
+
+
+HIGH = PatchLimits(max_bytes=1 << 30, max_files=100_000)
+
+
+def test_extracting_a_20_mib_file_with_the_caps_raised_leaves_the_repository_object_store_unchanged(repo, v1):
+    worktree = worktree_create(repo, v1, "cand_001")
+    data = os.urandom(20 << 20)
+    (worktree / "code" / "big.bin").write_bytes(data)
+    before = object_store(repo)
+    patch = patch_extract(worktree, limits=HIGH)
+    assert patch.files == ["code/big.bin"] and len(patch.text) > 20 << 20
+    assert worktree_tree(worktree) and patched_tree(repo, v1, patch.text)
+    applied = patch_apply(repo, v1, patch.text, "eval_001")
+    assert (applied / "code" / "big.bin").read_bytes() == data
+    assert object_store(repo) == before
+    assert blob_sha(data) not in before[2]
+
+
+def test_applying_comparing_and_hashing_a_patch_write_nothing_into_the_repository(repo, v1):
+    source = worktree_create(repo, v1, "cand_001")
+    candidate_work(source)
+    before = object_store(repo)
+    patch = patch_extract(source)
+    applied = patch_apply(repo, v1, patch.text, "eval_001")
+    tree = worktree_tree(applied)
+    assert patched_tree(repo, v1, patch.text) == tree == worktree_tree(source)
+    assert object_store(repo) == before
+    assert blob_sha(BINARY) not in before[2] and tree not in before[2]
+
+
+def test_a_scratch_holds_the_objects_until_it_is_left_and_reads_the_repositorys_too(repo, v1):
+    source = worktree_create(repo, v1, "cand_001")
+    (source / "code" / "fast.py").write_text("FAST = True\n")
+    with object_scratch(repo) as scratch:
+        tree = worktree_tree(source, scratch=scratch)
+        store = scratch.store()
+        assert store[tree.encode()] and store[v1.encode()]  # its own objects and the repository's
+        listing = git_run(["ls-tree", "-r", tree], cwd=repo, env=scratch.env).decode()
+        assert "code/fast.py" in listing
+        store.close()
+    assert not scratch.path.exists()
+    with pytest.raises(subprocess.CalledProcessError):
+        git(repo, "cat-file", "-e", tree)
+
+
+def test_a_repository_whose_path_has_a_colon_still_lends_its_objects_to_the_scratch(tmp_path, data_dir):
+    repo = repo_create(tmp_path / "odd:name", BASELINE_FILES)
+    source = worktree_create(repo, "main", "cand_001")
+    (source / "README.md").write_text("changed\n")
+    patch = patch_extract(source)
+    assert patch.files == ["README.md"]
+    assert patch_apply(repo, "main", patch.text, "eval_001")
+
+
+def test_a_huge_file_is_refused_from_its_size_before_git_reads_it(repo, v1):
+    worktree = worktree_create(repo, v1, "cand_001")
+    with open(worktree / "code" / "huge.bin", "wb") as handle:
+        handle.truncate(1 << 40)  # a sparse TiB: hashing it would not end in this test's lifetime
+    with pytest.raises(PatchLimitError, match=re.escape(
+        "the patch changes 1048576.0 MiB in 1 file, over worker.max_patch_bytes = 10.0 MiB"
+    )):
+        patch_extract(worktree)
+
+
+def test_changes_over_max_patch_bytes_in_all_are_refused_with_the_size_and_file_count(repo, v1):
+    worktree = worktree_create(repo, v1, "cand_001")
+    for n in range(3):
+        (worktree / "code" / f"part{n}.py").write_text(f"x = '{'a' * 592}'\n")  # 600 bytes each
+    limits = PatchLimits(max_bytes=1750, max_files=10)
+    with pytest.raises(PatchLimitError, match=re.escape(
+        "the patch changes 1.8 KiB in 3 files, over worker.max_patch_bytes = 1.7 KiB; keep large or "
+        "generated files out of the change, or raise worker.max_patch_bytes in the spec"
+    )):
+        patch_extract(worktree, limits=limits)
+    (worktree / "code" / "part2.py").unlink()
+    assert patch_extract(worktree, limits=limits).files == ["code/part0.py", "code/part1.py"]
+
+
+def test_a_deleted_file_counts_at_its_size_in_the_base(repo, v1):
+    worktree = worktree_create(repo, v1, "cand_001")
+    (worktree / "docs" / "notes.md").unlink()  # 57 bytes in v1
+    with pytest.raises(PatchLimitError, match=re.escape("the patch changes 57 bytes in 1 file")):
+        patch_extract(worktree, limits=PatchLimits(max_bytes=56))
+    assert patch_extract(worktree, limits=PatchLimits(max_bytes=400)).files == ["docs/notes.md"]
+
+
+def test_more_files_than_max_patch_files_are_refused_before_they_are_hashed(repo, v1):
+    worktree = worktree_create(repo, v1, "cand_001")
+    (worktree / "code" / "gen").mkdir()
+    for n in range(12):
+        (worktree / "code" / "gen" / f"m{n}.py").write_text(f"N = {n}\n")
+    (worktree / "docs" / "notes.md").unlink()
+    with pytest.raises(PatchLimitError, match=re.escape(
+        "the patch changes 13 files, over worker.max_patch_files = 12; keep generated or vendored files "
+        "out of the change, or raise worker.max_patch_files in the spec"
+    )):
+        patch_extract(worktree, limits=PatchLimits(max_files=12))
+    assert len(patch_extract(worktree, limits=PatchLimits(max_files=13)).files) == 13
+
+
+def test_unchanged_ignored_and_fresh_files_do_not_count_against_the_limits(ignoring_repo):
+    worktree = worktree_create(ignoring_repo, "main", "cand_001")
+    (worktree / "run.log").write_bytes(b"x" * 5000)  # ignored
+    (worktree / "README.md").write_text((worktree / "README.md").read_text())  # rewritten, same bytes
+    (worktree / "code" / "fast.py").write_text("FAST = True\n")
+    patch = patch_extract(worktree, limits=PatchLimits(max_bytes=1000, max_files=1))
+    assert patch.files == ["code/fast.py"]
+
+
+def test_a_diff_longer_than_max_patch_bytes_is_refused_even_when_the_files_are_within_it(repo, v1):
+    worktree = worktree_create(repo, v1, "cand_001")
+    (worktree / "README.md").write_text("".join(f"line {n}\n" for n in range(100)))  # 790 bytes
+    limits = PatchLimits(max_bytes=1000)  # the diff is its 100 lines plus headers and the old ones
+    with pytest.raises(PatchLimitError, match=r"the patch is 1\.\d KiB of diff text, over "
+                                              r"worker\.max_patch_bytes = 1,000 bytes"):
+        patch_extract(worktree, limits=limits)

@@ -76,7 +76,7 @@ def plan_repo(path: Path, plan: dict) -> Path:
 def spec_text(*, population: int, rounds: list[int], concurrency: int | None = None, trials: int = 2,
               budget: str = "", gate_timeout: int = 60, name: str = "plan-search",
               policy: str = "ordered", refine: bool = False, effort: str = "",
-              replay_tolerance: float = 0.25) -> str:
+              replay_tolerance: float = 0.25, comparison: str = "paired") -> str:
     concurrency = concurrency or min(4, population)
     effort = f"reasoning_effort = {effort}" if effort else ""
     return f'''name = "{name}"
@@ -103,6 +103,7 @@ metric = "value"
 direction = "maximize"
 trials = {trials}
 replay_tolerance = {replay_tolerance}
+comparison = "{comparison}"
 
 [selection]
 policy = "{policy}"

@@ -9,8 +9,10 @@ import pytest
 from django.test import Client
 
 from runtime_app.services import api_token_create, repository_register
+from search_app import services
 from search_app.models import Search
 from search_app.spec import spec_validate
+from tests.conftest import login
 from tests.gitrepo import git, repo_create
 
 pytestmark = pytest.mark.django_db
@@ -118,6 +120,27 @@ def test_freezing_through_the_api_records_the_search(api, personas, repo_path):
     assert again["search_id"] == frozen["search_id"]
     assert Search.objects.count() == 1
     assert api.get(f"/api/searches/{frozen['search_id']}").json()["ref"] == "v1"
+
+
+def test_the_forecast_route_plans_a_frozen_search_for_members_only(api, personas, repo_path):
+    repository = repository_register(personas.member, personas.alpha, str(repo_path), trusted=True)
+    search = services.search_freeze(personas.member, personas.alpha, SEED, "v1", repository=repository)
+    body = api.get(f"/api/searches/{search.search_id}/forecast").json()
+    assert (body["search_id"], body["started"], body["writer_kind"]) == (search.search_id, False, "llm")
+    assert body["writer_steps"] == {"low": 32, "high": 32}
+    assert body["gate_runs"] == {"low": 36, "high": 72} and body["trial_runs"] == {"low": 250, "high": 750}
+    assert [plan["trial_runs"] for plan in body["rounds"]] == [
+        {"low": 165, "high": 495}, {"low": 45, "high": 135}, {"low": 20, "high": 60}, {"low": 10, "high": 30}]
+    assert body["replay"]["replays"] == {"low": 1, "high": 3}
+    assert body["cost_microusd"] == {"low": 1_276_800, "high": 1_276_800}
+    assert body["budget"] == {"max_cost_microusd": 5_000_000, "max_tokens": 10_000_000}
+    assert body["wall_seconds"] is None and body["wall_ceiling_seconds"] > 0 and body["warnings"] == []
+    _, plain = api_token_create(personas.outsider, "x")
+    outsider = Client(HTTP_AUTHORIZATION=f"Bearer {plain}")
+    assert outsider.get(f"/api/searches/{search.search_id}/forecast").status_code == 404
+    assert api.get("/api/searches/search-0000000000000000/forecast").status_code == 404
+    schemas = login(personas.member).get("/api/openapi.json").json()["components"]["schemas"]
+    assert "SearchForecastOut" in schemas
 
 
 def test_freeze_errors_name_the_problem(api, personas, repo_path):

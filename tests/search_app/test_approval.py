@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import subprocess
 
 import pytest
 from django.conf import settings as django_settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.test import modify_settings
 
 from runtime_app import roles
-from runtime_app.models import AuditEntry, ProjectMembership, Receipt
+from runtime_app.models import AuditEntry, Event, ProjectMembership, Receipt
+from runtime_app.services import project_member_add, project_member_remove
 from search_app import services
-from search_app.models import Approval, Merge
+from search_app.models import Approval, Candidate, Merge
 from search_app.selectors import approval_state
-from tests.conftest import make_user
+from tests.conftest import login, make_user, text_of
 from tests.search_app.runs import frozen, run_inline
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -190,3 +195,181 @@ def test_a_merge_whose_commit_was_made_before_a_crash_is_adopted_not_repeated(fi
     merge = services.merge_create(approver, search)
     assert merge.commit_sha == made and Receipt.objects.get(kind="merge").detail["adopted"] is True
     assert git(repo, "rev-list", "--count", f"{search.baseline_commit}..crucible/{search.search_id}") == "1"
+
+
+# ------------------------------------------------------------- an approver who may no longer decide
+
+
+def withdrawals(user) -> list[str]:
+    return list(AuditEntry.objects.filter(action="approval.withdraw", detail__user=user.username)
+                .values_list("target", flat=True))
+
+
+def assert_withdrawn_and_unmergeable(search, winner, approver, merger) -> None:
+    """The approval no longer counts, the merge is refused, and the withdrawal is on record."""
+    state = approval_state(winner)
+    assert not state["mergeable"] and not state["standing_approvals"]
+    with pytest.raises(ValidationError, match="it has 0"):
+        services.merge_create(merger, search)
+    assert not Merge.objects.exists()
+    assert withdrawals(approver) == [f"{search.search_id} {winner.candidate_id}"]
+    assert Event.objects.filter(kind="approval.withdrawn", payload__candidate_id=winner.candidate_id).exists()
+    assert Approval.objects.get(user=approver).withdrawn_at is not None
+
+
+def test_an_approval_stops_counting_when_its_approver_is_removed_from_the_project(finished, approver,
+                                                                                   personas):
+    search, winner, _ = finished
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    project_member_remove(personas.owner, personas.alpha, approver)
+    assert_withdrawn_and_unmergeable(search, winner, approver, personas.owner)
+    entry = AuditEntry.objects.get(action="approval.withdraw")
+    assert entry.actor == personas.owner and entry.project == personas.alpha
+    assert AuditEntry.objects.filter(action="project.member_remove", target="approver").exists()
+    page = text_of(login(personas.owner).get(f"/searches/{search.search_id}/candidates/cand_002/"))
+    assert "withdrawn: approver was removed from alpha" in page
+
+
+def test_deleting_the_membership_with_the_orm_withdraws_the_approval(finished, approver, personas):
+    search, winner, _ = finished
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    ProjectMembership.objects.filter(project=personas.alpha, user=approver).delete()
+    assert_withdrawn_and_unmergeable(search, winner, approver, personas.owner)
+
+
+@modify_settings(MIDDLEWARE={"append": "runtime_app.signals.AuditActorMiddleware"})
+def test_deleting_the_membership_in_the_admin_withdraws_the_approval(finished, approver, personas):
+    search, winner, _ = finished
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    root = get_user_model().objects.create_superuser("root", password="pw-root")
+    membership = ProjectMembership.objects.get(project=personas.alpha, user=approver)
+    response = login(root).post(f"/admin/runtime_app/projectmembership/{membership.pk}/delete/",
+                                {"post": "yes"})
+    assert response.status_code == 302 and not ProjectMembership.objects.filter(pk=membership.pk).exists()
+    assert_withdrawn_and_unmergeable(search, winner, approver, personas.owner)
+    assert AuditEntry.objects.get(action="approval.withdraw").actor == root
+
+
+@pytest.mark.parametrize("door", ["user.groups.remove", "group.user_set.remove", "user.groups.clear",
+                                  "group.permissions.remove", "user.is_active"])
+def test_an_approval_stops_counting_when_its_approver_loses_the_approve_permission(
+        finished, approver, personas, config, door):
+    search, winner, _ = finished
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    group = Group.objects.get(name=roles.APPROVER)
+    if door == "user.groups.remove":
+        approver.groups.remove(group)
+    elif door == "group.user_set.remove":
+        group.user_set.remove(approver)
+    elif door == "user.groups.clear":
+        approver.groups.clear()
+    elif door == "group.permissions.remove":
+        group.permissions.remove(Permission.objects.get(codename="approve_project"))
+    else:
+        approver.is_active = False
+        approver.save()
+    merger = personas.owner
+    if door == "group.permissions.remove":  # the owner lost it too; a superuser merges
+        merger = get_user_model().objects.create_superuser("root", password="pw-root")
+    assert_withdrawn_and_unmergeable(search, winner, approver, merger)
+
+
+def test_a_departed_approver_never_counts_even_if_no_hook_saw_them_leave(finished, approver, personas):
+    """The read side stands alone: a membership row removed behind every hook's back."""
+    search, winner, _ = finished
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    ProjectMembership.objects.filter(user=approver)._raw_delete(using="default")  # no signal is sent
+    state = approval_state(winner)
+    assert not state["mergeable"] and not state["standing_approvals"]
+    with pytest.raises(ValidationError, match="it has 0"):
+        services.merge_create(personas.owner, search)
+
+
+def test_a_withdrawn_approval_stays_withdrawn_when_its_approver_comes_back(finished, approver, personas):
+    search, winner, _ = finished
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    project_member_remove(personas.owner, personas.alpha, approver)
+    project_member_add(personas.owner, personas.alpha, approver)
+    assert not approval_state(winner)["mergeable"]
+    again = services.approval_record(approver, winner, "approve", winner.patch_sha256)  # decides anew
+    assert again.withdrawn_at is None and approval_state(winner)["mergeable"]
+    assert services.merge_create(approver, search).commit_sha
+
+
+def test_a_merged_winners_approvals_are_history_and_are_not_withdrawn(finished, approver, personas):
+    search, winner, _ = finished
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    services.merge_create(approver, search)
+    project_member_remove(personas.owner, personas.alpha, approver)
+    assert Approval.objects.get(user=approver).withdrawn_at is None and not withdrawals(approver)
+
+
+def test_a_request_for_changes_by_someone_who_left_no_longer_blocks(finished, approver, personas):
+    _, winner, _ = finished
+    services.approval_record(approver, winner, "request_changes", winner.patch_sha256)
+    personas.owner.groups.add(Group.objects.get(name=roles.APPROVER))
+    second = make_user("second", roles.VIEWER, roles.APPROVER)
+    ProjectMembership.objects.create(project=personas.alpha, user=second)
+    services.approval_record(second, winner, "approve", winner.patch_sha256)
+    assert "requested changes" in approval_state(winner)["blocker"]
+    project_member_remove(personas.owner, personas.alpha, approver)
+    assert approval_state(winner)["mergeable"]
+
+
+# ------------------------------------------------------------------------- merge checks the bytes
+
+
+def test_patch_bytes_altered_after_approval_are_refused_and_no_branch_is_made(finished, approver):
+    search, winner, repo = finished
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    altered = bytes(winner.patch).replace(b"return 9", b"return 6")
+    assert altered != bytes(winner.patch)
+    Candidate.objects.filter(pk=winner.pk).update(patch=altered)  # the stored hash still says "approved"
+    with pytest.raises(ValidationError, match="do not match the approved hash"):
+        services.merge_create(approver, search)
+    assert not Merge.objects.exists() and not Receipt.objects.filter(kind="merge").exists()
+    assert git(repo, "branch", "--list", f"crucible/{search.search_id}") == ""
+    refusal = AuditEntry.objects.get(action="merge.refuse")
+    assert refusal.actor == approver and refusal.detail["approved_sha256"] == winner.patch_sha256
+    assert refusal.detail["actual_sha256"] == hashlib.sha256(altered).hexdigest()
+
+
+def test_altered_bytes_are_refused_even_where_an_earlier_merge_commit_would_be_adopted(finished, approver):
+    search, winner, _ = finished
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    branch = f"crucible/{search.search_id}"
+    services._merge_commit(search, winner, branch, "new_branch", approver, "approver")  # then a crash
+    Candidate.objects.filter(pk=winner.pk).update(patch=bytes(winner.patch).replace(b"return 9", b"return 6"))
+    with pytest.raises(ValidationError, match="do not match the approved hash"):
+        services.merge_create(approver, search)
+    assert not Merge.objects.exists() and AuditEntry.objects.filter(action="merge.refuse").count() == 1
+
+
+def test_the_merge_commit_itself_refuses_bytes_that_do_not_hash_to_the_approved_patch(finished, approver):
+    search, winner, repo = finished
+    Candidate.objects.filter(pk=winner.pk).update(patch=bytes(winner.patch).replace(b"return 9", b"return 6"))
+    with pytest.raises(ValidationError, match="do not match the approved hash"):
+        services._merge_commit(search, Candidate.objects.get(pk=winner.pk), "side", "new_branch", approver,
+                               "approver")
+    assert git(repo, "branch", "--list", "side") == ""
+
+
+# ------------------------------------------------------------------------------- branch names
+
+BAD_BRANCHES = ["-evil", "HEAD", "ORIG_HEAD", "FETCH_HEAD", "MERGE_HEAD", "CHERRY_PICK_HEAD", "refs/heads/x",
+                "a..b", "x.lock", "a b", "~x", "@", "x/", "a:b", "a\x01b", "x" * 300]
+
+
+def test_branch_names_git_would_refuse_or_read_as_head_are_refused(finished, approver):
+    search, winner, repo = finished
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    branches_before = git(repo, "for-each-ref", "--format=%(refname)")
+    for name in BAD_BRANCHES:
+        for target in ("new_branch", "existing_branch"):
+            with pytest.raises(ValidationError) as raised:
+                services.merge_create(approver, search, target=target, branch=name)
+            assert "valid branch name looks like" in raised.value.message_dict["branch"][0], name
+    assert git(repo, "for-each-ref", "--format=%(refname)") == branches_before
+    assert not Merge.objects.exists() and not AuditEntry.objects.filter(action="merge.create").exists()
+    assert services.merge_create(approver, search, branch="feature/faster-answer_2").branch == \
+        "feature/faster-answer_2"

@@ -271,6 +271,8 @@ def test_changing_a_spec_key_changes_the_ids(repo, key, old, new, also):
 @pytest.mark.parametrize("after, section, key, default, other, other_value", [
     ('write_roots = ["code"]', "worker", "refine", "false", "true", True),
     ('metric = "median_runtime_ms"', "score", "replay_tolerance", "0.25", "0.5", 0.5),
+    ('write_roots = ["code"]', "worker", "max_patch_bytes", "10485760", "1048576", 1048576),
+    ('write_roots = ["code"]', "worker", "max_patch_files", "1000", "50", 50),
 ])
 def test_a_key_added_later_keeps_the_ids_a_spec_always_had_at_its_default_and_changes_them_otherwise(
     repo, after, section, key, default, other, other_value

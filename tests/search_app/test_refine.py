@@ -44,7 +44,7 @@ def test_a_refining_writer_replaces_its_patch_at_the_rounds_effort_and_the_gates
     assert "cand_001 r1 evaluate gate 1" in labels  # the new patch passes the gates again
     assert "cand_001 r2 evaluate gate 1" not in labels  # an unchanged patch is only re-scored
     replay = Step.objects.get(search=search, kind="replay", candidate=winner)
-    assert replay.result["passed"] and "of 9" in replay.result["why"]
+    assert replay.result["passed"] and "replayed 4.5× baseline" in replay.result["why"]
     messages = list(Event.objects.filter(subject_type="search", subject_id=search.pk)
                     .values_list("payload__message", flat=True))
     assert "cand_001: round 1: its writer refined its patch (2 lines); gates run again" in messages

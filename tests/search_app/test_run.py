@@ -47,10 +47,14 @@ def test_the_best_candidate_wins_and_every_other_says_why(personas, tmp_path, da
     assert "not in the best 2" in fate["cand_001"][1]  # 5 < 7 and 9
     assert "round 1" in fate["cand_006"][1] and "not in the best 1" in fate["cand_006"][1]
     winner = search.candidates.get(candidate_id="cand_002")
-    assert winner.trials == {"0": [9.0, 9.0], "1": [9.0, 9.0], "2": [9.0, 9.0]} and winner.score == 9.0
+    assert winner.trials == {"0": [9.0, 9.0], "1": [9.0, 9.0], "2": [9.0, 9.0]}
+    assert winner.score_absolute == 9.0
+    # Its figure is the median of its per-block ratios to the baseline, with its interval.
+    assert (winner.score, winner.score_low, winner.score_high) == (4.5, 4.5, 4.5)
+    assert "2.5× baseline [2.5, 2.5] at 95 %): not in the best 2" in fate["cand_001"][1]  # reasons show it
     assert search.reviews.get().verdict == "approve"
     baseline = search.candidates.get(number=0)
-    assert baseline.score == 2.0  # measured on the unchanged baseline
+    assert (baseline.score, baseline.score_absolute) == (1.0, 2.0)  # measured in every block
     # Every command left a receipt on its candidate; no step is left unfinished.
     assert Receipt.objects.filter(subject_type="candidate", subject_id=winner.pk, kind="command").count() >= 8
     assert not Step.objects.filter(search=search, state__in=("pending", "running")).exists()
@@ -73,6 +77,17 @@ def test_a_candidate_no_better_than_the_baseline_is_eliminated(personas, tmp_pat
     search = frozen(personas, tmp_path, {"cand_001": 1, "cand_002": 3}, population=2, rounds=[2, 1])
     run = run_inline(personas, search)
     assert run.winner.candidate_id == "cand_002"
+    reason = fates(search)["cand_001"][1]
+    assert "0.5× baseline [0.5, 0.5] at 95 %: not clearly better than the baseline" in reason
+
+
+def test_with_absolute_comparison_a_candidate_no_better_than_the_baseline_s_median_is_eliminated(
+    personas, tmp_path, data_dir
+):
+    search = frozen(personas, tmp_path, {"cand_001": 1, "cand_002": 3}, population=2, rounds=[2, 1],
+                    comparison="absolute")
+    run = run_inline(personas, search)
+    assert run.winner.candidate_id == "cand_002" and run.winner.score == 3.0
     assert "not better than the baseline's 2" in fates(search)["cand_001"][1]
 
 
@@ -99,7 +114,7 @@ def test_a_winner_that_fails_replay_hands_over_to_the_next_candidate(personas, t
         for step_pk in services.search_advance(search.pk):
             if Step.objects.get(pk=step_pk).kind != "replay":
                 services.step_execute(step_pk, "test")
-    assert search.candidates.get(candidate_id="cand_001").score == 50.0
+    assert search.candidates.get(candidate_id="cand_001").score_absolute == 50.0
     flag.write_text("3")  # the provisional winner's score collapses before its replay
     run = services.search_run_inline(search)
     assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
@@ -114,7 +129,8 @@ def test_the_spec_s_replay_tolerance_decides_how_far_a_replayed_score_may_move(
 ):
     flag = tmp_path / "flagged" / ".git" / "replay-flag"
     search = frozen(personas, tmp_path, {"cand_001": {"file": str(flag)}, "cand_002": 20},
-                    repo_name="flagged", population=2, rounds=[2, 1], replay_tolerance=replay_tolerance)
+                    repo_name="flagged", population=2, rounds=[2, 1], replay_tolerance=replay_tolerance,
+                    comparison="absolute")
     flag.write_text("50")
     services.search_start(personas.owner, search, enqueue=False)
     while SearchRun.objects.get(search=search).phase == "rounds":
@@ -170,13 +186,14 @@ def test_cancelling_stops_running_writers_and_their_receipts_say_so(personas, tm
 
 def test_promotions_created_at_once_still_run_at_most_concurrency_steps(personas, tmp_path, data_dir):
     plan = {f"cand_00{n}": n + 2 for n in range(1, 9)}
-    search = frozen(personas, tmp_path, plan, population=8, rounds=[8, 6, 1], concurrency=2)
+    search = frozen(personas, tmp_path, plan, population=8, rounds=[8, 6, 1], concurrency=2, refine=True)
     services.search_start(personas.owner, search, enqueue=False)
     while SearchRun.objects.get(search=search).round_index == 0:
         for step_pk in services.search_advance(search.pk):
             if Step.objects.get(pk=step_pk).round == 0:
                 services.step_execute(step_pk, "test")
-    assert Step.objects.filter(search=search, kind="evaluate", round=1, state="pending").count() == 6
+    # Every promoted candidate's writer refines at once: six steps, two slots.
+    assert Step.objects.filter(search=search, kind="generate", round=1, state="pending").count() == 6
     ready = services.search_advance(search.pk)
     assert len(ready) == 2
     for step_pk in ready:  # two other workers now hold them

@@ -8,11 +8,14 @@ that the runtime picks the fast correct candidate and explains every other fate.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
+from runtime_app.models import Repository
+from search_app.models import Search, SearchRun
 from tests.conftest import REPO_ROOT, subprocess_env
 from tests.search_app.runs import plan_repo, spec_text
 
@@ -88,3 +91,42 @@ def test_the_demo_picks_the_fast_correct_candidate_and_explains_every_other(demo
     # The fake score printed by cand_007 was never read: its score is its measured runtime.
     assert fate["cand_007"]["score"] is None or fate["cand_007"]["score"] > fate[report["winner"]]["score"]
     assert report["review"]["verdict"] == "approve"
+
+
+def test_a_dry_run_prints_the_forecast_and_freezes_and_starts_nothing(demo, tmp_path):
+    repo = plan_repo(tmp_path / "repo", {"cand_001": 5})
+    spec = tmp_path / "spec.toml"
+    spec.write_text(spec_text(population=3, rounds=[3, 1]))
+    done = search("run", str(spec), "--repo", str(repo), "--dry-run")
+    assert done.returncode == 0, done.stderr.decode()
+    out = done.stdout.decode()
+    assert out.startswith("plan-search: forecast — nothing was started\n")
+    # 3 writers; the baseline's gate, 3 candidates' and 1–3 replays'; trials in 2 blocks (up to 6).
+    assert re.search(r"^  0 +3 +3 +4 +8–24$", out, re.M), out
+    assert re.search(r"^  all +3 +5–7 +16–48$", out, re.M), out
+    assert "Command writers report no cost" in out and "no finished search of this repository yet" in out
+    assert not Search.objects.exists() and not SearchRun.objects.exists() and not Repository.objects.exists()
+    as_json = json.loads(search("run", str(spec), "--repo", str(repo), "--dry-run", "--json").stdout)
+    assert as_json["search_id"] is None and as_json["trial_runs"] == {"low": 16, "high": 48}
+    missing = search("run", str(spec), "--dry-run")
+    assert missing.returncode == 1 and "give the repository with --repo PATH" in missing.stderr.decode()
+
+
+def test_a_dry_run_of_a_frozen_search_reads_the_repositorys_finished_searches(demo, tmp_path):
+    repo = plan_repo(tmp_path / "repo", {"cand_001": 5})
+    spec = tmp_path / "spec.toml"
+    spec.write_text(spec_text(population=2, rounds=[2, 1]))
+    assert search("run", str(spec), "--repo", str(repo), "--json").returncode == 0
+    spec.write_text(spec_text(population=2, rounds=[2, 1], name="again"))
+    frozen = search("freeze", str(spec), "--repo", str(repo), "--ref", "HEAD").stdout.decode()
+    search_id = frozen.split()[2]
+    done = search("run", search_id, "--dry-run")
+    assert done.returncode == 0, done.stderr.decode()
+    out = done.stdout.decode()
+    assert out.startswith(f"again {search_id}: forecast — nothing was started\n")
+    assert "Medians of 1 past search of this repository" in out
+    assert not SearchRun.objects.filter(search__search_id=search_id).exists()
+    assert search("run", "search-0000000000000000", "--dry-run").returncode == 1
+    # Without --dry-run the frozen search runs here to its outcome.
+    ran = json.loads(search("run", search_id, "--json").stdout)
+    assert (ran["search_id"], ran["status"], ran["winner"]) == (search_id, "finished", "cand_001")

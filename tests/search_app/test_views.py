@@ -386,6 +386,21 @@ def test_bad_editor_input_gets_a_400_never_a_500(personas, data):
     assert not Spec.objects.exists()
 
 
+def test_the_search_page_shows_the_forecast_until_the_search_starts(personas, repository):
+    search = services.search_freeze(personas.owner, personas.alpha, SEED, "main", repository=repository)
+    client = login(personas.member)
+    page = client.get(f"/searches/{search.search_id}/").content.decode()
+    # 32 writers; the baseline's 2 gates, 32 to 64 candidates' and 1 to 3 replays'; trials in
+    # blocks of every survivor and the baseline (5 blocks, up to 15 when contested), and replays.
+    assert 'id="forecast"' in page and 'id="forecast-writers">32<' in page
+    assert 'id="forecast-gates">36–72<' in page and 'id="forecast-trials">250–750<' in page
+    # deepseek-v4-flash by the price table and the stated assumption, beside the budget.
+    assert "<strong>about $1.28</strong> · budget $5.00, 10,000,000 tokens" in page
+    assert "Unknown: no finished search of this repository yet." in page
+    services.search_start(personas.owner, search, enqueue=False)
+    assert 'id="forecast"' not in client.get(f"/searches/{search.search_id}/").content.decode()
+
+
 # --- access -----------------------------------------------------------------------------------
 
 def test_an_outsider_gets_404_for_another_teams_specs_searches_and_repositories(personas, repository):

@@ -11,10 +11,11 @@
     evolve cancel RUN_ID
 
 The local administrator's CLI: a PATH is trusted (no CRUCIBLE_REPO_ROOTS check), a path given
-to `run` is imported first (or its agent found). Exit codes: 0 done (a run that finished or
-waits for review), 1 refused, a run that failed or was cancelled, or an error, each reported
-as one line (an import's workspace problems as one `file:line: message` line each); 130 when
-interrupted (the run is cancelled first).
+to `run` is imported first (or its agent found), and `run` may name engines, benchmarks and agent
+classes by dotted path (the web and API only registered ones or CRUCIBLE_ALLOWED_EXTENSIONS).
+Exit codes: 0 done (a run that finished or waits for review), 1 refused, a run that failed or was
+cancelled, or an error, each reported as one line (an import's workspace problems as one
+`file:line: message` line each); 130 when interrupted (the run is cancelled first).
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ class Command(BaseCommand):
         who(demo)
         run = actions.add_parser("run", help="start an evolution run and run it here to its end")
         run.add_argument("agent", metavar="AGENT_ID_OR_PATH", help="an agent's id, or a workspace folder")
-        run.add_argument("--benchmark", default="demo", help="a registered name, folder:PATH or jsonl:PATH")
+        run.add_argument("--benchmark", default="demo",
+                         help="a registered name, folder:PATH, jsonl:PATH or a dotted path")
         run.add_argument("--engine", default="textbook", help="an engine name or a dotted path")
         run.add_argument("--cycles", type=int, default=5, help="1 to 200 (default: 5)")
         run.add_argument("--batch-size", type=int, default=None, help="train tasks solved per cycle")
@@ -225,7 +227,7 @@ class Command(BaseCommand):
             config["review_mode"] = True
         run = self._guarded(lambda: evolution_run_start(
             user, agent, benchmark=options["benchmark"], engine=options["engine"], cycles=options["cycles"],
-            config=config, enqueue=False))
+            config=config, enqueue=False, trusted=True))
         run = self._execute(user, run, as_json=options["json"])
         if options["json"]:
             self._json(run_report(run))

@@ -1,7 +1,7 @@
 """Serve Crucible: Daphne (web + websockets) and a Celery worker with embedded beat.
 
-Both run as child processes; Ctrl-C (or SIGTERM) stops both and waits for them. If serve
-itself is killed, Linux sends both children SIGTERM (no orphaned server or worker).
+Both run as child processes; Ctrl-C (or SIGTERM) stops both and waits for
+them. If serve itself is killed, Linux sends both children SIGTERM (no orphaned server or worker).
 """
 
 from __future__ import annotations
@@ -57,6 +57,10 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
+        # No process-wide umask 077: the 0700 data dir already keeps what the children create
+        # there (queue messages, worktrees) from other users, SQLite's -wal and -shm take the
+        # database's 0600, and worktrees and merged objects must stay readable by the sandbox's
+        # unprivileged user and the repository's other users.
         # Children get their own process groups, so the terminal's Ctrl-C reaches only us
         # and we stop them in order, instead of each one reacting on its own.
         for name, argv in commands.items():

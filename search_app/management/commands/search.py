@@ -3,6 +3,10 @@
     search validate FILE            every error as FILE:line:column path: message; exit 1 if any
     search freeze FILE --repo PATH --ref REF [--project demo] [--user admin]
     search run FILE --repo PATH [--ref HEAD] [--json]   freeze, run here to the end, show the outcome
+    search run SEARCH_ID [--json]                        run a frozen search here to the end
+    search run FILE --repo PATH --dry-run | SEARCH_ID --dry-run [--json]
+                                    the forecast (writer steps, gate and trial runs, cost, wall time);
+                                    freezes and starts nothing
     search status SEARCH_ID [--json]
     search cancel SEARCH_ID
     search receipts SEARCH_ID [--candidate cand_007] [--json]
@@ -26,15 +30,18 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import BaseCommand
 from django.http import Http404
 
+from runtime_app.git import GitError, repo_open
 from runtime_app.models import Project
-from runtime_app.selectors import receipts_for_user
-from runtime_app.services import repository_register
+from runtime_app.selectors import projects_for_user, receipts_for_user
+from runtime_app.services import repository_register, server_path_check
+from search_app.forecast import Forecast
 from search_app.reference import REFERENCE_PATH, spec_reference_markdown
-from search_app.selectors import search_for_user, search_run_report
+from search_app.selectors import search_for_user, search_forecast, search_run_report, spec_forecast
 from search_app.services import search_cancel, search_freeze, search_run_inline, search_start
 from search_app.spec import SpecReport, spec_validate
 
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_SEARCH_ID = re.compile(r"search-[0-9a-f]{16}")
 
 
 def _printable(text: str) -> str:
@@ -58,12 +65,14 @@ class Command(BaseCommand):
         freeze.add_argument("--project", default="demo", help="the project's name (default: demo)")
         freeze.add_argument("--user", default=None, help="who freezes (default: the admin account)")
         run = actions.add_parser("run", help="freeze a spec and run the search here to its outcome")
-        run.add_argument("file", help="the spec (TOML); `-` for standard input")
-        run.add_argument("--repo", required=True, help="the git repository's path")
+        run.add_argument("file", help="the spec (TOML); `-` for standard input; or a frozen search's id")
+        run.add_argument("--repo", default=None, help="the git repository's path (with a spec file)")
         run.add_argument("--ref", default="HEAD", help="the baseline (default: HEAD)")
         run.add_argument("--project", default="demo", help="the project's name (default: demo)")
         run.add_argument("--user", default=None, help="who runs it (default: the admin account)")
         run.add_argument("--json", action="store_true", help="print the outcome as JSON, no live display")
+        run.add_argument("--dry-run", action="store_true",
+                         help="print the forecast and stop: nothing is frozen or started")
         for name, text in (("status", "a search's state and candidates"), ("cancel", "stop a running search"),
                            ("receipts", "the receipts of a search's candidates")):
             sub = actions.add_parser(name, help=text)
@@ -85,7 +94,8 @@ class Command(BaseCommand):
                          options["user"] or settings.CONFIG.admin_username)
         elif action == "run":
             self._run(options["file"], options["repo"], options["ref"], options["project"],
-                      options["user"] or settings.CONFIG.admin_username, as_json=options["json"])
+                      options["user"] or settings.CONFIG.admin_username, as_json=options["json"],
+                      dry_run=options["dry_run"])
         elif action in ("status", "cancel", "receipts"):
             user = self._user(options["user"] or settings.CONFIG.admin_username)
             try:
@@ -197,10 +207,25 @@ class Command(BaseCommand):
 
     # --- run, status, cancel, receipts ----------------------------------------------------
 
-    def _run(self, file: str, repo: str, ref: str, project_name: str, username: str, *,
-             as_json: bool) -> None:
-        search = self._frozen(file, repo, ref, project_name, username)
-        user = self._user(username)
+    def _run(self, file: str, repo: str | None, ref: str, project_name: str, username: str, *,
+             as_json: bool, dry_run: bool = False) -> None:
+        if _SEARCH_ID.fullmatch(file) and not Path(file).exists():
+            user = self._user(username)
+            try:
+                search = search_for_user(user, file)
+            except Http404:
+                self._fail([f"no search {file!r} that {user} can see"], 1)
+            if dry_run:
+                self._forecast(search_forecast(search), search.name, search.search_id, as_json=as_json)
+                return
+        elif repo is None:
+            self._fail([f"{file}: give the repository with --repo PATH (or name a frozen search's id)"], 1)
+        elif dry_run:
+            self._dry_run(file, repo, project_name, username, as_json=as_json)
+            return
+        else:
+            search = self._frozen(file, repo, ref, project_name, username)
+            user = self._user(username)
         try:
             search_start(user, search, enqueue=False)
         except ValidationError as error:  # e.g. a command that cannot start: one line each
@@ -221,6 +246,34 @@ class Command(BaseCommand):
         report = search_run_report(search)
         _spec_failure_print(console, report)
         console.print(_outcome_table(report))
+
+    def _dry_run(self, file: str, repo: str, project_name: str, username: str, *, as_json: bool) -> None:
+        """The forecast of a spec file against a repository's history: nothing is written."""
+        label, data = self._read(file)
+        report = spec_validate(data)
+        if not report.valid:
+            self._fail(self._error_lines(label, report), 1)
+        user = self._user(username)
+        project = projects_for_user(user).filter(name=project_name).first()
+        if project is None:
+            self._fail([f"no project named {project_name!r} that {username} is a member of: "
+                        "pass --project"], 1)
+        try:
+            path = server_path_check(repo, trusted=True, what="repository")
+            repo_open(path).close()
+        except ValidationError as error:
+            self._fail([str(message) for message in error.messages], 1)
+        except GitError as error:
+            self._fail([str(error)], 1)
+        forecast = spec_forecast(report.spec, project.pk, str(path))
+        self._forecast(forecast, report.spec.name, None, as_json=as_json)
+
+    def _forecast(self, forecast: Forecast, name: str, search_id: str | None, *, as_json: bool) -> None:
+        if as_json:
+            self.stdout.write(json.dumps({"search_id": search_id, **forecast.as_dict()}, indent=2))
+            return
+        for line in forecast_lines(forecast, name, search_id):
+            self.stdout.write(_printable(line))
 
     def _status(self, search: Any, *, as_json: bool) -> None:
         report = search_run_report(search)
@@ -263,6 +316,33 @@ class Command(BaseCommand):
             self.stdout.write(f"wrote {write}")
         else:
             self.stdout.write(text, ending="")
+
+
+def forecast_lines(forecast: Forecast, name: str, search_id: str | None) -> list[str]:
+    """The forecast as the CLI prints it: a table of rounds, then cost, budget and wall time."""
+    timed = forecast.wall_seconds is not None
+    row = "  {:<12} {:>9} {:>13} {:>11} {:>11}" + ("  {}" if timed else "")
+    lines = [f"{name}{f' {search_id}' if search_id else ''}: forecast — nothing was started",
+             row.format("round", "survivors", "writer steps", "gate runs", "trial runs", "wall time")]
+    for plan in forecast.rounds:
+        lines.append(row.format(plan.index, plan.survivors, plan.writer_steps.text, plan.gate_runs.text,
+                                plan.trial_runs.text, plan.wall_seconds.duration if timed else ""))
+    lines.append(row.format(f"replay ×{forecast.replays.text}", 1, 0, forecast.replay_gate_runs.text,
+                            forecast.replay_trial_runs.text, ""))
+    lines.append(row.format("all", "", forecast.writer_steps.text, forecast.gate_runs.text,
+                            forecast.trial_runs.text, forecast.wall_seconds.duration if timed else ""))
+    calls = f", about {forecast.model_calls.text} model calls" if forecast.model_calls else ""
+    lines += [
+        f"  writers        {forecast.provider} {forecast.model}{calls}",
+        f"  expected cost  {forecast.cost_text} (budget: {forecast.budget_text})",
+        f"                 {forecast.cost_source}",
+        f"  wall time      {forecast.wall_text}",
+        f"                 {forecast.wall_source}",
+        f"                 {forecast.wall_ceiling_text}: {forecast.wall_ceiling_source}",
+    ]
+    lines += [f"  warning: {warning}" for warning in forecast.warnings]
+    lines += [f"  note: {note}" for note in forecast.notes]
+    return [line.rstrip() for line in lines]
 
 
 def _console(out: Any) -> Any:

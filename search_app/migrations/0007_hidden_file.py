@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('search_app', '0004_candidate_patch_round'),
+        ('search_app', '0006_approval_withdrawn'),
     ]
 
     operations = [

@@ -1,0 +1,61 @@
+"""The measurement lane: score and replay trials never overlap with any other command Crucible
+runs on the same host.
+
+Every sandboxed command and every git call holds the lane *shared* while it runs; a timing trial
+holds it *exclusive*, so it runs alone. Writers and gates still run side by side. The lock is a
+pair of `flock` files in `CRUCIBLE_LANE_DIR` (default: the data dir's `locks/`), so it binds
+threads and processes alike on one host; workers on other hosts have their own.
+
+A turnstile gives a waiting trial priority: a shared taker passes through the turnstile first,
+and a trial holds it while it waits for the lane, so a stream of writers and gates cannot starve
+it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from django.conf import settings
+
+SHARED = "shared"
+EXCLUSIVE = "exclusive"
+MODES = (SHARED, EXCLUSIVE)
+
+
+def lane_dir() -> Path:
+    configured = settings.CONFIG.lane_dir
+    return configured if configured is not None else Path(settings.DATA_DIR).resolve() / "locks"
+
+
+def _open(name: str) -> int:
+    folder = lane_dir()
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return os.open(folder / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+@contextlib.contextmanager
+def lane_hold(mode: str = SHARED) -> Iterator[float]:
+    """Hold the lane for one command; yields the seconds spent waiting for it."""
+    if mode not in MODES:
+        raise ValueError(f"lane mode {mode!r}; use {SHARED} or {EXCLUSIVE}")
+    started = time.monotonic()
+    turnstile, lane = _open("measurement-lane.turnstile"), _open("measurement-lane.lock")
+    try:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if mode == EXCLUSIVE:
+            try:  # wait for the lane while holding the turnstile: no new shared holder gets in
+                fcntl.flock(lane, fcntl.LOCK_EX)
+            finally:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+            fcntl.flock(lane, fcntl.LOCK_SH)
+        yield time.monotonic() - started
+    finally:
+        os.close(lane)  # closing releases the flock
+        os.close(turnstile)

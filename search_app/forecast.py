@@ -1,0 +1,391 @@
+"""The forecast before launch: the writer steps, gate runs and trial runs a search plans, and
+what it is expected to cost and how long it should take.
+
+`forecast(spec, history)` is a pure computation from the spec and what earlier searches of the
+same repository left (`History`, read by `search_app.selectors.forecast_history`); the price of
+the writers' model comes in the same way, so nothing here reads the database.
+
+How a search runs, which the counts follow (docs/running-searches.md, "Forecast"):
+- round 0: `population` writer steps; with `worker.refine`, every promoted candidate's writer
+  runs again at the start of each later round;
+- gates run once per new patch: the baseline's, each candidate's in round 0 (fewer if it fails
+  early), each changed refinement's, and the winner's again at each replay;
+- trials run in blocks: in round r every survivor and the baseline run once per block, for
+  `score.trials` blocks, plus (paired scoring) extra blocks for candidates at the cut that cannot
+  be told apart, up to `score.trials_ceiling` blocks; each replay runs the winner and the baseline
+  for `score.trials` blocks;
+- trials run one at a time on a host; writers and gates up to `concurrency` at once.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime_app.fleet import PRESETS
+from runtime_app.prices import Price, Usage, cost_microusd, usd_text
+from search_app.execution import WRITER_TIMEOUT_SECONDS
+from search_app.services import MAX_REPLAYS
+from search_app.spec import SearchSpec
+
+# With no past writer step of the same provider and model, one writer step is priced as this
+# many tokens (about ten model calls on a 20,000-token prompt that the provider caches).
+ASSUMED_WRITER_USAGE = Usage(input_tokens=20_000, output_tokens=15_000, cache_write_tokens=20_000,
+                             cache_read_tokens=180_000)
+_ASSUMED = ASSUMED_WRITER_USAGE
+ASSUMPTION_TEXT = (f"an assumed {_ASSUMED.tokens:,} tokens per writer step ({_ASSUMED.input_tokens:,} input, "
+                   f"{_ASSUMED.cache_write_tokens:,} written to and {_ASSUMED.cache_read_tokens:,} read "
+                   f"from the prompt cache, {_ASSUMED.output_tokens:,} output)")
+AT_MOST_NOTE = ("Counts are at most: a candidate that changes nothing, fails a gate or has a patch "
+                "identical to another's runs fewer (identical patches are evaluated once).")
+
+
+@dataclass(frozen=True)
+class Span:
+    """A planned figure as the fewest and the most it can be (equal when it is exact)."""
+
+    low: float
+    high: float
+
+    def __add__(self, other: Span) -> Span:
+        return Span(self.low + other.low, self.high + other.high)
+
+    def __mul__(self, factor: float) -> Span:
+        return Span(self.low * factor, self.high * factor)
+
+    @property
+    def exact(self) -> bool:
+        return self.low == self.high
+
+    @property
+    def text(self) -> str:
+        """"12" or "12–36", with thousands separators."""
+        low, high = f"{round(self.low):,}", f"{round(self.high):,}"
+        return low if low == high else f"{low}–{high}"
+
+    @property
+    def duration(self) -> str:
+        """As a wall time: "40 s" or "4 min–8 min"."""
+        return span_duration_text(self)
+
+    def as_dict(self) -> dict[str, float]:
+        return {"low": self.low, "high": self.high}
+
+
+def _count(low: int, high: int | None = None) -> Span:
+    return Span(low, low if high is None else high)
+
+
+ZERO = _count(0)
+
+
+@dataclass(frozen=True)
+class History:
+    """What earlier finished searches of the same repository (and project) left.
+
+    `writer_*` come from searches with the same provider and model (or command line): writer
+    step durations, and the totals of their writers' model-call receipts over `writer_steps`
+    steps. Gate and trial durations are per command text, from every search read.
+    """
+
+    searches: int = 0
+    writer_searches: int = 0
+    writer_seconds: tuple[float, ...] = ()
+    writer_steps: int = 0
+    writer_calls: int = 0
+    writer_cost_microusd: int = 0
+    writer_tokens: int = 0
+    gate_seconds: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    trial_seconds: dict[str, tuple[float, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    index: int
+    survivors: int
+    writer_steps: Span
+    gate_runs: Span
+    trial_runs: Span
+    wall_seconds: Span | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"round": self.index, "survivors": self.survivors, "writer_steps": self.writer_steps.as_dict(),
+                "gate_runs": self.gate_runs.as_dict(), "trial_runs": self.trial_runs.as_dict(),
+                "wall_seconds": self.wall_seconds.as_dict() if self.wall_seconds else None}
+
+
+@dataclass(frozen=True)
+class Forecast:
+    writer_kind: str  # "llm" or "command"
+    provider: str
+    model: str
+    rounds: tuple[RoundPlan, ...]
+    replays: Span
+    replay_gate_runs: Span
+    replay_trial_runs: Span
+    writer_steps: Span
+    gate_runs: Span
+    trial_runs: Span
+    model_calls: Span | None
+    cost_microusd: Span | None
+    cost_source: str
+    tokens: Span | None
+    budget_cost_microusd: int | None
+    budget_tokens: int | None
+    wall_seconds: Span | None
+    wall_source: str
+    wall_ceiling_seconds: float
+    wall_ceiling_source: str
+    history_searches: int
+    notes: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def cost_text(self) -> str:
+        if self.cost_microusd is None:
+            return "unknown"
+        low, high = usd_text(self.cost_microusd.low), usd_text(self.cost_microusd.high)
+        return f"about {low}" if low == high else f"about {low}–{high}"
+
+    @property
+    def budget_text(self) -> str:
+        parts = []
+        if self.budget_cost_microusd:
+            parts.append(usd_text(self.budget_cost_microusd))
+        if self.budget_tokens:
+            parts.append(f"{self.budget_tokens:,} tokens")
+        return ", ".join(parts) or "no ceiling"
+
+    @property
+    def wall_text(self) -> str:
+        return "unknown" if self.wall_seconds is None else f"about {span_duration_text(self.wall_seconds)}"
+
+    @property
+    def wall_ceiling_text(self) -> str:
+        return f"at most {duration_text(self.wall_ceiling_seconds)}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, for the API and the CLI's --json."""
+
+        def span(value: Span | None) -> dict[str, float] | None:
+            return value.as_dict() if value is not None else None
+
+        return {
+            "writer_kind": self.writer_kind, "provider": self.provider, "model": self.model,
+            "rounds": [plan.as_dict() for plan in self.rounds],
+            "replay": {"replays": span(self.replays), "gate_runs": span(self.replay_gate_runs),
+                       "trial_runs": span(self.replay_trial_runs)},
+            "writer_steps": span(self.writer_steps), "gate_runs": span(self.gate_runs),
+            "trial_runs": span(self.trial_runs), "model_calls": span(self.model_calls),
+            "cost_microusd": span(self.cost_microusd), "cost_source": self.cost_source,
+            "tokens": span(self.tokens),
+            "budget": {"max_cost_microusd": self.budget_cost_microusd, "max_tokens": self.budget_tokens},
+            "wall_seconds": span(self.wall_seconds), "wall_source": self.wall_source,
+            "wall_ceiling_seconds": self.wall_ceiling_seconds,
+            "wall_ceiling_source": self.wall_ceiling_source,
+            "history_searches": self.history_searches,
+            "notes": list(self.notes), "warnings": list(self.warnings),
+        }
+
+
+def duration_text(seconds: float) -> str:
+    """"0.4 s", "45 s", "12 min", "3.5 h" for people."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def span_duration_text(value: Span) -> str:
+    low, high = duration_text(value.low), duration_text(value.high)
+    return low if low == high else f"{low}–{high}"
+
+
+# ------------------------------------------------------------------------------------ counts
+
+
+def _plan_counts(spec: SearchSpec) -> tuple[list[dict[str, Span]], dict[str, Span]]:
+    """Per round and for the replays: writer steps, gate runs (low and high per candidate) and
+    trial runs."""
+    gates = len(spec.hard_gates.commands)
+    trials = spec.score.trials
+    # Extra blocks only where paired intervals decide; `absolute` scoring runs the block plan as is.
+    ceiling = spec.score.trials_ceiling if spec.score.comparison == "paired" else trials
+    rounds = []
+    for index, survivors in enumerate(spec.rounds):
+        if index == 0:
+            writers = _count(survivors)
+            # The baseline's gates, then each candidate's: at least its first gate, at most all.
+            gate_runs = _count(gates + survivors, gates + survivors * gates)
+        elif spec.worker.refine:
+            writers = _count(survivors)
+            # Gates run again only on a refinement that changed the patch.
+            gate_runs = _count(0, survivors * gates)
+        else:
+            writers, gate_runs = ZERO, ZERO
+        trial_runs = _count((survivors + 1) * trials, (survivors + 1) * ceiling)
+        rounds.append({"survivors": survivors, "writers": writers, "gates": gate_runs, "trials": trial_runs})
+    replays = _count(1, MAX_REPLAYS)
+    replay = {"replays": replays, "gates": replays * gates, "trials": replays * (2 * trials)}
+    return rounds, replay
+
+
+# ------------------------------------------------------------------------------------ history
+
+
+def _median(values: tuple[float, ...] | list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _command_seconds(durations: dict[str, tuple[float, ...]], command: str) -> tuple[float | None, bool]:
+    """(median seconds, whether they are of this very command) — else of any command read."""
+    same = durations.get(command)
+    if same:
+        return statistics.median(same), True
+    every = [value for values in durations.values() for value in values]
+    return _median(every), False
+
+
+def _writer_kind(spec: SearchSpec) -> str:
+    preset = PRESETS.get(spec.worker.provider)
+    # Administrators' presets are LLM providers; only the built-in `command` preset runs a command.
+    return "command" if preset is not None and preset.kind == "command" else "llm"
+
+
+def _searches_text(count: int) -> str:
+    return f"{count} past search{'es' if count != 1 else ''} of this repository"
+
+
+def forecast(
+    spec: SearchSpec, history: History, *, price: Price | None = None, price_label: str = "",
+    model: str = "",
+) -> Forecast:
+    """The plan of a search and its expected cost and wall time.
+
+    `price` is the writers' model's price (None when the price table does not list it) and
+    `price_label` names the entry and table version; `model` is the model id (or the command
+    line) shown.
+    """
+    kind = _writer_kind(spec)
+    rounds, replay = _plan_counts(spec)
+    writers = sum((r["writers"] for r in rounds), ZERO)
+    gate_runs = sum((r["gates"] for r in rounds), ZERO) + replay["gates"]
+    trial_runs = sum((r["trials"] for r in rounds), ZERO) + replay["trials"]
+    notes = [AT_MOST_NOTE]
+    warnings: list[str] = []
+    if spec.worker.refine:
+        notes.append("Refinements are planned for every promoted candidate; one whose candidate falls "
+                     "earlier, or that the budget cannot cover, is not run.")
+
+    # --- cost
+    model_calls = tokens = cost = None
+    if kind == "command":
+        cost_source = ("Command writers report no cost the runtime can measure (a command's own usage "
+                       "line is shown, never trusted), so none is forecast.")
+    elif history.writer_steps and history.writer_calls:
+        per_cost = history.writer_cost_microusd / history.writer_steps
+        cost = writers * per_cost
+        tokens = writers * (history.writer_tokens / history.writer_steps)
+        model_calls = writers * (history.writer_calls / history.writer_steps)
+        cost_source = (f"{usd_text(per_cost)} per writer step: the mean of {history.writer_steps:,} writer "
+                       f"step{'s' if history.writer_steps != 1 else ''}' model-call receipts in "
+                       f"{_searches_text(history.writer_searches)} with {spec.worker.provider} {model}.")
+    elif price is not None:
+        per_cost = cost_microusd(price, ASSUMED_WRITER_USAGE)
+        cost = writers * per_cost
+        tokens = writers * ASSUMED_WRITER_USAGE.tokens
+        cost_source = (f"{usd_text(per_cost)} per writer step: {ASSUMPTION_TEXT}, at the price table's "
+                       f"{price_label or model} prices; no past search of this repository used "
+                       f"{spec.worker.provider} {model}.")
+    else:
+        cost_source = (f"Unknown: the price table lists no price for {model or spec.worker.provider} and no "
+                       "past search of this repository used it.")
+    if kind == "llm":
+        notes.append("An LLM writer step makes several model calls; the reviewer's calls are not counted.")
+    budget_cost, budget_tokens = spec.budget.max_cost_microusd, spec.budget.max_tokens
+    for figure, ceiling, what, text in ((cost, budget_cost, "cost", usd_text),
+                                        (tokens, budget_tokens, "token use",
+                                         lambda n: f"{round(n):,} tokens")):
+        if figure is not None and ceiling and figure.high > ceiling:
+            warnings.append(f"The expected {what} ({text(figure.high)}) exceeds the budget "
+                            f"({text(ceiling)}): admission stops before a writer could exceed it, so some "
+                            "candidates are not written.")
+
+    # --- wall time
+    writer_seconds = _median(history.writer_seconds)
+    per_gate = [_command_seconds(history.gate_seconds, command) for command in spec.hard_gates.commands]
+    trial_seconds, same_trial = _command_seconds(history.trial_seconds, spec.score.command)
+    gates_known = all(seconds is not None for seconds, _ in per_gate)
+    plans = []
+    if writer_seconds is not None and gates_known and trial_seconds is not None:
+        gate_seconds = sum(s for s, _ in per_gate)
+        wall = _wall(spec, rounds, replay, writer_seconds, gate_seconds, trial_seconds)
+        for index, (item, seconds) in enumerate(zip(rounds, wall["rounds"], strict=True)):
+            plans.append(_round_plan(index, item, seconds))
+        wall_seconds = wall["total"]
+        same = all(same for _, same in per_gate) and same_trial
+        wall_source = (f"Medians of {_searches_text(history.searches)}: a writer step "
+                       f"{duration_text(writer_seconds)}, the gates {duration_text(gate_seconds)} per patch"
+                       f"{'' if same else ' (some from other commands)'}, a trial "
+                       f"{duration_text(trial_seconds)}; {spec.concurrency} writers or gates at once, trials "
+                       "one at a time, each round after the last.")
+    else:
+        plans = [_round_plan(index, item, None) for index, item in enumerate(rounds)]
+        wall_seconds = None
+        missing = [what for what, absent in (
+            (f"writer step with {spec.worker.provider} {model}".rstrip(), writer_seconds is None),
+            ("gate", not gates_known), ("trial", trial_seconds is None),
+        ) if absent]
+        wall_source = ("Unknown: no finished search of this repository yet." if not history.searches else
+                       f"Unknown: {_searches_text(history.searches)} recorded no {' and no '.join(missing)}.")
+    gate_timeouts = spec.hard_gates.timeout_seconds * len(spec.hard_gates.commands)
+    ceiling = _wall(spec, rounds, replay, WRITER_TIMEOUT_SECONDS, gate_timeouts, spec.score.timeout_seconds)
+    unlimited = " (LLM writers have no clock limit: counted at that)" if kind == "llm" else ""
+    ceiling_source = (f"An upper bound from the timeouts: {duration_text(WRITER_TIMEOUT_SECONDS)} per writer "
+                      f"step{unlimited}, {spec.hard_gates.timeout_seconds} s per gate, "
+                      f"{spec.score.timeout_seconds} s per trial, every count at its most.")
+    return Forecast(
+        writer_kind=kind, provider=spec.worker.provider, model=model, rounds=tuple(plans),
+        replays=replay["replays"], replay_gate_runs=replay["gates"], replay_trial_runs=replay["trials"],
+        writer_steps=writers, gate_runs=gate_runs, trial_runs=trial_runs, model_calls=model_calls,
+        cost_microusd=cost, cost_source=cost_source, tokens=tokens, budget_cost_microusd=budget_cost,
+        budget_tokens=budget_tokens, wall_seconds=wall_seconds, wall_source=wall_source,
+        wall_ceiling_seconds=ceiling["total"].high, wall_ceiling_source=ceiling_source,
+        history_searches=history.searches, notes=tuple(notes), warnings=tuple(warnings),
+    )
+
+
+def _round_plan(index: int, item: dict[str, Any], seconds: Span | None) -> RoundPlan:
+    return RoundPlan(index, item["survivors"], item["writers"], item["gates"], item["trials"], seconds)
+
+
+def _waves(jobs: float, concurrency: int) -> int:
+    """How many rounds of `concurrency` parallel slots `jobs` equal jobs take."""
+    return math.ceil(jobs / concurrency) if jobs else 0
+
+
+def _wall(spec: SearchSpec, rounds: list[dict[str, Span]], replay: dict[str, Span], writer: float,
+          gates: float, trial: float) -> dict[str, Any]:
+    """Wall seconds per round and in all: writers and a patch's gates in waves of `concurrency`,
+    then the round's trials one at a time (the measurement lane is exclusive), round after round;
+    then each replay's gates and trials, one candidate at a time."""
+    per_round = []
+    for index, item in enumerate(rounds):
+        survivors = item["survivors"]
+        if index == 0:
+            # Every writer then its patch's gates; the baseline's gates fit beside them.
+            parallel = Span(*[_waves(survivors, spec.concurrency) * (writer + gates)] * 2)
+        elif spec.worker.refine:
+            waves = _waves(survivors, spec.concurrency)
+            parallel = Span(waves * writer, waves * (writer + gates))
+        else:
+            parallel = ZERO
+        per_round.append(parallel + item["trials"] * trial)
+    replays = replay["replays"] * gates + replay["trials"] * trial
+    total = sum(per_round, ZERO) + replays
+    return {"rounds": per_round, "total": total}

@@ -1,0 +1,152 @@
+"""Fair measurement: interleaved blocks, paired ratios, confidence intervals and the decisions
+made on them. Pure functions over plain values, so every rule is tested without a database.
+
+- In block k every surviving candidate and the baseline run one trial, in an order shuffled by
+  a seed derived from the search id, the round and k (`block_order`): deterministic, so it is
+  part of what was preregistered.
+- A candidate's figure is the median of its per-block ratios to the baseline's trial in the same
+  block (`paired_ratios`), with a seeded bootstrap confidence interval (`median_interval`).
+- Decisions read the intervals: a candidate beats the baseline when its whole interval is on the
+  better side of 1; candidates whose intervals overlap the best-placed member of their group are
+  tied (`tie_groups`); a round's cut that falls inside a tie group is contested and earns more
+  blocks for just those candidates (`contested`), and if they still overlap the tie-breakers
+  decide, never the noise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+RESAMPLES = 2000
+
+
+def _rng(*parts: object) -> random.Random:
+    seed = hashlib.sha256(":".join(str(part) for part in parts).encode()).digest()
+    return random.Random(int.from_bytes(seed[:8], "big"))
+
+
+def block_order(search_id: str, round_index: int, block: int, members: Sequence[str]) -> list[str]:
+    """The order members run in block `block` of round `round_index`: a shuffle seeded by all three."""
+    order = sorted(members)
+    _rng("crucible-block", search_id, round_index, block).shuffle(order)
+    return order
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A median and its confidence interval over `samples` values."""
+
+    point: float
+    low: float
+    high: float
+    confidence: float
+    samples: int
+
+    def overlaps(self, other: Interval) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+
+def median_interval(values: Sequence[float], confidence: float, seed: str,
+                    resamples: int = RESAMPLES) -> Interval:
+    """The median of `values` with a percentile-bootstrap interval at `confidence`, seeded so the
+    same values always give the same interval."""
+    if not values:
+        raise ValueError("no values to summarise")
+    point = statistics.median(values)
+    if len(values) == 1:
+        return Interval(point, point, point, confidence, 1)
+    rng = _rng("crucible-bootstrap", seed)
+    size = len(values)
+    medians = sorted(statistics.median(rng.choices(values, k=size)) for _ in range(resamples))
+    tail = (1 - confidence) / 2
+    low = medians[int(tail * (resamples - 1))]
+    high = medians[round((1 - tail) * (resamples - 1))]
+    return Interval(point, min(low, point), max(high, point), confidence, size)
+
+
+def paired_ratios(values: Mapping[int, float], baseline: Mapping[int, float]) -> list[float]:
+    """Each block's candidate value over the baseline's value in the same block (blocks where
+    either is missing, or the baseline measured 0, are left out)."""
+    return [values[block] / baseline[block] for block in sorted(values)
+            if block in baseline and baseline[block] != 0]
+
+
+def is_better(a: float, b: float, direction: str) -> bool:
+    return a < b if direction == "minimize" else a > b
+
+
+def beats(interval: Interval, reference: float, direction: str) -> bool:
+    """Whether the whole interval lies on the better side of `reference` (1 for a paired ratio)."""
+    return interval.high < reference if direction == "minimize" else interval.low > reference
+
+
+def tie_groups(intervals: Mapping[str, Interval], direction: str) -> list[list[str]]:
+    """Candidates best first, grouped: a group is its best remaining candidate (by point, then id)
+    and every other remaining candidate whose interval overlaps that one's."""
+    def key(cid: str) -> tuple[float, str]:
+        point = intervals[cid].point
+        return (point if direction == "minimize" else -point, cid)
+
+    remaining = sorted(intervals, key=key)
+    groups = []
+    while remaining:
+        leader = remaining[0]
+        group = [cid for cid in remaining if cid == leader or intervals[cid].overlaps(intervals[leader])]
+        groups.append(group)
+        remaining = [cid for cid in remaining if cid not in group]
+    return groups
+
+
+def tied_scores(intervals: Mapping[str, Interval], direction: str) -> dict[str, float]:
+    """The score each candidate is ranked by: its group leader's point, so tied candidates rank
+    equal and the tie-breakers order them."""
+    return {cid: intervals[group[0]].point for group in tie_groups(intervals, direction) for cid in group}
+
+
+def contested(intervals: Mapping[str, Interval], keep: int, direction: str) -> list[str]:
+    """Candidates of a tie group that the cut after the best `keep` falls inside (some of the
+    group would be kept, some not): their order is not yet known."""
+    place = 0
+    for group in tie_groups(intervals, direction):
+        if place < keep < place + len(group):
+            return sorted(group)
+        place += len(group)
+    return []
+
+
+def undecided_against(intervals: Mapping[str, Interval], reference: float, direction: str) -> list[str]:
+    """Candidates whose interval contains `reference`: neither better nor worse, yet."""
+    return sorted(cid for cid, interval in intervals.items() if interval.low <= reference <= interval.high)
+
+
+def describe(interval: Interval, *, paired: bool) -> str:
+    """`0.41× baseline [0.38, 0.44] at 95 %` (paired) or `12.3 [11.9, 12.8] at 95 %`."""
+    level = f"{interval.confidence * 100:g} %"
+    if paired:
+        return f"{interval.point:.3g}× baseline [{interval.low:.3g}, {interval.high:.3g}] at {level}"
+    return f"{interval.point:g} [{interval.low:g}, {interval.high:g}] at {level}"
+
+
+def replay_consistent(won: Interval, replayed: Interval, direction: str) -> tuple[bool, str]:
+    """A paired replay passes when its interval overlaps the one the candidate won with and
+    still beats the baseline."""
+    shown = f"replayed {describe(replayed, paired=True)}; won with {describe(won, paired=True)}"
+    if not beats(replayed, 1.0, direction):
+        return False, f"{shown}: the replay no longer beats the baseline"
+    if not replayed.overlaps(won):
+        return False, f"{shown}: the intervals do not overlap"
+    return True, f"{shown}: consistent"
+
+
+def replay_within_band(earlier: Sequence[float], replayed: float, tolerance: float) -> tuple[bool, str]:
+    """`absolute` comparison: does a replayed median agree with the earlier trials, within their
+    noise (their spread, or `tolerance` times their median, whichever is wider)?"""
+    median = statistics.median(earlier)
+    band = max(max(earlier) - min(earlier), abs(median) * tolerance)
+    if abs(replayed - median) <= band:
+        return True, f"replayed median {replayed:g} is within {band:g} of {median:g}"
+    return False, f"replayed median {replayed:g} moved more than {band:g} from {median:g}"

@@ -1,0 +1,129 @@
+"""Blocks, paired ratios, intervals and the decisions on them (search_app/measurement.py)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from search_app.measurement import (
+    Interval,
+    beats,
+    block_order,
+    contested,
+    describe,
+    median_interval,
+    paired_ratios,
+    replay_consistent,
+    tie_groups,
+    tied_scores,
+    undecided_against,
+)
+
+MEMBERS = ["baseline", "cand_001", "cand_002", "cand_003", "cand_004"]
+
+
+def test_block_order_is_the_same_for_the_same_search_round_and_block():
+    assert block_order("search-abc", 1, 3, MEMBERS) == block_order("search-abc", 1, 3, MEMBERS[::-1])
+
+
+def test_block_order_changes_between_blocks_and_between_searches():
+    orders = {tuple(block_order("search-abc", 0, block, MEMBERS)) for block in range(12)}
+    assert len(orders) > 6  # shuffled per block, not one fixed order
+    assert block_order("search-abc", 0, 0, MEMBERS) != block_order("search-def", 0, 0, MEMBERS) or \
+        block_order("search-abc", 0, 1, MEMBERS) != block_order("search-def", 0, 1, MEMBERS)
+
+
+def test_every_member_runs_once_per_block():
+    for block in range(20):
+        assert sorted(block_order("search-x", 2, block, MEMBERS)) == sorted(MEMBERS)
+
+
+def test_each_member_takes_every_position_across_blocks():
+    seen = {member: set() for member in MEMBERS}
+    for block in range(60):
+        for position, member in enumerate(block_order("search-x", 0, block, MEMBERS)):
+            seen[member].add(position)
+    assert all(positions == set(range(len(MEMBERS))) for positions in seen.values())
+
+
+def test_paired_ratios_divide_by_the_baseline_of_the_same_block():
+    assert paired_ratios({0: 2.0, 1: 3.0, 2: 5.0}, {0: 4.0, 1: 6.0, 3: 1.0}) == [0.5, 0.5]
+
+
+def test_a_baseline_that_measured_zero_gives_no_ratio():
+    assert paired_ratios({0: 1.0, 1: 2.0}, {0: 0.0, 1: 4.0}) == [0.5]
+
+
+def test_the_interval_of_one_value_is_that_value():
+    assert median_interval([0.4], 0.95, "s") == Interval(0.4, 0.4, 0.4, 0.95, 1)
+
+
+def test_the_interval_of_known_samples_brackets_their_median_and_is_reproducible():
+    values = [0.40, 0.41, 0.42, 0.43, 0.44, 0.45, 0.46, 0.47, 0.48, 0.49, 0.50, 0.51]
+    interval = median_interval(values, 0.95, "search-x/cand_001")
+    assert interval.point == pytest.approx(0.455)
+    assert 0.40 <= interval.low < interval.point < interval.high <= 0.51
+    assert interval == median_interval(values, 0.95, "search-x/cand_001")
+    wider = median_interval(values, 0.99, "search-x/cand_001")
+    assert wider.low <= interval.low and wider.high >= interval.high
+
+
+def test_with_three_values_the_95_percent_interval_is_their_range():
+    interval = median_interval([0.3, 0.5, 0.4], 0.95, "s")
+    assert (interval.low, interval.point, interval.high) == (0.3, 0.4, 0.5)
+
+
+@given(st.lists(st.floats(min_value=0.01, max_value=100), min_size=1, max_size=25),
+       st.sampled_from([0.5, 0.9, 0.95, 0.999]))
+def test_an_interval_always_contains_its_median_and_lies_within_the_values(values, confidence):
+    interval = median_interval(values, confidence, "seed")
+    assert min(values) <= interval.low <= interval.point <= interval.high <= max(values)
+
+
+def test_beating_the_baseline_needs_the_whole_interval_on_the_better_side():
+    assert beats(Interval(0.41, 0.38, 0.44, 0.95, 5), 1.0, "minimize")
+    assert not beats(Interval(0.9, 0.8, 1.02, 0.95, 5), 1.0, "minimize")
+    assert beats(Interval(1.3, 1.1, 1.5, 0.95, 5), 1.0, "maximize")
+    assert undecided_against({"a": Interval(0.9, 0.8, 1.02, 0.95, 5), "b": Interval(0.4, 0.3, 0.5, 0.95, 5)},
+                             1.0, "minimize") == ["a"]
+
+
+def _intervals(**points: tuple[float, float, float]) -> dict[str, Interval]:
+    return {cid: Interval(point, low, high, 0.95, 5) for cid, (low, point, high) in points.items()}
+
+
+def test_tie_groups_gather_what_overlaps_each_group_s_best_member():
+    intervals = _intervals(a=(0.30, 0.32, 0.34), b=(0.33, 0.35, 0.37), c=(0.36, 0.38, 0.40),
+                           d=(0.60, 0.62, 0.64))
+    # c overlaps b but not a: it leads the next group rather than chaining onto a's.
+    assert tie_groups(intervals, "minimize") == [["a", "b"], ["c"], ["d"]]
+    assert tie_groups(intervals, "maximize") == [["d"], ["c", "b"], ["a"]]
+
+
+def test_tied_candidates_rank_by_the_same_score_so_tie_breakers_order_them():
+    intervals = _intervals(a=(0.30, 0.32, 0.34), b=(0.33, 0.35, 0.37), d=(0.60, 0.62, 0.64))
+    assert tied_scores(intervals, "minimize") == {"a": 0.32, "b": 0.32, "d": 0.62}
+
+
+def test_a_cut_inside_a_tie_group_is_contested_and_one_between_groups_is_not():
+    intervals = _intervals(a=(0.30, 0.32, 0.34), b=(0.33, 0.35, 0.37), c=(0.36, 0.38, 0.40),
+                           d=(0.60, 0.62, 0.64))
+    assert contested(intervals, 1, "minimize") == ["a", "b"]
+    assert contested(intervals, 2, "minimize") == []
+    assert contested(intervals, 3, "minimize") == []
+    assert contested(intervals, 4, "minimize") == []
+
+
+def test_reasons_show_the_interval():
+    assert describe(Interval(0.41, 0.38, 0.44, 0.95, 5), paired=True) == "0.41× baseline [0.38, 0.44] at 95 %"
+    assert describe(Interval(12.3, 11.9, 12.8, 0.9, 5), paired=False) == "12.3 [11.9, 12.8] at 90 %"
+
+
+def test_a_replay_consistent_with_its_win_and_still_better_than_the_baseline_passes():
+    won = Interval(0.41, 0.38, 0.44, 0.95, 5)
+    assert replay_consistent(won, Interval(0.43, 0.40, 0.47, 0.95, 5), "minimize")[0]
+    passed, why = replay_consistent(won, Interval(0.7, 0.6, 0.8, 0.95, 5), "minimize")
+    assert not passed and "do not overlap" in why
+    passed, why = replay_consistent(won, Interval(0.9, 0.4, 1.1, 0.95, 5), "minimize")
+    assert not passed and "no longer beats the baseline" in why
