@@ -355,3 +355,16 @@ def test_something_the_command_ran_in_turn_is_not_a_start_failure():
                          "sh scripts/build.sh", lambda path: True) is None
     assert start_failure(receipt(1, "boom"), "score.command", "python bench.py", lambda path: True) is None
     assert start_failure(receipt(0), "score.command", "python9 bench.py", lambda path: False) is None
+
+
+@DB
+def test_a_score_command_that_cannot_start_stops_the_search_at_its_first_trial(personas, tmp_path, data_dir):
+    repo = plan_repo(tmp_path / "repo", {"cand_001": 5, "cand_002": 6})
+    score = 'cd "$PWD" && python scripts/score_gone.py'  # beyond the parser: checked only when it runs
+    search = services.search_freeze(personas.owner, personas.alpha, spec(score=score), "HEAD",
+                                    repository_path=str(repo))
+    run = run_inline(personas, search)
+    assert (run.status, run.outcome) == ("finished", "NONE")
+    assert run.reason.startswith(f"stopped: score.command `{score}` cannot start: scripts/score_gone.py: No "
+                                 "such file or directory inside the sandbox")
+    assert Receipt.objects.filter(label__contains="trial").count() == 1
