@@ -47,6 +47,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_EVENT_POLL_SECONDS", "how often live pages poll the DB for events"),
     Variable("CRUCIBLE_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", "INFO"),
     Variable("CRUCIBLE_REPO_ROOTS", "comma-separated absolute dirs repositories may be registered under"),
+    Variable("CRUCIBLE_READ_ROOTS", "comma-separated absolute dirs a spec's read_paths may name "
+             "(host paths its commands read, read-only)"),
+    Variable("CRUCIBLE_EVALUATOR_ROOTS", "comma-separated absolute dirs hidden evaluator files may be "
+             "read from at freeze"),
     Variable("CRUCIBLE_ALLOWED_EXTENSIONS",
              "comma-separated dotted paths of engines, agents and benchmarks the web and API may name"),
     Variable("CRUCIBLE_SANDBOX", "bubblewrap for commands: required, preferred or off", "preferred"),
@@ -89,6 +93,8 @@ class Config:
     log_level: str
     require_services: bool
     repo_roots: list[Path]
+    read_roots: list[Path]
+    evaluator_roots: list[Path]
     allowed_extensions: tuple[str, ...]
     sandbox: str
     sandbox_uid: int
@@ -248,6 +254,8 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         database_url=database_url,
         redis_url=redis_url,
         repo_roots=_directories("CRUCIBLE_REPO_ROOTS", get("CRUCIBLE_REPO_ROOTS") or ""),
+        read_roots=_directories("CRUCIBLE_READ_ROOTS", get("CRUCIBLE_READ_ROOTS") or ""),
+        evaluator_roots=_directories("CRUCIBLE_EVALUATOR_ROOTS", get("CRUCIBLE_EVALUATOR_ROOTS") or ""),
         allowed_extensions=_dotted_paths(
             "CRUCIBLE_ALLOWED_EXTENSIONS", get("CRUCIBLE_ALLOWED_EXTENSIONS") or ""
         ),

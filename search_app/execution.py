@@ -27,8 +27,10 @@ from runtime_app.models import Receipt
 from runtime_app.policy import PolicyRules, read_only_paths
 from runtime_app.sandbox import Limits, SandboxError
 from runtime_app.worktrees import patch_extract, worktree_create, worktree_remove, worktrees_root
+from search_app.hidden import hidden_files_write, readable_for
 from search_app.measurement import block_order
 from search_app.models import Search, Step
+from search_app.preflight import search_start_failure
 from search_app.spec import SearchSpec, spec_validate
 
 LLM_KINDS = ("anthropic", "bedrock", "openai-compatible")
@@ -242,8 +244,14 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
         elif kind == "command":
             prompt = writer_prompt(search, spec, candidate.candidate_id, step.round, refining)
             writer = _run(step, spec.worker.command, f"{candidate.candidate_id} writer", cwd=worktree,
-                          timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel, env=env, stdin=prompt.encode())
+                          timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel, env=env, stdin=prompt.encode(),
+                          readable=readable_for(spec, "worker"))
             written = {"usage": _usage(writer), "receipts": [writer.pk]}
+            # A writer that cannot start stops the search (search_app/preflight.py), not just this candidate.
+            failure = search_start_failure(search, writer, "worker.command", spec.worker.command)
+            if failure:
+                return {**failure.result(), "receipts": receipts + written["receipts"],
+                        "usage": written["usage"]}
         else:
             return {"eliminated": f"provider kind {kind!r} has no writer in this version of Crucible "
                                   "(anthropic and command workers run today)"}
@@ -290,7 +298,7 @@ def _evaluation_tree(step: Step, candidate: Any, spec: SearchSpec, purpose: str,
     if worktree is None:
         return None, admit, []
     try:
-        _hidden_files_write(worktree, spec.evaluator.files)
+        hidden_files_write(worktree, search)  # the frozen snapshot (search_app/hidden.py)
         files = [str(path.relative_to(worktree)) for path in worktree.rglob("*")
                  if path.is_file() and ".git" not in path.relative_to(worktree).parts[:1]]
     except BaseException:
@@ -305,10 +313,15 @@ def _gates(step: Step, spec: SearchSpec, tree: Path, read_only: list[str], label
     else the step's result (eliminated or cancelled)."""
     for number, command in enumerate(spec.hard_gates.commands, start=1):
         gate = _run(step, command, f"{label} gate {number}", cwd=tree, cancel=cancel,
-                    timeout=spec.hard_gates.timeout_seconds, fresh=True, read_only=read_only)
+                    timeout=spec.hard_gates.timeout_seconds, fresh=True, read_only=read_only,
+                    readable=readable_for(spec, "hard_gates"))
         receipts.append(gate.pk)
         if gate.detail.get("cancelled"):
             return {"cancelled": True, "receipts": receipts}
+        # Cannot start: the spec's failure (stop the search), or a script its patch deleted.
+        failure = search_start_failure(step.search, gate, f"hard_gates.commands[{number - 1}]", command)
+        if failure:
+            return {**failure.result(), "receipts": receipts, "gates_passed": number - 1}
         if not gate.succeeded:
             return {"eliminated": f"gate {number} `{command}` {gate.outcome} (receipt #{gate.pk})",
                     "receipts": receipts, "gates_passed": number - 1}
@@ -357,7 +370,8 @@ def _trial(step: Step, spec: SearchSpec, member: Any, tree: Path, read_only: lis
     metrics_file = scratch / f"metrics-{uuid.uuid4().hex}.json" if reported else None
     trial = _run(step, spec.score.command, f"{label} trial block {block}", cwd=tree,
                  timeout=spec.score.timeout_seconds, cancel=cancel, fresh=True, read_only=read_only,
-                 metrics_file=metrics_file, lane=EXCLUSIVE, subject=member.pk,
+                 readable=readable_for(spec, "score"), metrics_file=metrics_file, lane=EXCLUSIVE,
+                 subject=member.pk,
                  note={"block": block, "position": position, "round": step.round,
                        "measures": member.candidate_id, "metric": spec.score.metric,
                        "metric_source": "runtime" if not reported else "reported by the score command"})
@@ -405,6 +419,13 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
                 receipts.append(trial.pk)
                 if trial.detail.get("cancelled"):
                     return {"cancelled": True, "receipts": receipts}
+                # As for the gates: a score command that cannot start stops the search (preflight.py).
+                failure = search_start_failure(search, trial, "score.command", spec.score.command)
+                if failure and failure.spec:
+                    return {"spec_failure": failure.message, "receipts": receipts}
+                if failure:
+                    dropped[cid] = failure.message
+                    continue
                 if not reading.counted:
                     dropped[cid] = f"trial in block {block}: {reading.reason} (receipt #{trial.pk})"
                     continue
@@ -610,7 +631,7 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
 
     def shell(command: str) -> str:
         ran = _run(step, command, f"{candidate.candidate_id} writer shell", cwd=worktree,
-                   timeout=SHELL_TIMEOUT_SECONDS, cancel=cancel)
+                   timeout=SHELL_TIMEOUT_SECONDS, cancel=cancel, readable=readable_for(spec, "worker"))
         receipts.append(ran.pk)
         return f"exit {ran.exit_code} ({ran.outcome})\n{ran.stdout_excerpt}{ran.stderr_excerpt}"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,8 @@ from dulwich.repo import Repo
 
 from runtime_app.fleet import preset_efforts, preset_resolve_model
 from runtime_app.git import GitError, file_at, is_tree, ref_resolve, repo_open, worktree_changes
-from search_app.spec import SearchSpec, spec_normalized, spec_validate
+from search_app.hidden import HiddenSnapshot, HostReport, hidden_snapshots, read_path_records
+from search_app.spec import SearchSpec, SpecError, _locate, key_positions, spec_normalized, spec_validate
 
 RECORD_FORMAT = "crucible-search/1"
 
@@ -40,17 +42,31 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def evidence_record(spec: SearchSpec, contents: dict[str, bytes]) -> dict[str, Any]:
-    return {
+def evidence_record(
+    spec: SearchSpec, contents: dict[str, bytes], read_paths: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Public evidence: files at the baseline, the notes and (only when declared, so every
+    earlier id stays) what the worker's read paths held at freeze."""
+    record: dict[str, Any] = {
         "files": [{"path": path, "sha256": sha256_hex(contents[path])} for path in spec.evidence.files],
         "text": spec.evidence.text,
     }
+    if read_paths:
+        record["read_paths"] = read_paths
+    return record
 
 
-def evaluator_record(spec: SearchSpec) -> dict[str, Any]:
-    """What judges candidates: gate and score commands, timeouts, hidden file contents."""
+def evaluator_record(
+    spec: SearchSpec, hidden: Sequence[HiddenSnapshot] = (),
+    read_paths: dict[str, list[dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
+    """What judges candidates: gate and score commands, timeouts, hidden file contents (inline
+    ones by path and hash, as always; host ones with their size and source too) and, only when
+    declared, what the gates' and score's read paths held at freeze."""
     gates, score = spec.hard_gates, spec.score
-    return {
+    inline = [{"path": path, "sha256": sha256_hex(content.encode())}
+              for path, content in spec.evaluator.inline().items()]
+    record = {
         "hard_gates": {"commands": list(gates.commands), "timeout_seconds": gates.timeout_seconds},
         "score": {
             "command": score.command,
@@ -59,11 +75,12 @@ def evaluator_record(spec: SearchSpec) -> dict[str, Any]:
             "trials": score.trials,
             "timeout_seconds": score.timeout_seconds,
         },
-        "hidden_files": [
-            {"path": path, "sha256": sha256_hex(content.encode())}
-            for path, content in sorted(spec.evaluator.files.items())
-        ],
+        "hidden_files": sorted([*inline, *(item.record() for item in hidden)], key=lambda item: item["path"]),
     }
+    evaluated = {section: paths for section, paths in (read_paths or {}).items() if section != "worker"}
+    if evaluated:
+        record["read_paths"] = evaluated
+    return record
 
 
 def preregistration_record(
@@ -109,6 +126,7 @@ class FrozenInputs:
     candidate_batches: list[list[str]]
     evidence: dict[str, Any]
     evaluator: dict[str, Any]
+    hidden: tuple[HiddenSnapshot, ...] = ()  # host hidden files, snapshotted with the search
 
     def hashed_inputs(self) -> dict[str, Any]:
         """Everything a reviewer needs to recompute both hashes."""
@@ -173,6 +191,8 @@ def freeze_inputs(spec_text: str, repository_path: str, ref: str) -> FrozenInput
                 problems.append(f"evidence.files: {path}: {missing} at {commit[:12]}")
             else:
                 contents[path] = data
+        host, host_problems = host_inputs(spec, spec_text)
+        problems += host_problems
         if problems:
             raise FreezeError(problems)
     finally:
@@ -180,8 +200,8 @@ def freeze_inputs(spec_text: str, repository_path: str, ref: str) -> FrozenInput
     spec = spec_preset_defaults(spec)
     requested = spec.worker.model or spec.worker.command
     resolved, resolution = preset_resolve_model(spec.worker.provider, requested)
-    evidence = evidence_record(spec, contents)
-    evaluator = evaluator_record(spec)
+    evidence = evidence_record(spec, contents, host.read_paths.get("worker"))
+    evaluator = evaluator_record(spec, host.hidden, host.read_paths)
     evidence_hash = sha256_hex(canonical(evidence))
     evaluator_hash = sha256_hex(canonical(evaluator))
     record = preregistration_record(
@@ -196,5 +216,21 @@ def freeze_inputs(spec_text: str, repository_path: str, ref: str) -> FrozenInput
         public_evidence_hash=evidence_hash, evaluator_hash=evaluator_hash, record=record,
         preregistration_hash=prereg, search_id=search_id_for(prereg),
         candidate_batches=candidate_batches(spec.population, spec.concurrency),
-        evidence=evidence, evaluator=evaluator,
+        evidence=evidence, evaluator=evaluator, hidden=tuple(host.hidden),
     )
+
+
+def host_inputs(spec: SearchSpec, spec_text: str) -> tuple[HostReport, list[str]]:
+    """Read the host files `spec` names (hidden evaluator files, read paths); each problem comes
+    back as a line placed at its key, like every spec error."""
+    report = HostReport()
+    hidden_snapshots(spec, report)
+    read_path_records(spec, report)
+    positions = key_positions(spec_text) if report.problems else {}
+    lines = []
+    for key, message in report.problems:
+        listed = key[1] == "read_paths"
+        line, column = _locate(positions, key[:2] if listed else key)
+        where = f"{key[0]}.read_paths[{key[2]}]" if listed else ".".join(key)
+        lines.append(f"spec {SpecError(line, column, where, message)}")
+    return report, lines

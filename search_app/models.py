@@ -330,3 +330,29 @@ class Merge(models.Model):
 
     def __str__(self) -> str:
         return f"{self.search.search_id} → {self.branch} @ {self.commit_sha[:12]}"
+
+
+class HiddenFile(models.Model):
+    """A hidden evaluator file read from the host at freeze: the bytes every evaluation tree of
+    its search receives, whatever happens on the host later. Never shown to writers; pages show
+    its path, hash and size only."""
+
+    search = models.ForeignKey(Search, on_delete=models.CASCADE, related_name="hidden_files")
+    path = models.CharField(max_length=1000, help_text="where it lands in the evaluation tree")
+    source = models.CharField(max_length=2000, help_text="the host path it was read from")
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    executable = models.BooleanField(default=False)
+    content = models.BinaryField()
+
+    class Meta:
+        ordering = ["search", "path"]
+        constraints = [models.UniqueConstraint(fields=["search", "path"], name="unique_hidden_file")]
+
+    def __str__(self) -> str:
+        return f"{self.search.search_id} {self.path} ({self.size} bytes)"
+
+    def save(self, *args, **kwargs) -> None:
+        if self.pk is not None:
+            raise ValueError("a hidden file's snapshot is immutable, like its search")
+        super().save(*args, **kwargs)

@@ -83,13 +83,17 @@ def _cell(text: str) -> str:
 
 
 def _type(schema: dict[str, Any]) -> str:
-    if "anyOf" in schema:
-        return " or ".join(_type(member) for member in schema["anyOf"] if member.get("type") != "null")
+    members = schema.get("anyOf") or schema.get("oneOf")
+    if members:
+        return " or ".join(_type(member) for member in members if member.get("type") != "null")
+    if "$ref" in schema:
+        return "table"
     kind = schema.get("type")
     if kind == "array":
         return f"array of {_type(schema.get('items', {}))}s"
     if kind == "object":
-        return f"table of {_type(schema.get('additionalProperties', {}))}s"
+        values = schema.get("additionalProperties", {})
+        return "table of " + " or ".join(f"{_type(m)}s" for m in values.get("oneOf", [values]))
     return {"integer": "integer", "string": "string", "boolean": "boolean"}.get(kind, str(kind))
 
 
@@ -131,7 +135,9 @@ def _range(schema: dict[str, Any], *, paths: bool = False) -> str:
     if schema.get("type") == "boolean" and not parts:
         parts.append("`true` or `false`")
     if schema.get("type") == "object" and paths:
-        parts.append("keys are repo paths (see [Paths](#paths)), values the file contents")
+        host = "oneOf" in schema.get("additionalProperties", {})
+        parts.append("keys are repo paths (see [Paths](#paths)), values the file contents"
+                     + (" or a host source table" if host else ""))
     return "; ".join(parts)
 
 

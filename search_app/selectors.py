@@ -113,6 +113,9 @@ def run_summary(search: Search) -> dict[str, Any]:
         "winner": run.winner.candidate_id if run and run.winner else None,
         "winner_patch_sha256": run.winner.patch_sha256 if run and run.winner else None,
         "reason": run.reason if run else "",
+        # A command of the spec that could not start and stopped the search (search_app/preflight.py).
+        "spec_failure": (search.steps.filter(result__has_key="spec_failure").order_by("finished_at", "id")
+                         .values_list("result__spec_failure", flat=True).first() or "") if run else "",
         "started_at": run.started_at if run else None,
         "finished_at": run.finished_at if run else None,
         "budget": budget,

@@ -13,7 +13,8 @@ from runtime_app import roles
 from runtime_app.models import Project, Repository
 from runtime_app.services import _require, _require_member, audit_record, event_emit
 from search_app.freeze import FreezeError, freeze_inputs
-from search_app.models import Search, Spec, SpecVersion
+from search_app.models import HiddenFile, Search, Spec, SpecVersion
+from search_app.preflight import preflight_problems, start_problems
 from search_app.spec import MAX_SPEC_BYTES, spec_validate
 
 logger = logging.getLogger(__name__)
@@ -116,6 +117,10 @@ def search_freeze(
         if existing.project_id != project.pk:
             raise ValidationError("These exact inputs are already frozen in another project.")
         return existing
+    # A command that cannot start inside the sandbox is refused now, not after every candidate ran.
+    cannot_start = preflight_problems(frozen.spec, frozen.repository_path, frozen.baseline_commit)
+    if cannot_start:
+        raise ValidationError({"__all__": cannot_start})
     try:
         with transaction.atomic():
             search = Search.objects.create(
@@ -132,6 +137,11 @@ def search_freeze(
                 spec_normalized=frozen.record["spec"], hashed_inputs=frozen.hashed_inputs(),
                 candidate_batches=frozen.candidate_batches, created_by=user,
             )
+            HiddenFile.objects.bulk_create([  # host hidden files: the bytes frozen with the search
+                HiddenFile(search=search, path=item.path, source=item.source, sha256=item.sha256,
+                           size=len(item.data), executable=item.executable, content=item.data)
+                for item in frozen.hidden
+            ])
             audit_record(user, "search.freeze", project=project,
                          target=f"{search.search_id} {search.name}",
                          detail={"preregistration_hash": search.preregistration_hash})
@@ -207,6 +217,11 @@ def search_start(user: Any, search: Search, *, enqueue: bool = True) -> Any:
     _require(user, roles.OPERATE)
     _require_member(user, search.project)
     spec = search_spec(search)
+    if not SearchRun.objects.filter(search=search).exists():
+        # Before anything runs or is spent: every command must be able to start (search_app/preflight.py).
+        cannot_start = start_problems(search)
+        if cannot_start:
+            raise ValidationError(cannot_start)
     with transaction.atomic():
         run, created = SearchRun.objects.get_or_create(
             search=search,
@@ -651,6 +666,16 @@ def _outcome_none(run: Any, reason: str) -> None:
     _search_event(run.search, "search.finished", f"{run.search.name}: NONE — {reason}", outcome="NONE")
 
 
+def _spec_failure_stop(run: Any, message: str) -> None:
+    """The first command that cannot start stops the search with NONE and its reason: the rest
+    would hit the same wall. Running steps are cancelled (as by a person) and settled below."""
+    if run.status != "running":
+        return  # stopping already: the first reason stands
+    run.status, run.outcome, run.reason = "cancelling", "NONE", _one_line(f"stopped: {message}")
+    run.save(update_fields=["status", "outcome", "reason", "updated_at"])
+    _search_event(run.search, "search.spec_failure", f"{run.search.name}: {run.reason}")
+
+
 def _cancel_settle(run: Any) -> None:
     from django.utils import timezone
 
@@ -659,14 +684,19 @@ def _cancel_settle(run: Any) -> None:
     if search.steps.filter(state="running").exists():
         run.save()
         return
+    stopped = run.outcome == "NONE"  # by _spec_failure_stop, not by a person
     run.reserved_cost_microusd = run.reserved_tokens = 0
-    run.status, run.phase, run.finished_at = "cancelled", "done", timezone.now()
-    run.reason = "cancelled by a person"
+    run.status, run.phase, run.finished_at = "finished" if stopped else "cancelled", "done", timezone.now()
+    run.reason = run.reason if stopped else "cancelled by a person"
     for candidate in search.candidates.exclude(state__in=("eliminated", "not_admitted", "winner")):
         candidate.state = "cancelled"
-        candidate.reason = candidate.reason or "the search was cancelled"
+        candidate.reason = candidate.reason or (
+            "the search stopped" if stopped else "the search was cancelled")
         candidate.save(update_fields=["state", "reason", "updated_at"])
     run.save()
+    if stopped:
+        _search_event(search, "search.finished", f"{search.name}: NONE — {run.reason}", outcome="NONE")
+        return
     _search_event(search, "search.cancelled", f"{search.name}: cancelled", outcome="cancelled")
 
 
@@ -796,6 +826,9 @@ def _step_record(step_pk: int, owner: str, result: dict) -> bool:
         step.save()
         run.save()
         if step.state == "cancelled":
+            return True
+        if "spec_failure" in result:  # a command of the spec cannot start: stop the search (preflight.py)
+            _spec_failure_stop(run, result["spec_failure"])
             return True
         if "error" in result:
             if step.kind == "measure":

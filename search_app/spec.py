@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import json
 import re
 import tomllib
 import types
@@ -15,7 +16,17 @@ import typing
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from runtime_app.fleet import EFFORTS, PRESETS, preset_get, preset_names
 from runtime_app.policy import DEFAULT_MAX_PATCH_BYTES, DEFAULT_MAX_PATCH_FILES
@@ -52,6 +63,31 @@ def _check_repo_path(value: str) -> str:
     return value
 
 
+def _check_host_path(value: str) -> str:
+    """An absolute host path: 2–1,000 characters, written out plainly (no `..`, `.`, `//` or
+    trailing `/`), no control characters."""
+    if not value or len(value) > 1000:
+        raise ValueError("a path of 1 to 1,000 characters")
+    if _CONTROL.search(value):
+        raise ValueError("a path without control characters")
+    if not value.startswith("/"):
+        raise ValueError("an absolute host path, starting with `/`")
+    parts = value.split("/")[1:]
+    if value == "/" or any(part in ("", ".", "..") for part in parts):
+        raise ValueError("an absolute path written out plainly: no `..`, `.`, `//` or trailing `/`, "
+                         "and not `/` itself")
+    return value
+
+
+def _check_host_path_list(values: list[str]) -> list[str]:
+    for value in values:
+        _check_host_path(value)
+    if len(set(values)) != len(values):
+        duplicates = sorted({v for v in values if values.count(v) > 1})
+        raise ValueError(f"each path once; repeated: {', '.join(duplicates)}")
+    return values
+
+
 def _check_path_list(values: list[str]) -> list[str]:
     for value in values:
         _check_repo_path(value)
@@ -67,6 +103,13 @@ class _Section(BaseModel):
 
 Command = Annotated[str, Field(min_length=1, max_length=4000)]
 RepoPaths = Annotated[list[str], Field(max_length=500)]
+HostPaths = Annotated[list[str], Field(max_length=50)]
+READ_PATHS_HELP = ("absolute host files or directories this section's commands may read, read-only, "
+                   "inside the sandbox; each under an administrator's CRUCIBLE_READ_ROOTS")
+
+
+def _read_paths(what: str) -> Any:
+    return Field(default_factory=list, description=f"{READ_PATHS_HELP}; {what}")
 
 
 class WorkerSpec(_Section):
@@ -101,6 +144,7 @@ class WorkerSpec(_Section):
         description="the most files a candidate's patch may add, modify or delete (a rename counts "
         "two); a writer that changes more is refused",
     )
+    read_paths: HostPaths = _read_paths("hashed into the public evidence at freeze")
 
     @field_validator("provider")
     @classmethod
@@ -113,6 +157,11 @@ class WorkerSpec(_Section):
     @classmethod
     def _paths(cls, values: list[str]) -> list[str]:
         return _check_path_list(values)
+
+    @field_validator("read_paths")
+    @classmethod
+    def _host_paths(cls, values: list[str]) -> list[str]:
+        return _check_host_path_list(values)
 
 
 class BudgetSpec(_Section):
@@ -138,22 +187,72 @@ class EvidenceSpec(_Section):
         return _check_path_list(values)
 
 
+class HiddenSource(_Section):
+    """A hidden evaluator file (`path`) or directory (`dir`) read from the host at freeze, under
+    an administrator's CRUCIBLE_EVALUATOR_ROOTS, and kept as a snapshot of its bytes."""
+
+    path: str = Field("", description="a host file")
+    dir: str = Field("", description="a host directory: every file below it, at the same relative paths")
+
+    @field_validator("path", "dir")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return _check_host_path(value) if value else value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> HiddenSource:
+        if bool(self.path) == bool(self.dir):
+            raise ValueError('exactly one of `path = "/host/file"` or `dir = "/host/dir"`')
+        return self
+
+    @model_serializer
+    def _only_the_source(self) -> dict[str, str]:
+        return {"path": self.path} if self.path else {"dir": self.dir}
+
+    @property
+    def host_path(self) -> str:
+        return self.path or self.dir
+
+
+def _hidden_kind(value: Any) -> str:
+    return "host" if isinstance(value, dict | HiddenSource) else "text"
+
+
+HiddenEntry = Annotated[
+    Annotated[str, Tag("text")] | Annotated[HiddenSource, Tag("host")], Discriminator(_hidden_kind)
+]
+HIDDEN_FORM = ('a table `[evaluator.files]` of repo path = "contents", { path = "/host/file" } '
+               'or { dir = "/host/dir" }')
+
+
 class EvaluatorSpec(_Section):
     """Hidden evaluator inputs: only evaluation trees receive them, after writers are done.
-    Their contents are hashed into the search id."""
+    Inline contents are hashed into the search id; host files and directories
+    (`"bench/hidden.py" = { path = "/srv/hidden/bench.py" }`, `"tests/hidden" = { dir =
+    "/srv/hidden/tests" }`) are read at freeze, hashed into the search id and snapshotted, so a
+    later change on the host does not change a frozen search."""
 
-    files: dict[str, str] = Field(
+    files: dict[str, HiddenEntry] = Field(
         default_factory=dict,
-        description="hidden files (repo-relative path = content) only evaluation trees receive",
+        description="hidden files only evaluation trees receive: repo-relative path = contents, or "
+        "= { path = \"/host/file\" } or { dir = \"/host/dir\" } under CRUCIBLE_EVALUATOR_ROOTS",
     )
 
     @field_validator("files")
     @classmethod
-    def _paths(cls, files: dict[str, str]) -> dict[str, str]:
+    def _paths(cls, files: dict[str, Any]) -> dict[str, Any]:
         _check_path_list(list(files))
-        if sum(len(content) for content in files.values()) > 1_000_000:
-            raise ValueError("hidden files of at most 1,000,000 characters in all")
+        if sum(len(content) for content in files.values() if isinstance(content, str)) > 1_000_000:
+            raise ValueError("inline hidden files of at most 1,000,000 characters in all")
         return files
+
+    def inline(self) -> dict[str, str]:
+        """The hidden files whose contents the spec itself holds."""
+        return {path: entry for path, entry in self.files.items() if isinstance(entry, str)}
+
+    def host(self) -> dict[str, HiddenSource]:
+        """The hidden files and directories read from the host at freeze."""
+        return {path: entry for path, entry in self.files.items() if isinstance(entry, HiddenSource)}
 
 
 class HardGatesSpec(_Section):
@@ -167,11 +266,17 @@ class HardGatesSpec(_Section):
     )
     protected_paths: RepoPaths = Field(default_factory=list, description="paths no patch may touch")
     timeout_seconds: int = Field(600, ge=1, le=86_400, description="per gate command")
+    read_paths: HostPaths = _read_paths("hashed into the evaluator record at freeze")
 
     @field_validator("protected_paths")
     @classmethod
     def _paths(cls, values: list[str]) -> list[str]:
         return _check_path_list(values)
+
+    @field_validator("read_paths")
+    @classmethod
+    def _host_paths(cls, values: list[str]) -> list[str]:
+        return _check_host_path_list(values)
 
 
 class ScoreSpec(_Section):
@@ -207,7 +312,12 @@ class ScoreSpec(_Section):
         None, ge=1, le=100, description="`paired`: blocks a candidate may get in one round when the "
         "candidates either side of the cut cannot be told apart (default: 3 × trials)",
     )
+    read_paths: HostPaths = _read_paths("hashed into the evaluator record at freeze")
 
+    @field_validator("read_paths")
+    @classmethod
+    def _host_paths(cls, values: list[str]) -> list[str]:
+        return _check_host_path_list(values)
 
     @property
     def trials_ceiling(self) -> int:
@@ -426,6 +536,8 @@ def _field_path(loc: tuple[str | int, ...], data: dict[str, Any]) -> tuple[str |
     """The key path of an error, without the member tag pydantic puts after a union field
     (`literal[...]`, `list[...]`); None when the error comes from the member the value's
     type did not pick (a string checked as a list), so each mistake is reported once."""
+    if loc[:2] == ("evaluator", "files") and len(loc) >= 4 and loc[3] in ("text", "host"):
+        return loc[:3] + loc[4:]  # a hidden file's tag: inline contents or a host source
     for index in range(1, len(loc)):
         if loc[:index] in _UNION_FIELDS and isinstance(loc[index], str):
             is_list = isinstance(_value_at(data, loc[:index]), list)
@@ -440,6 +552,8 @@ def _expected(error: dict[str, Any], path: tuple[str, ...]) -> str:
         return _REASONS[path]
     ctx = error.get("ctx") or {}
     kind = error["type"]
+    if len(path) == 3 and path[:2] == ("evaluator", "files") and kind == "string_type":
+        return 'a valid string of file contents, or { path = "/host/file" } or { dir = "/host/dir" }'
     if kind == "value_error":
         return str(ctx.get("error", error["msg"]))
     if kind == "literal_error":
@@ -469,12 +583,27 @@ def _pydantic_errors(
         line, column = _locate(positions, keys)
         if item["type"] == "extra_forbidden":
             table, key = keys[:-1], keys[-1]
-            model = _MODEL_FOR_TABLE.get(table)
+            hidden_source = len(table) == 3 and table[:2] == ("evaluator", "files")
+            model = HiddenSource if hidden_source else _MODEL_FOR_TABLE.get(table)
             known = list(model.model_fields) if model else []
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            aliases = ("files",) if hidden_source else table
+            suggestion = close[0] if close else _KEY_ALIASES.get((aliases, key), "")
+            message = f"unknown key `{key}`"
+            if hidden_source and key in _DESTINATION_KEYS:
+                message += "; the repo path a hidden file lands at is its key in `[evaluator.files]`"
+                entry = _value_at(data, path[:-1])
+                suggestion = _hidden_suggestion([{**entry, key: entry[key]}]) if isinstance(entry, dict) \
+                    and isinstance(entry.get(key), str) else ""
             found.append(SpecError(
-                line, column, _dotted(path), f"unknown key `{key}`",
-                expected="one of " + ", ".join(known) if known else "", suggestion=close[0] if close else "",
+                line, column, _dotted(path), message,
+                expected="one of " + ", ".join(known) if known else "", suggestion=suggestion,
+            ))
+            continue
+        if keys == ("evaluator", "files") and isinstance(item.get("input"), list):
+            found.append(SpecError(
+                line, column, "evaluator.files", "hidden files are not an array of tables",
+                expected=HIDDEN_FORM, suggestion=_hidden_suggestion(item["input"]),
             ))
             continue
         message = "missing required key" if item["type"] == "missing" else "invalid value"
@@ -484,6 +613,41 @@ def _pydantic_errors(
             suggestion = close[0] if close else ""
         found.append(SpecError(line, column, _dotted(path), message, _expected(item, keys), suggestion))
     return found
+
+
+# Other natural spellings of a key, pointed at the supported one ("did you mean").
+_READ_PATH_ALIASES = ("readable", "readable_paths", "read_only_paths", "readonly_paths", "ro_paths",
+                      "mounts", "binds", "host_paths", "paths", "read_roots", "extra_paths")
+_KEY_ALIASES: dict[tuple[tuple[str, ...], str], str] = {
+    **{((), key): "[evaluator.files]" for key in ("hidden_files", "hidden", "evaluator_files")},
+    **{(("evaluator",), key): "files" for key in ("hidden_files", "hidden", "paths", "dirs", "file",
+                                                   "host_files", "sources")},
+    **{(("hard_gates",), key): "read_paths" for key in _READ_PATH_ALIASES},
+    **{((section,), key): "read_paths" for section in ("worker", "score") for key in _READ_PATH_ALIASES},
+    **{((), key): "read_paths in [worker], [hard_gates] or [score]" for key in _READ_PATH_ALIASES},
+    **{(("files",), key): "path" for key in ("file", "source", "src", "from", "host_path", "host")},
+    **{(("files",), key): "dir" for key in ("directory", "folder", "source_dir", "src_dir", "tree")},
+}
+_DESTINATION_KEYS = ("dest", "destination", "target", "to", "as", "name", "repo_path")
+_SOURCE_KEYS = ("path", "file", "source", "src", "from", "host_path", "host")
+_DIR_KEYS = ("dir", "directory", "folder", "source_dir", "src_dir")
+
+
+def _hidden_suggestion(items: list[Any]) -> str:
+    """The `[evaluator.files]` line an array-of-tables entry means, e.g.
+    `"bench/hidden.py" = { path = "/srv/hidden/bench.py" }`."""
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        dest = next((item[k] for k in _DESTINATION_KEYS if isinstance(item.get(k), str)), None)
+        source = next((("path", item[k]) for k in _SOURCE_KEYS if isinstance(item.get(k), str)), None)
+        folder = next((("dir", item[k]) for k in _DIR_KEYS if isinstance(item.get(k), str)), None)
+        source = folder or source
+        if source and dest is None and source[0] == "path" and not source[1].startswith("/"):
+            continue  # `path` named the repo path, with no host source beside it
+        if source and dest is not None:
+            return f'[evaluator.files] {json.dumps(dest)} = {{ {source[0]} = {json.dumps(source[1])} }}'
+    return '[evaluator.files] "repo/path.py" = { path = "/host/file" }'
 
 
 def _dotted(path: tuple[str | int, ...]) -> str:
@@ -625,6 +789,7 @@ ADDED_KEYS_DEFAULTS = {
     ("score", "confidence"): 0.95, ("score", "max_trials"): None,
     ("worker", "max_patch_bytes"): DEFAULT_MAX_PATCH_BYTES,
     ("worker", "max_patch_files"): DEFAULT_MAX_PATCH_FILES,
+    ("worker", "read_paths"): [], ("hard_gates", "read_paths"): [], ("score", "read_paths"): [],
 }
 
 

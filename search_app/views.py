@@ -543,8 +543,12 @@ def search_candidates(request: HttpRequest, search_id: str) -> HttpResponse:
 @require_POST
 def search_start(request: HttpRequest, search_id: str) -> HttpResponse:
     search = selectors.search_for_user(request.user, search_id)
-    services.search_start(request.user, search)
-    messages.success(request, f"{search.search_id} started: workers are taking its steps.")
+    try:
+        services.search_start(request.user, search)
+    except ValidationError as error:  # a command that cannot start: refused before anything runs
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(request, f"{search.search_id} started: workers are taking its steps.")
     return redirect("search_detail", search_id=search.search_id)
 
 

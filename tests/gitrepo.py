@@ -40,21 +40,23 @@ def git(repo: Path, *args: str, date: str | None = None) -> str:
     ).stdout.strip()
 
 
-def write_files(repo: Path, files: dict[str, str]) -> None:
+def write_files(repo: Path, files: dict[str, str], executable: tuple[str, ...] = ()) -> None:
     for relative, content in files.items():
         path = repo / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content)
-        path.chmod(0o644)
+        path.chmod(0o755 if relative in executable else 0o644)
 
 
 def repo_create(
-    path: Path, files: dict[str, str], *, branches: tuple[str, ...] = (), tags: tuple[str, ...] = ()
+    path: Path, files: dict[str, str], *, branches: tuple[str, ...] = (), tags: tuple[str, ...] = (),
+    executable: tuple[str, ...] = (),
 ) -> Path:
-    """A repository at path with one commit of `files` on `main`, plus branches and tags."""
+    """A repository at path with one commit of `files` on `main` (those in `executable` with
+    mode 755), plus branches and tags."""
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q", "-b", "main")
-    write_files(path, files)
+    write_files(path, files, executable)
     git(path, "add", "-A")
     git(path, "commit", "-q", "-m", "baseline")
     for branch in branches:
@@ -71,3 +73,10 @@ def baseline_repo(path: Path) -> Path:
     write_files(path, {"code/certificate.py": closed_form})
     git(path, "commit", "-q", "-am", "closed form", date="2026-01-03T03:04:05+00:00")
     return path
+
+
+def seed_runnable(spec: str) -> str:
+    """The seed spec with commands that can start in `baseline_repo`'s tree (its certificate.py
+    is under code/, its benchmark script is not executable): freezing refuses the seed as it is."""
+    return spec.replace("python certificate.py", "python code/certificate.py").replace(
+        '"./scripts/benchmark_candidate.sh"', '"sh scripts/benchmark_candidate.sh"')

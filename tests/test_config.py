@@ -20,6 +20,7 @@ def test_defaults_give_the_embedded_mode():
     assert config.allowed_hosts == ["127.0.0.1", "localhost"]
     assert config.data_dir.name == "var"
     assert config.sandbox == "preferred"
+    assert config.read_roots == [] and config.evaluator_roots == []
 
 
 def test_redis_url_switches_to_slower_safety_polling():
@@ -38,6 +39,8 @@ def test_redis_url_switches_to_slower_safety_polling():
         ({"CRUCIBLE_EVENT_POLL_SECONDS": "0"}, "CRUCIBLE_EVENT_POLL_SECONDS"),
         ({"CRUCIBLE_LOG_LEVEL": "LOUD"}, "CRUCIBLE_LOG_LEVEL"),
         ({"CRUCIBLE_SANDBOX": "sometimes"}, "CRUCIBLE_SANDBOX"),
+        ({"CRUCIBLE_READ_ROOTS": "/srv/bench,relative/tools"}, "CRUCIBLE_READ_ROOTS"),
+        ({"CRUCIBLE_EVALUATOR_ROOTS": "hidden"}, "CRUCIBLE_EVALUATOR_ROOTS"),
         ({"CRUCIBLE_CSRF_TRUSTED_ORIGINS": "crucible.example"}, "CRUCIBLE_CSRF_TRUSTED_ORIGINS"),
         ({"CRUCIBLE_ALLOWED_EXTENSIONS": "mypkg.Engine,/srv/x.py"}, "CRUCIBLE_ALLOWED_EXTENSIONS"),
     ],

@@ -23,8 +23,10 @@ SEED = (Path(__file__).parent / "specs" / "seed_example.toml").read_text()
 
 @pytest.fixture
 def repo_path(tmp_path) -> Path:
-    files = {"code/certificate.py": "print('ok')\n"}
-    return repo_create(tmp_path / "roots" / "certificate", files, tags=("v1",))
+    files = {"code/certificate.py": "print('ok')\n", "certificate.py": "print('ok')\n",
+             "scripts/benchmark_candidate.sh": "#!/bin/sh\necho '{}'\n"}
+    return repo_create(tmp_path / "roots" / "certificate", files, tags=("v1",),
+                       executable=("scripts/benchmark_candidate.sh",))
 
 
 @pytest.fixture

@@ -10,17 +10,13 @@ import pytest
 
 from runtime_app import roles
 from runtime_app.models import Project, ProjectMembership, Repository
+from search_app.freeze import freeze_inputs
 from search_app.models import Search
 from search_app.reference import spec_reference_markdown
 from search_app.spec import spec_validate
 from tests.conftest import REPO_ROOT, make_user, subprocess_env
-from tests.gitrepo import baseline_repo
-from tests.search_app.test_freeze import (
-    GOLDEN_BASELINE_COMMIT,
-    GOLDEN_PREREGISTRATION_HASH,
-    GOLDEN_SEARCH_ID,
-    WITH_EVIDENCE,
-)
+from tests.gitrepo import baseline_repo, seed_runnable
+from tests.search_app.test_freeze import GOLDEN_BASELINE_COMMIT, WITH_EVIDENCE
 
 SPECS = Path(__file__).parent / "specs"
 SEED_PATH = SPECS / "seed_example.toml"
@@ -90,8 +86,8 @@ def test_validate_lists_every_error_of_a_spec_with_several_problems(tmp_path):
     assert lines(done.stdout) == [
         f"{spec}:5:1 concurrency: invalid value; expected a number less than or equal to 16",
         f"{spec}:31:1 score.trails: unknown key `trails`; expected one of command, metric, direction, "
-        "trials, tie_breakers, timeout_seconds, replay_tolerance, comparison, confidence, max_trials "
-        "(did you mean `trials`?)",
+        "trials, tie_breakers, timeout_seconds, replay_tolerance, comparison, confidence, max_trials, "
+        "read_paths (did you mean `trials`?)",
         f"{spec}:35:1 selection.policy: invalid value; expected 'pareto' or 'ordered'",
     ]
 
@@ -143,27 +139,29 @@ def test_validate_without_a_file_is_a_usage_error():
 @pytest.fixture
 def spec_file(tmp_path) -> Path:
     path = tmp_path / "speed-up.toml"
-    path.write_text(WITH_EVIDENCE)
+    path.write_text(seed_runnable(WITH_EVIDENCE))  # the seed's own commands cannot start in baseline_repo
     return path
 
 
 @pytest.mark.django_db(transaction=True)
 def test_freeze_registers_the_repository_and_prints_the_frozen_ids(demo, spec_file, tmp_path):
     repo = baseline_repo(tmp_path / "certificate")
+    expected = freeze_inputs(spec_file.read_text(), str(repo), "v1")
     done = search("freeze", str(spec_file), "--repo", str(repo), "--ref", "v1")
     assert done.returncode == 0, done.stderr.decode()
     assert lines(done.stdout) == [
-        f"search id        {GOLDEN_SEARCH_ID}",
-        f"preregistration  {GOLDEN_PREREGISTRATION_HASH}",
+        f"search id        {expected.search_id}",
+        f"preregistration  {expected.preregistration_hash}",
         f"baseline commit  {GOLDEN_BASELINE_COMMIT} (v1)",
         "candidates       32 in 2 batches of up to 16",
     ]
     frozen = Search.objects.get()
-    assert (frozen.search_id, frozen.project, frozen.created_by.username) == (GOLDEN_SEARCH_ID, demo, "admin")
+    assert (frozen.search_id, frozen.project, frozen.created_by.username) == (
+        expected.search_id, demo, "admin")
     assert frozen.repository == Repository.objects.get(project=demo, path=str(repo))
     again = search("freeze", str(spec_file), "--repo", str(repo), "--ref", GOLDEN_BASELINE_COMMIT)
     assert again.returncode == 0
-    assert lines(again.stdout)[0] == f"search id        {GOLDEN_SEARCH_ID}"
+    assert lines(again.stdout)[0] == f"search id        {expected.search_id}"
     assert Search.objects.count() == 1 and Repository.objects.count() == 1
 
 

@@ -28,7 +28,7 @@ from search_app.models import Search
 from search_app.services import search_freeze
 from search_app.spec import spec_normalized, spec_validate
 from tests.conftest import make_user
-from tests.gitrepo import BASELINE_FILES, baseline_repo, git, write_files
+from tests.gitrepo import BASELINE_FILES, baseline_repo, git, seed_runnable, write_files
 
 SEED = (Path(__file__).parent / "specs" / "seed_example.toml").read_text()
 EVIDENCE = '\n[evidence]\nfiles = ["docs/notes.md"]\ntext = "Results must stay byte-identical."\n'
@@ -419,13 +419,17 @@ def test_a_population_of_1000_pads_every_id_to_four_digits_so_they_sort():
 
 @pytest.mark.django_db
 def test_search_freeze_records_an_immutable_search_with_an_event_and_an_audit_entry(personas, repo):
-    search = search_freeze(personas.member, personas.alpha, WITH_EVIDENCE, "v1", repository_path=str(repo))
-    assert search.search_id == GOLDEN_SEARCH_ID
-    assert search.preregistration_hash == GOLDEN_PREREGISTRATION_HASH
+    # The seed's own commands cannot start in this fixture's tree, so freezing refuses it as written
+    # (tests/search_app/test_preflight.py); its golden ids are freeze_inputs' above.
+    text = seed_runnable(WITH_EVIDENCE)
+    expected = freeze(text, repo)
+    search = search_freeze(personas.member, personas.alpha, text, "v1", repository_path=str(repo))
+    assert search.search_id == expected.search_id
+    assert search.preregistration_hash == expected.preregistration_hash
     assert search.baseline_commit == GOLDEN_BASELINE_COMMIT
     assert search.public_evidence_hash == GOLDEN_EVIDENCE_HASH
-    assert search.evaluator_hash == GOLDEN_EVALUATOR_HASH
-    assert search.spec_text == WITH_EVIDENCE
+    assert search.evaluator_hash == expected.evaluator_hash
+    assert search.spec_text == text
     assert search.candidate_batches[0][0] == "cand_001"
     stored = Search.objects.get(pk=search.pk)
     assert sha256_hex(canonical(stored.hashed_inputs["record"])) == stored.preregistration_hash
@@ -433,7 +437,7 @@ def test_search_freeze_records_an_immutable_search_with_an_event_and_an_audit_en
     assert (event.project, event.subject_type, event.subject_id) == (personas.alpha, "search", search.pk)
     audit = AuditEntry.objects.get(action="search.freeze")
     assert (audit.actor, audit.project, audit.detail["preregistration_hash"]) == (
-        personas.member, personas.alpha, GOLDEN_PREREGISTRATION_HASH
+        personas.member, personas.alpha, expected.preregistration_hash
     )
     stored.name = "renamed"
     with pytest.raises(ValueError, match="immutable"):
@@ -444,9 +448,10 @@ def test_search_freeze_records_an_immutable_search_with_an_event_and_an_audit_en
 @pytest.mark.django_db
 def test_search_freeze_twice_returns_the_same_search(personas, repo):
     registered = repository_register(personas.owner, personas.alpha, str(repo), trusted=True)
-    first = search_freeze(personas.owner, personas.alpha, FULL, "v1", repository=registered)
+    text = seed_runnable(FULL)
+    first = search_freeze(personas.owner, personas.alpha, text, "v1", repository=registered)
     by_sha = GOLDEN_BASELINE_COMMIT  # the same commit by another name is the same search
-    second = search_freeze(personas.member, personas.alpha, FULL, by_sha, repository=registered)
+    second = search_freeze(personas.member, personas.alpha, text, by_sha, repository=registered)
     assert second.pk == first.pk
     assert Search.objects.count() == 1
     assert Event.objects.filter(kind="search.frozen").count() == 1

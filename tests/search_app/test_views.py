@@ -28,8 +28,11 @@ TYPO = SEED.replace("trials = 5", "trails = 5").replace("population = 32", "popu
 
 
 def make_repo(root: Path, name: str = "certificate") -> Path:
-    files = {"code/solve.py": "def solve():\n    return 42\n", "certificate.py": "print('ok')\n"}
-    return repo_create(root / name, files, branches=("feature",), tags=("v1.0",))
+    files = {"code/solve.py": "def solve():\n    return 42\n", "certificate.py": "print('ok')\n",
+             "scripts/benchmark_candidate.sh": "#!/bin/sh\necho '{}'\n",
+             "scripts/count_failures.py": "print(0)\n"}
+    return repo_create(root / name, files, branches=("feature",), tags=("v1.0",),
+                       executable=("scripts/benchmark_candidate.sh",))
 
 
 @pytest.fixture

@@ -228,7 +228,9 @@ class Command(BaseCommand):
             user = self._user(username)
         try:
             search_start(user, search, enqueue=False)
-        except (ValidationError, PermissionDenied) as error:
+        except ValidationError as error:  # e.g. a command that cannot start: one line each
+            self._fail([str(message) for message in error.messages], 1)
+        except PermissionDenied as error:
             self._fail([str(error)], 1)
         if as_json:
             search_run_inline(search)
@@ -241,7 +243,9 @@ class Command(BaseCommand):
                       f"at {search.baseline_commit[:12]}")
         with Live(console=console, refresh_per_second=4, transient=True) as live:
             search_run_inline(search, progress=lambda run: live.update(_progress(search, run)))
-        console.print(_outcome_table(search_run_report(search)))
+        report = search_run_report(search)
+        _spec_failure_print(console, report)
+        console.print(_outcome_table(report))
 
     def _dry_run(self, file: str, repo: str, project_name: str, username: str, *, as_json: bool) -> None:
         """The forecast of a spec file against a repository's history: nothing is written."""
@@ -276,7 +280,9 @@ class Command(BaseCommand):
         if as_json:
             self.stdout.write(json.dumps(report, indent=2))
             return
-        _console(self.stdout._out).print(_outcome_table(report))
+        console = _console(self.stdout._out)
+        _spec_failure_print(console, report)
+        console.print(_outcome_table(report))
 
     def _cancel(self, user: Any, search: Any) -> None:
         try:
@@ -345,6 +351,15 @@ def _console(out: Any) -> Any:
     # Piped or redirected output gets wide lines rather than reasons folded into a narrow column.
     width = None if out.isatty() else 200
     return Console(file=out, highlight=False, width=width)
+
+
+def _spec_failure_print(console: Any, report: dict) -> None:
+    """A search stopped by a command that cannot start says so first, above the table."""
+    from rich.markup import escape
+
+    if report.get("spec_failure"):
+        console.print(f"[bold red]stopped: a command of the spec cannot start[/] — "
+                      f"{escape(_printable(report['spec_failure']))}")
 
 
 def _progress(search: Any, run: Any) -> Any:

@@ -1,0 +1,515 @@
+"""Commands that cannot start are refused before anything runs, with the reason.
+
+Freeze and start call `preflight_problems`: for the writer, every gate and the score, each
+simple command's program must resolve inside the sandbox as it will be run (a bare name on the
+sandbox's PATH, an absolute path the sandbox shows, a `./x` in the baseline tree) and so must the
+script its interpreter names (`python x.py`, `bash -e s.sh`, `node x.js` …), relative to the
+tree or under a declared read path. A line this module cannot parse is not checked rather than
+refused. At run time, `start_failure` tells a command that could not start (the spec's failure:
+the search stops after the first) from a script the candidate's patch deleted (its own failure).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import shlex
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dulwich.errors import NotTreeError
+from dulwich.objects import Blob, SubmoduleEncountered
+
+from runtime_app import sandbox
+from runtime_app.git import GitError, file_at, is_tree, repo_open
+from runtime_app.worktrees import worktrees_root
+from search_app.hidden import HostReport, read_path_records, readable_for
+from search_app.spec import SearchSpec
+
+_SEPARATORS = {";", "&&", "||", "|", "&", "|&", "\n"}
+_REDIRECTIONS = {">", ">>", "<", ">&", "<&", ">|", "&>", "&>>", "<>"}
+# Beyond this parser: a line with any of these is not checked (never refused for it).
+_UNPARSED_WORDS = {"(", ")", "<<", "<<<", "<<-", ";;"}
+_KEYWORDS = {"{", "}", "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case",
+             "esac", "function", "select", "!", "[["}  # only where a command starts
+_BUILTINS = {"cd", "export", "set", "unset", "true", "false", ":", "echo", "printf", "test", "[", "exit",
+             "return", "shift", "read", "wait", "trap", "umask", "ulimit", "alias", "unalias", "source", ".",
+             "eval", "local", "pwd", "type", "hash", "getopts", "let", "declare", "typeset", "readonly",
+             "break", "continue", "times", "kill", "jobs", "fg", "bg", "exec", "command"}
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_INTERPRETER = re.compile(r"^(?:(?P<python>python[0-9.]*|pypy[0-9.]*)|(?P<shell>sh|bash|dash|zsh|ksh)"
+                          r"|(?P<node>node|nodejs)|(?P<ruby>ruby)|(?P<perl>perl))$")
+# Options that take the next word as their value, per interpreter.
+_OPTION_VALUES = {
+    "python": {"-W", "-X", "--check-hash-based-pycs"},
+    "shell": {"-o", "-O", "+o", "+O"},
+    "node": {"-r", "--require", "--import", "--loader", "--experimental-loader", "--conditions", "-C",
+             "--input-type", "--env-file"},
+    "ruby": {"-I", "-r", "-C", "-E", "-F"},
+    "perl": {"-I", "-M", "-m", "-x"},
+}
+# Options that make the interpreter run inline code, a module or its stdin: no script to check.
+_INLINE = {
+    "python": re.compile(r"^(?:-[bBdEhiIOPqsSuvVx]*[cm]|-)$"),
+    "shell": re.compile(r"^(?:[-+][A-Za-z]*[cs][A-Za-z]*|-)$"),
+    "node": re.compile(r"^(?:-[ep]|-pe|--eval|--print|-)$"),
+    "ruby": re.compile(r"^(?:-[A-Za-z]*e|-)$"),
+    "perl": re.compile(r"^(?:-[A-Za-z]*[eE]|-)$"),
+}
+# Wrappers that run the rest of the line as a command, and their options that take a value.
+_WRAPPERS = {"exec": {"-a"}, "command": set(), "nohup": set(), "time": {"-f", "-o"}, "setsid": set(),
+             "nice": {"-n", "--adjustment"}, "timeout": {"-s", "-k", "--signal", "--kill-after"},
+             "env": {"-u", "--unset"}}
+_WRAPPER_UNPARSED = {"-C", "--chdir", "-S", "--split-string", "-v", "-V"}  # `env -C`, `command -v` …
+_UNKNOWN = re.compile(r"[$`*?\[\]~]")  # a word whose value only the shell knows
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One simple command of a line: its program, and the script its interpreter runs (if any)."""
+
+    program: str
+    script: str | None = None
+    cwd: str | None = ""  # where it runs, relative to the tree ("" its root; None: not known here)
+
+    def tree_path(self, path: str) -> str | None:
+        """`path` (relative to where it runs) as a path in the tree; None when not known."""
+        return None if self.cwd is None else posixpath.normpath(posixpath.join(self.cwd, path))
+
+
+def invocations(line: str) -> list[Invocation] | None:
+    """The simple commands of a shell line, or None when the line is beyond this parser."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|()<>\n")
+    lexer.whitespace, lexer.whitespace_split = " \t\r", True
+    try:
+        words = list(lexer)
+    except ValueError:  # an unclosed quote: the shell will say so
+        return None
+    if any(word in _UNPARSED_WORDS or "$(" in word or "`" in word for word in words):
+        return None
+    found, current, cwd = [], [], ""
+    for word in [*words, ";"]:
+        if not current and word in _KEYWORDS:
+            return None
+        if word not in _SEPARATORS:
+            current.append(word)
+            continue
+        simple = _simple(current)
+        current = []
+        if simple is None:
+            continue
+        if simple[0] == "cd":
+            cwd = _cd(cwd, simple[1:])
+        elif simple[0] not in _BUILTINS:
+            found.append(Invocation(simple[0], _script_of(simple), cwd))
+    return found
+
+
+def _cd(cwd: str | None, args: list[str]) -> str | None:
+    """Where a `cd` leads, relative to the tree; None when this parser cannot follow it."""
+    if cwd is None or len(args) != 1 or args[0].startswith(("/", "-")) or _UNKNOWN.search(args[0]):
+        return None
+    target = posixpath.normpath(posixpath.join(cwd, args[0]))
+    if target == ".." or target.startswith("../"):
+        return None
+    return "" if target == "." else target
+
+
+def _simple(words: list[str]) -> list[str] | None:
+    """A simple command's words without redirections, assignments and wrappers (`env`, `timeout`
+    …); None when there is none, or when a wrapper does what this parser does not follow."""
+    kept, skip = [], False
+    for index, word in enumerate(words):
+        if skip:
+            skip = False
+        elif word in _REDIRECTIONS:
+            skip = True
+        elif not (word.isdigit() and index + 1 < len(words) and words[index + 1] in _REDIRECTIONS):
+            kept.append(word)  # (a digit before a redirection is its file descriptor: `2>`)
+    while kept and _ASSIGNMENT.match(kept[0]):
+        kept.pop(0)
+    while len(kept) > 1 and kept[0] in _WRAPPERS:
+        wrapper = kept.pop(0)
+        while kept and (kept[0].startswith("-") or (wrapper == "env" and _ASSIGNMENT.match(kept[0]))):
+            option = kept.pop(0)
+            if option in _WRAPPER_UNPARSED:
+                return None
+            if option == "--":
+                break
+            if option in _WRAPPERS[wrapper] and kept:
+                kept.pop(0)
+        if wrapper == "timeout" and kept:
+            kept.pop(0)  # the duration
+    return kept or None
+
+
+def _script_of(words: list[str]) -> str | None:
+    """The script an interpreter runs: its first non-option argument (None for inline code)."""
+    match = _INTERPRETER.match(posixpath.basename(words[0]))
+    if not match:
+        return None
+    kind = match.lastgroup
+    rest = iter(words[1:])
+    for word in rest:
+        if _INLINE[kind].match(word):
+            return None
+        if word == "--":
+            return next(rest, None)
+        if word in _OPTION_VALUES[kind]:
+            next(rest, None)
+        elif not word.startswith("-") and not (kind == "shell" and word.startswith("+")):
+            return word
+    return None
+
+
+# -------------------------------------------------------------------------------- preflight
+
+def _visibility(path: Path, *, tree: Path, readable: Iterable[Path]) -> str | None:
+    return sandbox.visibility_problem(path, tree=tree, readable=list(readable))
+
+
+def _which(program: str, *, tree: Path, readable: Iterable[Path]) -> Path | None:
+    return sandbox.sandbox_which(program, tree=tree, readable=list(readable))
+
+
+@dataclass
+class _Place:
+    """Where a section's commands run: the tree (the baseline, plus hidden files for the
+    evaluator), the host paths they may read, and the spec key that declares those."""
+
+    section: str
+    tree: Path
+    readable: list[Path]
+    in_tree: Callable[[str], str | None]  # a tree path → None if present, else why not
+
+
+def preflight_problems(spec: SearchSpec, repository_path: str, baseline_commit: str) -> list[str]:
+    """Every command of `spec` that cannot start inside the sandbox, one message each (naming the
+    command, the path and what to do); and whether the repository can be shown to it at all."""
+    problems: list[str] = []
+    tree = worktrees_root() / "preflight"  # where evaluation trees live; no tree is made here
+    git_dir = Path(repository_path) / ".git"
+    repository = _visibility(git_dir, tree=tree, readable=[git_dir])
+    if repository:
+        problems.append(f"{repository_path}: the repository's git dir {git_dir} cannot be shown inside the "
+                        f"sandbox: {repository}; move the repository elsewhere")
+    try:
+        repo = repo_open(repository_path)
+    except GitError as error:
+        return [*problems, str(error)]
+    hidden = list(spec.evaluator.files)
+    with repo:
+        def in_tree(for_evaluator: bool) -> Callable[[str], str | None]:
+            def check(path: str) -> str | None:
+                if for_evaluator and any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden):
+                    return None
+                return _tree_problem(repo, baseline_commit, path, for_evaluator)
+            return check
+
+        commands = []
+        if spec.worker.command:
+            commands.append(("worker.command", "worker", spec.worker.command))
+        gates = enumerate(spec.hard_gates.commands)
+        commands += [(f"hard_gates.commands[{number}]", "hard_gates", gate) for number, gate in gates]
+        commands.append(("score.command", "score", spec.score.command))
+        for where, section, command in commands:
+            readable = [git_dir, *readable_for(spec, section)]
+            place = _Place(section, tree, readable, in_tree(section != "worker"))
+            problem = command_problem(command, place, lambda path: _shebang(repo, baseline_commit, path))
+            if problem:
+                problems.append(f"{where} `{command}`: {problem}")
+    return problems
+
+
+def command_problem(command: str, place: _Place, shebang: Callable[[str], str | None]) -> str | None:
+    """Why `command` cannot start where `place` says it runs, or None (also when it is not parsed)."""
+    for invocation in invocations(command) or []:
+        program = invocation.program
+        if _UNKNOWN.search(program):
+            continue
+        if "/" in program:
+            problem = _path_problem(program, place, invocation, executable=True, shebang=shebang)
+        elif _which(program, tree=place.tree, readable=place.readable) is None:
+            problem = (f"`{program}` is not on the PATH inside the sandbox; fix the name, install it in the "
+                       f"toolchain (/usr/bin), or give its absolute path and declare it in "
+                       f"{place.section}.read_paths (under CRUCIBLE_READ_ROOTS)")
+        else:
+            problem = None
+        if problem is None and invocation.script and not _UNKNOWN.search(invocation.script):
+            problem = _path_problem(invocation.script, place, invocation, executable=False,
+                                    shebang=shebang)
+        if problem:
+            return problem
+    return None
+
+
+def _path_problem(path: str, place: _Place, invocation: Invocation, *, executable: bool,
+                  shebang: Callable[[str], str | None]) -> str | None:
+    if not path.startswith("/"):
+        relative = invocation.tree_path(path)
+        if relative is None:
+            return None  # after a `cd` this parser cannot follow
+        if relative == ".." or relative.startswith("../"):
+            return (f"{path} lies outside the tree, which is all the sandbox shows of the repository; "
+                    "move it into the repository")
+        problem = place.in_tree(relative)
+        if problem is None and executable:
+            interpreter = shebang(relative)
+            if interpreter:
+                return f"{path}: {interpreter}"
+        return f"{path} {problem}" if problem else None
+    hidden = _visibility(Path(path), tree=place.tree, readable=place.readable)
+    if hidden:
+        return (f"{path} is not visible inside the sandbox: {hidden}; move it under the repository or "
+                f"declare it in {place.section}.read_paths (under CRUCIBLE_READ_ROOTS)")
+    if not os.path.exists(path):
+        return f"{path} does not exist on this host; fix the path"
+    if executable and not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return f"{path} is not an executable file; make it one (chmod +x) or run it through its interpreter"
+    return None
+
+
+def _tree_problem(repo: Any, commit: str, path: str, evaluator: bool) -> str | None:
+    """None if the baseline tree has `path`, else why not."""
+    where = f"in the baseline tree ({commit[:12]})"
+    if evaluator:
+        where += " or among the hidden evaluator files"
+    try:
+        if file_at(repo, commit, path) is not None or is_tree(repo, commit, path):
+            return None
+    except (NotTreeError, KeyError, SubmoduleEncountered):
+        pass
+    return f"is not {where}; commit it, or fix the path"
+
+
+def _tree_entry(repo: Any, commit: str, path: str) -> tuple[int, bytes] | None:
+    tree = repo[repo[commit.encode()].tree]
+    try:
+        return tree.lookup_path(repo.object_store.__getitem__, path.encode())
+    except (KeyError, NotTreeError, SubmoduleEncountered):
+        return None
+
+
+def _shebang(repo: Any, commit: str, path: str) -> str | None:
+    """For a program run as `./x` from the tree: why it cannot start (not executable, or its
+    `#!` interpreter is not in the sandbox), or None."""
+    entry = _tree_entry(repo, commit, path)
+    if entry is None:
+        return None  # not in the tree (or a hidden file): reported, or checked at run time
+    mode, sha = entry
+    blob = repo[sha]
+    if not isinstance(blob, Blob):
+        return "a directory, not a program"
+    if not mode & 0o111:
+        return (f"is not executable in the baseline (git mode {mode:o}); commit it with `chmod +x`, or run "
+                "it through its interpreter (`sh x.sh`, `python x.py`)")
+    first = blob.data[:256].split(b"\n", 1)[0]
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    if not words:
+        return None
+    interpreter = words[1] if posixpath.basename(words[0]) == "env" and len(words) > 1 else words[0]
+    tree = worktrees_root() / "preflight"
+    if "/" in interpreter:
+        hidden = _visibility(Path(interpreter), tree=tree, readable=[])
+        if hidden or not os.path.exists(interpreter):
+            why = hidden or "not on this host"
+            return f"its `#!` interpreter {interpreter} is not in the sandbox ({why})"
+    elif _which(interpreter, tree=tree, readable=[]) is None:
+        return f"its `#!` interpreter `{interpreter}` is not on the PATH inside the sandbox"
+    return None
+
+
+# ------------------------------------------------------------------------------------ start
+
+
+def start_problems(search: Any) -> list[str]:
+    """What `search_start` refuses for: a command that cannot start now, or a read path whose
+    files changed since the search was frozen (the evaluation would not be the one frozen)."""
+    from search_app.execution import search_spec
+
+    spec = search_spec(search)
+    problems = preflight_problems(spec, search.repository_path, search.baseline_commit)
+    report = HostReport()
+    read_path_records(spec, report)
+    problems += [f"{key[0]}.read_paths[{key[2]}]: {message}" for key, message in report.problems]
+    hashed = search.hashed_inputs or {}
+    frozen = dict(hashed.get("evaluator", {}).get("read_paths", {}))
+    if "read_paths" in hashed.get("evidence", {}):
+        frozen["worker"] = hashed["evidence"]["read_paths"]
+    for section, records in frozen.items():
+        now = {record["path"]: record for record in report.read_paths.get(section, [])}
+        for record in records:
+            if record["path"] in now and now[record["path"]] != record:
+                problems.append(f"{section}.read_paths: {record['path']} changed since the search was frozen "
+                                f"({_first_change(record, now[record['path']])}); freeze the spec again")
+    return problems
+
+
+def _first_change(before: dict, after: dict) -> str:
+    if "files" not in before or "files" not in after:
+        return "its contents"
+    old = {item["path"]: item for item in before["files"]}
+    new = {item["path"]: item for item in after["files"]}
+    for path in sorted(set(old) | set(new)):
+        if old.get(path) != new.get(path):
+            what = "added" if path not in old else ("removed" if path not in new else "changed")
+            return f"{path} {what}"
+    return "its contents"
+
+
+# ---------------------------------------------------------------------------------- run time
+
+# What a shell, an interpreter or the sandbox prints when the program, script or declared path
+# a command needs is not there. Candidate code can print anything, so a match is only a claim:
+# `start_failure` checks it from outside before it stops a search.
+_CANNOT_START = [
+    re.compile(r"^(?:\S*sh|bash|dash|zsh): (?:\d+: |line \d+: )?(?P<name>[^:\n]+): "
+               r"(?P<why>not found|command not found|No such file or directory|Permission denied"
+               r"|cannot execute[^\n]*|Exec format error)", re.M),
+    re.compile(r"can't open file '(?P<name>[^'\n]+)': \[Errno \d+\] (?P<why>[^\n]+)"),  # python
+    re.compile(r"Can't open perl script \"(?P<name>[^\"\n]+)\": (?P<why>[^\n]+)"),
+    re.compile(r"ruby: (?P<why>No such file or directory) -- (?P<name>\S+)"),
+    re.compile(r"Error: Cannot find module '(?P<name>[^'\n]+)'(?P<why>)"),  # node
+]
+# The sandbox itself could not show a declared path (bubblewrap's words, or the root stage's).
+_SOURCE_MISSING = re.compile(r"^(?:bwrap: Can't find source path (?P<name>\S+): (?P<why>[^\n]+)"
+                             r"|crucible sandbox: cannot stage (?P<staged>\S+))$", re.M)
+
+
+@dataclass(frozen=True)
+class StartFailure:
+    """A command that did not start: the spec's failure (stop the search) or the candidate's."""
+
+    message: str
+    spec: bool
+
+    def result(self) -> dict[str, str]:
+        """The step result key the scheduler acts on (`spec_failure` stops the search)."""
+        return {"spec_failure": self.message} if self.spec else {"eliminated": self.message}
+
+
+def start_failure(receipt: Any, section: str, command: str, baseline_has: Callable[[str], bool],
+                  readable: Sequence[Path] = ()) -> StartFailure | None:
+    """Did `command` (the spec key `section`, e.g. `hard_gates.commands[0]`) fail to start?
+
+    None when it started (whatever it then did). `spec=True` when the sandbox refused it, or when
+    its own program, script or declared read path is missing inside the sandbox — as its output
+    says (exit 126/127, "can't open file") AND as the runtime confirms from outside: every candidate
+    would hit the same wall. `spec=False` when the script is a tree path the baseline has: the
+    candidate's patch deleted or broke it (also when candidate code only prints such a message).
+    Something the command ran in turn that was missing is the command's own failure: None.
+    """
+    number = f" (receipt #{receipt.pk})" if getattr(receipt, "pk", None) else ""
+    if receipt.error and receipt.exit_code is None and not receipt.timed_out:
+        return StartFailure(f"{section} `{command}` could not start: {receipt.error}{number}", True)
+    if receipt.exit_code in (None, 0) or receipt.timed_out:
+        return None
+    stderr = receipt.stderr_excerpt or ""
+    key = section.split(".")[0]
+    for match in _SOURCE_MISSING.finditer(stderr):
+        name = match["name"] or match["staged"]
+        if Path(name) in readable and not os.path.lexists(name):
+            return StartFailure(f"{section} `{command}` cannot start: {name}, declared in {key}.read_paths, "
+                                f"is gone from the host{number}; put it back, or freeze the spec again "
+                                "without it", True)
+    named = _named(command)
+    for pattern in _CANNOT_START:
+        for match in pattern.finditer(stderr):
+            found = _which_of(match["name"].strip(), named)
+            if found is None:
+                continue
+            name, tree_path = found
+            why = (match["why"] or "not found").strip()
+            if tree_path:
+                if _maybe_in_baseline(match["name"].strip(), name, baseline_has):
+                    return StartFailure(f"{section} `{command}`: {name} is in the baseline but not runnable "
+                                        f"in this candidate's tree ({why}): its patch deletes or breaks it"
+                                        f"{number}", False)
+            elif not _missing_in_sandbox(name, readable):
+                continue  # the sandbox has it: a claim the runtime cannot confirm
+            return StartFailure(f"{section} `{command}` cannot start: {name}: {why} inside the sandbox"
+                                f"{number}; {_advice(name, key)}", True)
+    return None
+
+
+def _maybe_in_baseline(reported: str, name: str, baseline_has: Callable[[str], bool]) -> bool:
+    """Might the tree path a message names be one the baseline has? Any tail of the path the
+    message gives (an interpreter prints it absolute, after a `cd` this parser did not follow)
+    counts, so a search is never stopped for what may be one candidate's deletion."""
+    parts = posixpath.normpath(reported).lstrip("/").split("/")
+    tails = {"/".join(parts[index:]) for index in range(len(parts))}
+    plain = posixpath.normpath(name)
+    if not plain.startswith("../"):
+        tails.add(plain)
+    return any(baseline_has(tail) for tail in tails if tail and tail != "..")
+
+
+def _missing_in_sandbox(name: str, readable: Sequence[Path]) -> bool:
+    """The runtime's own check that a program or absolute path is not there inside the sandbox."""
+    tree = worktrees_root() / "preflight"
+    if "/" not in name:
+        return _which(name, tree=tree, readable=readable) is None
+    return _visibility(Path(name), tree=tree, readable=readable) is not None or not os.path.exists(name)
+
+
+def _named(command: str) -> list[tuple[str, bool]]:
+    """Every program and script the command line names, and whether it is a path in the tree."""
+    names = []
+    for invocation in invocations(command) or []:
+        program = invocation.program
+        names.append((program, "/" in program and not program.startswith("/")))
+        if invocation.script:
+            names.append((invocation.script, not invocation.script.startswith("/")))
+    return names
+
+
+def _which_of(reported: str, named: Iterable[tuple[str, bool]]) -> tuple[str, bool] | None:
+    """The program or script of the command a message names (an interpreter may print it absolute)."""
+    for name, tree_path in named:
+        plain = posixpath.normpath(name)
+        if reported in (name, plain) or (tree_path and reported.endswith("/" + plain.removeprefix("./"))):
+            return name, tree_path
+    return None
+
+
+def _advice(path: str, key: str) -> str:
+    if path.startswith("/"):
+        return (f"check that it exists on the host and is declared in {key}.read_paths "
+                "(under CRUCIBLE_READ_ROOTS), or move it under the repository")
+    if "/" in path or path.endswith((".py", ".sh", ".js", ".rb", ".pl")):
+        return "commit it to the baseline, or fix the path"
+    return "fix the program's name, or install it in the toolchain (/usr/bin)"
+
+
+def baseline_has(search: Any) -> Callable[[str], bool]:
+    """Whether the baseline tree (or the hidden evaluator files) of `search` holds a path."""
+    hidden = list((search.spec_normalized or {}).get("evaluator", {}).get("files", {}))
+
+    def has(path: str) -> bool:
+        path = posixpath.normpath(path.removeprefix("./"))
+        if any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden):
+            return True
+        try:
+            with repo_open(search.repository_path) as repo:
+                return file_at(repo, search.baseline_commit, path) is not None or \
+                    is_tree(repo, search.baseline_commit, path)
+        except (GitError, NotTreeError, KeyError, SubmoduleEncountered):
+            return False
+
+    return has
+
+
+def search_start_failure(search: Any, receipt: Any, section: str, command: str) -> StartFailure | None:
+    """`start_failure` for a command of `search` (`section` its spec key): the hook execution.py calls
+    when a writer, gate or trial did not succeed."""
+    from search_app.execution import search_spec
+
+    if receipt.succeeded:
+        return None
+    readable = readable_for(search_spec(search), section.split(".")[0])
+    return start_failure(receipt, section, command, baseline_has(search), readable)
