@@ -107,7 +107,8 @@ def test_a_crashing_check_fails_with_its_outcome_and_what_it_said(tmp_path, data
 
 
 @pytest.mark.parametrize(("check", "success", "score", "detail"), [
-    ("echo working; echo '{\"score\": 0.5}'", True, 0.5, "score 0.5 (from the last line of stdout, reported by"),
+    ("echo working; echo '{\"score\": 0.5}'", True, 0.5,
+     "score 0.5 (from the last line of stdout, reported by"),
     ("echo '{\"score\": 0.25}' > \"$CRUCIBLE_METRICS_FILE\"; echo '{\"score\": 1}'", True, 0.25,
      "score 0.25 (from the metrics file, reported by"),
     ("echo '{\"score\": 0.9}'; exit 1", False, 0.0, "the check failed (exit 1)"),
