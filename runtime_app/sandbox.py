@@ -428,8 +428,10 @@ def _identity_argv(identity: tuple[int, int] | None) -> list[str]:
 
 
 def _interpreter_prefixes() -> list[Path]:
-    prefixes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
-    return sorted(prefixes)
+    """Crucible's venv and base interpreter, by the paths Python names them (which commands
+    such as a reviewer are started by) and by their real paths."""
+    named = [Path(os.path.abspath(sys.prefix)), Path(os.path.abspath(sys.base_prefix))]
+    return sorted({*named, *(path.resolve() for path in named)})
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -504,7 +506,16 @@ def sandbox_path(
     if isolation_choose(isolation) != BUBBLEWRAP:
         return parts
     view = _View(Path(tree).resolve(), [Path(item).resolve() for item in readable])
-    return [part for part in parts if view.problem(Path(part)) is None]
+    seen = []
+    for part in parts:
+        if view.problem(Path(part)) is None:
+            # A link to a visible directory is not itself mounted: the command finds its target.
+            seen.append(part if view._covered(part) and not _through_link(part) else os.path.realpath(part))
+    return list(dict.fromkeys(seen))
+
+
+def _through_link(path: str) -> bool:
+    return os.path.realpath(path) != os.path.normpath(path)
 
 
 def sandbox_which(
