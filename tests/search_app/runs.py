@@ -5,6 +5,7 @@ The plan maps candidate ids to behaviours, committed in the baseline as plan.jso
   N (int)                       code/answer.py returns N (the score, maximised)
   {"value": N, "cost": C}       the same, and the writer reports a cost of C µUSD
   {"value": N, "delay": S}      the same, after S seconds of writing
+  {"value": N, "note": T}       the same, with a comment line T (another patch, the same score)
   {"file": PATH}                answer() returns the int read from PATH at run time
   "broken"                      a syntax error (the gate fails)
   "hang"                        importing answer sleeps for a minute (the gate times out)
@@ -45,6 +46,8 @@ elif isinstance(what, dict) and "file" in what:
 elif isinstance(what, dict) and "delay" in what:
     time.sleep(what["delay"])
     code.write_text(f"def answer():\\n    return {what['value']}\\n")
+elif isinstance(what, dict) and "note" in what:
+    code.write_text(f"def answer():\\n    # {what['note']}\\n    return {what['value']}\\n")
 elif isinstance(what, dict):
     code.write_text(f"def answer():\\n    return {what['value']}\\n")
     print(json.dumps({"cost_microusd": what["cost"], "input_tokens": 10, "output_tokens": 5}))
@@ -76,7 +79,8 @@ def plan_repo(path: Path, plan: dict) -> Path:
 def spec_text(*, population: int, rounds: list[int], concurrency: int | None = None, trials: int = 2,
               budget: str = "", gate_timeout: int = 60, name: str = "plan-search",
               policy: str = "ordered", refine: bool = False, effort: str = "",
-              replay_tolerance: float = 0.25, comparison: str = "paired") -> str:
+              replay_tolerance: float = 0.25, comparison: str = "paired",
+              max_trials: int | None = None) -> str:
     concurrency = concurrency or min(4, population)
     effort = f"reasoning_effort = {effort}" if effort else ""
     return f'''name = "{name}"
@@ -104,6 +108,7 @@ direction = "maximize"
 trials = {trials}
 replay_tolerance = {replay_tolerance}
 comparison = "{comparison}"
+{f"max_trials = {max_trials}" if max_trials else ""}
 
 [selection]
 policy = "{policy}"

@@ -1,0 +1,166 @@
+"""Fair measurement in real searches: blocks in the exclusive lane, adaptive blocks at a
+contested cut, identical patches credited to their earliest candidate, replay by interval."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+
+from runtime_app.models import Receipt
+from search_app import services
+from search_app.measurement import block_order
+from search_app.models import SearchRun, Step
+from tests.gitrepo import repo_create
+from tests.search_app.runs import fates, frozen, plan_repo, run_inline, spec_text
+from tests.search_app.test_run_celery import kill, start_worker, wait_for_end
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _trials(search):
+    return Receipt.objects.filter(subject_type="candidate", label__contains=" trial ",
+                                  subject_id__in=search.candidates.values("pk"))
+
+
+def test_each_block_runs_every_member_once_in_the_order_its_seed_gives(personas, tmp_path, data_dir):
+    search = frozen(personas, tmp_path, {"cand_001": 5, "cand_002": 9, "cand_003": 7}, population=3,
+                    rounds=[3, 1], trials=3)
+    run_inline(personas, search)
+    for block in range(3):
+        ran = sorted(_trials(search).filter(detail__round=0, detail__block=block),
+                     key=lambda receipt: receipt.detail["position"])
+        members = [receipt.detail["measures"] for receipt in ran]
+        assert members == block_order(search.search_id, 0, block, members)
+        assert sorted(members) == ["baseline", "cand_001", "cand_002", "cand_003"]
+        assert all(receipt.detail["lane"]["mode"] == "exclusive" for receipt in ran)
+
+
+def test_candidates_that_cannot_be_told_apart_at_the_cut_get_more_blocks_then_the_tie_breakers_decide(
+    personas, tmp_path, data_dir
+):
+    # Same score, different patches: one has an extra comment line (more diff lines).
+    plan = {"cand_001": {"value": 6, "note": "a longer patch"}, "cand_002": 6, "cand_003": 9}
+    search = frozen(personas, tmp_path, plan, population=3, rounds=[3, 2, 1], trials=2, max_trials=5)
+    run = run_inline(personas, search)
+    assert run.winner.candidate_id == "cand_003"
+    round0 = {c.candidate_id: len(c.blocks["0"]) for c in search.candidates.all()}
+    # Round 0 keeps two of three: the cut falls inside the tie of cand_001 and cand_002, which
+    # get blocks up to max_trials (the baseline with them); cand_003, clearly ahead, does not.
+    assert round0["cand_001"] == round0["cand_002"] == 5 and round0["cand_003"] == 2
+    assert round0["baseline"] == 5
+    parts = Step.objects.filter(search=search, kind="measure", round=0).order_by("part")
+    assert [step.plan["blocks"] for step in parts] == [[0, 2], [2, 4], [4, 5]]
+    assert all("cand_003" not in step.plan["members"] for step in parts[1:])
+    reason = fates(search)["cand_001"][1]
+    assert "tied with cand_002" in reason and "tie-breakers (diff_lines)" in reason
+    assert "not in the best 2" not in fates(search)["cand_002"][1]  # fewer diff lines: kept
+
+
+def test_clearly_separated_candidates_get_no_extra_blocks(personas, tmp_path, data_dir):
+    search = frozen(personas, tmp_path, {"cand_001": 5, "cand_002": 9, "cand_003": 7}, population=3,
+                    rounds=[3, 2, 1], trials=2, max_trials=6)
+    run_inline(personas, search)
+    assert Step.objects.filter(search=search, kind="measure").count() == 3  # one per round
+    assert not Step.objects.filter(search=search, kind="measure", part__gt=0).exists()
+
+
+def test_identical_patches_are_credited_to_the_earliest_candidate_whichever_finishes_first(
+    personas, tmp_path, data_dir
+):
+    # cand_001's writer is slow, so cand_002's identical patch is ready first.
+    plan = {"cand_001": {"value": 9, "delay": 3}, "cand_002": 9, "cand_003": 4}
+    search = frozen(personas, tmp_path, plan, population=3, rounds=[3, 1])
+    run = run_inline(personas, search)
+    first, second = (search.candidates.get(candidate_id=cid) for cid in ("cand_001", "cand_002"))
+    assert first.patch_sha256 == second.patch_sha256
+    assert run.winner.candidate_id == "cand_001"
+    assert second.state == "eliminated" and second.duplicate_of_id == first.pk
+    assert second.reason.startswith("identical patch to cand_001")
+    # The copy was never evaluated: no gate, no trial.
+    assert not Step.objects.filter(search=search, candidate=second, kind="evaluate").exists()
+    assert not _trials(search).filter(subject_id=second.pk).exists()
+    assert second.score is None
+
+
+DRIFT_WRITER = '''import pathlib, sys
+sys.stdin.read()
+pathlib.Path("code/answer.py").write_text(
+    "def answer():\\n    return 2 * int(open({flag!r}).read())\\n")
+'''
+
+
+def _drifting_search(personas, tmp_path, comparison: str):
+    """The baseline's answer() is a number read from a file at run time; the candidate's is
+    twice it: its absolute figure moves with the file, its ratio to the baseline does not."""
+    flag = tmp_path / "drift" / ".git" / "drift-flag"  # exposed to commands with the git dir
+    repo = repo_create(tmp_path / "drift", {
+        "code/answer.py": f"def answer():\n    return int(open({str(flag)!r}).read())\n",
+        "tests/test_answer.py": "def test_answer():\n    assert True\n",
+        "scripts/writer.py": DRIFT_WRITER.format(flag=str(flag)),
+        "plan.json": "{}",
+    })
+    flag.write_text("50")
+    text = spec_text(population=2, rounds=[2, 1], comparison=comparison)
+    search = services.search_freeze(personas.owner, personas.alpha, text, "HEAD", repository_path=str(repo))
+    services.search_start(personas.owner, search, enqueue=False)
+    while SearchRun.objects.get(search=search).phase == "rounds":
+        for step_pk in services.search_advance(search.pk):
+            if Step.objects.get(pk=step_pk).kind != "replay":
+                services.step_execute(step_pk, "test")
+    flag.write_text("30")  # the machine is 40% "faster" for everyone at replay time
+    return services.search_run_inline(search)
+
+
+def test_a_true_winner_passes_a_replay_whose_absolute_figure_drifts_with_the_baseline(
+    personas, tmp_path, data_dir
+):
+    run = _drifting_search(personas, tmp_path, "paired")
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_001"
+    replay = Step.objects.get(search=run.search, kind="replay")
+    assert replay.result["passed"] and "replayed 2× baseline" in replay.result["why"]
+
+
+def test_the_same_drift_fails_a_replay_that_compares_absolute_values(personas, tmp_path, data_dir):
+    run = _drifting_search(personas, tmp_path, "absolute")
+    assert run.outcome == "NONE"
+    assert "replayed median 60 moved more than 25 from 100" in fates(run.search)["cand_001"][1]
+
+
+def test_a_trial_never_overlaps_another_command_with_two_workers(personas, tmp_path):
+    """Two searches at once, driven by two real Celery worker processes (three slots each): the
+    receipts show every timing trial alone on the host, while gates and writers overlap."""
+    if settings.CONFIG.redis_url:
+        pytest.skip("REDIS_URL is set: this test uses the embedded broker the workers share")
+    plan = {f"cand_00{n}": {"value": 10 + n, "delay": 0.5} for n in range(1, 6)}
+    searches = []
+    for name in ("lane-a", "lane-b"):
+        repo = plan_repo(tmp_path / f"repo-{name}", plan)
+        text = spec_text(population=5, rounds=[5, 2, 1], concurrency=3, name=name, trials=2)
+        searches.append(services.search_freeze(personas.owner, personas.alpha, text, "HEAD",
+                                               repository_path=str(repo)))
+    workers = [start_worker(tmp_path, number) for number in (0, 1)]
+    try:
+        for search in searches:
+            services.search_start(personas.owner, search)
+        for search in searches:
+            assert wait_for_end(search, workers, timeout=300).outcome == "winner"
+    finally:
+        for worker in workers:
+            kill(worker)
+    commands = list(Receipt.objects.filter(kind="command").exclude(started_at=None))
+    trials = [r for r in commands if " trial " in r.label]
+    assert len(trials) >= 2 * (6 * 2 + 3 * 2 + 2 * 2)
+    for trial in trials:
+        end = trial.started_at + timedelta(seconds=trial.duration_seconds)
+        for other in commands:
+            if other.pk == trial.pk:
+                continue
+            other_end = other.started_at + timedelta(seconds=other.duration_seconds)
+            assert other_end <= trial.started_at or other.started_at >= end, (
+                f"{other.label} overlaps {trial.label}")
+    gates = [r for r in commands if " gate " in r.label]
+    overlapping = sum(1 for a in gates for b in gates if a.pk < b.pk and a.started_at < b.finished_at
+                      and b.started_at < a.finished_at)
+    assert overlapping, "gates never ran side by side: the lane would be serialising everything"
