@@ -12,6 +12,7 @@ from runtime_app.models import Receipt
 from search_app import services
 from search_app.measurement import block_order
 from search_app.models import SearchRun, Step
+from tests.conftest import login, text_of
 from tests.gitrepo import repo_create
 from tests.search_app.runs import fates, frozen, plan_repo, run_inline, spec_text
 from tests.search_app.test_run_celery import kill, start_worker, wait_for_end
@@ -164,3 +165,14 @@ def test_a_trial_never_overlaps_another_command_with_two_workers(personas, tmp_p
     overlapping = sum(1 for a in gates for b in gates if a.pk < b.pk and a.started_at < b.finished_at
                       and b.started_at < a.finished_at)
     assert overlapping, "gates never ran side by side: the lane would be serialising everything"
+
+
+def test_pages_say_who_measured_the_score_and_show_the_paired_figure(personas, tmp_path, data_dir):
+    search = frozen(personas, tmp_path, {"cand_001": 5, "cand_002": 9}, population=2, rounds=[2, 1])
+    run_inline(personas, search)
+    client = login(personas.member)
+    page = text_of(client.get(f"/searches/{search.search_id}/"))
+    assert "reported by the score command (forgeable by code it runs)" in page
+    assert '4.5× <span class="muted">(9)</span>' in page  # cand_002: its ratio, then its median value
+    candidate = text_of(client.get(f"/searches/{search.search_id}/candidates/cand_002/"))
+    assert "4.5×" in candidate and "(median 9)" in candidate and "forgeable by code it runs" in candidate
