@@ -799,7 +799,7 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
                       ("the tree" if writable else "read-only (not enforced)"),
                       **({"read_only_paths": "not enforced"} if read_only else {})})
     identity = sandbox_identity()
-    if fresh or writable or _inside(tree, Path(settings.DATA_DIR).resolve()):
+    if fresh or writable:  # a read-only tree is only read: it must be readable by others (0644)
         tree_hand_over(tree, identity)
     declared = dict(env or {})
     if metrics_dir is not None:

@@ -22,9 +22,13 @@ SEARCH_PAGE = re.compile(r"^http://127\.0\.0\.1:\d+/searches/search-[0-9a-f]{16}
 
 @pytest.fixture
 def repository(personas, tmp_path):
-    """A real git repo with one commit, registered for alpha before the browser starts."""
-    path = repo_create(tmp_path / "certificate", {"code/solve.py": "def solve():\n    return 42\n"},
-                       tags=("v1.0",))
+    """A real git repo with one commit, registered for alpha before the browser starts; the
+    seed spec's commands can start in it (freezing checks)."""
+    path = repo_create(tmp_path / "certificate", {
+        "code/solve.py": "def solve():\n    return 42\n",
+        "certificate.py": "print('ok')\n",
+        "scripts/benchmark_candidate.sh": "#!/bin/sh\necho '{\"median_runtime_ms\": 1}'\n",
+    }, tags=("v1.0",), executable=("scripts/benchmark_candidate.sh",))
     return repository_register(personas.owner, personas.alpha, str(path), "certificate", trusted=True)
 
 
