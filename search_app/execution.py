@@ -328,35 +328,29 @@ def _gates(step: Step, spec: SearchSpec, tree: Path, read_only: list[str], label
     return None
 
 
-def evaluate(step: Step, cancel: threading.Event) -> dict[str, Any]:
-    """Fresh baseline + the patch, change policy, hidden files, then the gates in order. Trials
-    run later, in the round's measurement blocks (`measure`)."""
+def _gated(step: Step, spec: SearchSpec, purpose: str, label: str, cancel: threading.Event
+           ) -> tuple[dict[str, Any] | None, list[int]]:
+    """The candidate's pristine evaluation tree and its gates in order; (the step's result if it
+    stopped there, the receipts). The tree is removed either way."""
     search, candidate = step.search, step.candidate
-    spec = search_spec(search)
-    label = f"{candidate.candidate_id} r{step.round} {step.kind}"
-    tree, admit, read_only = _evaluation_tree(step, candidate, spec, step.kind, label)
+    tree, admit, read_only = _evaluation_tree(step, candidate, spec, purpose, label)
     receipts = [admit.pk]
     if tree is None:
         return {"eliminated": f"patch refused at {admit.detail['stage']}: {admit.detail['reason']}",
-                "receipts": receipts}
+                "receipts": receipts}, receipts
     try:
-        stopped = _gates(step, spec, tree, read_only, label, cancel, receipts)
+        return _gates(step, spec, tree, read_only, label, cancel, receipts), receipts
     finally:
         worktree_remove(search.repository_path, tree)
+
+
+def evaluate(step: Step, cancel: threading.Event) -> dict[str, Any]:
+    """Fresh baseline + the patch, change policy, hidden files, then the gates in order. Trials
+    run later, in the round's measurement blocks (`measure`)."""
+    spec = search_spec(step.search)
+    label = f"{step.candidate.candidate_id} r{step.round} {step.kind}"
+    stopped, receipts = _gated(step, spec, step.kind, label, cancel)
     return stopped or {"receipts": receipts, "gates_passed": len(spec.hard_gates.commands)}
-
-
-def _hidden_files_write(worktree: Path, files: dict[str, str]) -> None:
-    """Hidden evaluator files arrive only now, after every writer's authority is gone."""
-    root = worktree.resolve()
-    for relative, content in files.items():
-        target = (worktree / relative).resolve()
-        if root not in target.parents:
-            raise GitError(f"hidden file {relative} would land outside the evaluation tree")
-        if target.is_symlink() or target.is_dir():
-            raise GitError(f"hidden file {relative} collides with a link or directory in the patch")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
 
 
 # ------------------------------------------------------------------------------------- measure
@@ -441,18 +435,8 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
 def replay(step: Step, cancel: threading.Event) -> dict[str, Any]:
     """The provisional winner again on a clean baseline: its gates, then `trials` blocks
     interleaved with the baseline (the replay's own block order)."""
-    search, candidate = step.search, step.candidate
-    spec = search_spec(search)
-    label = f"{candidate.candidate_id} replay"
-    tree, admit, read_only = _evaluation_tree(step, candidate, spec, "replay", label)
-    receipts = [admit.pk]
-    if tree is None:
-        return {"eliminated": f"patch refused at {admit.detail['stage']}: {admit.detail['reason']}",
-                "receipts": receipts}
-    try:
-        stopped = _gates(step, spec, tree, read_only, label, cancel, receipts)
-    finally:
-        worktree_remove(search.repository_path, tree)
+    stopped, receipts = _gated(step, search_spec(step.search), "replay",
+                               f"{step.candidate.candidate_id} replay", cancel)
     if stopped:
         return stopped
     measured = measure(step, cancel)
