@@ -176,3 +176,13 @@ def test_pages_say_who_measured_the_score_and_show_the_paired_figure(personas, t
     assert '4.5× <span class="muted">(9)</span>' in page  # cand_002: its ratio, then its median value
     candidate = text_of(client.get(f"/searches/{search.search_id}/candidates/cand_002/"))
     assert "4.5×" in candidate and "(median 9)" in candidate and "forgeable by code it runs" in candidate
+
+
+def test_a_search_frozen_before_paired_blocks_runs_as_it_was_frozen(personas, tmp_path, data_dir):
+    search = frozen(personas, tmp_path, {"cand_001": 5, "cand_002": 9}, population=2, rounds=[2, 1])
+    search.contract = 1  # what the migration gives every search frozen before this release
+    search.save(update_fields=["contract"])
+    run = run_inline(personas, search)
+    assert run.winner.candidate_id == "cand_002"
+    assert run.winner.score == 9.0 and run.winner.score_absolute == 9.0  # its median, not a ratio
+    assert search.candidates.get(number=0).score == 2.0
