@@ -12,8 +12,8 @@ How a search runs, which the counts follow (docs/running-searches.md, "Forecast"
   early), each changed refinement's, and the winner's again at each replay;
 - trials run in blocks: in round r every survivor and the baseline run once per block, for
   `score.trials` blocks, plus (paired scoring) extra blocks for candidates at the cut that cannot
-  be told apart, up to `score.trials_ceiling` blocks; each replay runs the winner and the baseline
-  for `score.trials` blocks;
+  be told apart (or are ahead on too few blocks to decide), up to `score.trials_ceiling` blocks;
+  each replay runs the winner and the baseline for `measurement.replay_blocks` blocks;
 - trials run one at a time on a host; writers and gates up to `concurrency` at once.
 """
 
@@ -27,6 +27,7 @@ from typing import Any
 from runtime_app.fleet import PRESETS
 from runtime_app.prices import Price, Usage, cost_microusd, usd_text
 from search_app.execution import WRITER_TIMEOUT_SECONDS
+from search_app.measurement import replay_blocks
 from search_app.services import MAX_REPLAYS
 from search_app.spec import SearchSpec
 
@@ -231,7 +232,9 @@ def _plan_counts(spec: SearchSpec) -> tuple[list[dict[str, Span]], dict[str, Spa
         trial_runs = _count((survivors + 1) * trials, (survivors + 1) * ceiling)
         rounds.append({"survivors": survivors, "writers": writers, "gates": gate_runs, "trials": trial_runs})
     replays = _count(1, MAX_REPLAYS)
-    replay = {"replays": replays, "gates": replays * gates, "trials": replays * (2 * trials)}
+    blocks = replay_blocks(trials, spec.score.trials_ceiling, spec.score.confidence,
+                           paired=spec.score.comparison == "paired")
+    replay = {"replays": replays, "gates": replays * gates, "trials": replays * (2 * blocks)}
     return rounds, replay
 
 

@@ -428,7 +428,7 @@ def _interval(candidate: Any, spec: Any) -> Any:
 def _round_next(run: Any, spec: Any, steps: list) -> None:
     """The round's gates are done: measure its survivors in blocks, add blocks where the
     candidates at the cut (or against the baseline) cannot be told apart yet, then close it."""
-    from search_app.measurement import contested, undecided_against
+    from search_app.measurement import beats, contested, min_blocks, undecided_against
 
     search, round_index = run.search, run.round_index
     baseline = search.candidates.get(number=0)
@@ -452,12 +452,19 @@ def _round_next(run: Any, spec: Any, steps: list) -> None:
         last = round_index >= len(spec.rounds) - 1
         keep = 1 if last else spec.rounds[round_index + 1]
         direction = spec.score.direction
-        wanted = {*contested(intervals, keep, direction), *undecided_against(intervals, 1.0, direction)}
+        # More blocks where the order at the cut, or against the baseline, is not known yet, and
+        # for any candidate that would go on (or win) on too few blocks to decide anything.
+        wanted = {*contested(intervals, keep, direction), *undecided_against(intervals, 1.0, direction),
+                  *(cid for cid, interval in intervals.items()
+                    if not interval.decided and beats(interval, 1.0, direction))}
         counts = {c.candidate_id: len(c.blocks.get(str(round_index), {})) for c in participants}
         more = sorted(cid for cid in wanted if counts[cid] < spec.score.trials_ceiling)
         if more:
             first = max(s.plan["blocks"][1] for s in measures)
-            blocks = min(spec.score.trials, spec.score.trials_ceiling - min(counts[cid] for cid in more))
+            fewest = min(counts[cid] for cid in more)
+            # Enough at once to decide (min_blocks), in steps of `trials`, never past the ceiling.
+            blocks = min(spec.score.trials_ceiling - fewest,
+                         max(spec.score.trials, min_blocks(spec.score.confidence) - fewest))
             _measure_create(run, round_index, len(measures), [*members, *more], first, first + blocks)
             _search_event(search, "search.measuring", f"round {round_index}: {', '.join(more)} cannot be "
                           f"told apart yet; {blocks} more block(s) for them and the baseline",
@@ -606,6 +613,7 @@ def _replay_order(run: Any) -> list[str]:
 def _replay_next(run: Any, spec: Any) -> None:
     """Replay the best candidate not yet replayed, interleaved with the baseline; after
     MAX_REPLAYS failures, NONE."""
+    from search_app.measurement import replay_blocks
     from search_app.models import Step
 
     search = run.search
@@ -630,8 +638,10 @@ def _replay_next(run: Any, spec: Any) -> None:
     baseline = search.candidates.get(number=0)
     members = [candidate.candidate_id, *(["baseline"] if baseline.state == "alive" else [])]
     run.replayed = [*run.replayed, candidate.candidate_id]
+    blocks = replay_blocks(spec.score.trials, spec.score.trials_ceiling, spec.score.confidence,
+                           paired=comparison_for(search, spec, baseline) == "paired")
     Step.objects.create(search=search, candidate=candidate, kind="replay", round=run.round_index,
-                        plan={"members": sorted(members), "blocks": [0, spec.score.trials],
+                        plan={"members": sorted(members), "blocks": [0, blocks],
                               "namespace": f"replay-{candidate.candidate_id}"})
     _candidate_event(candidate, "provisional winner: replaying on a clean baseline, interleaved with the "
                                 "baseline")
@@ -960,9 +970,8 @@ def _scores_update(search: Search, spec: Any, round_index: int) -> None:
         candidate.spread = max(ordered) - min(ordered)
         candidate.runtime_seconds = statistics.fmean(seconds) if seconds else None
         ratios = paired_ratios(values, base_values) if candidate.number else [1.0]
-        seed = f"{search.search_id}/{round_index}/{candidate.candidate_id}"
         figures = ratios if paired and ratios else ordered
-        interval = median_interval(figures, spec.score.confidence, seed)
+        interval = median_interval(figures, spec.score.confidence)
         candidate.score, candidate.score_low, candidate.score_high = (interval.point, interval.low,
                                                                       interval.high)
         candidate.save()
@@ -992,8 +1001,7 @@ def _replay_verdict(step: Any, candidate: Any, result: dict) -> tuple[bool, str]
     base = {int(block): value for block, value in result["values"].get("baseline", {}).items()}
     paired = comparison_for(step.search, spec, baseline) == "paired"
     if paired and base and "baseline" not in result["dropped"]:
-        replayed = median_interval(paired_ratios(values, base), spec.score.confidence,
-                                   f"{step.search.search_id}/replay/{cid}")
+        replayed = median_interval(paired_ratios(values, base), spec.score.confidence)
         return replay_consistent(_interval(candidate, spec), replayed, spec.score.direction)
     # The band comes from the trials of the patch being replayed (not of a patch its writer
     # later refined).

@@ -505,8 +505,8 @@ def test_score_forgers_lose_to_the_honest_candidate_when_the_runtime_measures(pe
     reasons = {cid: c.reason for cid, c in candidates.items()}
     assert outcome.outcome == "winner" and outcome.winner.candidate_id == "cand_001", reasons
     for forger in ("cand_002", "cand_003", "cand_004", "cand_005"):
-        assert candidates[forger].state == "eliminated", reasons
-        assert "not clearly better than the baseline" in reasons[forger]
+        # Measured as what it is, as slow as the baseline: its forgery bought it nothing.
+        assert candidates[forger].state == "eliminated" and candidates[forger].score > 0.8, reasons
     assert candidates["cand_006"].state == "eliminated" and "gate 2" in reasons["cand_006"]
     assert candidates["cand_001"].score < 0.5  # its real CPU time, against the baseline's in each block
 

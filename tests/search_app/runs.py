@@ -80,7 +80,9 @@ def spec_text(*, population: int, rounds: list[int], concurrency: int | None = N
               budget: str = "", gate_timeout: int = 60, name: str = "plan-search",
               policy: str = "ordered", refine: bool = False, effort: str = "",
               replay_tolerance: float = 0.25, comparison: str = "paired",
-              max_trials: int | None = None) -> str:
+              max_trials: int | None = None, confidence: float = 0.5) -> str:
+    """A plan search's spec. Its scores are exact, so by default it decides at confidence 0.5
+    (two blocks are enough); tests of the statistics ask for more."""
     concurrency = concurrency or min(4, population)
     effort = f"reasoning_effort = {effort}" if effort else ""
     return f'''name = "{name}"
@@ -108,6 +110,7 @@ direction = "maximize"
 trials = {trials}
 replay_tolerance = {replay_tolerance}
 comparison = "{comparison}"
+confidence = {confidence}
 {f"max_trials = {max_trials}" if max_trials else ""}
 
 [selection]

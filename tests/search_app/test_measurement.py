@@ -13,6 +13,7 @@ from search_app.measurement import (
     contested,
     describe,
     median_interval,
+    min_blocks,
     paired_ratios,
     replay_consistent,
     tie_groups,
@@ -55,29 +56,37 @@ def test_a_baseline_that_measured_zero_gives_no_ratio():
     assert paired_ratios({0: 1.0, 1: 2.0}, {0: 0.0, 1: 4.0}) == [0.5]
 
 
-def test_the_interval_of_one_value_is_that_value():
-    assert median_interval([0.4], 0.95, "s") == Interval(0.4, 0.4, 0.4, 0.95, 1)
+def test_the_interval_of_one_value_is_that_value_and_decides_nothing():
+    interval = median_interval([0.4], 0.95)
+    assert interval == Interval(0.4, 0.4, 0.4, 0.95, 1) and not interval.decided
 
 
-def test_the_interval_of_known_samples_brackets_their_median_and_is_reproducible():
-    values = [0.40, 0.41, 0.42, 0.43, 0.44, 0.45, 0.46, 0.47, 0.48, 0.49, 0.50, 0.51]
-    interval = median_interval(values, 0.95, "search-x/cand_001")
-    assert interval.point == pytest.approx(0.455)
-    assert 0.40 <= interval.low < interval.point < interval.high <= 0.51
-    assert interval == median_interval(values, 0.95, "search-x/cand_001")
-    wider = median_interval(values, 0.99, "search-x/cand_001")
-    assert wider.low <= interval.low and wider.high >= interval.high
+def test_the_sign_test_interval_of_known_samples_is_their_order_statistics():
+    values = [0.51, 0.40, 0.41, 0.42, 0.43, 0.44, 0.45, 0.46, 0.47, 0.48, 0.49, 0.50]
+    interval = median_interval(values, 0.95)
+    # n = 12: P(Bin(12, 1/2) <= 2) = 0.019 <= 0.025 < P(<= 3), so k = 3: [x(3), x(10)].
+    assert (interval.low, interval.point, interval.high) == (0.42, pytest.approx(0.455), 0.49)
+    assert interval.decided
+    wider = median_interval(values, 0.99)
+    assert (wider.low, wider.high) == (0.41, 0.50)
 
 
-def test_with_three_values_the_95_percent_interval_is_their_range():
-    interval = median_interval([0.3, 0.5, 0.4], 0.95, "s")
-    assert (interval.low, interval.point, interval.high) == (0.3, 0.4, 0.5)
+@pytest.mark.parametrize(("confidence", "blocks"), [(0.5, 2), (0.9, 5), (0.95, 6), (0.99, 8)])
+def test_a_decision_needs_enough_blocks_for_its_confidence(confidence, blocks):
+    assert min_blocks(confidence) == blocks
+    assert not median_interval([1.0] * (blocks - 1), confidence).decided
+    assert median_interval([1.0] * blocks, confidence).decided
+
+
+def test_with_too_few_values_the_interval_is_their_whole_range():
+    interval = median_interval([0.3, 0.5, 0.4], 0.95)
+    assert (interval.low, interval.point, interval.high, interval.decided) == (0.3, 0.4, 0.5, False)
 
 
 @given(st.lists(st.floats(min_value=0.01, max_value=100), min_size=1, max_size=25),
        st.sampled_from([0.5, 0.9, 0.95, 0.999]))
 def test_an_interval_always_contains_its_median_and_lies_within_the_values(values, confidence):
-    interval = median_interval(values, confidence, "seed")
+    interval = median_interval(values, confidence)
     assert min(values) <= interval.low <= interval.point <= interval.high <= max(values)
 
 

@@ -186,3 +186,18 @@ def test_a_search_frozen_before_paired_blocks_runs_as_it_was_frozen(personas, tm
     assert run.winner.candidate_id == "cand_002"
     assert run.winner.score == 9.0 and run.winner.score_absolute == 9.0  # its median, not a ratio
     assert search.candidates.get(number=0).score == 2.0
+
+
+def test_a_candidate_goes_on_only_after_enough_blocks_to_decide_at_its_confidence(
+    personas, tmp_path, data_dir
+):
+    # Exact scores, but two blocks cannot show anything at 95 %: six can (1 - 2 * 0.5^6 > 0.95).
+    search = frozen(personas, tmp_path, {"cand_001": 5, "cand_002": 1}, population=2, rounds=[2, 1],
+                    trials=2, confidence=0.95)
+    run = run_inline(personas, search)
+    blocks = {c.candidate_id: len(c.blocks["0"]) for c in search.candidates.all()}
+    assert run.winner.candidate_id == "cand_001" and blocks["cand_001"] == 6 and blocks["baseline"] == 6
+    assert blocks["cand_002"] == 2  # clearly worse than the baseline already: no more blocks for it
+    parts = Step.objects.filter(search=search, kind="measure", round=0).order_by("part")
+    assert [step.plan["blocks"] for step in parts] == [[0, 2], [2, 6]]
+    assert Step.objects.get(search=search, kind="replay").plan["blocks"] == [0, 6]

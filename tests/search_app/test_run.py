@@ -51,7 +51,7 @@ def test_the_best_candidate_wins_and_every_other_says_why(personas, tmp_path, da
     assert winner.score_absolute == 9.0
     # Its figure is the median of its per-block ratios to the baseline, with its interval.
     assert (winner.score, winner.score_low, winner.score_high) == (4.5, 4.5, 4.5)
-    assert "2.5× baseline [2.5, 2.5] at 95 %): not in the best 2" in fate["cand_001"][1]  # reasons show it
+    assert "2.5× baseline [2.5, 2.5] at 50 %): not in the best 2" in fate["cand_001"][1]  # reasons show it
     assert search.reviews.get().verdict == "approve"
     baseline = search.candidates.get(number=0)
     assert (baseline.score, baseline.score_absolute) == (1.0, 2.0)  # measured in every block
@@ -78,7 +78,7 @@ def test_a_candidate_no_better_than_the_baseline_is_eliminated(personas, tmp_pat
     run = run_inline(personas, search)
     assert run.winner.candidate_id == "cand_002"
     reason = fates(search)["cand_001"][1]
-    assert "0.5× baseline [0.5, 0.5] at 95 %: not clearly better than the baseline" in reason
+    assert "0.5× baseline [0.5, 0.5] at 50 %: not clearly better than the baseline" in reason
 
 
 def test_with_absolute_comparison_a_candidate_no_better_than_the_baseline_s_median_is_eliminated(
