@@ -527,3 +527,15 @@ def test_a_forged_score_script_and_weakened_tests_never_reach_the_next_command(p
                                    label__contains=" trial ").first()
     assert trial.detail["metric_source"] == "reported by the score command"
     assert "0.001" not in trial.stdout_excerpt
+
+
+@pytest.mark.django_db
+def test_a_receipt_page_shows_the_uid_network_and_mounts_in_force(worktree, mode, personas):
+    from tests.conftest import login, text_of
+
+    receipt = services.command_run(["true"], cwd=worktree, timeout=30, isolation=mode, project=personas.alpha)
+    page = text_of(login(personas.owner).get(f"/receipts/{receipt.pk}/"))
+    view = receipt.detail["sandbox"]
+    assert f"uid {view['uid']}" in page and view["network"] in page and "lane" in page
+    if mode == "required":
+        assert f"{len(view['mounts'])} mounts" in page and str(worktree) in page
