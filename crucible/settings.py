@@ -125,7 +125,9 @@ if CONFIG.redis_url:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [CONFIG.redis_url]},
+            # redis-py 8 gives up on a read after 5 s, exactly channels_redis's 5 s blocking
+            # pop: without a longer timeout every idle socket's consumer dies every 5 s.
+            "CONFIG": {"hosts": [{"address": CONFIG.redis_url, "socket_timeout": 30}]},
         }
     }
 else:

@@ -29,6 +29,16 @@ class EventConsumer(AsyncWebsocketConsumer):
     `{"type": "resume", "last_id": N}` message, so a reconnect neither skips nor repeats.
     """
 
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # A consumer that dies (a broken channel layer, say) never gets `disconnect`, so its
+        # poller would keep querying for a socket that is gone.
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            poller = getattr(self, "poller", None)
+            if poller is not None:
+                poller.cancel()
+
     async def connect(self) -> None:
         self.user = self.scope.get("user")
         self.cursor: int | None = None
@@ -124,7 +134,9 @@ class EventConsumer(AsyncWebsocketConsumer):
             return [], None, True
         html = render_to_string("runtime_app/_events_oob.html", {"events": events})
         extra = live_fragments(self.user, *self.subject, events) if self.subject is not None else []
-        return [html, *extra], events[-1].pk, True
+        # The event log goes last: it carries the page's resume point, so a socket that drops
+        # mid-batch makes the page ask for this batch again rather than miss its fragments.
+        return [*extra, html], events[-1].pk, True
 
 
 def _query_last_id(query_string: bytes) -> int | None:

@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from runtime_app.services import repository_register
 from search_app.models import Search, SearchRun
@@ -110,7 +111,11 @@ def test_an_operator_launches_the_demo_and_an_approver_merges_its_winner(
                            timeout=RUN_TIMEOUT_MS)
     fates = in_worker_thread(lambda: [f"{c.candidate_id}: {c.reason}" for c in search.candidates.all()])
     assert page.locator("#run-summary .badge.outcome-winner").count() == 1, "\n".join(fates)
-    page.wait_for_selector("#candidate-row-cand_001[data-state='winner']", timeout=WAIT_MS)
+    try:
+        page.wait_for_selector("#candidate-row-cand_001[data-state='winner']", timeout=WAIT_MS)
+    except PlaywrightTimeout:
+        row = page.locator("#candidate-row-cand_001").inner_html()
+        pytest.fail("cand_001's row never showed it as the winner.\nRow: " + row + "\n" + "\n".join(fates))
     assert page.evaluate("window.crucibleSameDocument") is True and navigations == []
     assert "patch refused at policy" in page.inner_text("#candidate-row-cand_004")
     assert page.locator("#score-plot circle").count() >= 2

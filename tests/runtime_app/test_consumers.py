@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
@@ -248,3 +249,46 @@ def test_a_member_removed_from_the_project_is_disconnected(personas):
         assert output["type"] == "websocket.close"
         assert output["code"] == 4403
     async_to_sync(scenario)()
+
+
+def test_a_socket_left_idle_longer_than_the_layers_blocking_read_stays_open(personas):
+    """redis-py 8 gives up on a read after 5 s, as long as channels_redis's blocking pop waits:
+    a page nobody touches must not lose its consumer to that (pass 2 runs this on Redis)."""
+    cookie = session_cookie(personas.member)
+
+    async def scenario():
+        communicator = connect(f"/ws/events/project/{personas.alpha.pk}/", cookie)
+        assert (await communicator.connect())[0]
+        await asyncio.sleep(12)  # two of the layer's 5 s blocking pops, and then some
+        assert await communicator.receive_nothing(timeout=0.1)
+        await communicator.send_to(text_data=json.dumps({"type": "resume", "last_id": 0}))
+        event = await emit(personas.alpha, "project", personas.alpha.pk, "test.after_idle", {})
+        ids: list[int] = []
+        while event.pk not in ids:
+            ids += [int(i) for i in IDS.findall(await communicator.receive_from(timeout=10))]
+        await communicator.disconnect()
+    async_to_sync(scenario)()
+
+
+def test_a_consumer_that_dies_leaves_no_poller_behind(personas):
+    from channels.layers import get_channel_layer
+
+    from runtime_app.services import event_group
+
+    cookie = session_cookie(personas.member)
+
+    def pollers() -> list[asyncio.Task]:
+        return [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "EventConsumer._poll"]
+
+    async def scenario():
+        communicator = connect(f"/ws/events/project/{personas.alpha.pk}/", cookie)
+        assert (await communicator.connect())[0]
+        assert len(pollers()) == 1
+        # A message no handler takes kills the consumer, as a failing channel layer would.
+        await get_channel_layer().group_send(event_group(personas.alpha.pk), {"type": "no.such.handler"})
+        with pytest.raises(ValueError, match="No handler"):
+            await communicator.wait(timeout=10)
+        await asyncio.sleep(0)
+        assert pollers() == []
+    async_to_sync(scenario)()
+

@@ -195,3 +195,32 @@ def test_a_none_search_offers_no_merge(personas, tmp_path, data_dir, approver):
     assert "Merge…" not in page(client, f"/searches/{search.search_id}/")
     merge_page = page(client, f"/searches/{search.search_id}/merge/")
     assert "ended with NONE: there is nothing to merge" in merge_page
+
+
+def test_a_live_batch_sends_its_fragments_before_the_event_log_that_holds_the_resume_point(
+    finished, personas
+):
+    """A socket that drops mid-batch must leave the page's resume point before the batch, so
+    the rows it did not get come again on reconnect."""
+    from asgiref.sync import async_to_sync
+    from channels.testing import WebsocketCommunicator
+
+    from crucible.asgi import application
+
+    search, _, _ = finished
+    cookie = login(personas.member).cookies["sessionid"].value
+
+    async def scenario() -> list[str]:
+        communicator = WebsocketCommunicator(
+            application, f"/ws/events/search/{search.pk}/?last_id=0",
+            headers=[(b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1"),
+                     (b"cookie", f"sessionid={cookie}".encode())])
+        assert (await communicator.connect())[0]
+        messages = [await communicator.receive_from(timeout=10) for _ in range(3)]
+        await communicator.disconnect()
+        return messages
+
+    summary, rows, log = async_to_sync(scenario)()
+    assert 'id="run-summary"' in summary and "data-event-id" not in summary
+    assert "candidate-row-cand_002" in rows and "data-event-id" not in rows
+    assert "data-event-id" in log
