@@ -29,10 +29,11 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import BaseCommand
 from django.http import Http404
+from django.urls import reverse
 
 from runtime_app.git import GitError, repo_open
 from runtime_app.models import Project
-from runtime_app.selectors import projects_for_user, receipts_for_user
+from runtime_app.selectors import page_url, projects_for_user, receipts_for_user
 from runtime_app.services import repository_register, server_path_check
 from search_app.forecast import Forecast
 from search_app.reference import REFERENCE_PATH, spec_reference_markdown
@@ -232,6 +233,9 @@ class Command(BaseCommand):
             self._fail([str(message) for message in error.messages], 1)
         except PermissionDenied as error:
             self._fail([str(error)], 1)
+        started = f"Started {search.search_id}: {page_url(reverse('search_detail', args=[search.search_id]))}"
+        # With --json, standard output stays one JSON document.
+        (self.stderr if as_json else self.stdout).write(started, style_func=lambda text: text)
         if as_json:
             search_run_inline(search)
             self.stdout.write(json.dumps(search_run_report(search), indent=2))
