@@ -11,6 +11,8 @@ from ninja import Field, Router, Schema, Status
 
 from runtime_app.selectors import project_for_user, repository_for_user
 from search_app import selectors, services
+from search_app.execution import search_spec
+from search_app.preflight import provider_problems
 from search_app.spec import spec_validate
 
 router = Router(tags=["search"])
@@ -147,7 +149,13 @@ def spec_diff(request: HttpRequest, spec_id: int, old: int, new: int):
     )}
 
 
-@router.post("/searches", response={201: SearchOut})
+class SearchFrozenOut(SearchOut):
+    provider_warnings: list[str] = Field(
+        description="why its writers could not reach their model now (no key, no server); "
+                    "starting it will ask for start_anyway")
+
+
+@router.post("/searches", response={201: SearchFrozenOut})
 def search_freeze(request: HttpRequest, body: FreezeIn):
     """Freeze a spec against a registered repository's ref; the same inputs give the same id."""
     project = project_for_user(request.user, body.project_id)
@@ -165,6 +173,7 @@ def search_freeze(request: HttpRequest, body: FreezeIn):
     search = services.search_freeze(
         request.user, project, text, body.ref, repository=repository, spec_version=version
     )
+    search.provider_warnings = provider_problems(search_spec(search).worker.provider)
     return Status(201, search)
 
 
@@ -203,10 +212,14 @@ class SearchRunOut(Schema):
 
 
 @router.post("/searches/{search_id}/start", response={202: SearchRunOut})
-def search_start(request: HttpRequest, search_id: str):
-    """Start a frozen search; workers take it from here. Starting it again changes nothing."""
+def search_start(request: HttpRequest, search_id: str, start_anyway: bool = False):
+    """Start a frozen search; workers take it from here. Starting it again changes nothing.
+    A provider with no key or no reachable server is a 400 saying so, unless `start_anyway=true`."""
     search = selectors.search_for_user(request.user, search_id)
-    run = services.search_start(request.user, search)
+    try:
+        run = services.search_start_checked(request.user, search, start_anyway=start_anyway)
+    except services.ProviderUnready as unready:
+        raise ValidationError([*unready.messages, "Start it anyway with ?start_anyway=true."]) from None
     return Status(202, {"search_id": search.search_id, "status": run.status,
                         "detail": "Follow it at GET /api/searches/{id}/run or on its page."})
 
