@@ -57,6 +57,8 @@ class AgentVersionOut(Schema):
     date: datetime
     cycle: int
     kind: str
+    is_head: bool = Field(False, description="HEAD is this snapshot's commit")
+    head_files: bool = Field(False, description="HEAD is a rollback commit that restored this snapshot")
 
 
 class RunSummaryOut(Schema):
