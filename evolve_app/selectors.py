@@ -34,7 +34,7 @@ def agents_for_user(user: Any) -> QuerySet[Agent]:
     return Agent.objects.select_related("project").filter(project__in=projects_for_user(user))
 
 
-def agent_list_rows(user: Any) -> list[Agent]:
+def agent_list_rows(user: Any, project: Any = None) -> list[Agent]:
     """The agents the user can see with their number of runs, the newest run's status and the
     newest recorded train score, in three queries whatever the number of agents.
 
@@ -44,7 +44,8 @@ def agent_list_rows(user: Any) -> list[Agent]:
     runs = EvolutionRun.objects.filter(agent=OuterRef("pk")).order_by("-created_at", "-id")
     scored = Cycle.objects.filter(run__agent=OuterRef("pk"), score__isnull=False).order_by(
         "-run__created_at", "-run_id", "-number")
-    agents = list(agents_for_user(user).annotate(
+    visible = agents_for_user(user) if project is None else agents_for_user(user).filter(project=project)
+    agents = list(visible.annotate(
         run_count=Count("runs", distinct=True),
         last_run_status=Subquery(runs.values("status")[:1]),
         last_run_id=Subquery(runs.values("pk")[:1]),
@@ -407,3 +408,34 @@ def agent_report(agent: Agent) -> dict[str, Any]:
         "score_curve": [{"run": run_id, "cycle": number, "score": score, "status": status}
                         for run_id, number, score, status in cycles],
     }
+
+
+# ---- the project page (runtime_app/subjects.py project_section_register)
+
+
+def project_agents_section(user: Any, project: Any) -> Any:
+    """The project's agents with their score and last run, and what needs someone: mutations
+    awaiting an approver, runs that failed (an agent's latest), and runs queued or running."""
+    from django.urls import reverse
+
+    from runtime_app.subjects import Attention, ProjectSection
+
+    agents = agent_list_rows(user, project)
+    labels = dict(EvolutionRun.STATUSES)
+    for agent in agents:
+        agent.last_run_label = labels.get(agent.last_run_status, agent.last_run_status or "")
+    levels = {"awaiting_review": "awaiting approval", "failed": "failed", "queued": "running",
+              "running": "running"}
+    attention = []
+    noted = [agent for agent in agents if agent.last_run_status in levels]
+    runs = EvolutionRun.objects.only("pk", "reason", "created_at", "finished_at").in_bulk(
+        [agent.last_run_id for agent in noted])
+    for agent in noted:
+        level, run = levels[agent.last_run_status], runs[agent.last_run_id]
+        what = {"awaiting approval": "a mutation awaits an approver", "failed": f"failed: {run.reason}",
+                "running": f"is {agent.last_run_label}"}[level]
+        attention.append(Attention(level, f"{agent.name}: run {run.pk} {what}",
+                                   reverse("evolution_run_detail", args=[agent.pk, run.pk]),
+                                   when=run.finished_at or run.created_at))
+    return ProjectSection("agents", "Agents", "evolve_app/_project_section.html", {"agents": agents},
+                          attention)

@@ -10,7 +10,7 @@ from django.http import Http404
 
 from runtime_app.git import GitError, refs_list, repo_open
 from runtime_app.models import ApiToken, AuditEntry, Event, Project, Receipt, Repository
-from runtime_app.subjects import subject_project_id
+from runtime_app.subjects import attention_sorted, project_sections, subject_project_id
 
 
 def page_url(path: str) -> str:
@@ -39,6 +39,17 @@ def project_for_user(user: Any, project_id: int) -> Project:
     if project is None:
         raise Http404("No such project.")
     return project
+
+
+def project_hub(user: Any, project: Project) -> dict[str, Any]:
+    """What the project page shows: its repositories, each app's section (specs and searches,
+    agents …) and, first, everything in them that needs a reader, most urgent first."""
+    sections = project_sections(user, project)
+    return {
+        "repositories": list(Repository.objects.filter(project=project).order_by("name")),
+        "sections": sections,
+        "attention": attention_sorted([item for section in sections for item in section.attention]),
+    }
 
 
 def project_accessible(user: Any, project_id: int | None) -> bool:
