@@ -50,13 +50,15 @@ class AgentOut(AgentBase):
     latest_score: float | None = None
 
 
-class VersionOut(Schema):
+class AgentVersionOut(Schema):
     tag: str
     sha: str
     message: str
     date: datetime
     cycle: int
     kind: str
+    is_head: bool = Field(False, description="HEAD is this snapshot's commit")
+    head_files: bool = Field(False, description="HEAD is a rollback commit that restored this snapshot")
 
 
 class RunSummaryOut(Schema):
@@ -89,7 +91,7 @@ class CurvePointOut(Schema):
 
 
 class AgentDetailOut(AgentBase):
-    versions: list[VersionOut]
+    versions: list[AgentVersionOut]
     versions_error: str = Field(description="why the version log cannot be read now, if it cannot")
     runs: list[AgentRunOut]
     score_curve: list[CurvePointOut]
@@ -120,7 +122,7 @@ class CycleOut(Schema):
     finished_at: datetime | None
 
 
-class RunOut(RunSummaryOut):
+class EvolutionRunOut(RunSummaryOut):
     cycles: list[CycleOut]
     score_curve: list[tuple[int, float]]
 
@@ -222,7 +224,7 @@ def agent_detail(request: HttpRequest, agent_id: int):
     return agent_report(selectors.agent_for_user(request.user, agent_id))
 
 
-@router.post("/agents/{agent_id}/runs", response={202: RunOut})
+@router.post("/agents/{agent_id}/runs", response={202: EvolutionRunOut})
 def run_start(request: HttpRequest, agent_id: int, body: RunIn):
     """Queue an evolution run for the workers (one run at a time per agent). Engines, benchmarks
     and the workspace's agent type are checked by name; nothing named here is imported."""
@@ -240,7 +242,7 @@ def agent_rollback(request: HttpRequest, agent_id: int, body: RollbackIn):
     return {"agent_id": agent.pk, "tag": body.tag, "commit": sha}
 
 
-@router.get("/runs/{run_id}", response=RunOut)
+@router.get("/runs/{run_id}", response=EvolutionRunOut)
 def run_detail(request: HttpRequest, run_id: int):
     """The run and every cycle recorded so far, with scores and what each changed."""
     return run_report(run_by_id_for_user(request.user, run_id))
@@ -260,7 +262,7 @@ def cycle_observations(request: HttpRequest, run_id: int, number: int,
             "limit": found["limit"], "more": found["more"], "observations": rows}
 
 
-@router.post("/runs/{run_id}/cancel", response=RunOut)
+@router.post("/runs/{run_id}/cancel", response=EvolutionRunOut)
 def run_cancel(request: HttpRequest, run_id: int):
     """Stop a queued, running or waiting run; a running one stops after its current cycle."""
     run = services.evolution_run_cancel(request.user, run_by_id_for_user(request.user, run_id))

@@ -172,6 +172,19 @@ class EvolutionHistory:
         latest = Cycle.objects.filter(run__agent__path=str(self.root)).order_by("-run_id").first()
         return self.score_curve(Cycle.objects.filter(run_id=latest.run_id)) if latest else []
 
+    def head(self) -> dict[str, Any]:
+        """The commit HEAD names: its sha, its subject, and the ref a rollback commit restored
+        (its `Crucible-Rollback-To` trailer), else ""."""
+        repo = _repo(self.root)
+        try:
+            commit = repo[repo.head()]
+        finally:
+            repo.close()
+        message = commit.message.decode("utf-8", "replace")
+        restored = re.search(r"^Crucible-Rollback-To: (\S+)$", message, re.M)
+        return {"sha": commit.id.decode(), "subject": message.strip().split("\n", 1)[0],
+                "rolled_back_to": restored.group(1) if restored else ""}
+
     def _resolve(self, ref: str) -> str:
         repo = _repo(self.root)
         try:

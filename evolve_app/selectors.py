@@ -14,9 +14,11 @@ from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
 from evolve_app.models import Agent, Cycle, EvolutionRun, ObservationRecord
+from runtime_app.models import Event
 from runtime_app.selectors import projects_for_user
 
 ACTIVE = ("queued", "running", "awaiting_review")
+ROLLBACK_TAG = re.compile(r"\bevo-(\d{1,9})\b")
 SKILL_PATH = re.compile(r"skills/([a-z0-9][a-z0-9_-]{0,63})/SKILL\.md")
 DRAFT_PATH = re.compile(r"skills/_drafts/([a-z0-9][a-z0-9_-]{0,63})\.md")
 MEMORY_PATH = re.compile(r"memory/([a-z0-9][a-z0-9_-]{0,63})\.jsonl")
@@ -32,18 +34,49 @@ def agents_for_user(user: Any) -> QuerySet[Agent]:
     return Agent.objects.select_related("project").filter(project__in=projects_for_user(user))
 
 
-def agent_list_rows(user: Any) -> QuerySet[Agent]:
+def agent_list_rows(user: Any, project: Any = None) -> list[Agent]:
     """The agents the user can see with their number of runs, the newest run's status and the
-    newest recorded train score, in one query."""
+    newest recorded train score, in three queries whatever the number of agents.
+
+    A rollback since that score moves the score with the files: after a rollback to evo-K it is
+    the train score measured on evo-K's files (cycle K+1 solves with them), or cycle K's when
+    no cycle measured them; `rolled_back_to` names the tag."""
     runs = EvolutionRun.objects.filter(agent=OuterRef("pk")).order_by("-created_at", "-id")
     scored = Cycle.objects.filter(run__agent=OuterRef("pk"), score__isnull=False).order_by(
         "-run__created_at", "-run_id", "-number")
-    return agents_for_user(user).annotate(
+    visible = agents_for_user(user) if project is None else agents_for_user(user).filter(project=project)
+    agents = list(visible.annotate(
         run_count=Count("runs", distinct=True),
         last_run_status=Subquery(runs.values("status")[:1]),
         last_run_id=Subquery(runs.values("pk")[:1]),
         latest_score=Subquery(scored.values("score")[:1]),
-    ).order_by("project__name", "name", "pk")
+        latest_scored_at=Subquery(scored.values("created_at")[:1]),
+    ).order_by("project__name", "name", "pk"))
+    rollbacks: dict[int, tuple[Any, int]] = {}
+    for event in Event.objects.filter(subject_type="agent", subject_id__in=[a.pk for a in agents],
+                                      kind="agent.rolled_back").order_by("-id"):
+        tag = ROLLBACK_TAG.search(str(event.payload.get("tag") or event.payload.get("message", "")))
+        if tag and event.subject_id not in rollbacks:
+            rollbacks[event.subject_id] = (event.created_at, int(tag.group(1)))
+    for agent in agents:
+        agent.rolled_back_to = ""
+        rollback = rollbacks.get(agent.pk)
+        if rollback and (agent.latest_scored_at is None or rollback[0] > agent.latest_scored_at):
+            agent.rolled_back_to = f"evo-{rollback[1]}"
+    wanted = {(agent.pk, number) for agent in agents if agent.rolled_back_to
+              for number in (int(agent.rolled_back_to[4:]), int(agent.rolled_back_to[4:]) + 1)}
+    measured: dict[tuple[int, int], float] = {}
+    if wanted:
+        for agent_id, number, score in Cycle.objects.filter(
+                run__agent_id__in={pk for pk, _ in wanted}, number__in={n for _, n in wanted},
+                score__isnull=False).order_by("run__created_at", "run_id").values_list(
+                "run__agent_id", "number", "score"):
+            measured[(agent_id, number)] = score  # cycle numbers are the agent's: one row each
+    for agent in agents:
+        if agent.rolled_back_to:
+            number = int(agent.rolled_back_to[4:])
+            agent.latest_score = measured.get((agent.pk, number + 1), measured.get((agent.pk, number)))
+    return agents
 
 
 def agent_for_user(user: Any, agent_id: int) -> Agent:
@@ -69,9 +102,16 @@ def agent_versions(agent: Agent) -> dict[str, Any]:
     from evolve_app.workspace import WorkspaceError
 
     try:
-        return {"versions": EvolutionHistory(agent.path).version_log(), "error": ""}
+        history = EvolutionHistory(agent.path)
+        versions, head = history.version_log(), history.head()
     except (WorkspaceError, OSError, KeyError) as error:
-        return {"versions": [], "error": str(error)}
+        return {"versions": [], "error": str(error), "head": None}
+    # Which snapshot HEAD is: a tag on its commit, else the one a rollback commit restored.
+    for version in versions:
+        version["is_head"] = version["sha"] == head["sha"]
+        version["head_files"] = not version["is_head"] and version["tag"] == head["rolled_back_to"]
+    head["tags"] = [version["tag"] for version in versions if version["is_head"]]
+    return {"versions": versions, "error": "", "head": head}
 
 
 # ---- runs and cycles
@@ -123,11 +163,45 @@ def cycle_observations(cycle: Cycle, *, failures: bool = False) -> dict[str, Any
             "limit": OBSERVATIONS_MAX}
 
 
-def score_curve(cycles: list[Cycle], width: int = 640, height: int = 260) -> dict[str, Any]:
+def duration_text(seconds: float) -> str:
+    """"45 s", "12 min 5 s", "3 h 20 min" for people."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def run_progress(run: EvolutionRun, cycles: list[Cycle], now: Any = None) -> dict[str, Any]:
+    """How far the run is, counted one way everywhere: `done` cycles recorded of `planned`;
+    `elapsed` since it was queued (till it finished); for an active run an `eta` from the mean
+    time per recorded cycle (an upper bound: a run may converge sooner), or why there is none."""
+    from django.utils import timezone
+
+    now = now or timezone.now()
+    done, planned = len(cycles), run.cycles_planned
+    elapsed = ((run.finished_at or now) - run.created_at).total_seconds()
+    progress = {"done": done, "planned": planned, "remaining": max(planned - done, 0),
+                "elapsed": duration_text(elapsed), "elapsed_seconds": elapsed, "eta": "", "eta_note": ""}
+    if run.status == "awaiting_review":
+        progress["eta_note"] = "paused until an approver decides"
+    elif run.status in ("queued", "running") and progress["remaining"]:
+        if done:
+            # Cycles are recorded as they end, so the last one's time covers every cycle so far.
+            per_cycle = (cycles[-1].created_at - run.created_at).total_seconds() / done
+            progress["eta"] = duration_text(per_cycle * progress["remaining"])
+            progress["eta_note"] = f"at most, at {duration_text(per_cycle)} a cycle"
+        else:
+            progress["eta_note"] = "after the first cycle"
+    return progress
+
+
+def score_curve(cycles: list[Cycle], width: int = 960, height: int = 380) -> dict[str, Any]:
     """Train and holdout scores over the run's cycles as SVG coordinates: `train` and `holdout`
     (the holdout score going into each cycle) as polylines, `after` as the mutations' holdout
     scores. Scores in [0, 1] keep that range, so runs look alike."""
-    pad = 40
+    pad = 48
     series: dict[str, list[tuple[int, float]]] = {"train": [], "holdout": [], "after": []}
     for cycle in cycles:
         for key, value in (("train", cycle.score), ("holdout", cycle.holdout_score),
@@ -156,8 +230,13 @@ def score_curve(cycles: list[Cycle], width: int = 640, height: int = 260) -> dic
         "empty": False, "width": width, "height": height, "pad": pad,
         "x_low": x_low, "x_high": x_high, "y_low": y_low, "y_high": y_high,
         "axis_y": height - pad, "axis_x_end": width - pad,
-        "ticks": [{"number": n, "x": sx(n)} for n in numbers] if len(numbers) <= 30 else
-                 [{"number": n, "x": sx(n)} for n in (x_low, x_high)],
+        # Five levels with grid lines, so a score can be read off the curve.
+        "levels": [{"value": level, "y": sy(level)}
+                   for level in (y_low + y_span * step / 4 for step in range(5))],
+        # At most about 15 cycle numbers on the axis, the last always among them.
+        "ticks": [{"number": n, "x": sx(n)}
+                  for index, n in enumerate(numbers)
+                  if index % -(-len(numbers) // 15) == 0 or index == len(numbers) - 1],
         **{f"{key}_points": points for key, points in shaped.items()},
         **{f"{key}_line": " ".join(f"{p['x']},{p['y']}" for p in points) for key, points in shaped.items()},
     }
@@ -329,3 +408,34 @@ def agent_report(agent: Agent) -> dict[str, Any]:
         "score_curve": [{"run": run_id, "cycle": number, "score": score, "status": status}
                         for run_id, number, score, status in cycles],
     }
+
+
+# ---- the project page (runtime_app/subjects.py project_section_register)
+
+
+def project_agents_section(user: Any, project: Any) -> Any:
+    """The project's agents with their score and last run, and what needs someone: mutations
+    awaiting an approver, runs that failed (an agent's latest), and runs queued or running."""
+    from django.urls import reverse
+
+    from runtime_app.subjects import Attention, ProjectSection
+
+    agents = agent_list_rows(user, project)
+    labels = dict(EvolutionRun.STATUSES)
+    for agent in agents:
+        agent.last_run_label = labels.get(agent.last_run_status, agent.last_run_status or "")
+    levels = {"awaiting_review": "awaiting approval", "failed": "failed", "queued": "running",
+              "running": "running"}
+    attention = []
+    noted = [agent for agent in agents if agent.last_run_status in levels]
+    runs = EvolutionRun.objects.only("pk", "reason", "created_at", "finished_at").in_bulk(
+        [agent.last_run_id for agent in noted])
+    for agent in noted:
+        level, run = levels[agent.last_run_status], runs[agent.last_run_id]
+        what = {"awaiting approval": "a mutation awaits an approver", "failed": f"failed: {run.reason}",
+                "running": f"is {agent.last_run_label}"}[level]
+        attention.append(Attention(level, f"{agent.name}: run {run.pk} {what}",
+                                   reverse("evolution_run_detail", args=[agent.pk, run.pk]),
+                                   when=run.finished_at or run.created_at))
+    return ProjectSection("agents", "Agents", "evolve_app/_project_section.html", {"agents": agents},
+                          attention)

@@ -175,7 +175,9 @@ def evolution_run_execute(run_pk: int) -> Any:
     else:
         run.status, run.finished_at = "finished", timezone.now()
         run.converged = bool(result and result.converged)
-        run.reason = result.reason if result else "no cycles left"
+        # Counted over the whole run: a run resumed after a review ran only its last cycles here.
+        done = Cycle.objects.filter(run=run).count()
+        run.reason = result.reason if run.converged else f"{done} cycle{'s' if done != 1 else ''} done"
         run.save(update_fields=["status", "finished_at", "converged", "reason"])
     _agent_event(agent, f"evolution.{run.status}", f"{agent.name}: run {run.pk} {run.status}: {run.reason}",
                  run=run.pk)
@@ -307,5 +309,6 @@ def agent_rollback(user: Any, agent: Any, tag: str) -> str:
         raise ValidationError({"tag": f"Cannot roll back to {tag}: {error}"}) from None
     audit_record(user, "agent.rollback", project=agent.project, target=f"{agent.name} → {tag}",
                  detail={"commit": sha})
-    _agent_event(agent, "agent.rolled_back", f"{agent.name} rolled back to {tag} ({sha[:12]})")
+    _agent_event(agent, "agent.rolled_back", f"{agent.name} rolled back to {tag} ({sha[:12]})", tag=tag,
+                 commit=sha)
     return sha

@@ -127,7 +127,7 @@ def _agent_page(request: HttpRequest, agent: Any, *, start_form: RunStartForm | 
     return render(request, "evolve_app/agent_detail.html", {
         "agent": agent,
         **selectors.agent_manifest(agent),
-        "versions": versions, "versions_error": logged["error"],
+        "versions": versions, "versions_error": logged["error"], "head": logged["head"],
         "runs": runs,
         "active_run": next((run for run in runs if run.status in selectors.ACTIVE), None),
         "start_form": start_form or RunStartForm(),
@@ -192,6 +192,7 @@ def _run_context(request: HttpRequest, run: Any) -> dict[str, Any]:
     cycles = selectors.run_cycles(run)
     return {
         "agent": run.agent, "run": run, "cycles": cycles, "curve": selectors.score_curve(cycles),
+        "progress": selectors.run_progress(run, cycles),
         "active": run.status in selectors.ACTIVE,
         "config_items": sorted((run.config or {}).items()),
         "can_operate": _can_operate(request), "can_approve": _can_approve(request),

@@ -4,12 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Max, QuerySet
 from django.http import Http404
 
 from runtime_app.git import GitError, refs_list, repo_open
 from runtime_app.models import ApiToken, AuditEntry, Event, Project, Receipt, Repository
-from runtime_app.subjects import subject_project_id
+from runtime_app.subjects import attention_sorted, project_sections, subject_project_id
+
+
+def page_url(path: str) -> str:
+    """The address of a page for a reader outside a request (the CLI): the public origin
+    (CRUCIBLE_CSRF_TRUSTED_ORIGINS' first) when one is configured, else where `serve` listens."""
+    config = settings.CONFIG
+    if config.csrf_trusted_origins:
+        return config.csrf_trusted_origins[0].rstrip("/") + path
+    # A wildcard bind address is no address to open; this machine's loopback serves it.
+    host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host  # noqa: S104
+    host = f"[{host}]" if ":" in host else host
+    return f"{'https' if config.https else 'http'}://{host}:{config.port}{path}"
 
 
 def projects_for_user(user: Any) -> QuerySet[Project]:
@@ -26,6 +39,17 @@ def project_for_user(user: Any, project_id: int) -> Project:
     if project is None:
         raise Http404("No such project.")
     return project
+
+
+def project_hub(user: Any, project: Project) -> dict[str, Any]:
+    """What the project page shows: its repositories, each app's section (specs and searches,
+    agents …) and, first, everything in them that needs a reader, most urgent first."""
+    sections = project_sections(user, project)
+    return {
+        "repositories": list(Repository.objects.filter(project=project).order_by("name")),
+        "sections": sections,
+        "attention": attention_sorted([item for section in sections for item in section.attention]),
+    }
 
 
 def project_accessible(user: Any, project_id: int | None) -> bool:

@@ -7,6 +7,8 @@ websocket consumer can check access to any subject through its project.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 SubjectResolver = Callable[[int], "int | None"]
 _RESOLVERS: dict[str, SubjectResolver] = {}
@@ -47,3 +49,52 @@ def live_fragments(user: object, subject_type: str, subject_id: int, events: lis
     """Out-of-band messages a subject's page wants with these events (none for most subjects)."""
     renderer = _LIVE.get(subject_type)
     return [message for message in renderer(user, subject_id, events) if message] if renderer else []
+
+
+# The project page is the team's hub: each app contributes a section (its searches, its agents)
+# and the items in it that need someone (awaiting approval, failed, running), shown first.
+ATTENTION_ORDER = ("awaiting approval", "failed", "running")
+
+
+@dataclass
+class Attention:
+    """One thing on the project that needs a reader: `level` is one of ATTENTION_ORDER."""
+
+    level: str
+    label: str
+    url: str
+    detail: str = ""
+    when: Any = None
+
+
+@dataclass
+class ProjectSection:
+    """A card on the project page: `template` renders it with `section` (its `context`)."""
+
+    key: str
+    title: str
+    template: str
+    context: dict[str, Any] = field(default_factory=dict)
+    attention: list[Attention] = field(default_factory=list)
+
+
+ProjectSectionProvider = Callable[[Any, Any], "ProjectSection | None"]
+_SECTIONS: dict[str, tuple[int, ProjectSectionProvider]] = {}
+
+
+def project_section_register(key: str, order: int, provider: ProjectSectionProvider) -> None:
+    """`provider(user, project)` answers the app's section of the project page (or None)."""
+    _SECTIONS[key] = (order, provider)
+
+
+def project_sections(user: Any, project: Any) -> list[ProjectSection]:
+    """The registered sections of a project's page, in their order."""
+    found = (provider(user, project) for _, provider in sorted(_SECTIONS.values(), key=lambda item: item[0]))
+    return [section for section in found if section is not None]
+
+
+def attention_sorted(items: list[Attention]) -> list[Attention]:
+    """Awaiting approval first, then failed, then running; newest first within each."""
+    newest = sorted(items, key=lambda item: item.when.timestamp() if item.when else 0, reverse=True)
+    return sorted(newest, key=lambda item: ATTENTION_ORDER.index(item.level)
+                  if item.level in ATTENTION_ORDER else len(ATTENTION_ORDER))

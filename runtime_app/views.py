@@ -82,6 +82,7 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_for_user(request.user, project_id)
     return render(request, "runtime_app/project_detail.html", {
         "project": project,
+        **selectors.project_hub(request.user, project),
         "members": project.members.order_by("username"),
         "can_operate": request.user.has_perm(roles.OPERATE),
         **_live_context(request, subject=("project", project.pk)),

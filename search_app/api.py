@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest
@@ -11,6 +11,8 @@ from ninja import Field, Router, Schema, Status
 
 from runtime_app.selectors import project_for_user, repository_for_user
 from search_app import selectors, services
+from search_app.execution import search_spec
+from search_app.preflight import provider_problems
 from search_app.spec import spec_validate
 
 router = Router(tags=["search"])
@@ -42,7 +44,7 @@ class SpecIn(Schema):
     text: str
 
 
-class VersionOut(Schema):
+class SpecVersionOut(Schema):
     number: int
     valid: bool
     created_at: datetime
@@ -54,7 +56,7 @@ class SpecOut(Schema):
     project_id: int
     title: str
     duplicated_from_id: int | None
-    versions: list[VersionOut]
+    versions: list[SpecVersionOut]
 
 
 class DiffOut(Schema):
@@ -126,7 +128,7 @@ def spec_detail(request: HttpRequest, spec_id: int):
     return _spec_out(selectors.spec_for_user(request.user, spec_id))
 
 
-@router.post("/specs/{spec_id}/versions", response={201: VersionOut})
+@router.post("/specs/{spec_id}/versions", response={201: SpecVersionOut})
 def spec_save(request: HttpRequest, spec_id: int, body: SpecText):
     spec = selectors.spec_for_user(request.user, spec_id)
     return Status(201, services.spec_save(request.user, spec, body.text))
@@ -147,7 +149,13 @@ def spec_diff(request: HttpRequest, spec_id: int, old: int, new: int):
     )}
 
 
-@router.post("/searches", response={201: SearchOut})
+class SearchFrozenOut(SearchOut):
+    provider_warnings: list[str] = Field(
+        description="why its writers could not reach their model now (no key, no server); "
+                    "starting it will ask for start_anyway")
+
+
+@router.post("/searches", response={201: SearchFrozenOut})
 def search_freeze(request: HttpRequest, body: FreezeIn):
     """Freeze a spec against a registered repository's ref; the same inputs give the same id."""
     project = project_for_user(request.user, body.project_id)
@@ -165,12 +173,31 @@ def search_freeze(request: HttpRequest, body: FreezeIn):
     search = services.search_freeze(
         request.user, project, text, body.ref, repository=repository, spec_version=version
     )
+    search.provider_warnings = provider_problems(search_spec(search).worker.provider)
     return Status(201, search)
 
 
-@router.get("/searches", response=list[SearchOut])
-def search_list(request: HttpRequest):
-    return selectors.searches_for_user(request.user)
+class SearchListItemOut(SearchOut):
+    status: str = Field(description="not started, queued, running, cancelling, cancelled or finished")
+    outcome: str = Field(description="winner or NONE once finished; empty before")
+
+
+# The `status` filter's values (as on the searches page) and the outcomes.
+SearchStatusFilter = Literal[tuple(selectors.SEARCH_LIST_STATUSES)]
+SearchOutcomeFilter = Literal[selectors.SEARCH_LIST_OUTCOMES]
+
+
+@router.get("/searches", response=list[SearchListItemOut])
+def search_list(request: HttpRequest, status: SearchStatusFilter | None = None,
+                outcome: SearchOutcomeFilter | None = None):
+    """The searches of your projects, newest first, each with its status and outcome;
+    `status=running` (or not-started, queued, cancelling, cancelled, finished) and
+    `outcome=winner` (or none, undecided) filter them."""
+    rows = selectors.search_list_rows(request.user, status=status or "", outcome=outcome or "")
+    # The list page defers the frozen fields; every item here carries them.
+    return [{**{field: getattr(search, field) for field in SearchOut.model_fields},
+             "status": search.list_status, "outcome": getattr(getattr(search, "run", None), "outcome", "")}
+            for search in rows.defer(None)]
 
 
 @router.get("/searches/{search_id}", response=SearchOut)
@@ -178,22 +205,26 @@ def search_detail(request: HttpRequest, search_id: str):
     return selectors.search_for_user(request.user, search_id)
 
 
-class RunOut(Schema):
+class SearchRunOut(Schema):
     search_id: str
     status: str
     detail: str
 
 
-@router.post("/searches/{search_id}/start", response={202: RunOut})
-def search_start(request: HttpRequest, search_id: str):
-    """Start a frozen search; workers take it from here. Starting it again changes nothing."""
+@router.post("/searches/{search_id}/start", response={202: SearchRunOut})
+def search_start(request: HttpRequest, search_id: str, start_anyway: bool = False):
+    """Start a frozen search; workers take it from here. Starting it again changes nothing.
+    A provider with no key or no reachable server is a 400 saying so, unless `start_anyway=true`."""
     search = selectors.search_for_user(request.user, search_id)
-    run = services.search_start(request.user, search)
+    try:
+        run = services.search_start_checked(request.user, search, start_anyway=start_anyway)
+    except services.ProviderUnready as unready:
+        raise ValidationError([*unready.messages, "Start it anyway with ?start_anyway=true."]) from None
     return Status(202, {"search_id": search.search_id, "status": run.status,
                         "detail": "Follow it at GET /api/searches/{id}/run or on its page."})
 
 
-@router.post("/searches/{search_id}/cancel", response={202: RunOut})
+@router.post("/searches/{search_id}/cancel", response={202: SearchRunOut})
 def search_cancel(request: HttpRequest, search_id: str):
     """Cancel a running search: no new steps; running ones stop and their receipts say so."""
     search = selectors.search_for_user(request.user, search_id)

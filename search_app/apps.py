@@ -9,7 +9,11 @@ class SearchAppConfig(AppConfig):
 
     def ready(self) -> None:
         from runtime_app.signals import approver_standing_ended
-        from runtime_app.subjects import live_renderer_register, subject_type_register
+        from runtime_app.subjects import (
+            live_renderer_register,
+            project_section_register,
+            subject_type_register,
+        )
         from search_app.live import search_live_fragments
 
         def approvals_withdraw_for(sender: Any, user: Any, project: Any, actor: Any, reason: str,
@@ -29,7 +33,13 @@ class SearchAppConfig(AppConfig):
             found = Candidate.objects.filter(pk=subject_id).values_list("search__project_id", flat=True)
             return found.first()
 
+        def searches_section(user: Any, project: Any) -> Any:
+            from search_app.selectors import project_searches_section
+
+            return project_searches_section(user, project)
+
         subject_type_register("search", search_project)
+        project_section_register("searches", 10, searches_section)
         subject_type_register("candidate", candidate_project)
         live_renderer_register("search", search_live_fragments)
         # Someone who may no longer decide (left the project, lost the approve permission):

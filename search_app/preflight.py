@@ -11,20 +11,25 @@ the search stops after the first) from a script the candidate's patch deleted (i
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import posixpath
 import re
 import shlex
+import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from dulwich.errors import NotTreeError
 from dulwich.objects import Blob, SubmoduleEncountered
 
 from runtime_app import sandbox
+from runtime_app.fleet import Preset, preset_get
 from runtime_app.git import GitError, file_at, is_tree, repo_open
+from runtime_app.keys import provider_key
 from runtime_app.worktrees import worktrees_root
 from search_app.hidden import HostReport, read_path_records, readable_for
 from search_app.spec import SearchSpec
@@ -513,3 +518,62 @@ def search_start_failure(search: Any, receipt: Any, section: str, command: str) 
         return None
     readable = readable_for(search_spec(search), section.split(".")[0])
     return start_failure(receipt, section, command, baseline_has(search), readable)
+
+
+# ---------------------------------------------------------------------------- the provider
+#
+# A writer whose provider has no key, or whose local server is not listening, fails every call:
+# each candidate then ends, after its retries, as "changed nothing". Freeze and start say so first.
+
+PROVIDER_CONNECT_SECONDS = 1.0  # a local model server answers a TCP connect at once, or is not up
+# Bedrock signs with the standard AWS credentials when it has no Bedrock API key.
+_AWS_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
+                    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+
+
+def _local_host(host: str) -> bool:
+    """A loopback or private-network address (a model server of one's own), not a cloud API."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private
+
+
+def _has_credentials(preset: Preset) -> bool:
+    if preset.key_variable and provider_key(preset.key_variable):
+        return True
+    if preset.kind == "bedrock":
+        return any(os.environ.get(name) for name in _AWS_CREDENTIALS) or \
+            (Path.home() / ".aws" / "credentials").exists()
+    return False
+
+
+def provider_problems(provider: str) -> list[str]:
+    """Why the writers' provider would fail every call, checked in about a second: a local
+    server must accept a TCP connection (its key is optional); any other needs its key here
+    (the environment or an administrator's stored key). Empty when nothing is known wrong."""
+    preset = preset_get(provider)
+    if preset is None or preset.kind == "command":
+        return []
+    base_url = preset.base_url() or ""
+    parsed = urlparse(base_url)
+    if parsed.hostname and _local_host(parsed.hostname):
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        try:
+            socket.create_connection((parsed.hostname, port), timeout=PROVIDER_CONNECT_SECONDS).close()
+        except OSError as error:
+            variable = preset.base_url_variable
+            where = f" (set {variable} to where it listens)" if variable else ""
+            return [f"worker.provider `{provider}`: nothing answers at {base_url} "
+                    f"({error.strerror or error}): start the model server{where}; until then every "
+                    "writer fails and each candidate ends as \"changed nothing\"."]
+        return []
+    if not _has_credentials(preset):
+        variable = preset.key_variable or "its API key"
+        return [f"worker.provider `{provider}`: no {variable} is set: put it in the workers' environment "
+                "or have an administrator store it (Admin → Provider keys); until then every writer "
+                "fails and each candidate ends as \"changed nothing\"."]
+    return []

@@ -789,3 +789,50 @@ def spec_forecast(spec: SearchSpec, project_pk: int, repository_path: str) -> Fo
     requested = spec.worker.model or spec.worker.command
     resolved, _ = preset_resolve_model(spec.worker.provider, requested)
     return _forecast_with(spec, project_pk, repository_path, requested, resolved)
+
+
+# ---- the project page (runtime_app/subjects.py project_section_register)
+
+PROJECT_PAGE_ROWS = 10  # searches and specs shown on a project's page; the lists have the rest
+PROJECT_PAGE_ATTENTION = 20  # awaiting winners checked for approvals on one page view
+
+
+def project_searches_section(user: Any, project: Any) -> Any:
+    """The project's specs and latest searches, and what needs someone: winners awaiting
+    approval (or approved and ready to merge), searches stopped by a command that cannot
+    start, and searches running now."""
+    from django.db.models import Max
+    from django.urls import reverse
+
+    from runtime_app.subjects import Attention, ProjectSection
+
+    rows = search_list_rows(user, project=project)
+    attention = []
+    awaiting = rows.filter(run__outcome="winner", merge__isnull=True).select_related("run__winner")
+    for search in awaiting[:PROJECT_PAGE_ATTENTION]:
+        winner = search.run.winner
+        if winner is None:
+            continue
+        approved = approval_state(winner)["mergeable"]
+        attention.append(Attention(
+            "awaiting approval", f"{search.name}: {winner.candidate_id} "
+            + ("is approved and ready to merge" if approved else "awaits approval"),
+            reverse("search_merge" if approved else "candidate_decide",
+                    args=[search.search_id] if approved else [search.search_id, winner.candidate_id]),
+            search.search_id, search.run.finished_at))
+    stopped = set(Step.objects.filter(search__project=project, result__has_key="spec_failure")
+                  .values_list("search_id", flat=True))
+    for search in rows.filter(pk__in=stopped)[:PROJECT_PAGE_ATTENTION]:
+        attention.append(Attention("failed", f"{search.name}: a command of its spec cannot start",
+                                   reverse("search_detail", args=[search.search_id]), search.search_id,
+                                   search.run.finished_at or search.run.updated_at))
+    for search in rows.filter(list_status__in=SEARCH_LIST_LIVE)[:PROJECT_PAGE_ATTENTION]:
+        attention.append(Attention("running", f"{search.name} is {search.list_status}",
+                                   reverse("search_detail", args=[search.search_id]), search.search_id,
+                                   search.run.started_at))
+    specs = Spec.objects.filter(project=project).annotate(latest_number=Max("versions__number"))
+    return ProjectSection(
+        "searches", "Specs and searches", "search_app/_project_section.html",
+        {"searches": list(rows[:PROJECT_PAGE_ROWS]), "search_count": rows.count(),
+         "specs": list(specs.order_by("-updated_at")[:PROJECT_PAGE_ROWS]), "spec_count": specs.count()},
+        attention)

@@ -14,7 +14,7 @@ from runtime_app.models import Project, Repository
 from runtime_app.services import _require, _require_member, audit_record, event_emit
 from search_app.freeze import FreezeError, freeze_inputs
 from search_app.models import HiddenFile, Search, Spec, SpecVersion
-from search_app.preflight import preflight_problems, start_problems
+from search_app.preflight import preflight_problems, provider_problems, start_problems
 from search_app.spec import MAX_SPEC_BYTES, spec_validate
 
 logger = logging.getLogger(__name__)
@@ -203,6 +203,28 @@ def _candidate_event(candidate: Any, message: str) -> None:
         candidate_id=candidate.candidate_id, state=candidate.state, round=candidate.round_reached,
         score=candidate.score, reason=candidate.reason,
     )
+
+
+class ProviderUnready(ValidationError):
+    """The writers' provider would fail every call (no key, no server): nothing was started."""
+
+
+def search_start_checked(
+    user: Any, search: Search, *, start_anyway: bool = False, enqueue: bool = True,
+) -> Any:
+    """`search_start` as people ask for it (the page, the API, the CLI): a search whose provider
+    has no key or no reachable server is refused with the reason (ProviderUnready) unless they
+    start it anyway, since the key may live only in the workers' environment."""
+    from search_app.execution import search_spec
+    from search_app.models import SearchRun
+
+    _require(user, roles.OPERATE)
+    _require_member(user, search.project)
+    if not start_anyway and not SearchRun.objects.filter(search=search).exists():
+        problems = provider_problems(search_spec(search).worker.provider)
+        if problems:
+            raise ProviderUnready(problems)
+    return search_start(user, search, enqueue=enqueue)
 
 
 def search_start(user: Any, search: Search, *, enqueue: bool = True) -> Any:

@@ -26,6 +26,7 @@ from runtime_app.prices import usd_text
 from runtime_app.selectors import repositories_for_user, repository_for_user, repository_refs
 from runtime_app.views import _apply_errors, _live_context
 from search_app import selectors, services
+from search_app.execution import search_spec
 from search_app.forms import (
     CommentForm,
     DecisionForm,
@@ -36,6 +37,7 @@ from search_app.forms import (
 )
 from search_app.freeze import candidate_batches, canonical, search_id_for, sha256_hex
 from search_app.models import Spec
+from search_app.preflight import provider_problems
 from search_app.selection import is_better
 from search_app.spec import spec_validate
 from search_app.spec_templates import SPEC_TEMPLATES, spec_template_get
@@ -349,6 +351,9 @@ def _editor_post(request: HttpRequest, spec: Spec | None) -> HttpResponse:
         return _editor(request, form, text=text, spec=spec, status=400)
     if freezing:
         messages.success(request, f"Frozen as {search.search_id}.")
+        # Freezing spends nothing; Start asks again before anything is (search_start).
+        for warning in provider_problems(search_spec(search).worker.provider):
+            messages.warning(request, f"Before you start it: {warning}")
         return redirect("search_detail", search_id=search.search_id)
     if spec is None:
         messages.success(request, f"Draft {saved.title} saved as v{version.number}.")
@@ -542,9 +547,14 @@ def search_candidates(request: HttpRequest, search_id: str) -> HttpResponse:
 
 @require_POST
 def search_start(request: HttpRequest, search_id: str) -> HttpResponse:
+    """Start the search; a provider with no key or no server asks the person first."""
     search = selectors.search_for_user(request.user, search_id)
     try:
-        services.search_start(request.user, search)
+        services.search_start_checked(request.user, search,
+                                      start_anyway=request.POST.get("start_anyway") == "1")
+    except services.ProviderUnready as unready:
+        return render(request, "search_app/search_start_confirm.html",
+                      {"search": search, "provider_warnings": unready.messages}, status=409)
     except ValidationError as error:  # a command that cannot start: refused before anything runs
         messages.error(request, " ".join(error.messages))
     else:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import html
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -13,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+import jsonschema
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.test import Client
 
@@ -169,3 +173,79 @@ def login(user) -> Client:
 def text_of(response) -> str:
     """A response's HTML with entities decoded, for plain-text assertions."""
     return html.unescape(response.content.decode())
+
+
+# ---- every /api/ response of the suite checked against the published OpenAPI schema
+
+
+@dataclass
+class PublishedSchema:
+    """/api/openapi.json as published, with each route's path turned into a pattern."""
+
+    document: dict
+    routes: list[tuple[re.Pattern, str]]
+
+    @classmethod
+    def load(cls) -> PublishedSchema:
+        from crucible.api import api
+
+        # The same document /api/openapi.json serves, through JSON as a client reads it.
+        document = json.loads(json.dumps(api.get_openapi_schema(path_prefix="/api/"), cls=DjangoJSONEncoder))
+        routes = [(re.compile("^" + re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(path)) + "$"), path)
+                  for path in document["paths"]]
+        # A literal segment wins over a parameter (/agents/import before /agents/{agent_id}).
+        routes.sort(key=lambda route: route[1].count("{"))
+        return cls(document, routes)
+
+    def response_schema(self, method: str, path: str, status: int) -> dict | str | None:
+        """The route's JSON schema for `status`; None when the route does not document it (an
+        error answer), or a message when the call matches no route at all."""
+        operations = [self.document["paths"][template] for pattern, template in self.routes
+                      if pattern.match(path) and method.lower() in self.document["paths"][template]]
+        if not operations:
+            return f"{method} {path} is not in the published schema"
+        responses = operations[0][method.lower()]["responses"]
+        found = responses.get(str(status)) or responses.get(status)
+        if found is None and status < 300:
+            return f"{method} {path} answered {status}, which its schema does not list"
+        if found is None:
+            return None
+        return found.get("content", {}).get("application/json", {}).get("schema")
+
+    def problems(self, method: str, path: str, response) -> list[str]:
+        schema = self.response_schema(method, path, response.status_code)
+        if schema is None:
+            return []
+        if isinstance(schema, str):
+            return [schema]
+        validator = jsonschema.Draft202012Validator(
+            {**schema, "components": self.document["components"]}
+        )
+        return [f"{method} {path} ({response.status_code}) at "
+                f"{'/'.join(map(str, error.absolute_path)) or '.'}: {error.message}"
+                for error in validator.iter_errors(response.json())]
+
+
+_published_schema: list[PublishedSchema] = []
+
+
+@pytest.fixture(autouse=True)
+def api_responses_match_the_published_schema(monkeypatch) -> None:
+    """Fail a test whose test-client call to /api/ answers JSON its published schema rejects."""
+    from django.test.client import Client as DjangoClient
+
+    original = DjangoClient.request
+
+    def checked(self, **request):
+        response = original(self, **request)
+        path = request.get("PATH_INFO", "")
+        if (path.startswith("/api/") and not path.startswith(("/api/docs", "/api/openapi"))
+                and response.get("Content-Type", "").startswith("application/json")):
+            if not _published_schema:
+                _published_schema.append(PublishedSchema.load())
+            problems = _published_schema[0].problems(request.get("REQUEST_METHOD", "GET"), path, response)
+            if problems:
+                pytest.fail("the response does not match /api/openapi.json:\n" + "\n".join(problems[:10]))
+        return response
+
+    monkeypatch.setattr(DjangoClient, "request", checked)

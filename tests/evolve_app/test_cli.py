@@ -18,6 +18,7 @@ from evolve_app.engines import EvolutionEngine
 from evolve_app.models import Agent, EvolutionRun
 from evolve_app.types import StepResult
 from runtime_app import roles
+from runtime_app.selectors import page_url
 from tests.conftest import REPO_ROOT, subprocess_env
 from tests.search_app.conftest import demo  # noqa: F401  (the admin user and the demo project)
 
@@ -64,10 +65,13 @@ def test_the_demo_agent_evolves_three_cycles_printing_each_score_and_a_final_tab
     done = evolve("run", str(agent_id), "--cycles", "3")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == f"{agent.name} run {EvolutionRun.objects.get().pk}: textbook on demo, 3 cycles"
-    assert lines[1] == "cycle 1: score 0.25, accepted (+date-arithmetic): added skill date-arithmetic"
-    assert lines[2].startswith("cycle 2: score 0.5, accepted (+string-transforms)")
-    assert lines[3].startswith("cycle 3: score 0.75, accepted (+number-bases)")
+    run = EvolutionRun.objects.get()
+    url = page_url(f"/agents/{agent.pk}/runs/{run.pk}/")
+    assert lines[0] == f"Started run {run.pk} of {agent.name}: {url}"
+    assert lines[1] == f"{agent.name} run {run.pk}: textbook on demo, 3 cycles"
+    assert lines[2] == "cycle 1: score 0.25, accepted (+date-arithmetic): added skill date-arithmetic"
+    assert lines[3].startswith("cycle 2: score 0.5, accepted (+string-transforms)")
+    assert lines[4].startswith("cycle 3: score 0.75, accepted (+number-bases)")
     assert f"{agent.name} run {EvolutionRun.objects.get().pk} (textbook on demo): finished" in done.stdout
     assert "score 0.25 → 0.75" in done.stdout and "3 cycles done" in done.stdout
     assert {"evo-3", "pre-evo-3"} <= set(git(agent.path, "tag").split())
@@ -78,6 +82,7 @@ def test_run_json_status_history_and_cancel_agree_with_the_database(demo_agent):
                   "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
+    assert f"Started run {report['id']} of {demo_agent.name}: http" in done.stderr  # stdout stays JSON
     assert (report["status"], report["agent_id"], report["config"]["batch_size"]) == ("finished",
                                                                                       demo_agent.pk, 8)
     assert [(c["number"], c["score"], c["train_count"]) for c in report["cycles"]] == [(1, 0.25, 8),

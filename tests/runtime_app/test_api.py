@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
+from ninja import Schema
 
 from runtime_app.models import Project
 from runtime_app.services import api_token_create, api_token_revoke, event_emit
+from tests.conftest import login
 
 pytestmark = pytest.mark.django_db
 
@@ -114,3 +116,30 @@ def test_the_api_docs_need_a_login(personas):
     client.force_login(personas.member)
     assert client.get("/api/docs").status_code == 200
     assert client.get("/api/openapi.json").status_code == 200
+
+
+def test_the_api_docs_and_schema_take_a_bearer_token_like_every_other_route(personas):
+    _, plain = api_token_create(personas.member, "docs")
+    token = Client(HTTP_AUTHORIZATION=f"Bearer {plain}")
+    assert token.get("/api/openapi.json").json()["info"]["title"] == "Crucible API"
+    assert token.get("/api/docs").status_code == 200
+    wrong = Client(HTTP_AUTHORIZATION="Bearer crc_not-a-token")
+    assert wrong.get("/api/openapi.json").status_code == 401
+    assert Client().get("/api/openapi.json").status_code == 302  # a browser is sent to the login page
+
+
+def test_each_schema_of_the_api_has_its_own_name_in_the_published_components(personas):
+    import evolve_app.api
+    import runtime_app.api
+    import search_app.api
+
+    components = login(personas.member).get("/api/openapi.json").json()["components"]["schemas"]
+    schemas = [value for module in (runtime_app.api, search_app.api, evolve_app.api)
+               for value in vars(module).values()
+               if isinstance(value, type) and issubclass(value, Schema)
+               and value.__module__ == module.__name__]
+    names = [schema.__name__ for schema in schemas]
+    assert len(names) == len(set(names)), sorted(name for name in names if names.count(name) > 1)
+    for schema in schemas:
+        if schema.__name__ in components:
+            assert set(components[schema.__name__]["properties"]) == set(schema.model_fields), schema

@@ -57,3 +57,26 @@ def test_an_outsider_gets_404_and_anonymous_users_401(personas, small_search, ro
     assert login(personas.outsider).post(f"/api/searches/{small_search.search_id}/{route}").status_code == 404
     assert Client().post(f"/api/searches/{small_search.search_id}/{route}").status_code == 401
     assert login(personas.outsider).get(f"/api/searches/{small_search.search_id}/run").status_code == 404
+
+
+def test_the_search_list_carries_status_and_outcome_and_filters_by_them(personas, small_search):
+    client = login(personas.member)
+    listed = client.get("/api/searches").json()
+    assert [(s["search_id"], s["status"], s["outcome"]) for s in listed] == [
+        (small_search.search_id, "not started", "")]
+    assert client.get("/api/searches?status=not-started").json()[0]["search_id"] == small_search.search_id
+    assert client.get("/api/searches?status=running").json() == []
+    client.post(f"/api/searches/{small_search.search_id}/start")
+    services.search_run_inline(small_search)
+    finished = client.get("/api/searches?status=finished&outcome=winner").json()
+    assert [(s["search_id"], s["status"], s["outcome"]) for s in finished] == [
+        (small_search.search_id, "finished", "winner")]
+    assert client.get("/api/searches?status=not-started").json() == []
+    assert client.get("/api/searches?outcome=none").json() == []
+
+
+def test_an_unknown_status_filter_is_a_422_naming_the_statuses_there_are(personas, small_search):
+    response = login(personas.member).get("/api/searches?status=done")
+    assert response.status_code == 422
+    message = str(response.json()["detail"])
+    assert "status" in message and "'not-started'" in message and "'finished'" in message

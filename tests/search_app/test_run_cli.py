@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from runtime_app.models import Repository
+from runtime_app.selectors import page_url
 from search_app.models import Search, SearchRun
 from tests.conftest import REPO_ROOT, subprocess_env
 from tests.search_app.runs import plan_repo, spec_text
@@ -35,6 +36,7 @@ def test_run_prints_the_outcome_and_status_and_receipts_agree(demo, tmp_path):
     done = search("run", str(spec), "--repo", str(repo), "--json")
     assert done.returncode == 0, done.stderr.decode()
     report = json.loads(done.stdout)
+    assert f"Started {report['search_id']}: http" in done.stderr.decode()  # stdout stays JSON
     assert (report["status"], report["outcome"], report["winner"]) == ("finished", "winner", "cand_002")
     by_id = {c["candidate_id"]: c for c in report["candidates"]}
     assert "gate 1" in by_id["cand_003"]["reason"] and by_id["cand_002"]["receipts"]
@@ -58,6 +60,8 @@ def test_the_live_display_ends_with_the_outcome_table(demo, tmp_path):
     done = search("run", str(spec), "--repo", str(repo))
     out = done.stdout.decode()
     assert done.returncode == 0, done.stderr.decode()
+    search_id = Search.objects.get().search_id
+    assert out.splitlines()[0] == f"Started {search_id}: " + page_url(f"/searches/{search_id}/")
     assert "winner — cand_001 (awaiting approval)" in out and "changed nothing" in out
 
 

@@ -34,6 +34,9 @@ from django.core.management.base import BaseCommand
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.http import Http404
+from django.urls import reverse
+
+from runtime_app.selectors import page_url
 
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _SPARKS = "▁▂▃▄▅▆▇█"
@@ -228,6 +231,10 @@ class Command(BaseCommand):
         run = self._guarded(lambda: evolution_run_start(
             user, agent, benchmark=options["benchmark"], engine=options["engine"], cycles=options["cycles"],
             config=config, enqueue=False, trusted=True))
+        url = page_url(reverse("evolution_run_detail", args=[agent.pk, run.pk]))
+        # With --json, standard output stays one JSON document.
+        (self.stderr if options["json"] else self.stdout).write(
+            _printable(f"Started run {run.pk} of {agent.name}: {url}"), style_func=lambda text: text)
         run = self._execute(user, run, as_json=options["json"])
         if options["json"]:
             self._json(run_report(run))

@@ -3,7 +3,8 @@
     search validate FILE            every error as FILE:line:column path: message; exit 1 if any
     search freeze FILE --repo PATH --ref REF [--project demo] [--user admin]
     search run FILE --repo PATH [--ref HEAD] [--json]   freeze, run here to the end, show the outcome
-    search run SEARCH_ID [--json]                        run a frozen search here to the end
+    search run SEARCH_ID [--json] [--start-anyway]       run a frozen search here to the end
+                                    (--start-anyway: even when its provider has no key or server)
     search run FILE --repo PATH --dry-run | SEARCH_ID --dry-run [--json]
                                     the forecast (writer steps, gate and trial runs, cost, wall time);
                                     freezes and starts nothing
@@ -29,15 +30,24 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import BaseCommand
 from django.http import Http404
+from django.urls import reverse
 
 from runtime_app.git import GitError, repo_open
 from runtime_app.models import Project
-from runtime_app.selectors import projects_for_user, receipts_for_user
+from runtime_app.selectors import page_url, projects_for_user, receipts_for_user
 from runtime_app.services import repository_register, server_path_check
+from search_app.execution import search_spec
 from search_app.forecast import Forecast
+from search_app.preflight import provider_problems
 from search_app.reference import REFERENCE_PATH, spec_reference_markdown
 from search_app.selectors import search_for_user, search_forecast, search_run_report, spec_forecast
-from search_app.services import search_cancel, search_freeze, search_run_inline, search_start
+from search_app.services import (
+    ProviderUnready,
+    search_cancel,
+    search_freeze,
+    search_run_inline,
+    search_start_checked,
+)
 from search_app.spec import SpecReport, spec_validate
 
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
@@ -73,6 +83,8 @@ class Command(BaseCommand):
         run.add_argument("--json", action="store_true", help="print the outcome as JSON, no live display")
         run.add_argument("--dry-run", action="store_true",
                          help="print the forecast and stop: nothing is frozen or started")
+        run.add_argument("--start-anyway", action="store_true",
+                         help="start even when the provider has no key or its server does not answer")
         for name, text in (("status", "a search's state and candidates"), ("cancel", "stop a running search"),
                            ("receipts", "the receipts of a search's candidates")):
             sub = actions.add_parser(name, help=text)
@@ -95,7 +107,7 @@ class Command(BaseCommand):
         elif action == "run":
             self._run(options["file"], options["repo"], options["ref"], options["project"],
                       options["user"] or settings.CONFIG.admin_username, as_json=options["json"],
-                      dry_run=options["dry_run"])
+                      dry_run=options["dry_run"], start_anyway=options["start_anyway"])
         elif action in ("status", "cancel", "receipts"):
             user = self._user(options["user"] or settings.CONFIG.admin_username)
             try:
@@ -183,6 +195,8 @@ class Command(BaseCommand):
         ]
         for line in lines:
             self.stdout.write(_printable(line))
+        for warning in provider_problems(search_spec(search).worker.provider):
+            self.stderr.write(_printable(f"warning: {warning}"), style_func=lambda text: text)
 
     def _frozen(self, file: str, repo: str, ref: str, project_name: str, username: str) -> Any:
         label, data = self._read(file)
@@ -208,7 +222,7 @@ class Command(BaseCommand):
     # --- run, status, cancel, receipts ----------------------------------------------------
 
     def _run(self, file: str, repo: str | None, ref: str, project_name: str, username: str, *,
-             as_json: bool, dry_run: bool = False) -> None:
+             as_json: bool, dry_run: bool = False, start_anyway: bool = False) -> None:
         if _SEARCH_ID.fullmatch(file) and not Path(file).exists():
             user = self._user(username)
             try:
@@ -227,11 +241,17 @@ class Command(BaseCommand):
             search = self._frozen(file, repo, ref, project_name, username)
             user = self._user(username)
         try:
-            search_start(user, search, enqueue=False)
+            search_start_checked(user, search, start_anyway=start_anyway, enqueue=False)
+        except ProviderUnready as unready:
+            self._fail([*unready.messages, "Nothing was started: fix it, or run "
+                        f"`search run {search.search_id} --start-anyway`."], 1)
         except ValidationError as error:  # e.g. a command that cannot start: one line each
             self._fail([str(message) for message in error.messages], 1)
         except PermissionDenied as error:
             self._fail([str(error)], 1)
+        started = f"Started {search.search_id}: {page_url(reverse('search_detail', args=[search.search_id]))}"
+        # With --json, standard output stays one JSON document.
+        (self.stderr if as_json else self.stdout).write(started, style_func=lambda text: text)
         if as_json:
             search_run_inline(search)
             self.stdout.write(json.dumps(search_run_report(search), indent=2))
