@@ -342,7 +342,7 @@ def command_run(
     subject has a live tail for the subject's page (runtime_app.tails) until its receipt exists."""
     from runtime_app import sandbox, tails
 
-    tail = tails.Tail(subject, label) if subject is not None else None
+    tail = tails.tail_for(subject, label)
     try:
         receipt = sandbox.run(command, tail=tail, **options)
         if note:

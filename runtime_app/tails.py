@@ -36,6 +36,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from runtime_app.sandbox import redact
+
 TAIL_BYTES = 64 << 10
 FIRST_WRITE_SECONDS = 0.5
 WRITE_SECONDS = 0.5
@@ -132,8 +134,6 @@ class Tail:
 
     def text(self) -> str:
         """The redacted window of output, as a page shows it."""
-        from runtime_app.sandbox import redact
-
         window = bytes(self.buffer[-self.cap:])
         cut = self.total > len(window)
         text = window.decode(errors="replace")
@@ -160,6 +160,16 @@ class Tail:
             self._closed = True
             with contextlib.suppress(OSError):
                 self.path.unlink(missing_ok=True)
+
+
+def tail_for(subject: tuple[str, int] | None, label: str = "") -> Tail | None:
+    """The tail of a command run for `subject`, or None (no subject, or one a tail cannot name)."""
+    if subject is None:
+        return None
+    try:
+        return Tail(subject, label)
+    except ValueError:
+        return None
 
 
 def _write_private(path: Path, data: bytes) -> None:

@@ -179,3 +179,9 @@ def test_commands_without_a_subject_have_no_tail(transactional_db, tree, data_di
     receipt = services.command_run(SLOW.replace("[ ! -e go ]", "false"), cwd=tree, timeout=30,
                                    isolation="off")
     assert receipt.succeeded and not (data_dir / "tails").exists()
+
+
+def test_a_subject_a_tail_cannot_name_runs_its_command_without_one(transactional_db, tree, data_dir):
+    receipt = services.command_run("echo fine", cwd=tree, timeout=30, isolation="off",
+                                   subject=("../../etc", 1))
+    assert receipt.succeeded and receipt.stdout_excerpt == "fine\n" and not (data_dir / "tails").exists()
