@@ -204,8 +204,8 @@ class _Capture:
 
 def _pump(process: subprocess.Popen, captures: dict[int, _Capture], stop: threading.Event,
           tail: Tail | None = None) -> None:
-    """Read both pipes until they close, or until told to stop once the command is gone; a
-    watched command's `tail` gets both streams as they arrive (runtime_app.tails)."""
+    """Read both pipes until they close, or until told to stop once the command is gone; the
+    command's `tail`, if any, gets both streams as they arrive (runtime_app.tails)."""
     selector = selectors.DefaultSelector()
     for stream in (process.stdout, process.stderr):
         selector.register(stream, selectors.EVENT_READ)
