@@ -23,8 +23,9 @@ Layers, outermost first (docs/sandbox.md explains each and what it does not stop
 The environment is built from an allow-list; names that look like secrets never pass, and
 the values of the server's secrets (plus any the caller declares) are redacted from what is
 recorded. Output is kept as a head and a tail, with its total size and SHA-256 of the raw
-stream. Every command holds the measurement lane (runtime_app.lane) while it runs: shared, or
-exclusive for a timing trial.
+stream; a command run for a subject also feeds its combined output to a live tail
+(runtime_app.tails). Every command holds the measurement lane (runtime_app.lane) while it runs:
+shared, or exclusive for a timing trial.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import os
 import re
 import selectors
@@ -48,12 +50,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
 from runtime_app.lane import SHARED, lane_hold
 from runtime_app.models import Receipt
 
+if TYPE_CHECKING:
+    from runtime_app.tails import Tail
+
+logger = logging.getLogger(__name__)
 BUBBLEWRAP = "bubblewrap"
 RLIMITS_ONLY = "rlimits-only"
 MODES = ("required", "preferred", "off")
@@ -195,8 +202,10 @@ class _Capture:
         return redact(text, secrets)
 
 
-def _pump(process: subprocess.Popen, captures: dict[int, _Capture], stop: threading.Event) -> None:
-    """Read both pipes until they close, or until told to stop once the command is gone."""
+def _pump(process: subprocess.Popen, captures: dict[int, _Capture], stop: threading.Event,
+          tail: Tail | None = None) -> None:
+    """Read both pipes until they close, or until told to stop once the command is gone; the
+    command's `tail`, if any, gets both streams as they arrive (runtime_app.tails)."""
     selector = selectors.DefaultSelector()
     for stream in (process.stdout, process.stderr):
         selector.register(stream, selectors.EVENT_READ)
@@ -207,9 +216,17 @@ def _pump(process: subprocess.Popen, captures: dict[int, _Capture], stop: thread
             chunk = os.read(key.fd, _READ_CHUNK)
             if chunk:
                 captures[key.fd].feed(chunk)
+                if tail is not None:
+                    tail.feed(chunk)
             else:
                 selector.unregister(key.fileobj)
                 open_count -= 1
+        if tail is not None:
+            try:
+                tail.tick()
+            except Exception:  # a live view must never stop the pipes from being drained
+                logger.warning("the live tail of a command failed; it is dropped", exc_info=True)
+                tail = None
         if not events and stop.is_set():
             break  # something escaped the kill and holds a pipe; stop listening to it
     selector.close()
@@ -866,6 +883,7 @@ def run(
     read_only: Sequence[str] = (),
     metrics_file: str | Path | None = None,
     lane: str = SHARED,
+    tail: Tail | None = None,
 ) -> Receipt:
     """Run `command` (argv list, or a shell line for /bin/sh) contained, and describe it.
 
@@ -877,7 +895,8 @@ def run(
     on top. With `metrics_file`, the command gets `$CRUCIBLE_METRICS_FILE` outside its tree and
     what it writes there is copied to `metrics_file` afterwards. `lane` is the measurement lane
     mode held while the command runs (`exclusive` for timing trials). Setting `cancel` stops the
-    command like a timeout. Returns an unsaved Receipt; `services.receipt_record` writes it.
+    command like a timeout. A `tail` (runtime_app.tails) gets its combined output while it runs,
+    redacted as the receipt is. Returns an unsaved Receipt; `services.receipt_record` writes it.
     """
     limits = limits or Limits()
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
@@ -939,6 +958,8 @@ def run(
         with lane_hold(lane) as lane_wait:
             started_at = datetime.now(UTC)
             started = time.monotonic()
+            if tail is not None:
+                tail.begin([redact(part, secrets) for part in argv], secrets)
             try:
                 process = subprocess.Popen(
                     full_argv, cwd=plan.popen_cwd, env=plan.popen_env, stdin=subprocess.PIPE,
@@ -953,7 +974,7 @@ def run(
             captures = {process.stdout.fileno(): _Capture(limits.output_bytes),
                         process.stderr.fileno(): _Capture(limits.output_bytes)}
             timed_out, cancelled, status, rusage, stray, ended = _wait(
-                process, captures, stdin, started + timeout, cancel, cgroups)
+                process, captures, stdin, started + timeout, cancel, cgroups, tail)
             duration = ended - started
             finished_at = started_at + timedelta(seconds=duration)
             if cgroups:
@@ -1018,14 +1039,14 @@ def run(
 
 
 def _wait(process: subprocess.Popen, captures: dict[int, _Capture], stdin: bytes, deadline: float,
-          cancel: threading.Event | None, cgroups: _RunCgroups | None
+          cancel: threading.Event | None, cgroups: _RunCgroups | None, tail: Tail | None = None
           ) -> tuple[bool, bool, int, object, int, float]:
     """Feed stdin, read both pipes and reap the command by its deadline; kill its group (and
     cgroups) on timeout or cancel, and whatever it left behind.
     (timed_out, cancelled, status, rusage, stray processes killed, when it was reaped)"""
     timed_out = cancelled = False
     stop = threading.Event()
-    reader = threading.Thread(target=_pump, args=(process, captures, stop), daemon=True)
+    reader = threading.Thread(target=_pump, args=(process, captures, stop, tail), daemon=True)
     writer = threading.Thread(target=_feed_stdin, args=(process, stdin), daemon=True)
     reader.start()
     writer.start()

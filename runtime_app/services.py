@@ -338,13 +338,19 @@ def command_run(
     label: str = "", note: dict[str, Any] | None = None, **options: Any,
 ) -> Receipt:
     """Run a command in the sandbox (see runtime_app.sandbox.run) and write its receipt; `note`
-    adds what the caller knows to its detail (a trial's block and position)."""
-    from runtime_app import sandbox
+    adds what the caller knows to its detail (a trial's block and position). A command with a
+    subject has a live tail for the subject's page (runtime_app.tails) until its receipt exists."""
+    from runtime_app import sandbox, tails
 
-    receipt = sandbox.run(command, **options)
-    if note:
-        receipt.detail = {**receipt.detail, **note}
-    return receipt_record(receipt, project=project, subject=subject, label=label)
+    tail = tails.tail_for(subject, label)
+    try:
+        receipt = sandbox.run(command, tail=tail, **options)
+        if note:
+            receipt.detail = {**receipt.detail, **note}
+        return receipt_record(receipt, project=project, subject=subject, label=label)
+    finally:
+        if tail is not None:
+            tail.close()
 
 
 def patch_admit(

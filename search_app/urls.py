@@ -22,6 +22,8 @@ urlpatterns = [
     path("<str:search_id>/candidates/<str:candidate_id>/", views.candidate_detail, name="candidate_detail"),
     path("<str:search_id>/candidates/<str:candidate_id>/patch.diff", views.candidate_patch,
          name="candidate_patch"),
+    path("<str:search_id>/candidates/<str:candidate_id>/live/", views.candidate_live_tail,
+         name="candidate_live_tail"),
     path("<str:search_id>/candidates/<str:candidate_id>/comment/", views.candidate_comment,
          name="candidate_comment"),
     path("<str:search_id>/candidates/<str:candidate_id>/decide/", views.candidate_decide,

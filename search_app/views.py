@@ -614,8 +614,55 @@ def _candidate_context(request: HttpRequest, candidate, **extra: Any) -> dict[st
         "replay": selectors.winner_replay(search) if is_winner else None,
         "can_approve": request.user.has_perm(roles.APPROVE),
         "comment_form": extra.pop("comment_form", None) or CommentForm(),
+        "live": _live_tail(candidate),
         **extra,
     }
+
+
+# --- the live tail: what runs now for a candidate, then its receipts (htmx polling) -------------
+
+# Candidates in these states run nothing more; their page stops polling once nothing runs.
+LIVE_TAIL_DONE_STATES = ("eliminated", "not_admitted", "cancelled", "winner")
+LIVE_TAIL_RECEIPTS = 5  # receipts finished since the page loaded that the box keeps showing
+
+
+def _live_tail(candidate, since: int | None = None) -> dict[str, Any]:
+    """What the live tail box shows: the commands running now for `candidate` (runtime_app.tails),
+    the receipts written after receipt `since` (None: after the newest one now, as a page loads),
+    and whether the page should keep polling. Polling marks the candidate watched, which is what
+    makes its running commands write their output."""
+    from django.db.models import Max
+
+    from runtime_app import tails
+    from runtime_app.models import Receipt
+    from search_app.models import SearchRun
+
+    receipts = Receipt.objects.filter(subject_type="candidate", subject_id=candidate.pk)
+    if since is None:  # read before the tails: a command ending in between shows as finished
+        since = receipts.aggregate(newest=Max("pk"))["newest"] or 0
+    subject = ("candidate", candidate.pk)
+    running = tails.tails_running(subject)
+    finished = list(receipts.filter(pk__gt=since).order_by("-pk")[:LIVE_TAIL_RECEIPTS])[::-1]
+    status = SearchRun.objects.filter(search_id=candidate.search_id).values_list("status", flat=True).first()
+    active = bool(running) or (status in ("running", "cancelling")
+                               and candidate.state not in LIVE_TAIL_DONE_STATES)
+    if active:
+        tails.tails_watch(subject)
+    else:
+        tails.tails_unwatch(subject)
+    return {"running": running, "finished": finished, "since": since, "active": active}
+
+
+@require_GET
+def candidate_live_tail(request: HttpRequest, search_id: str, candidate_id: str) -> HttpResponse:
+    """The live tail box alone, polled by the candidate page while its search runs."""
+    candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
+    since = _id(request.GET.get("since", "0"))
+    if since is None:
+        return HttpResponse("since must be a receipt id (a whole number).", status=400,
+                            content_type="text/plain")
+    return render(request, "search_app/_live_tail.html",
+                  {"search": candidate.search, "candidate": candidate, "live": _live_tail(candidate, since)})
 
 
 @require_GET
