@@ -154,16 +154,20 @@ if CONFIG.redis_url:
 else:
     _BROKER_DIR = DATA_DIR / "broker"
     CELERY_BROKER_URL = "filesystem://"
+    # kombu's filesystem transport with atomic writes and a reader that sets a bad file aside
+    # instead of dying on it (kombu issue #1551): see runtime_app/broker.py.
+    CELERY_BROKER_TRANSPORT = "runtime_app.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_BROKER_DIR / "queue"),
         "data_folder_out": str(_BROKER_DIR / "queue"),
         "control_folder": str(_BROKER_DIR / "control"),
         "processed_folder": str(_BROKER_DIR / "processed"),
+        "quarantine_folder": str(_BROKER_DIR / "quarantine"),
         "store_processed": False,
         # The default (1 s) moves about two tasks a second; 0.05 s keeps steps flowing.
         "polling_interval": 0.05,
     }
-    for _name in ("queue", "control", "processed"):
+    for _name in ("queue", "control", "processed", "quarantine"):
         private_dir(_BROKER_DIR / _name)
 
 # Tighten what an older install (or a process with a looser umask) left readable by others.
