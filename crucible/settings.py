@@ -196,6 +196,13 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": CONFIG.log_level},
-    # The provider SDKs' HTTP clients log every request URL at INFO: noise, not evidence.
-    "loggers": {name: {"level": "WARNING"} for name in ("daphne", "httpx", "httpx2", "openai", "anthropic")},
+    # Routine periodic tasks (the whole beat schedule) are sent, received and done at DEBUG.
+    "filters": {"routine_tasks": {"()": "crucible.celery.RoutineTaskFilter",
+                                  "tasks": [entry["task"] for entry in CELERY_BEAT_SCHEDULE.values()]}},
+    "loggers": {
+        # The provider SDKs' HTTP clients log every request URL at INFO: noise, not evidence.
+        **{name: {"level": "WARNING"} for name in ("daphne", "httpx", "httpx2", "openai", "anthropic")},
+        **{name: {"filters": ["routine_tasks"]} for name in ("celery.beat", "celery.worker.strategy",
+                                                             "celery.app.trace")},
+    },
 }
