@@ -1,5 +1,6 @@
 """`manage.py serve` supervises its children: a killed worker comes back while the web server
-keeps answering; a child that cannot start stops serve with one line; an idle log stays quiet."""
+keeps answering; a child that cannot start stops serve with one line; an idle log stays quiet
+and a root worker warns only when candidate code would run as root."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 from celery.app.trace import LOG_SUCCESS
 
+from crucible.celery import root_worker_check
+from runtime_app import sandbox
 from tests.conftest import REPO_ROOT, free_port, stop_process, wait_for_port
 
 WAIT_SECONDS = 90
@@ -121,3 +124,16 @@ def test_routine_periodic_tasks_log_at_debug_and_other_tasks_at_info(caplog):
         ("INFO", "Task search_app.tasks.step_run[1] succeeded in 0.01s: None"),
         ("ERROR", "Task runtime_app.tasks.worker_heartbeat[2] raised"),
     ]
+
+
+@pytest.mark.parametrize(("isolation", "warned"), [(sandbox.BUBBLEWRAP, False), (sandbox.RLIMITS_ONLY, True)])
+def test_a_root_worker_warns_only_when_commands_would_run_as_root(isolation, warned, caplog, monkeypatch):
+    monkeypatch.setattr("crucible.celery.os.geteuid", lambda: 0)
+    monkeypatch.setattr(sandbox, "isolation_choose", lambda: isolation)
+    monkeypatch.setattr(sandbox, "bubblewrap_probe", lambda: (False, "bubblewrap (bwrap) is not installed"))
+    caplog.set_level(logging.INFO)
+    root_worker_check()
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert bool(warnings) == warned
+    if warned:
+        assert "candidate code would run as root" in warnings[0] and "not installed" in warnings[0]
