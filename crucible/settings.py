@@ -154,16 +154,20 @@ if CONFIG.redis_url:
 else:
     _BROKER_DIR = DATA_DIR / "broker"
     CELERY_BROKER_URL = "filesystem://"
+    # kombu's filesystem transport with atomic writes and a reader that sets a bad file aside
+    # instead of dying on it (kombu issue #1551): see runtime_app/broker.py.
+    CELERY_BROKER_TRANSPORT = "runtime_app.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_BROKER_DIR / "queue"),
         "data_folder_out": str(_BROKER_DIR / "queue"),
         "control_folder": str(_BROKER_DIR / "control"),
         "processed_folder": str(_BROKER_DIR / "processed"),
+        "quarantine_folder": str(_BROKER_DIR / "quarantine"),
         "store_processed": False,
         # The default (1 s) moves about two tasks a second; 0.05 s keeps steps flowing.
         "polling_interval": 0.05,
     }
-    for _name in ("queue", "control", "processed"):
+    for _name in ("queue", "control", "processed", "quarantine"):
         private_dir(_BROKER_DIR / _name)
 
 # Tighten what an older install (or a process with a looser umask) left readable by others.
@@ -192,6 +196,13 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": CONFIG.log_level},
-    # The provider SDKs' HTTP clients log every request URL at INFO: noise, not evidence.
-    "loggers": {name: {"level": "WARNING"} for name in ("daphne", "httpx", "httpx2", "openai", "anthropic")},
+    # Routine periodic tasks (the whole beat schedule) are sent, received and done at DEBUG.
+    "filters": {"routine_tasks": {"()": "crucible.celery.RoutineTaskFilter",
+                                  "tasks": [entry["task"] for entry in CELERY_BEAT_SCHEDULE.values()]}},
+    "loggers": {
+        # The provider SDKs' HTTP clients log every request URL at INFO: noise, not evidence.
+        **{name: {"level": "WARNING"} for name in ("daphne", "httpx", "httpx2", "openai", "anthropic")},
+        **{name: {"filters": ["routine_tasks"]} for name in ("celery.beat", "celery.worker.strategy",
+                                                             "celery.app.trace")},
+    },
 }
