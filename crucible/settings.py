@@ -146,6 +146,8 @@ CELERY_BEAT_SCHEDULE = {
     "worker-heartbeat": {"task": "runtime_app.tasks.worker_heartbeat", "schedule": 10.0},
     # Takes back steps whose worker died and re-drives running searches (lost messages).
     "steps-reconcile": {"task": "search_app.tasks.steps_reconcile", "schedule": 5.0},
+    # The same for evolution runs: a run whose worker died is taken over once its lease passes.
+    "evolution-runs-reconcile": {"task": "evolve_app.tasks.evolution_runs_reconcile", "schedule": 15.0},
 }
 if CONFIG.redis_url:
     CELERY_BROKER_URL = CONFIG.redis_url

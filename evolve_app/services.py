@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
+import threading
+import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from runtime_app import roles
@@ -18,6 +25,8 @@ from runtime_app.services import _require, _require_member, audit_record, event_
 
 logger = logging.getLogger(__name__)
 ACTIVE = ("queued", "running", "awaiting_review")
+# A run whose worker died this many times fails instead of being handed on again.
+MAX_ATTEMPTS = 3
 
 
 def _agent_event(agent: Any, kind: str, message: str, **payload: Any) -> None:
@@ -127,24 +136,96 @@ def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engin
         _agent_event(agent, "evolution.queued", f"{agent.name}: run {run.pk} queued ({cycles} cycles, "
                      f"{engine} on {benchmark})", run=run.pk)
         if enqueue:
-            from evolve_app.tasks import evolution_run
-
-            transaction.on_commit(lambda: evolution_run.delay(run.pk))
+            _run_enqueue(run)
     return run
 
 
-def evolution_run_execute(run_pk: int) -> Any:
+def _lease() -> timedelta:
+    return timedelta(seconds=settings.CONFIG.step_lease_seconds)
+
+
+def _run_enqueue(run: Any) -> None:
+    """Hand the run to the broker once the caller's transaction commits."""
+    from evolve_app.models import EvolutionRun
+    from evolve_app.tasks import evolution_run
+
+    EvolutionRun.objects.filter(pk=run.pk).update(enqueued_at=timezone.now())
+    transaction.on_commit(lambda: evolution_run.delay(run.pk))
+
+
+def evolution_run_claim(run_pk: int, owner: str) -> bool:
+    """Take a queued run, or a running one whose worker's lease has passed, by compare-and-set."""
+    from evolve_app.models import EvolutionRun
+
+    now = timezone.now()
+    return bool(EvolutionRun.objects.filter(pk=run_pk).filter(
+        Q(status="queued") | Q(status="running", lease_expires_at__isnull=True)
+        | Q(status="running", lease_expires_at__lt=now)
+    ).update(status="running", lease_owner=owner, lease_expires_at=now + _lease(),
+             attempts=F("attempts") + 1))
+
+
+def _lease_keep(run_pk: int, owner: str, stop: threading.Event) -> None:
+    """Renew the lease while the run works, so the reconciler leaves it to this worker."""
+    from evolve_app.models import EvolutionRun
+
+    every = max(_lease().total_seconds() / 6, 0.5)
+    try:
+        while not stop.wait(every):
+            EvolutionRun.objects.filter(pk=run_pk, status="running", lease_owner=owner).update(
+                lease_expires_at=timezone.now() + _lease())
+    finally:
+        connection.close()
+
+
+def evolution_runs_reconcile() -> list[int]:
+    """Beat: runs to hand to a worker again — running ones whose lease passed (their worker
+    died) and queued ones whose message has waited a whole lease (lost); a run that lost
+    MAX_ATTEMPTS workers fails with the reason."""
+    from evolve_app.models import EvolutionRun
+
+    now = timezone.now()
+    orphaned = EvolutionRun.objects.filter(
+        Q(status="running", lease_expires_at__lt=now)
+        | Q(status="queued") & (Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=now - _lease()))
+    ).select_related("agent__project")
+    again = []
+    for run in orphaned:
+        if run.status == "running" and run.attempts >= MAX_ATTEMPTS:
+            reason = f"its worker was lost {run.attempts} times; start it again once the workers are healthy"
+            if EvolutionRun.objects.filter(pk=run.pk, status="running", lease_expires_at__lt=now).update(
+                    status="failed", finished_at=now, reason=reason):
+                _agent_event(run.agent, "evolution.failed",
+                             f"{run.agent.name}: run {run.pk} failed: {reason}", run=run.pk)
+            continue
+        if EvolutionRun.objects.filter(pk=run.pk).filter(
+                Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=now - _lease())).update(enqueued_at=now):
+            again.append(run.pk)
+    return again
+
+
+def evolution_run_execute(run_pk: int, owner: str = "") -> Any:
     """Run (or go on with) an evolution run in this process until it ends, converges, is
-    cancelled, or a mutation waits for review."""
+    cancelled, or a mutation waits for review. A run another live worker holds is left to it."""
+    from evolve_app.models import EvolutionRun
+
+    owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    if not evolution_run_claim(run_pk, owner):
+        return EvolutionRun.objects.select_related("agent__project").get(pk=run_pk)
+    stop = threading.Event()
+    keeper = threading.Thread(target=_lease_keep, args=(run_pk, owner, stop), daemon=True)
+    keeper.start()
+    try:
+        return _run_execute(EvolutionRun.objects.select_related("agent__project").get(pk=run_pk))
+    finally:
+        stop.set()
+        keeper.join()
+
+
+def _run_execute(run: Any) -> Any:
     from evolve_app.loop import Evolver
     from evolve_app.models import Cycle, EvolutionRun
 
-    with transaction.atomic():
-        run = EvolutionRun.objects.select_for_update().select_related("agent__project").get(pk=run_pk)
-        if run.status not in ("queued", "running"):
-            return run
-        run.status = "running"
-        run.save(update_fields=["status"])
     agent = run.agent
     remaining = run.cycles_planned - Cycle.objects.filter(run=run).count()
     next_cycle = _next_cycle_number(agent)
@@ -265,9 +346,7 @@ def cycle_decide(user: Any, cycle: Any, approve: bool) -> Any:
                      target=f"{agent.name} run {run.pk} cycle {number}")
         _agent_event(agent, "cycle.decided", f"{agent.name}: cycle {number} {verb} by {user.get_username()}",
                      run=run.pk, cycle=number)
-        from evolve_app.tasks import evolution_run
-
-        transaction.on_commit(lambda: evolution_run.delay(run.pk))
+        _run_enqueue(run)
     return cycle
 
 

@@ -10,3 +10,12 @@ def evolution_run(run_pk: int) -> None:
     from evolve_app.services import evolution_run_execute
 
     evolution_run_execute(run_pk)
+
+
+@shared_task(name="evolve_app.tasks.evolution_runs_reconcile")
+def evolution_runs_reconcile() -> None:
+    """Beat: hand runs whose worker died, or whose message was lost, to a worker again."""
+    from evolve_app.services import evolution_runs_reconcile as reconcile
+
+    for run_pk in reconcile():
+        evolution_run.delay(run_pk)
