@@ -439,8 +439,8 @@ def search_list_rows(
 
     `list_status` — not started, queued (started, no step has run yet), running, cancelling,
     cancelled or finished; `best_score` — the best score of a non-baseline candidate, by the
-    spec's score direction; `baseline_score`; `population`, `rounds` and `score_direction` from
-    the normalized spec; the run, repository, project and author joined in. The big frozen
+    spec's score direction; `baseline_score`; `population`, `rounds`, `score_direction` and `score_metric`
+    from the normalized spec; the run, repository, project and author joined in. The big frozen
     fields (spec text, hashed inputs) are not loaded.
     """
     from django.db.models import Case, CharField, Exists, F, FloatField, Q, Value, When
@@ -460,6 +460,7 @@ def search_list_rows(
             default=F("run__status"), output_field=CharField(),
         ),
         score_direction=KT("spec_normalized__score__direction"),
+        score_metric=KT("spec_normalized__score__metric"),
         # Ranked by figure (a paired ratio or a median), shown as the metric's median value.
         best_score=Case(
             When(spec_normalized__score__direction="maximize",
