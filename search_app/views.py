@@ -222,8 +222,9 @@ def validation_context(text: str) -> dict[str, Any]:
             funnel=[
                 {"round": number, "survivors": survivors, "effort": effort,
                  "width": max(4, round(100 * survivors / spec.population))}
+                # numbered from 0, as the run, its events, receipts and the CLI number rounds
                 for number, (survivors, effort) in enumerate(
-                    zip(summary["rounds"], summary["efforts"], strict=True), start=1)
+                    zip(summary["rounds"], summary["efforts"], strict=True))
             ],
             efforts_text=(f"{summary['efforts'][0]} in every round" if len(set(summary["efforts"])) == 1
                           else "per round: " + " → ".join(summary["efforts"])),
