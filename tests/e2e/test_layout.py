@@ -75,3 +75,12 @@ def test_the_navigation_stays_inside_a_phone_screen(layout_pages, browser_page):
     edges = page.evaluate("""() => [...document.querySelectorAll('.topbar a, .topbar button')]
         .map(el => el.getBoundingClientRect()).map(r => [r.left, r.right])""")
     assert edges and all(left >= 0 and right <= 390 for left, right in edges), edges
+
+
+def test_the_browser_finds_the_favicon_from_the_link_and_at_favicon_ico(layout_pages, browser_page):
+    page = browser_page
+    log_in(page, "owner")
+    icon = page.locator("link[rel=icon]").get_attribute("href")
+    for url in (icon, "/favicon.ico"):
+        response = page.request.get(url)
+        assert response.ok and response.headers["content-type"].startswith("image/svg+xml"), url
