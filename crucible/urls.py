@@ -2,7 +2,10 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic.base import RedirectView
 
 from crucible.api import api, api_urls
 
@@ -18,5 +21,7 @@ urlpatterns = [
         name="password_change",
     ),
     path("admin/", admin.site.urls),
+    # Browsers ask for /favicon.ico on every page (the admin's too), logged in or not.
+    path("favicon.ico", login_not_required(RedirectView.as_view(url=static("favicon.svg"), permanent=True))),
     path("api/", api_urls(api)),
 ]

@@ -14,6 +14,7 @@ from runtime_app.fleet import preset_get, preset_resolve_model
 from runtime_app.models import Receipt
 from runtime_app.prices import price_for, usd_text
 from runtime_app.selectors import projects_for_user
+from search_app import plotting
 from search_app.execution import search_spec
 from search_app.forecast import Forecast, History, forecast
 from search_app.measurement import figure_text, is_paired
@@ -333,42 +334,56 @@ def search_funnel(search: Search) -> dict[str, Any]:
     counts = Candidate.objects.filter(search=search, number__gt=0).aggregate(**aggregates)
     population = (search.spec_normalized or {}).get("population") or 1
     steps = [{"round": i, "planned": planned, "evaluated": counts[f"r{i}"], "eliminated": counts[f"out{i}"],
-              "width": max(3, round(100 * planned / population))} for i, planned in enumerate(rounds)]
+              "width": max(3, round(100 * planned / population)),
+              "done": min(100, round(100 * counts[f"r{i}"] / planned)) if planned else 0}
+             for i, planned in enumerate(rounds)]
     states = {name: counts[f"s_{name}"] for name in CANDIDATE_STATES if counts[f"s_{name}"]}
     return {"rounds": steps, "states": states}
 
 
-def score_plot(search: Search, width: int = 640, height: int = 280) -> dict[str, Any]:
-    """Scored candidates as points of score against cost (or diff lines when nothing was spent),
-    with the Pareto front (better score, lower cost) and the baseline's score; SVG coordinates."""
+# The plot's frame inside its SVG: the y title above, its tick labels on the left, the x tick
+# labels and title below.
+PLOT_MARGIN = {"left": 66, "right": 30, "top": 30, "bottom": 52}
+
+
+def score_plot(search: Search, width: int = 640, height: int = 300) -> dict[str, Any]:
+    """Scored candidates as points of score against cost in dollars (or diff lines when nothing was
+    spent), with the Pareto front (better score, lower cost) and the baseline's score; SVG
+    coordinates, axes with round ticks, a log score axis when scores span over 10x."""
     from search_app.models import Candidate
 
     points = list(Candidate.objects.filter(search=search, score__isnull=False).values_list(
-        "candidate_id", "number", "score", "cost_microusd", "diff_lines", "state", "spread"))
+        "candidate_id", "number", "score", "cost_microusd", "diff_lines", "state", "spread",
+        "score_low", "score_high", "score_absolute"))
     baseline = next((p for p in points if p[1] == 0), None)
     scored = [p for p in points if p[1] > 0]
     if not scored:
         return {"points": [], "front": "", "width": width, "height": height}
+    spec = search.spec_normalized or {}
+    score_spec = spec.get("score") or {}
+    maximize = score_spec.get("direction", "minimize") == "maximize"
+    paired = is_paired(search.contract, score_spec.get("comparison", "paired"),
+                       baseline[5] if baseline else "")
     by_cost = any(p[3] for p in scored)
-    x_label = "cost (µUSD)" if by_cost else "diff lines"
-    maximize = (search.spec_normalized or {}).get("score", {}).get("direction", "minimize") == "maximize"
-    xs = [(p[3] if by_cost else (p[4] or 0)) for p in scored]
+    xs = [(p[3] / 1_000_000 if by_cost else (p[4] or 0)) for p in scored]
     ys = [p[2] for p in scored] + ([baseline[2]] if baseline else [])
-    pad = 36
-    x_low, x_high = min(xs), max(xs)
-    y_low, y_high = min(ys), max(ys)
-    x_span, y_span = (x_high - x_low) or 1, (y_high - y_low) or 1
-
-    def sx(value: float) -> float:
-        return round(pad + (value - x_low) / x_span * (width - 2 * pad), 1)
-
-    def sy(value: float) -> float:
-        return round(height - pad - (value - y_low) / y_span * (height - 2 * pad), 1)
+    left, right = PLOT_MARGIN["left"], width - PLOT_MARGIN["right"]
+    top, bottom = PLOT_MARGIN["top"], height - PLOT_MARGIN["bottom"]
+    if by_cost:
+        x_axis = plotting.linear_axis(xs, left, right, plotting.dollars_text)
+    else:
+        x_axis = plotting.linear_axis(xs, left, right, whole=True)
+    y_axis = plotting.score_axis(ys, bottom, top)
 
     shown = []
-    for (candidate_id, _, score, cost, diff_lines, state, spread), x in zip(scored, xs, strict=True):
-        shown.append({"id": candidate_id, "score": score, "cost": cost, "diff_lines": diff_lines,
-                      "state": state, "spread": spread, "x": x, "cx": sx(x), "cy": sy(score)})
+    for (candidate_id, _, score, cost, diff_lines, state, spread, low, high, absolute), x in zip(
+            scored, xs, strict=True):
+        # as the candidate table reads it: a ratio when it differs from the median value kept beside it
+        ratio = absolute is not None and score != absolute
+        shown.append({"id": candidate_id, "score": score, "ratio": ratio,
+                      "figure": figure_text(score, low, high, paired=ratio), "cost": cost,
+                      "cost_text": usd_text(cost), "diff_lines": diff_lines, "state": state, "spread": spread,
+                      "x": x, "cx": x_axis.at(x), "cy": y_axis.at(score)})
     # The front: walking from the cheapest, each point whose score beats every cheaper one.
     front, best = [], None
     for point in sorted(shown, key=lambda p: (p["x"], -p["score"] if maximize else p["score"])):
@@ -380,12 +395,19 @@ def score_plot(search: Search, width: int = 640, height: int = 280) -> dict[str,
     if len(shown) > PLOT_MAX_POINTS:
         rest = sorted((p for p in shown if not p.get("on_front")), key=lambda p: p["score"], reverse=maximize)
         shown = front + rest[:max(0, PLOT_MAX_POINTS - len(front))]
+    metric = str(score_spec.get("metric") or "score")
+    y_label = "score (× baseline)" if paired else f"score ({metric})"
     return {
         "points": shown, "total": len(scored), "front": " ".join(f"{p['cx']},{p['cy']}" for p in front),
-        "baseline_y": sy(baseline[2]) if baseline else None,
+        "baseline_y": y_axis.at(baseline[2]) if baseline else None,
         "baseline_score": baseline[2] if baseline else None,
-        "x_label": x_label, "width": width, "height": height, "pad": pad,
-        "x_low": x_low, "x_high": x_high, "y_low": y_low, "y_high": y_high,
+        "baseline_text": figure_text(baseline[2], None, None, paired=paired) if baseline else "",
+        "x_label": "cost (USD)" if by_cost else "diff lines",
+        "x_title": "cost in dollars" if by_cost else "diff lines (nothing was spent)",
+        "y_title": y_label + (", log scale" if y_axis.log else ""), "log": y_axis.log,
+        "x_ticks": x_axis.tick_positions(), "y_ticks": y_axis.tick_positions(),
+        "width": width, "height": height, "left": left, "right": right, "top": top, "bottom": bottom,
+        "x_title_x": round((left + right) / 2), "x_title_y": height - 8,
         "direction": "higher is better" if maximize else "lower is better",
     }
 
@@ -417,8 +439,8 @@ def search_list_rows(
 
     `list_status` — not started, queued (started, no step has run yet), running, cancelling,
     cancelled or finished; `best_score` — the best score of a non-baseline candidate, by the
-    spec's score direction; `baseline_score`; `population`, `rounds` and `score_direction` from
-    the normalized spec; the run, repository, project and author joined in. The big frozen
+    spec's score direction; `baseline_score`; `population`, `rounds`, `score_direction` and `score_metric`
+    from the normalized spec; the run, repository, project and author joined in. The big frozen
     fields (spec text, hashed inputs) are not loaded.
     """
     from django.db.models import Case, CharField, Exists, F, FloatField, Q, Value, When
@@ -438,6 +460,7 @@ def search_list_rows(
             default=F("run__status"), output_field=CharField(),
         ),
         score_direction=KT("spec_normalized__score__direction"),
+        score_metric=KT("spec_normalized__score__metric"),
         # Ranked by figure (a paired ratio or a median), shown as the metric's median value.
         best_score=Case(
             When(spec_normalized__score__direction="maximize",

@@ -9,6 +9,8 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 # Pages that must be reachable logged out, and nothing else.
 PUBLIC = {"/login/", "/admin/login/"}
+# … and these, which only point at a public static file.
+PUBLIC_REDIRECTS = {"/favicon.ico": "/static/favicon.svg"}
 
 
 def _walk(patterns, prefix: str = ""):
@@ -43,6 +45,10 @@ def test_the_url_walk_finds_the_pages_and_the_api():
 def test_every_url_refuses_anonymous_visitors(client, url):
     if url in PUBLIC:
         assert client.get(url).status_code == 200
+        return
+    if url in PUBLIC_REDIRECTS:
+        response = client.get(url)
+        assert response.status_code == 301 and response["Location"] == PUBLIC_REDIRECTS[url]
         return
     for method in ("get", "post"):
         response = getattr(client, method)(url)

@@ -1,7 +1,9 @@
-"""How a candidate's figure reads on a page: a paired ratio with its interval, or the value."""
+"""How a candidate's figure reads on a page: a paired ratio with its interval, or the value; and
+how far the best candidate moved from the baseline: a percentage, or a factor once it is large."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django import template
@@ -37,3 +39,36 @@ def metric_source(metric: str) -> str:
     if str(metric).startswith(RUNTIME_PREFIX):
         return "measured by the runtime, from outside the score command"
     return REPORTED_LABEL
+
+
+# Between these ratios (best / baseline) a change reads as a percentage, outside as a factor:
+# "−99.98%" says less than "5,000x faster".
+FACTOR_BELOW, FACTOR_ABOVE = 0.5, 2.0
+# Metrics that measure time, once the runtime's prefix is off: lower is faster.
+TIME_WORDS = ("second", "time", "latency", "duration", "elapsed")
+TIME_SUFFIXES = ("_ms", "_us", "_ns", "_s")
+
+
+def _times(metric: str) -> bool:
+    name = str(metric or "").lower().removeprefix(RUNTIME_PREFIX)
+    return any(word in name for word in TIME_WORDS) or name.endswith(TIME_SUFFIXES)
+
+
+def _factor_text(factor: float) -> str:
+    return f"{factor:,.0f}x" if factor >= 100 else f"{factor:.3g}x"
+
+
+def change_text(value: float, baseline: float, metric: str = "") -> str:
+    """How `value` compares with `baseline`: "+10.0%" or "−25.0%" while the ratio stays within
+    0.5–2, else a factor: "5,000x faster" / "3.5x slower" for a time metric, "… lower" / "… higher"
+    otherwise. "" when there is nothing to compare (no baseline, zero, not finite)."""
+    if not (baseline and math.isfinite(baseline) and math.isfinite(value)):
+        return ""
+    ratio = value / baseline
+    if value > 0 and baseline > 0 and not FACTOR_BELOW <= ratio <= FACTOR_ABOVE:
+        lower = ratio < 1
+        word = ("faster" if lower else "slower") if _times(metric) else ("lower" if lower else "higher")
+        return f"{_factor_text(1 / ratio if lower else ratio)} {word}"
+    change = (value - baseline) / abs(baseline) * 100
+    return f"{'+' if change > 0 else '−' if change < 0 else '±'}{abs(change):.1f}%"
+

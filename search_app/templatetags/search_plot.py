@@ -12,15 +12,12 @@ register = template.Library()
 POINT = '<a href="{}{}/"><circle class="{}" cx="{}" cy="{}" r="5"><title>{}</title></circle></a>'
 
 
-def _number(value: Any, places: int = 3) -> str:
-    return "" if value is None else f"{value:.{places}f}".rstrip("0").rstrip(".")
-
-
 def _title(point: dict) -> str:
-    spread = f" ± {_number(point['spread'])}" if point.get("spread") else ""
+    """`cand_004 (alive): 0.41× [0.38, 0.44], cost $0.0012, 14 diff lines`, as the hover shows it."""
+    spread = f" ± {point['spread']:.3g}" if point.get("spread") and not point.get("ratio") else ""
     diff_lines = "?" if point["diff_lines"] is None else point["diff_lines"]
-    return format_html("{} ({}): score {}{}, {} µUSD, {} diff lines", point["id"], point["state"],
-                       _number(point["score"]), spread, point["cost"], diff_lines)
+    return format_html("{} ({}): {}{}, cost {}, {} diff lines", point["id"], point["state"], point["figure"],
+                       spread, point["cost_text"], diff_lines)
 
 
 @register.simple_tag

@@ -73,7 +73,7 @@ def test_a_member_sees_the_repository_its_refs_and_the_checked_out_branchs_commi
     assert 'title="checked out">main</code>' in response.content.decode()
     assert subjects(response) == ["closed form", "baseline"]
     assert "Crucible Tests <tests@crucible.invalid>" in text
-    assert "2026-01-03 03:04 +0000" in text
+    assert ">2026-01-03 03:04 UTC</time>" in text
     sha = git(Path(repository.path), "rev-parse", "main")
     assert f'title="{sha}">{sha[:12]}</code>' in response.content.decode()
 

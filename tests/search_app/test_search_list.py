@@ -107,7 +107,7 @@ def test_a_minimized_score_counts_lower_as_better_and_says_so(personas, reposito
     started(personas, freeze(personas, repository, "slower", direction="minimize"),
             baseline=10.0, scores=(12.5, 11.0))
     text = page(login(personas.member), "?sort=name")
-    assert '<span class="versus better"' in text and "0.45 vs 712 (−99.9%)" in text
+    assert '<span class="versus better"' in text and "0.45 vs 712 (1,582x lower)" in text
     assert '<span class="versus worse"' in text and "11 vs 10 (+10.0%)" in text
 
 

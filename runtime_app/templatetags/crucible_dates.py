@@ -1,0 +1,23 @@
+"""One date format on every page: `2026-12-03 14:05 UTC`, whatever zone the moment came in."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from typing import Any
+
+from django import template
+
+register = template.Library()
+MOMENT_FORMAT = "%Y-%m-%d %H:%M UTC"
+
+
+@register.filter
+def when(value: Any) -> str:
+    """A moment as pages show it, in UTC to the minute ("" for none; a plain date as 2026-12-03).
+    The exact instant stays in the <time datetime> attribute beside it."""
+    if isinstance(value, datetime):
+        moment = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return moment.strftime(MOMENT_FORMAT)
+    if isinstance(value, date):
+        return value.isoformat()
+    return ""
