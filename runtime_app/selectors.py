@@ -9,7 +9,7 @@ from django.http import Http404
 
 from runtime_app.git import GitError, refs_list, repo_open
 from runtime_app.models import ApiToken, AuditEntry, Event, Project, Receipt, Repository
-from runtime_app.subjects import subject_project_id
+from runtime_app.subjects import subject_labels_attach, subject_project_id
 
 
 def projects_for_user(user: Any) -> QuerySet[Project]:
@@ -55,7 +55,7 @@ def events_for_user(
     )
     if subject is not None:
         events = events.filter(subject_type=subject[0], subject_id=subject[1])
-    return list(events.order_by("id")[:limit])
+    return subject_labels_attach(list(events.order_by("id")[:limit]))
 
 
 def events_recent_for_user(
@@ -67,7 +67,7 @@ def events_recent_for_user(
     )
     if subject is not None:
         events = events.filter(subject_type=subject[0], subject_id=subject[1])
-    return list(events.order_by("-id")[:limit])
+    return subject_labels_attach(list(events.order_by("-id")[:limit]))
 
 
 def audit_entries_for_user(user: Any) -> QuerySet[AuditEntry]:

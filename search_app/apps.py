@@ -9,7 +9,7 @@ class SearchAppConfig(AppConfig):
 
     def ready(self) -> None:
         from runtime_app.signals import approver_standing_ended
-        from runtime_app.subjects import live_renderer_register, subject_type_register
+        from runtime_app.subjects import live_renderer_register, subject_label_register, subject_type_register
         from search_app.live import search_live_fragments
 
         def approvals_withdraw_for(sender: Any, user: Any, project: Any, actor: Any, reason: str,
@@ -29,6 +29,19 @@ class SearchAppConfig(AppConfig):
             found = Candidate.objects.filter(pk=subject_id).values_list("search__project_id", flat=True)
             return found.first()
 
+        def search_labels(ids: list[int]) -> dict[int, str]:
+            from search_app.models import Search
+
+            return dict(Search.objects.filter(pk__in=ids).values_list("pk", "search_id"))
+
+        def candidate_labels(ids: list[int]) -> dict[int, str]:
+            from search_app.models import Candidate
+
+            return {pk: f"{candidate_id} of {search_id}" for pk, candidate_id, search_id in Candidate.objects
+                    .filter(pk__in=ids).values_list("pk", "candidate_id", "search__search_id")}
+
+        subject_label_register("search", search_labels)
+        subject_label_register("candidate", candidate_labels)
         subject_type_register("search", search_project)
         subject_type_register("candidate", candidate_project)
         live_renderer_register("search", search_live_fragments)
