@@ -199,6 +199,9 @@ def test_the_time_left_is_estimated_from_the_pace_of_the_steps_done(small_search
     timing = selectors.run_timing(search, run, now=now)
     # 3 of 9 done in 6 minutes: 2 minutes a step, 6 steps to go.
     assert timing["eta_seconds"] == 12 * 60 and timing["eta_text"] == "about 12 min left"
+    SearchRun.objects.filter(pk=run.pk).update(started_at=timezone.now() - timedelta(minutes=6))
+    html = login(personas.member).get(f"/searches/{search.search_id}/").content.decode()
+    assert "<dt>Elapsed</dt>" in html and "min left</span>" in html
 
 
 def test_cancel_asks_for_confirmation_before_it_stops_anything(small_search, personas):
