@@ -10,7 +10,7 @@ from django.http import Http404
 
 from runtime_app.git import GitError, refs_list, repo_open
 from runtime_app.models import ApiToken, AuditEntry, Event, Project, Receipt, Repository
-from runtime_app.subjects import attention_sorted, project_sections, subject_project_id
+from runtime_app.subjects import attention_sorted, project_sections, subject_labels_attach, subject_project_id
 
 
 def page_url(path: str) -> str:
@@ -79,7 +79,7 @@ def events_for_user(
     )
     if subject is not None:
         events = events.filter(subject_type=subject[0], subject_id=subject[1])
-    return list(events.order_by("id")[:limit])
+    return subject_labels_attach(list(events.order_by("id")[:limit]))
 
 
 def events_recent_for_user(
@@ -91,7 +91,7 @@ def events_recent_for_user(
     )
     if subject is not None:
         events = events.filter(subject_type=subject[0], subject_id=subject[1])
-    return list(events.order_by("-id")[:limit])
+    return subject_labels_attach(list(events.order_by("-id")[:limit]))
 
 
 def audit_entries_for_user(user: Any) -> QuerySet[AuditEntry]:

@@ -98,3 +98,36 @@ def attention_sorted(items: list[Attention]) -> list[Attention]:
     newest = sorted(items, key=lambda item: item.when.timestamp() if item.when else 0, reverse=True)
     return sorted(newest, key=lambda item: ATTENTION_ORDER.index(item.level)
                   if item.level in ATTENTION_ORDER else len(ATTENTION_ORDER))
+
+
+# Each subject type may name its subjects the way people know them (a search's `search-…` id,
+# `cand_003 of search-…`), never by database id; one query per type for a whole page of events.
+SubjectLabeler = Callable[[list[int]], dict[int, str]]
+_LABELERS: dict[str, SubjectLabeler] = {}
+
+
+def subject_label_register(name: str, labeler: SubjectLabeler) -> None:
+    _LABELERS[name] = labeler
+
+
+def _project_labels(ids: list[int]) -> dict[int, str]:
+    from runtime_app.models import Project
+
+    return dict(Project.objects.filter(pk__in=ids).values_list("pk", "name"))
+
+
+subject_label_register("project", _project_labels)
+
+
+def subject_labels_attach(items: list) -> list:
+    """Set `subject_label` on each item with a `subject_type` and `subject_id` (events, receipts):
+    its subject's name, or just the type when nothing names it (never the database id)."""
+    wanted: dict[str, set[int]] = {}
+    for item in items:
+        if item.subject_type in _LABELERS and item.subject_id is not None:
+            wanted.setdefault(item.subject_type, set()).add(item.subject_id)
+    labels = {(kind, pk): text for kind, ids in wanted.items()
+              for pk, text in _LABELERS[kind](sorted(ids)).items()}
+    for item in items:
+        item.subject_label = labels.get((item.subject_type, item.subject_id)) or item.subject_type or ""
+    return items

@@ -28,6 +28,7 @@ from runtime_app.forms import (
     RepositoryForm,
     RepositoryRefForm,
 )
+from runtime_app.subjects import subject_labels_attach
 
 
 def _apply_errors(form: Form, error: ValidationError) -> None:
@@ -257,6 +258,7 @@ def api_token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
 @require_GET
 def receipt_detail(request: HttpRequest, receipt_id: int) -> HttpResponse:
     receipt = selectors.receipt_for_user(request.user, receipt_id)
+    subject_labels_attach([receipt])
     return render(request, "runtime_app/receipt_detail.html", {"receipt": receipt})
 
 

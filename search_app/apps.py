@@ -12,6 +12,7 @@ class SearchAppConfig(AppConfig):
         from runtime_app.subjects import (
             live_renderer_register,
             project_section_register,
+            subject_label_register,
             subject_type_register,
         )
         from search_app.live import search_live_fragments
@@ -38,6 +39,19 @@ class SearchAppConfig(AppConfig):
 
             return project_searches_section(user, project)
 
+        def search_labels(ids: list[int]) -> dict[int, str]:
+            from search_app.models import Search
+
+            return dict(Search.objects.filter(pk__in=ids).values_list("pk", "search_id"))
+
+        def candidate_labels(ids: list[int]) -> dict[int, str]:
+            from search_app.models import Candidate
+
+            return {pk: f"{candidate_id} of {search_id}" for pk, candidate_id, search_id in Candidate.objects
+                    .filter(pk__in=ids).values_list("pk", "candidate_id", "search__search_id")}
+
+        subject_label_register("search", search_labels)
+        subject_label_register("candidate", candidate_labels)
         subject_type_register("search", search_project)
         project_section_register("searches", 10, searches_section)
         subject_type_register("candidate", candidate_project)

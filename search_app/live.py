@@ -1,6 +1,9 @@
 """What a search page receives with its live events: the run summary, funnel and plot, and the
-rows of the candidates the events name, each as an out-of-band swap of the same partial the
-page rendered, so sort, filter and scroll stay as the viewer left them."""
+rows of the candidates the events name (the baseline's too), each as an out-of-band swap of the
+same partial the page rendered, so sort, filter and scroll stay as the viewer left them.
+
+A page rendered before the search started has no funnel, plot or table to swap into: the batch
+that carries `search.started` sends the whole run card instead, which brings them."""
 
 from __future__ import annotations
 
@@ -21,14 +24,25 @@ def search_live_fragments(user: Any, search_pk: int, events: list) -> list[str]:
     return cache.get_or_set(key, lambda: _render(search_pk, events, can_operate, can_approve), 30)
 
 
+def named_candidates(events: list) -> set[str]:
+    """The candidate ids a batch of events names: one (`candidate_id`) or many (`candidate_ids`)."""
+    named: set[str] = set()
+    for event in events:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        if isinstance(payload.get("candidate_id"), str):
+            named.add(payload["candidate_id"])
+        named.update(cid for cid in payload.get("candidate_ids") or () if isinstance(cid, str))
+    return named
+
+
 def _render(search_pk: int, events: list, can_operate: bool, can_approve: bool) -> list[str]:
     from search_app import selectors
     from search_app.models import Candidate, Search
+    from search_app.views import CANDIDATE_COLUMNS
 
     search = Search.objects.filter(pk=search_pk).select_related("project").first()
     if search is None:
         return []
-    named = {e.payload.get("candidate_id") for e in events if isinstance(e.payload, dict)} - {None}
     summary = selectors.run_summary(search)
     approval = None
     if summary["outcome"] == "winner":
@@ -38,8 +52,12 @@ def _render(search_pk: int, events: list, can_operate: bool, can_approve: bool) 
         "plot": selectors.score_plot(search), "approval": approval, "oob": True,
         "can_operate": can_operate, "can_approve": can_approve,
     }
+    if any(event.kind == "search.started" for event in events):
+        return [render_to_string("search_app/_run.html", {
+            **context, "oob": False, "run_oob": True, "table": selectors.candidate_rows(search),
+            "candidate_states": selectors.CANDIDATE_STATES, "table_columns": CANDIDATE_COLUMNS})]
     parts = "".join(render_to_string(name, context) for name in (
         "search_app/_run_summary.html", "search_app/_funnel.html", "search_app/_plot.html"))
-    rows = Candidate.objects.filter(search=search, candidate_id__in=named, number__gt=0).defer("patch")
+    rows = Candidate.objects.filter(search=search, candidate_id__in=named_candidates(events)).defer("patch")
     return [parts, "".join(render_to_string("search_app/_candidate_row.html", {**context, "c": candidate})
-                           for candidate in rows)]
+                           for candidate in rows.order_by("number"))]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import shlex
 from typing import Any
 
@@ -16,7 +17,7 @@ from runtime_app.prices import price_for, usd_text
 from runtime_app.selectors import projects_for_user
 from search_app import plotting
 from search_app.execution import search_spec
-from search_app.forecast import Forecast, History, forecast
+from search_app.forecast import Forecast, History, duration_text, forecast
 from search_app.measurement import figure_text, is_paired
 from search_app.models import Candidate, Search, SearchRun, Spec, SpecVersion, Step
 from search_app.spec import SearchSpec
@@ -78,6 +79,16 @@ def search_for_user(user: Any, search_id: str) -> Search:
     return search
 
 
+def winner_standing(approval: dict[str, Any], merged: bool) -> str:
+    """Where a winner stands with people, in the words every page, the API and the CLI use:
+    awaiting approval, changes requested, approved (enough approvals to merge), or merged."""
+    if merged:
+        return "merged"
+    if approval["changes_requested"]:
+        return "changes requested"
+    return "approved" if approval["mergeable"] else "awaiting approval"
+
+
 def run_summary(search: Search) -> dict[str, Any]:
     """The run's state, budget, model-call totals, review and merge, without the candidate list:
     a fixed number of queries whatever the population."""
@@ -133,7 +144,49 @@ def run_summary(search: Search) -> dict[str, Any]:
                    "findings": review.findings, "reviewer": review.reviewer} if review else None,
         "merge": {"branch": merge.branch, "commit": merge.commit_sha, "by": merge.merged_by_name,
                   "at": merge.created_at} if merge else None,
+        "winner_status": winner_standing(approval_state(run.winner), merge is not None)
+        if run and run.outcome == "winner" and run.winner else None,
+        **run_timing(search, run),
     }
+
+
+def run_timing(search: Search, run: Any, now: Any = None) -> dict[str, Any]:
+    """How long the run has taken (or took) and, while it runs, about how long it has left.
+
+    The estimate counts steps: the steps the plan still implies (each round's writers and gates,
+    one measurement per round, the replay and the review; see search_app/forecast.py) less the
+    ones finished, at the mean pace of the finished ones so far. Steps differ in length, so it
+    is given only once a fifth of the planned steps and at least three are done, and rounded
+    up to whole minutes.
+    """
+    from django.utils import timezone
+
+    if run is None or run.started_at is None:
+        return {"elapsed_seconds": None, "elapsed_text": "", "eta_seconds": None, "eta_text": ""}
+    end = run.finished_at if run.terminal and run.finished_at else (now or timezone.now())
+    elapsed = max(0.0, (end - run.started_at).total_seconds())
+    eta = None
+    if run.status == "running":
+        done = search.steps.filter(state__in=("done", "failed", "cancelled")).count()
+        planned = max(_planned_steps(search), done + search.steps.filter(state__in=("pending", "running"))
+                      .count())
+        if done >= 3 and done * 5 >= planned and planned > done:
+            eta = elapsed / done * (planned - done)
+    return {"elapsed_seconds": round(elapsed), "elapsed_text": duration_text(elapsed),
+            "eta_seconds": round(eta) if eta is not None else None,
+            "eta_text": f"about {math.ceil(eta / 60)} min left" if eta is not None else ""}
+
+
+def _planned_steps(search: Search) -> int:
+    """Steps a search's plan implies: the baseline's gates; in round 0 a writer and a gate run for
+    each candidate; in each later round a writer and a gate run for each survivor when writers
+    refine; one measurement per round; and the winner's replay and review."""
+    spec = search.spec_normalized or {}
+    rounds = list(spec.get("rounds") or [])
+    population = spec.get("population") or (rounds[0] if rounds else 0)
+    refine = bool((spec.get("worker") or {}).get("refine"))
+    later = sum(rounds[1:]) * 2 if refine else 0
+    return 1 + 2 * population + later + len(rounds) + 2
 
 
 def search_run_report(search: Search) -> dict[str, Any]:

@@ -678,7 +678,7 @@ def _outcome_winner(run: Any) -> None:
         return
     candidate = review.candidate
     candidate.state = "winner"
-    candidate.reason = f"winner: replay passed; reviewer says {review.verdict}; awaiting human approval"
+    candidate.reason = _winner_reason(candidate, review.verdict)
     candidate.save(update_fields=["state", "reason", "updated_at"])
     run.outcome, run.winner, run.status, run.phase = "winner", candidate, "finished", "done"
     run.reason = candidate.reason
@@ -686,6 +686,45 @@ def _outcome_winner(run: Any) -> None:
     _candidate_event(candidate, candidate.reason)
     _search_event(run.search, "search.finished", f"{run.search.name}: winner {candidate.candidate_id} "
                   f"(score {candidate.score:g}), awaiting approval", outcome="winner")
+
+
+def _winner_reason(winner: Any, verdict: str | None = None) -> str:
+    """A winner's reason: how it won, then where it stands with people (selectors.winner_standing)
+    — awaiting approval, approved, changes requested or merged — so every page, the API and the
+    CLI say the same once someone decides."""
+    from search_app.models import Merge
+    from search_app.selectors import approval_state, winner_standing
+
+    if verdict is None:
+        review = winner.reviews.order_by("-id").first()
+        verdict = review.verdict if review else "nothing"
+    approval = approval_state(winner)
+    merge = Merge.objects.filter(search_id=winner.search_id).first()
+    standing = winner_standing(approval, merge is not None)
+    approvers = ", ".join(a.user_name for a in approval["standing_approvals"])
+    text = f"winner: replay passed; reviewer says {verdict}"
+    if standing == "merged":
+        return f"{text}; merged onto {merge.branch} as {merge.commit_sha[:12]} by {merge.merged_by_name}"
+    if standing == "approved":
+        return f"{text}; approved by {approvers}; ready to merge"
+    if standing == "changes requested":
+        return f"{text}; changes requested by {', '.join(a.user_name for a in approval['changes_requested'])}"
+    if approvers:
+        return f"{text}; approved by {approvers} ({len(approval['standing_approvals'])} of " \
+               f"{approval['required']} needed); awaiting human approval"
+    return f"{text}; awaiting human approval"
+
+
+def _winner_reason_refresh(winner: Any) -> None:
+    """After a decision or a merge: the winner's and its run's reason say where it stands now."""
+    from django.utils import timezone
+
+    from search_app.models import SearchRun
+
+    winner.reason = _winner_reason(winner)
+    winner.save(update_fields=["reason", "updated_at"])
+    SearchRun.objects.filter(search_id=winner.search_id, winner=winner).update(reason=winner.reason,
+                                                                             updated_at=timezone.now())
 
 
 def _outcome_none(run: Any, reason: str) -> None:
@@ -720,16 +759,20 @@ def _cancel_settle(run: Any) -> None:
     run.reserved_cost_microusd = run.reserved_tokens = 0
     run.status, run.phase, run.finished_at = "finished" if stopped else "cancelled", "done", timezone.now()
     run.reason = run.reason if stopped else "cancelled by a person"
+    settled = []
     for candidate in search.candidates.exclude(state__in=("eliminated", "not_admitted", "winner")):
         candidate.state = "cancelled"
         candidate.reason = candidate.reason or (
             "the search stopped" if stopped else "the search was cancelled")
         candidate.save(update_fields=["state", "reason", "updated_at"])
+        settled.append(candidate.candidate_id)
     run.save()
     if stopped:
-        _search_event(search, "search.finished", f"{search.name}: NONE — {run.reason}", outcome="NONE")
+        _search_event(search, "search.finished", f"{search.name}: NONE — {run.reason}", outcome="NONE",
+                      candidate_ids=settled)
         return
-    _search_event(search, "search.cancelled", f"{search.name}: cancelled", outcome="cancelled")
+    _search_event(search, "search.cancelled", f"{search.name}: cancelled", outcome="cancelled",
+                  candidate_ids=settled)
 
 
 def steps_enqueue_mark(step_pks: list[int]) -> list[int]:
@@ -868,6 +911,7 @@ def _step_record(step_pk: int, owner: str, result: dict) -> bool:
             elif candidate.number == 0:
                 candidate.state, candidate.reason = "eliminated", f"baseline not measured: {result['error']}"
                 candidate.save()
+                _candidate_event(candidate, candidate.reason)
             elif step.refines:
                 _refinement_kept(candidate, step, f"a runtime fault: {result['error']}")
             else:
@@ -957,6 +1001,7 @@ def _measurement_apply(step: Any, result: dict) -> None:
         if candidate.number == 0:
             candidate.state, candidate.reason = "eliminated", f"baseline not measured: {why}"
             candidate.save(update_fields=["state", "reason", "updated_at"])
+            _candidate_event(candidate, candidate.reason)
             _search_event(search, "search.baseline_failed", f"the baseline could not be measured ({why}): "
                           "candidates are compared by absolute values", round=step.round)
         else:
@@ -1295,8 +1340,10 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
                      target=f"{search.search_id} {candidate.candidate_id}",
                      detail={"patch_sha256": patch_sha256})
         verb = "approved" if decision == "approve" else "requested changes to"
+        _winner_reason_refresh(candidate)
         _search_event(search, f"approval.{decision}", f"{_user_name(user)} {verb} {candidate.candidate_id} "
-                      f"(patch {patch_sha256[:12]})", candidate_id=candidate.candidate_id)
+                      f"(patch {patch_sha256[:12]})", candidate_id=candidate.candidate_id,
+                      state=candidate.state, reason=candidate.reason)
     return approval
 
 
@@ -1326,6 +1373,8 @@ def approvals_withdraw(actor: Any, user: Any, *, project: Project | None = None,
             audit_record(actor, "approval.withdraw", project=search.project,
                          target=f"{search.search_id} {candidate.candidate_id}",
                          detail={"user": username, "reason": reason, "decisions": by_candidate[candidate.pk]})
+            if candidate.state == "winner":
+                _winner_reason_refresh(candidate)
             _search_event(search, "approval.withdrawn", f"{username}'s decision on {candidate.candidate_id} "
                           f"was withdrawn: {reason}", candidate_id=candidate.candidate_id)
     return withdrawn
@@ -1449,8 +1498,10 @@ def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
         audit_record(user, "merge.create", project=search.project, target=f"{search.search_id} → {branch}",
                      detail={"commit": commit, "candidate": winner.candidate_id,
                              "patch_sha256": winner.patch_sha256})
+        _winner_reason_refresh(winner)
         _search_event(search, "search.merged", f"{winner.candidate_id} merged onto {branch} as {commit[:12]} "
-                      f"by {_user_name(user)} (not pushed)", candidate_id=winner.candidate_id)
+                      f"by {_user_name(user)} (not pushed)", candidate_id=winner.candidate_id,
+                      state=winner.state, reason=winner.reason)
     return merge
 
 

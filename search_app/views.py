@@ -567,9 +567,15 @@ def search_start(request: HttpRequest, search_id: str) -> HttpResponse:
     return redirect("search_detail", search_id=search.search_id)
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 def search_cancel(request: HttpRequest, search_id: str) -> HttpResponse:
+    """The confirmation (what stops, what is kept), then the cancel itself."""
     search = selectors.search_for_user(request.user, search_id)
+    if request.method == "GET":
+        return render(request, "search_app/search_cancel.html", {
+            "search": search, "report": selectors.run_summary(search),
+            "running": search.steps.filter(state="running").count(),
+            "can_operate": request.user.has_perm(roles.OPERATE)})
     try:
         services.search_cancel(request.user, search)
     except ValidationError as error:

@@ -43,3 +43,23 @@ document.addEventListener("htmx:wsAfterMessage", function (event) {
     while (log.children.length > 200) log.lastElementChild.remove();
   });
 });
+// A live message carries out-of-band swaps for every part a page of its subject may show; this
+// page may not show some (a candidate on another page of the table, or filtered out). Those are
+// dropped here, so htmx never reports htmx:oobErrorNoTarget for them.
+function oobTarget(element) {
+  const spec = element.getAttribute("hx-swap-oob") || "true";
+  const colon = spec.indexOf(":");
+  return colon >= 0 ? spec.slice(colon + 1) : (element.id ? "#" + CSS.escape(element.id) : null);
+}
+htmx.defineExtension("live-oob", {
+  transformResponse: function (text) {
+    const template = document.createElement("template");
+    template.innerHTML = text;
+    let dropped = false;
+    Array.from(template.content.children).forEach(function (element) {
+      const target = oobTarget(element);
+      if (target && !document.querySelector(target)) { element.remove(); dropped = true; }
+    });
+    return dropped ? template.innerHTML : text;
+  },
+});

@@ -22,7 +22,7 @@ def test_an_operator_starts_the_search_from_its_page_and_sees_the_outcome(person
     assert response.status_code == 302 and SearchRun.objects.filter(search=small_search).exists()
     running = client.get(f"/searches/{small_search.search_id}/").content.decode()
     # The page follows the run over its websocket (the event log's ws-connect), not by polling.
-    assert f'ws-connect="/ws/events/search/{small_search.pk}/"' in running and ">Cancel</button>" in running
+    assert f'ws-connect="/ws/events/search/{small_search.pk}/"' in running and 'id="cancel-search"' in running
     services.search_run_inline(small_search)
     card = client.get(f"/searches/{small_search.search_id}/run/").content.decode()
     assert "Winner <a" in card and "<strong>cand_001</strong>" in card and "every 2s" not in card

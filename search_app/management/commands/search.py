@@ -406,7 +406,11 @@ def _outcome_table(report: dict) -> Any:
     outcome = report["outcome"] or report["status"]
     title = f"{report['search_id']} {report['name']}: {outcome}"
     if report["winner"]:
-        title += f" — {report['winner']} (awaiting approval)"
+        title += f" — {report['winner']} ({report['winner_status'] or 'awaiting approval'})"
+    if report.get("elapsed_text"):
+        took = "running for" if report["status"] in ("running", "cancelling") else "took"
+        title += f"; {took} {report['elapsed_text']}"
+        title += f", {report['eta_text']}" if report.get("eta_text") else ""
     table = Table(title=_printable(title), title_justify="left")
     columns = ("candidate", "state", "round", "gates", "score", "±", "diff", "cost µUSD", "receipts",
                "reason")
