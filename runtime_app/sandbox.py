@@ -1075,6 +1075,9 @@ def _wait(process: subprocess.Popen, captures: dict[int, _Capture], stdin: bytes
     stray = cgroups.kill_all() if cgroups else 0  # and whatever left the group, with its cgroup
     stop.set()
     reader.join(10)
+    if reader.is_alive():  # something outside the kill still holds a pipe: say so, keep what came
+        logger.warning("the output of pid %s was still open 10 s after it ended; the receipt has "
+                       "what came before", process.pid)
     writer.join(1)
     for stream in (process.stdin, process.stdout, process.stderr):
         stream.close()

@@ -7,7 +7,7 @@ import pytest
 from runtime_app import roles
 from runtime_app.models import Project, ProjectMembership
 from tests.conftest import make_user
-from tests.search_app.runs import frozen, run_inline
+from tests.search_app.runs import fates, frozen, run_inline
 
 
 @pytest.fixture
@@ -38,6 +38,6 @@ def finished(personas, tmp_path, data_dir):
     search = frozen(personas, tmp_path, {"cand_001": 4, "cand_002": 9}, repo_name="repo",
                     population=2, rounds=[2, 1])
     run = run_inline(personas, search)
-    assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_002", fates(search)
     return search, run.winner, tmp_path / "repo"
 
