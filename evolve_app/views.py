@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from evolve_app import selectors, services
 from evolve_app.forms import AgentImportForm, CycleDecisionForm, DemoAgentForm, RollbackForm, RunStartForm
@@ -216,9 +216,14 @@ def evolution_run_progress(request: HttpRequest, agent_id: int, run_id: int) -> 
     return render(request, "evolve_app/_run_progress.html", _run_context(request, run))
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 def evolution_run_cancel(request: HttpRequest, agent_id: int, run_id: int) -> HttpResponse:
+    """The confirmation (what stops, what is kept), then the cancel itself."""
     run = selectors.run_for_user(request.user, agent_id, run_id)
+    if request.method == "GET":
+        return render(request, "evolve_app/run_cancel.html", {
+            "agent": run.agent, "run": run, "active": run.status in services.ACTIVE,
+            "cycles_done": run.cycles.count(), "can_operate": request.user.has_perm(roles.OPERATE)})
     try:
         services.evolution_run_cancel(request.user, run)
     except ValidationError as error:

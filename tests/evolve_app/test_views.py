@@ -292,6 +292,21 @@ def test_the_progress_partial_refreshes_while_a_run_is_active_and_stops_after(pe
     assert 'hx-trigger="every 3s"' not in partial and "cancelled" in partial
 
 
+def test_cancel_asks_first_and_only_the_confirmation_cancels(personas, waiting_run):
+    client = login(personas.member)
+    page = text_of(client.get(run_url(waiting_run)))
+    assert f'href="{run_url(waiting_run)}cancel/" id="cancel-run"' in page
+    confirm = text_of(client.get(run_url(waiting_run) + "cancel/"))
+    assert 'id="confirm-cancel"' in confirm and "1 cycle" in confirm
+    waiting_run.refresh_from_db()
+    assert waiting_run.status == "awaiting_review"  # looking at the question cancels nothing
+    response = client.post(run_url(waiting_run) + "cancel/")
+    assert response.status_code == 302 and response["Location"] == run_url(waiting_run)
+    waiting_run.refresh_from_db()
+    assert waiting_run.status == "cancelled"
+    assert "nothing to cancel" in text_of(client.get(run_url(waiting_run) + "cancel/"))
+
+
 def test_an_approver_approves_a_waiting_cycle_from_the_run_page(personas, waiting_run):
     page = text_of(login(personas.owner).get(run_url(waiting_run)))
     assert 'value="approve"' in page and 'value="reject"' in page
