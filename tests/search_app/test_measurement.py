@@ -136,3 +136,14 @@ def test_a_replay_consistent_with_its_win_and_still_better_than_the_baseline_pas
     assert not passed and "do not overlap" in why
     passed, why = replay_consistent(won, Interval(0.9, 0.4, 1.1, 0.95, 5), "minimize")
     assert not passed and "no longer beats the baseline" in why
+
+
+def test_a_replay_clearly_better_than_its_win_passes_and_one_clearly_worse_fails():
+    won = Interval(0.41, 0.38, 0.44, 0.95, 6)
+    passed, why = replay_consistent(won, Interval(0.30, 0.26, 0.34, 0.95, 6), "minimize")
+    assert passed and "better than it won with" in why
+    passed, why = replay_consistent(won, Interval(0.55, 0.50, 0.60, 0.95, 6), "minimize")
+    assert not passed and "clearly worse" in why
+    won_up = Interval(2.0, 1.8, 2.2, 0.95, 6)
+    assert replay_consistent(won_up, Interval(2.6, 2.4, 2.8, 0.95, 6), "maximize")[0]
+    assert not replay_consistent(won_up, Interval(1.5, 1.3, 1.7, 0.95, 6), "maximize")[0]
