@@ -353,8 +353,8 @@ class _RunCgroups:
             [self.paths["pids"]]
         return [int(word) for leaf in leaves for word in _read(leaf / "cgroup.procs").split()]
 
-    def kill_all(self) -> int:
-        """SIGKILL every member until none is left; returns how many were found alive."""
+    def kill_all(self) -> set[int]:
+        """SIGKILL every member until none is left; returns the ones found alive."""
         found: set[int] = set()
         deadline = time.monotonic() + 5
         while (pids := self.members()) and time.monotonic() < deadline:
@@ -363,7 +363,7 @@ class _RunCgroups:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.01)
-        return len(found)
+        return found
 
     def peak(self) -> int | None:
         text = _read((self.paths.get("run") or self.paths["pids"]) / "pids.peak").strip()
@@ -1071,8 +1071,10 @@ def _wait(process: subprocess.Popen, captures: dict[int, _Capture], stdin: bytes
         waiter.join()
     _, status, rusage, ended = outcome[0]
     process.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4 above
+    # Counted before any kill: a killed group can be gone before a count after it looks.
+    left = set(cgroups.members()) if cgroups else set()
     _killpg(process.pid)  # whatever the command left running in its group dies with it
-    stray = cgroups.kill_all() if cgroups else 0  # and whatever left the group, with its cgroup
+    stray = len(left | cgroups.kill_all()) if cgroups else 0  # and whatever left the group
     stop.set()
     reader.join(10)
     if reader.is_alive():  # something outside the kill still holds a pipe: say so, keep what came
