@@ -46,6 +46,7 @@ class AgentBase(Schema):
 class AgentOut(AgentBase):
     run_count: int = 0
     last_run_id: int | None = None
+    last_run_number: int | None = None
     last_run_status: str | None = None
     latest_score: float | None = None
 
@@ -63,6 +64,7 @@ class AgentVersionOut(Schema):
 
 class RunSummaryOut(Schema):
     id: int
+    number: int = Field(description="the agent's own count of its runs: run 1, 2, 3 …")
     agent_id: int
     agent: str
     project_id: int
@@ -206,6 +208,7 @@ def _workspace_errors(call: Any) -> Any:
 def agent_list(request: HttpRequest):
     """The agents of the caller's projects, with their runs, last status and latest score."""
     return [{**agent_summary(agent), "run_count": agent.run_count, "last_run_id": agent.last_run_id,
+             "last_run_number": agent.last_run_number,
              "last_run_status": agent.last_run_status, "latest_score": agent.latest_score}
             for agent in selectors.agent_list_rows(request.user)]
 
@@ -255,7 +258,7 @@ def cycle_observations(request: HttpRequest, run_id: int, number: int,
     run = run_by_id_for_user(request.user, run_id)
     cycle = Cycle.objects.filter(run=run, number=number).first()
     if cycle is None:
-        raise Http404(f"Run {run.pk} has no cycle {number}.")
+        raise Http404(f"Run {run.number} has no cycle {number}.")
     found = selectors.cycle_observations(cycle, failures=failures)
     rows = [row for row in found["rows"] if split is None or row.split == split]
     return {"run_id": run.pk, "cycle": cycle.number, "failures_only": failures, "counts": found["counts"],

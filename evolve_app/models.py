@@ -41,6 +41,8 @@ class EvolutionRun(models.Model):
     ]
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="runs")
+    # What people call it: the agent's first, second … run ("run 3"), never the database id.
+    number = models.PositiveIntegerField(default=0)
     benchmark = models.CharField(max_length=500, help_text="a registered name, folder:PATH or jsonl:PATH")
     engine = models.CharField(max_length=200, help_text="an engine name or a dotted path")
     # The worker names engines, agents and benchmarks with this trust: a dotted path needs it
@@ -66,9 +68,11 @@ class EvolutionRun(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["agent", "number"],
+                                               name="evolution_run_number_per_agent")]
 
     def __str__(self) -> str:
-        return f"{self.agent} run {self.pk} ({self.status})"
+        return f"{self.agent} run {self.number} ({self.status})"
 
 
 class Cycle(models.Model):
@@ -107,7 +111,7 @@ class Cycle(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "number"], name="unique_cycle_number")]
 
     def __str__(self) -> str:
-        return f"cycle {self.number} of run {self.run_id} ({self.status})"
+        return f"cycle {self.number} of run {self.run.number} ({self.status})"
 
 
 class ObservationRecord(models.Model):

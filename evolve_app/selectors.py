@@ -49,6 +49,7 @@ def agent_list_rows(user: Any, project: Any = None) -> list[Agent]:
         run_count=Count("runs", distinct=True),
         last_run_status=Subquery(runs.values("status")[:1]),
         last_run_id=Subquery(runs.values("pk")[:1]),
+        last_run_number=Subquery(runs.values("number")[:1]),
         latest_score=Subquery(scored.values("score")[:1]),
         latest_scored_at=Subquery(scored.values("created_at")[:1]),
     ).order_by("project__name", "name", "pk"))
@@ -372,7 +373,8 @@ def cycle_report(cycle: Cycle) -> dict[str, Any]:
 
 def run_summary(run: EvolutionRun) -> dict[str, Any]:
     return {
-        "id": run.pk, "agent_id": run.agent_id, "agent": run.agent.name, "project_id": run.agent.project_id,
+        "id": run.pk, "number": run.number, "agent_id": run.agent_id, "agent": run.agent.name,
+        "project_id": run.agent.project_id,
         "benchmark": run.benchmark, "engine": run.engine, "config": run.config,
         "cycles_planned": run.cycles_planned, "status": run.status, "converged": run.converged,
         "reason": run.reason, "started_by": run.started_by.get_username() if run.started_by_id else None,
@@ -428,13 +430,13 @@ def project_agents_section(user: Any, project: Any) -> Any:
               "running": "running"}
     attention = []
     noted = [agent for agent in agents if agent.last_run_status in levels]
-    runs = EvolutionRun.objects.only("pk", "reason", "created_at", "finished_at").in_bulk(
+    runs = EvolutionRun.objects.only("pk", "number", "reason", "created_at", "finished_at").in_bulk(
         [agent.last_run_id for agent in noted])
     for agent in noted:
         level, run = levels[agent.last_run_status], runs[agent.last_run_id]
         what = {"awaiting approval": "a mutation awaits an approver", "failed": f"failed: {run.reason}",
                 "running": f"is {agent.last_run_label}"}[level]
-        attention.append(Attention(level, f"{agent.name}: run {run.pk} {what}",
+        attention.append(Attention(level, f"{agent.name}: run {run.number} {what}",
                                    reverse("evolution_run_detail", args=[agent.pk, run.pk]),
                                    when=run.finished_at or run.created_at))
     return ProjectSection("agents", "Agents", "evolve_app/_project_section.html", {"agents": agents},

@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from runtime_app import roles
@@ -126,14 +126,17 @@ def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engin
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
+        # The agent's row is the lock: two starts at once cannot both see no run, or one number.
+        type(agent).objects.select_for_update().filter(pk=agent.pk).first()
         if EvolutionRun.objects.select_for_update().filter(agent=agent, status__in=ACTIVE).exists():
             raise ValidationError("This agent already has a run in progress.")
-        run = EvolutionRun.objects.create(agent=agent, benchmark=benchmark, engine=engine, started_by=user,
-                                          config=settings.model_dump(), cycles_planned=cycles,
-                                          trusted=trusted)
-        audit_record(user, "evolution.start", project=agent.project, target=f"{agent.name} run {run.pk}",
+        number = (EvolutionRun.objects.filter(agent=agent).aggregate(last=Max("number"))["last"] or 0) + 1
+        run = EvolutionRun.objects.create(agent=agent, number=number, benchmark=benchmark, engine=engine,
+                                          started_by=user, config=settings.model_dump(),
+                                          cycles_planned=cycles, trusted=trusted)
+        audit_record(user, "evolution.start", project=agent.project, target=f"{agent.name} run {run.number}",
                      detail={"benchmark": benchmark, "engine": engine, "cycles": cycles, "trusted": trusted})
-        _agent_event(agent, "evolution.queued", f"{agent.name}: run {run.pk} queued ({cycles} cycles, "
+        _agent_event(agent, "evolution.queued", f"{agent.name}: run {run.number} queued ({cycles} cycles, "
                      f"{engine} on {benchmark})", run=run.pk)
         if enqueue:
             _run_enqueue(run)
@@ -196,7 +199,7 @@ def evolution_runs_reconcile() -> list[int]:
             if EvolutionRun.objects.filter(pk=run.pk, status="running", lease_expires_at__lt=now).update(
                     status="failed", finished_at=now, reason=reason):
                 _agent_event(run.agent, "evolution.failed",
-                             f"{run.agent.name}: run {run.pk} failed: {reason}", run=run.pk)
+                             f"{run.agent.name}: run {run.number} failed: {reason}", run=run.pk)
             continue
         if EvolutionRun.objects.filter(pk=run.pk).filter(
                 Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=now - _lease())).update(enqueued_at=now):
@@ -229,8 +232,8 @@ def _run_execute(run: Any) -> Any:
     agent = run.agent
     remaining = run.cycles_planned - Cycle.objects.filter(run=run).count()
     next_cycle = _next_cycle_number(agent)
-    _agent_event(agent, "evolution.running", f"{agent.name}: run {run.pk} running, {remaining} cycles to go",
-                 run=run.pk)
+    _agent_event(agent, "evolution.running",
+                 f"{agent.name}: run {run.number} running, {remaining} cycles to go", run=run.pk)
 
     def cancelled() -> bool:
         return EvolutionRun.objects.filter(pk=run.pk, status="cancelled").exists()
@@ -245,7 +248,7 @@ def _run_execute(run: Any) -> Any:
         EvolutionRun.objects.filter(pk=run.pk).update(status="failed", finished_at=timezone.now(),
                                                       reason=f"{type(error).__name__}: {error}")
         run.refresh_from_db()
-        _agent_event(agent, "evolution.failed", f"{agent.name}: run {run.pk} failed: {error}", run=run.pk)
+        _agent_event(agent, "evolution.failed", f"{agent.name}: run {run.number} failed: {error}", run=run.pk)
         return run
     run.refresh_from_db()
     if run.status == "cancelled":
@@ -260,8 +263,8 @@ def _run_execute(run: Any) -> Any:
         done = Cycle.objects.filter(run=run).count()
         run.reason = result.reason if run.converged else f"{done} cycle{'s' if done != 1 else ''} done"
         run.save(update_fields=["status", "finished_at", "converged", "reason"])
-    _agent_event(agent, f"evolution.{run.status}", f"{agent.name}: run {run.pk} {run.status}: {run.reason}",
-                 run=run.pk)
+    _agent_event(agent, f"evolution.{run.status}",
+                 f"{agent.name}: run {run.number} {run.status}: {run.reason}", run=run.pk)
     return run
 
 
@@ -343,7 +346,7 @@ def cycle_decide(user: Any, cycle: Any, approve: bool) -> Any:
         run.save(update_fields=["status"])
         verb = "approved" if approve else "rejected"
         audit_record(user, f"evolution.cycle_{verb}", project=agent.project,
-                     target=f"{agent.name} run {run.pk} cycle {number}")
+                     target=f"{agent.name} run {run.number} cycle {number}")
         _agent_event(agent, "cycle.decided", f"{agent.name}: cycle {number} {verb} by {user.get_username()}",
                      run=run.pk, cycle=number)
         _run_enqueue(run)
@@ -358,13 +361,13 @@ def evolution_run_cancel(user: Any, run: Any) -> Any:
     with transaction.atomic():
         run = EvolutionRun.objects.select_for_update().get(pk=run.pk)
         if run.status not in ACTIVE:
-            raise ValidationError(f"Run {run.pk} is {run.get_status_display()}: nothing to cancel.")
+            raise ValidationError(f"Run {run.number} is {run.get_status_display()}: nothing to cancel.")
         run.status, run.finished_at = "cancelled", timezone.now()
         run.reason = f"cancelled by {user.get_username()}"
         run.save(update_fields=["status", "finished_at", "reason"])
         name = run.agent.name
-        audit_record(user, "evolution.cancel", project=run.agent.project, target=f"{name} run {run.pk}")
-        _agent_event(run.agent, "evolution.cancelled", f"{name}: run {run.pk} cancelled", run=run.pk)
+        audit_record(user, "evolution.cancel", project=run.agent.project, target=f"{name} run {run.number}")
+        _agent_event(run.agent, "evolution.cancelled", f"{name}: run {run.number} cancelled", run=run.pk)
     return run
 
 

@@ -163,7 +163,7 @@ def evolution_run_start(request: HttpRequest, agent_id: int) -> HttpResponse:
                 error = ValidationError({k: v for k, v in error.error_dict.items() if k != "config"})
             _apply_errors(form, error)
         else:
-            messages.success(request, f"Run {run.pk} queued: {run.cycles_planned} cycles of {run.engine} "
+            messages.success(request, f"Run {run.number} queued: {run.cycles_planned} cycles of {run.engine} "
                                       f"on {run.benchmark}.")
             return redirect("evolution_run_detail", agent_id=agent.pk, run_id=run.pk)
     return _agent_page(request, agent, start_form=form, status=400)
@@ -229,7 +229,7 @@ def evolution_run_cancel(request: HttpRequest, agent_id: int, run_id: int) -> Ht
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
     else:
-        messages.success(request, f"Run {run.pk} cancelled: it stops after the step it is on.")
+        messages.success(request, f"Run {run.number} cancelled: it stops after the step it is on.")
     return redirect("evolution_run_detail", agent_id=agent_id, run_id=run_id)
 
 

@@ -50,7 +50,7 @@ def test_what_needs_the_reader_comes_first_awaiting_approval_then_failed_then_ru
     assert [level for level, _ in items] == ["awaiting approval", "awaiting approval", "running"]
     labels = [label for _, label in items]
     assert f"{search.name}: {winner.candidate_id} awaits approval" in labels
-    assert f"{demo_agent.name}: run {waiting.pk} a mutation awaits an approver" in labels
+    assert f"{demo_agent.name}: run {waiting.number} a mutation awaits an approver" in labels
     assert labels[-1] == f"{running.name} is queued"
     assert search.search_id in page and running.search_id in page and demo_agent.name in page
     assert "checkout" in page  # its repositories
@@ -58,7 +58,7 @@ def test_what_needs_the_reader_comes_first_awaiting_approval_then_failed_then_ru
     EvolutionRun.objects.filter(pk=waiting.pk).update(status="failed", reason="the engine crashed")
     items = attention(text_of(login(personas.member).get(f"/projects/{personas.alpha.pk}/")))
     assert [level for level, _ in items] == ["awaiting approval", "failed", "running"]
-    assert items[1][1] == f"{demo_agent.name}: run {waiting.pk} failed: the engine crashed"
+    assert items[1][1] == f"{demo_agent.name}: run {waiting.number} failed: the engine crashed"
 
 
 def test_an_outsider_sees_neither_the_page_nor_its_sections(personas, finished):  # noqa: F811

@@ -67,12 +67,12 @@ def test_the_demo_agent_evolves_three_cycles_printing_each_score_and_a_final_tab
     lines = done.stdout.splitlines()
     run = EvolutionRun.objects.get()
     url = page_url(f"/agents/{agent.pk}/runs/{run.pk}/")
-    assert lines[0] == f"Started run {run.pk} of {agent.name}: {url}"
-    assert lines[1] == f"{agent.name} run {run.pk}: textbook on demo, 3 cycles"
+    assert lines[0] == f"Started run {run.number} of {agent.name} (id {run.pk}): {url}"
+    assert lines[1] == f"{agent.name} run {run.number}: textbook on demo, 3 cycles"
     assert lines[2] == "cycle 1: score 0.25, accepted (+date-arithmetic): added skill date-arithmetic"
     assert lines[3].startswith("cycle 2: score 0.5, accepted (+string-transforms)")
     assert lines[4].startswith("cycle 3: score 0.75, accepted (+number-bases)")
-    assert f"{agent.name} run {EvolutionRun.objects.get().pk} (textbook on demo): finished" in done.stdout
+    assert f"{agent.name} run {run.number} (textbook on demo): finished" in done.stdout
     assert "score 0.25 → 0.75" in done.stdout and "3 cycles done" in done.stdout
     assert {"evo-3", "pre-evo-3"} <= set(git(agent.path, "tag").split())
 
@@ -82,7 +82,8 @@ def test_run_json_status_history_and_cancel_agree_with_the_database(demo_agent):
                   "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert f"Started run {report['id']} of {demo_agent.name}: http" in done.stderr  # stdout stays JSON
+    started = f"Started run {report['number']} of {demo_agent.name} (id {report['id']}): http"
+    assert started in done.stderr  # stdout stays JSON
     assert (report["status"], report["agent_id"], report["config"]["batch_size"]) == ("finished",
                                                                                       demo_agent.pk, 8)
     assert [(c["number"], c["score"], c["train_count"]) for c in report["cycles"]] == [(1, 0.25, 8),
@@ -91,7 +92,7 @@ def test_run_json_status_history_and_cancel_agree_with_the_database(demo_agent):
     status = evolve("status", str(report["id"]), "--json")
     assert json.loads(status.stdout)["cycles"] == report["cycles"]
     table = evolve("status", str(report["id"])).stdout
-    assert f"{demo_agent.name} run {report['id']} (textbook on demo): finished" in table
+    assert f"{demo_agent.name} run {report['number']} (textbook on demo): finished" in table
     assert "+string-transforms" in table
 
     history = json.loads(evolve("history", str(demo_agent.pk), "--json").stdout)
@@ -102,7 +103,7 @@ def test_run_json_status_history_and_cancel_agree_with_the_database(demo_agent):
 
     over = evolve("cancel", str(report["id"]))
     assert over.returncode == 1
-    assert over.stderr.strip() == f"Run {report['id']} is finished: nothing to cancel."
+    assert over.stderr.strip() == f"Run {report['number']} is finished: nothing to cancel."
 
 
 def test_a_workspace_path_is_imported_and_run_in_one_command(demo, data_dir, tmp_path):  # noqa: F811
@@ -169,7 +170,7 @@ def test_review_mode_stops_at_the_first_mutation_and_cancel_ends_the_waiting_run
     assert "cycle 1: score 0.25, awaiting review" in done.stdout
     assert f"cycle 1 (id {cycle.pk}) awaits an approver" in done.stdout
     cancelled = evolve("cancel", str(run.pk))
-    assert (cancelled.returncode, cancelled.stdout.strip()) == (0, f"run {run.pk}: cancelled")
+    assert (cancelled.returncode, cancelled.stdout.strip()) == (0, f"run {run.number}: cancelled")
     run.refresh_from_db()
     assert run.status == "cancelled" and run.reason == "cancelled by admin"
 
@@ -243,7 +244,8 @@ def test_interrupting_a_run_cancels_it_between_cycles_and_exits_130(demo_agent):
     assert process.returncode == 130 and out == ""
     assert run.status == "cancelled" and 1 <= run.cycles.count() < 50
     done = run.cycles.count()
-    assert err.splitlines()[-1] == (f"run {run.pk} cancelled after {done} cycle{'s' if done > 1 else ''}: "
+    cycles = f"{done} cycle{'s' if done > 1 else ''}"
+    assert err.splitlines()[-1] == (f"run {run.number} cancelled after {cycles}: "
                                     f"`manage.py evolve status {run.pk}` shows them")
     # Stopped between cycles: every recorded cycle has its evo-N, and nothing is left uncommitted.
     tags = set(git(demo_agent.path, "tag").split())

@@ -411,6 +411,26 @@ def test_a_run_or_cycle_of_another_agent_is_a_404(personas, finished_run, tmp_pa
     assert client.get(run_url(finished_run) + "cycles/9/").status_code == 404
 
 
+def test_runs_are_called_by_their_agents_own_count_never_the_database_id(personas, finished_run):
+    other = services.demo_agent_create(personas.owner, personas.alpha)
+    first = run_inline(personas.owner, other, cycles=1)
+    second = run_inline(personas.owner, other, cycles=1)
+    assert (first.number, second.number) == (1, 2) and second.pk >= 3  # the other agent ran first
+    said = f"run {second.pk}"
+    client = login(personas.owner)
+    page = text_of(client.get(run_url(second)))
+    assert "Evolution run 2" in page and said not in page
+    cycle = text_of(client.get(run_url(second) + f"cycles/{second.cycles.get().number}/"))
+    assert "run 2" in cycle and said not in cycle
+    agent_page = text_of(client.get(f"/agents/{other.pk}/"))
+    assert "run 2" in agent_page and "run 1" in agent_page and said not in agent_page
+    assert [client.get(f"/api/runs/{run.pk}").json()["number"] for run in (first, second)] == [1, 2]
+    messages = list(Event.objects.filter(subject_type="agent", subject_id=other.pk).values_list(
+        "payload__message", flat=True))
+    assert any("run 2 queued" in str(text) for text in messages)
+    assert not any(said in str(text) for text in messages)
+
+
 def test_every_post_needs_a_csrf_token(personas, waiting_run, tmp_path):
     client = Client(enforce_csrf_checks=True)
     client.force_login(personas.owner)

@@ -234,7 +234,8 @@ class Command(BaseCommand):
         url = page_url(reverse("evolution_run_detail", args=[agent.pk, run.pk]))
         # With --json, standard output stays one JSON document.
         (self.stderr if options["json"] else self.stdout).write(
-            _printable(f"Started run {run.pk} of {agent.name}: {url}"), style_func=lambda text: text)
+            _printable(f"Started run {run.number} of {agent.name} (id {run.pk}): {url}"),
+            style_func=lambda text: text)
         run = self._execute(user, run, as_json=options["json"])
         if options["json"]:
             self._json(run_report(run))
@@ -260,7 +261,7 @@ class Command(BaseCommand):
 
         if not as_json:
             plural = "s" if run.cycles_planned != 1 else ""
-            console.print(_printable(f"{run.agent.name} run {run.pk}: {run.engine} on {run.benchmark}, "
+            console.print(_printable(f"{run.agent.name} run {run.number}: {run.engine} on {run.benchmark}, "
                                      f"{run.cycles_planned} cycle{plural}"), markup=False)
         worker = threading.Thread(target=work, name=f"evolution-run-{run.pk}", daemon=True)
         started = time.monotonic()
@@ -295,7 +296,7 @@ class Command(BaseCommand):
             if live is not None:
                 live.stop()
         if "error" in outcome:
-            self._fail([f"run {run.pk} stopped: {type(outcome['error']).__name__}: {outcome['error']}"])
+            self._fail([f"run {run.number} stopped: {type(outcome['error']).__name__}: {outcome['error']}"])
         run = EvolutionRun.objects.select_related("agent__project", "started_by").get(pk=run.pk)
         if not as_json:
             console.print(_run_table(run, list(Cycle.objects.filter(run=run).select_related("decided_by"))))
@@ -304,18 +305,18 @@ class Command(BaseCommand):
     def _interrupted(self, user: Any, run: Any, worker: threading.Thread) -> None:
         from evolve_app.services import evolution_run_cancel
 
-        self.stderr.write(f"interrupted: cancelling run {run.pk} after its current cycle …")
+        self.stderr.write(f"interrupted: cancelling run {run.number} after its current cycle …")
         with contextlib.suppress(ValidationError, PermissionDenied):  # it ended meanwhile
             evolution_run_cancel(user, run)
         worker.join()
         done = run.cycles.count()
-        self.stderr.write(f"run {run.pk} cancelled after {done} cycle{'s' if done != 1 else ''}: "
+        self.stderr.write(f"run {run.number} cancelled after {done} cycle{'s' if done != 1 else ''}: "
                           f"`manage.py evolve status {run.pk}` shows them")
         raise SystemExit(130)
 
     def _run_end(self, run: Any) -> None:
         if run.status in ("failed", "cancelled"):
-            self._fail([f"run {run.pk} {run.status}: {run.reason}"])
+            self._fail([f"run {run.number} {run.status}: {run.reason}"])
         if run.status == "awaiting_review":
             waiting = run.cycles.filter(status="awaiting_review").order_by("number").first()
             if waiting is not None:
@@ -378,7 +379,7 @@ class Command(BaseCommand):
         from evolve_app.services import evolution_run_cancel
 
         run = self._guarded(lambda: evolution_run_cancel(user, run))
-        self.stdout.write(f"run {run.pk}: {run.status}")
+        self.stdout.write(f"run {run.number}: {run.status}")
 
 
 def _console(out: Any) -> Any:
@@ -435,14 +436,14 @@ def _cycle_table(title: str) -> Any:
 
 def _live_view(run: Any, cycles: list[Any], elapsed: float) -> Any:
     done = [cycle for cycle in cycles if cycle.status not in ("solving", "evolving")]
-    table = _cycle_table(f"run {run.pk}: cycle {len(done) + 1} of {run.cycles_planned} running "
+    table = _cycle_table(f"run {run.number}: cycle {len(done) + 1} of {run.cycles_planned} running "
                          f"({elapsed:.0f} s)")
     _cycle_rows(table, done)
     return table
 
 
 def _run_table(run: Any, cycles: list[Any]) -> Any:
-    title = f"{run.agent.name} run {run.pk} ({run.engine} on {run.benchmark}): {run.get_status_display()}"
+    title = f"{run.agent.name} run {run.number} ({run.engine} on {run.benchmark}): {run.get_status_display()}"
     if run.converged:
         title += ", converged"
     table = _cycle_table(title)
