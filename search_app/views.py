@@ -495,7 +495,7 @@ def search_record(request: HttpRequest, search_id: str) -> HttpResponse:
 
 
 CANDIDATE_COLUMNS = [("number", "Candidate"), ("state", "State"), ("round", "Round"), ("gates", "Gates"),
-                     ("score", "Score"), ("cost", "Cost µUSD"), ("tokens", "Tokens"), ("diff", "Diff lines"),
+                     ("score", "Score"), ("cost", "Cost"), ("tokens", "Tokens"), ("diff", "Diff lines"),
                      ("", "Why")]
 
 

@@ -115,7 +115,7 @@ def test_llm_fields_are_shown_when_present(personas):
         cost_microusd=8100, price_table_version="2026-11",
     ), project=personas.alpha)
     body = login(personas.owner).get(f"/receipts/{receipt.pk}/").content.decode()
-    assert "claude-sonnet-4-5-20250929" in body and "8100 µUSD" in body and "prices 2026-11" in body
+    assert "claude-sonnet-4-5-20250929" in body and "$0.0081" in body and "prices 2026-11" in body
     assert receipt.as_dict()["cache_read_tokens"] == 1000
 
 

@@ -74,6 +74,15 @@ def test_the_search_page_and_its_table_use_as_many_queries_for_300_candidates_as
     assert "page 1 of 3" in html
 
 
+def test_the_candidate_table_shows_costs_in_dollars_with_the_exact_figure_on_hover(finished, personas):
+    search, _, _ = finished
+    Candidate.objects.filter(search=search, candidate_id="cand_002").update(cost_microusd=1_250_000)
+    html = login(personas.member).get(f"/searches/{search.search_id}/candidates/",
+                                      headers={"HX-Request": "true"}).content.decode()
+    assert '<span title="1250000 µUSD">$1.25</span>' in html
+    assert "Cost µUSD" not in html and ">Cost<" in html
+
+
 def test_live_fragments_swap_the_summary_and_the_rows_the_events_name(finished, personas):
     search, _, _ = finished
     events = list(Event.objects.filter(subject_type="search", subject_id=search.pk,
