@@ -14,6 +14,7 @@ from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
 from evolve_app.models import Agent, Cycle, EvolutionRun, ObservationRecord
+from runtime_app.clock import clock_text
 from runtime_app.models import Event
 from runtime_app.selectors import projects_for_user
 
@@ -164,16 +165,6 @@ def cycle_observations(cycle: Cycle, *, failures: bool = False) -> dict[str, Any
             "limit": OBSERVATIONS_MAX}
 
 
-def duration_text(seconds: float) -> str:
-    """"45 s", "12 min 5 s", "3 h 20 min" for people."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-
-
 def run_progress(run: EvolutionRun, cycles: list[Cycle], now: Any = None) -> dict[str, Any]:
     """How far the run is, counted one way everywhere: `done` cycles recorded of `planned`;
     `elapsed` since it was queued (till it finished); for an active run an `eta` from the mean
@@ -184,15 +175,15 @@ def run_progress(run: EvolutionRun, cycles: list[Cycle], now: Any = None) -> dic
     done, planned = len(cycles), run.cycles_planned
     elapsed = ((run.finished_at or now) - run.created_at).total_seconds()
     progress = {"done": done, "planned": planned, "remaining": max(planned - done, 0),
-                "elapsed": duration_text(elapsed), "elapsed_seconds": elapsed, "eta": "", "eta_note": ""}
+                "elapsed": clock_text(elapsed), "elapsed_seconds": elapsed, "eta": "", "eta_note": ""}
     if run.status == "awaiting_review":
         progress["eta_note"] = "paused until an approver decides"
     elif run.status in ("queued", "running") and progress["remaining"]:
         if done:
             # Cycles are recorded as they end, so the last one's time covers every cycle so far.
             per_cycle = (cycles[-1].created_at - run.created_at).total_seconds() / done
-            progress["eta"] = duration_text(per_cycle * progress["remaining"])
-            progress["eta_note"] = f"at most, at {duration_text(per_cycle)} a cycle"
+            progress["eta"] = clock_text(per_cycle * progress["remaining"])
+            progress["eta_note"] = f"at most, at {clock_text(per_cycle)} a cycle"
         else:
             progress["eta_note"] = "after the first cycle"
     return progress

@@ -11,13 +11,14 @@ from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import Http404
 
+from runtime_app.clock import clock_text
 from runtime_app.fleet import preset_get, preset_resolve_model
 from runtime_app.models import Receipt
 from runtime_app.prices import price_for, usd_text
 from runtime_app.selectors import projects_for_user
 from search_app import plotting
 from search_app.execution import search_spec
-from search_app.forecast import Forecast, History, duration_text, forecast
+from search_app.forecast import Forecast, History, forecast
 from search_app.measurement import figure_text, is_paired
 from search_app.models import Candidate, Search, SearchRun, Spec, SpecVersion, Step
 from search_app.spec import SearchSpec
@@ -172,7 +173,7 @@ def run_timing(search: Search, run: Any, now: Any = None) -> dict[str, Any]:
                       .count())
         if done >= 3 and done * 5 >= planned and planned > done:
             eta = elapsed / done * (planned - done)
-    return {"elapsed_seconds": round(elapsed), "elapsed_text": duration_text(elapsed),
+    return {"elapsed_seconds": round(elapsed), "elapsed_text": clock_text(elapsed),
             "eta_seconds": round(eta) if eta is not None else None,
             "eta_text": f"about {math.ceil(eta / 60)} min left" if eta is not None else ""}
 

@@ -6,6 +6,9 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from django import template
+from django.utils.html import format_html
+
+from runtime_app.clock import clock_text
 
 register = template.Library()
 MOMENT_FORMAT = "%Y-%m-%d %H:%M UTC"
@@ -21,3 +24,15 @@ def when(value: Any) -> str:
     if isinstance(value, date):
         return value.isoformat()
     return ""
+
+
+@register.simple_tag
+def ticking(seconds: Any, running: Any = False) -> str:
+    """An elapsed time as `clock_text` says it; while `running`, the page's clock
+    (static/js/crucible.js) moves it on each second between live updates, from this figure."""
+    if seconds is None:
+        return ""
+    text = clock_text(float(seconds))
+    if not running:
+        return text
+    return format_html('<span class="ticking" data-elapsed="{}">{}</span>', round(float(seconds)), text)

@@ -63,3 +63,19 @@ htmx.defineExtension("live-oob", {
     return dropped ? template.innerHTML : text;
   },
 });
+// A running search's or run's elapsed time moves on each second between live updates: from the
+// figure the server last sent (data-elapsed) plus the time since this page first saw it, so
+// the browser's clock being wrong cannot skew it. runtime_app/clock.py says it the same way.
+function clockText(seconds) {
+  seconds = Math.max(0, Math.round(seconds));
+  if (seconds < 60) return seconds + " s";
+  if (seconds < 3600) return Math.floor(seconds / 60) + " min " + (seconds % 60) + " s";
+  return Math.floor(seconds / 3600) + " h " + Math.floor((seconds % 3600) / 60) + " min";
+}
+setInterval(function () {
+  const now = performance.now();
+  document.querySelectorAll(".ticking[data-elapsed]").forEach(function (clock) {
+    if (!clock.dataset.seenAt) clock.dataset.seenAt = String(now);
+    clock.textContent = clockText(Number(clock.dataset.elapsed) + (now - Number(clock.dataset.seenAt)) / 1000);
+  });
+}, 1000);

@@ -73,6 +73,10 @@ def test_an_open_search_page_follows_the_whole_run_without_a_missed_swap(
     in_worker_thread(lambda: services.search_start(personas.owner, search))
     page.wait_for_selector("#candidate-row-baseline[data-state='evaluating']")
     assert page.locator("#run-funnel").count() == 1 and page.locator("#score-plot").count() == 1
+    # No worker yet, so no event comes: the elapsed time still moves on by itself.
+    shown = page.locator("#run-elapsed .ticking").text_content()
+    page.wait_for_function("shown => document.querySelector('#run-elapsed .ticking').textContent !== shown",
+                           arg=shown, timeout=WAIT_MS)
 
     worker_later()
     page.wait_for_selector("#candidate-row-baseline[data-state='alive']", timeout=flow.RUN_TIMEOUT_MS)

@@ -190,7 +190,7 @@ def test_the_time_left_is_estimated_from_the_pace_of_the_steps_done(small_search
     run = services.search_start(personas.member, search, enqueue=False)
     now = run.started_at + timedelta(minutes=6)
     timing = selectors.run_timing(search, run, now=now)
-    assert timing["elapsed_text"] == "6 min" and timing["eta_text"] == ""  # nothing done yet: no guess
+    assert timing["elapsed_text"] == "6 min 0 s" and timing["eta_text"] == ""  # nothing done yet: no guess
     baseline = search.candidates.get(number=0)
     Step.objects.filter(search=search).update(state="done", finished_at=timezone.now())
     for part in range(2):
