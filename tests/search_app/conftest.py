@@ -41,3 +41,30 @@ def finished(personas, tmp_path, data_dir):
     assert run.outcome == "winner" and run.winner.candidate_id == "cand_002", fates(search)
     return search, run.winner, tmp_path / "repo"
 
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing search test says what became of every search it ran: each candidate's state
+    and reason, each failed step's error and the last events (load-only failures show once)."""
+    outcome = yield
+    report = outcome.get_result()
+    uses_db = item.get_closest_marker("django_db") or {"db", "transactional_db"} & set(item.fixturenames)
+    if report.when != "call" or not report.failed or not uses_db:
+        return
+    try:
+        from runtime_app.models import Event
+        from search_app.models import Search, Step
+
+        lines = []
+        for search in Search.objects.all():
+            lines.append(f"{search.search_id}: {fates(search)}")
+            for step in Step.objects.filter(search=search).exclude(error=""):
+                lines.append(f"  step {step.kind} r{step.round} {step.candidate}: {step.state}: {step.error}")
+            events = Event.objects.filter(subject_type="search", subject_id=search.pk).order_by("-id")[:15]
+            lines.extend(f"  event {event.kind}: {event.payload.get('message', '')}"
+                         for event in reversed(events))
+        if lines:
+            report.sections.append(("what became of the searches", "\n".join(lines)))
+    except Exception as error:  # the report of a failure must never fail itself
+        report.sections.append(("what became of the searches", f"could not be read: {error}"))
