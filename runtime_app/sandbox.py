@@ -211,6 +211,10 @@ def _pump(process: subprocess.Popen, captures: dict[int, _Capture], stop: thread
         selector.register(stream, selectors.EVENT_READ)
     open_count = 2
     while open_count:
+        # Seen before the select: a command reaped before it began left all it wrote in the pipes,
+        # so this select sees it. (Looked at after, a loaded host could set it between an empty
+        # select and the look, while the last output was arriving: a trial's only line was lost.)
+        stopping = stop.is_set()
         events = selector.select(timeout=0.05)
         for key, _ in events:
             chunk = os.read(key.fd, _READ_CHUNK)
@@ -227,7 +231,7 @@ def _pump(process: subprocess.Popen, captures: dict[int, _Capture], stop: thread
             except Exception:  # a live view must never stop the pipes from being drained
                 logger.warning("the live tail of a command failed; it is dropped", exc_info=True)
                 tail = None
-        if not events and stop.is_set():
+        if not events and stopping:
             break  # something escaped the kill and holds a pipe; stop listening to it
     selector.close()
 

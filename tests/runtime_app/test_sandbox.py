@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import selectors
 import shutil
 import stat
 import sys
 import tempfile
+import threading
+import types
 import uuid
 from pathlib import Path
 
@@ -57,6 +60,36 @@ def test_a_command_s_exit_code_output_and_timing_are_in_its_receipt(tree, mode):
     assert receipt.finished_at >= receipt.started_at and receipt.duration_seconds > 0
     assert receipt.rusage["user_cpu_seconds"] is not None and receipt.rusage["max_rss_kib"] > 0
     assert receipt.outcome == "exit 3" and not receipt.succeeded
+
+
+def test_output_that_arrives_as_the_command_is_reaped_is_kept(monkeypatch):
+    """On a loaded host the reader can be descheduled between a select that found nothing and
+    its look at `stop`: the command writes its one line and exits, the runtime reaps it and sets
+    `stop`, all in that gap. The line is still in the pipe and must reach the receipt."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    process = types.SimpleNamespace(stdout=os.fdopen(out_r, "rb"), stderr=os.fdopen(err_r, "rb"))
+    captures = {out_r: sandbox._Capture(1 << 16), err_r: sandbox._Capture(1 << 16)}
+    stop = threading.Event()
+
+    class DescheduledReader(selectors.DefaultSelector):
+        gap_taken = False
+
+        def select(self, timeout=None):
+            if not self.gap_taken:  # this select found nothing; then, before the reader looks:
+                self.gap_taken = True
+                os.write(out_w, b'{"value": 5}\n')
+                os.close(out_w)
+                os.close(err_w)
+                stop.set()
+                return []
+            return super().select(timeout)
+
+    monkeypatch.setattr(sandbox.selectors, "DefaultSelector", DescheduledReader)
+    sandbox._pump(process, captures, stop)
+    process.stdout.close()
+    process.stderr.close()
+    assert captures[out_r].excerpt([]) == '{"value": 5}\n'
 
 
 def test_an_argv_list_runs_without_a_shell(tree, mode):
