@@ -6,6 +6,9 @@ holds it *exclusive*, so it runs alone. Writers and gates still run side by side
 pair of `flock` files in `CRUCIBLE_LANE_DIR` (default: the data dir's `locks/`), so it binds
 threads and processes alike on one host; workers on other hosts have their own.
 
+A thread that holds the lane may take it again inside (an apply step holds it across its git
+calls): the inner hold passes straight through, since a second flock would wait for the first.
+
 A turnstile gives a waiting trial priority: a shared taker passes through the turnstile first,
 and a trial holds it while it waits for the lane, so a stream of writers and gates cannot starve
 it.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +29,7 @@ from django.conf import settings
 SHARED = "shared"
 EXCLUSIVE = "exclusive"
 MODES = (SHARED, EXCLUSIVE)
+_held = threading.local()  # the mode this thread holds the lane in, if any
 
 
 def lane_dir() -> Path:
@@ -43,6 +48,13 @@ def lane_hold(mode: str = SHARED) -> Iterator[float]:
     """Hold the lane for one command; yields the seconds spent waiting for it."""
     if mode not in MODES:
         raise ValueError(f"lane mode {mode!r}; use {SHARED} or {EXCLUSIVE}")
+    holding = getattr(_held, "mode", None)
+    if holding in (EXCLUSIVE, mode):
+        yield 0.0
+        return
+    if holding is not None:
+        raise RuntimeError("a thread holding the lane shared cannot take it exclusive: "
+                           "it would wait for itself")
     started = time.monotonic()
     turnstile, lane = _open("measurement-lane.turnstile"), _open("measurement-lane.lock")
     try:
@@ -55,7 +67,9 @@ def lane_hold(mode: str = SHARED) -> Iterator[float]:
         else:
             fcntl.flock(turnstile, fcntl.LOCK_UN)
             fcntl.flock(lane, fcntl.LOCK_SH)
+        _held.mode = mode
         yield time.monotonic() - started
     finally:
+        _held.mode = None
         os.close(lane)  # closing releases the flock
         os.close(turnstile)

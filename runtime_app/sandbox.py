@@ -923,43 +923,44 @@ def run(
     chosen = isolation_choose(isolation)
     secrets = secret_values(redact_values)
     parents = cgroup_parents()
-    cgroups = None
-    if parents:
+    # The tree's copy and its removal are work on this host too: a trial never runs beside them.
+    with lane_hold(lane) as lane_wait:
+        cgroups = None
+        if parents:
+            try:
+                owner = sandbox_identity() if chosen == BUBBLEWRAP else None
+                cgroups = _RunCgroups(parents, limits.processes, owner)
+            except OSError:
+                cgroups = None
+        accounting = cgroups is not None and cgroups.accounts
+        late_fds: list[int] = []
         try:
-            owner = sandbox_identity() if chosen == BUBBLEWRAP else None
-            cgroups = _RunCgroups(parents, limits.processes, owner)
-        except OSError:
-            cgroups = None
-    accounting = cgroups is not None and cgroups.accounts
-    late_fds: list[int] = []
-    try:
-        if accounting:
-            late_fds = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in cgroups.late]
-        join_late = ["/bin/sh", "-c", _JOIN_LATE, "sh", *(f"/proc/self/fd/{fd}" for fd in late_fds), "--"] \
-            if late_fds else []
-        plan = _plan(argv, chosen=chosen, tree=tree_path, cwd=cwd_path, env=env, limits=limits,
-                     readable=readable_paths, read_only=list(read_only), writable=writable, fresh=fresh,
-                     metrics=metrics_file is not None, accounting=accounting, join_late=join_late)
-    except BaseException:
-        for fd in late_fds:
-            os.close(fd)
-        if cgroups:
-            cgroups.remove()
-        raise
-    full_argv = plan.argv
-    if cgroups is not None:
-        full_argv = ["/bin/sh", "-c", _JOIN_CGROUPS, "sh", *cgroups.early, "--", *full_argv]
-    processes_enforced_by = (
-        "pids-cgroup" if cgroups else ("rlimit" if os.geteuid() != 0 else "none (root, no pids cgroup)")
-    )
-    captures: dict[int, _Capture] = {}
-    timed_out = cancelled = False
-    stray = 0
-    peak = figures = None
-    status = 0
-    rusage = None
-    try:
-        with lane_hold(lane) as lane_wait:
+            if accounting:
+                late_fds = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in cgroups.late]
+            join_late = ["/bin/sh", "-c", _JOIN_LATE, "sh", *(f"/proc/self/fd/{fd}" for fd in late_fds),
+                         "--"] if late_fds else []
+            plan = _plan(argv, chosen=chosen, tree=tree_path, cwd=cwd_path, env=env, limits=limits,
+                         readable=readable_paths, read_only=list(read_only), writable=writable, fresh=fresh,
+                         metrics=metrics_file is not None, accounting=accounting, join_late=join_late)
+        except BaseException:
+            for fd in late_fds:
+                os.close(fd)
+            if cgroups:
+                cgroups.remove()
+            raise
+        full_argv = plan.argv
+        if cgroups is not None:
+            full_argv = ["/bin/sh", "-c", _JOIN_CGROUPS, "sh", *cgroups.early, "--", *full_argv]
+        processes_enforced_by = (
+            "pids-cgroup" if cgroups else ("rlimit" if os.geteuid() != 0 else "none (root, no pids cgroup)")
+        )
+        captures: dict[int, _Capture] = {}
+        timed_out = cancelled = False
+        stray = 0
+        peak = figures = None
+        status = 0
+        rusage = None
+        try:
             started_at = datetime.now(UTC)
             started = time.monotonic()
             if tail is not None:
@@ -984,11 +985,11 @@ def run(
             if cgroups:
                 peak = cgroups.peak()
                 figures = cgroups.accounting() if accounting else None
-        metrics_copied = _metrics_collect(plan.metrics_dir, metrics_file)
-    finally:
-        if cgroups:
-            cgroups.remove()
-        _scratch_remove(plan.scratch)
+            metrics_copied = _metrics_collect(plan.metrics_dir, metrics_file)
+        finally:
+            if cgroups:
+                cgroups.remove()
+            _scratch_remove(plan.scratch)
 
     exit_code: int | None
     signal_number: int | None = None

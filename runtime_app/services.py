@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from runtime_app import roles, signals
 from runtime_app.git import GitError, repo_open
+from runtime_app.lane import SHARED, lane_hold
 from runtime_app.models import (
     ApiToken,
     AuditEntry,
@@ -377,40 +378,42 @@ def patch_admit(
         worktree_tree,
     )
 
-    started_at, started = datetime.now(UTC), monotonic()
-    limits = rules.limits
-    detail: dict[str, Any] = {"patch_sha256": hashlib.sha256(patch_text).hexdigest(), "baseline": commit}
-    worktree = None
-    # Over the byte limit, the text is not even read for its numstat.
-    refusal = limits.text_refusal(len(patch_text))
-    if refusal is None:
-        patch = patch_from_text(patch_text)
-        detail.update(diff_lines=patch.diff_lines, files=patch.files[:200])
-        refusal = limits.files_refusal(len(patch.files))
-    if refusal is not None:
-        detail.update(verdict="rejected", stage="policy", reason=refusal)
-    else:
-        try:
-            worktree = patch_apply(repo_path, commit, patch_text, name)
-        except GitError as error:
-            detail.update(verdict="rejected", stage="apply", reason=str(error))
-    if worktree is not None:
-        with repo_open(repo_path) as repo:
-            baseline_tree = repo[commit.encode()].tree
-        with object_scratch(repo_path) as scratch, closing(scratch.store()) as store:
-            patched = worktree_tree(worktree, base=commit, scratch=scratch)
-            verdict = policy_check(store, baseline_tree, patched, rules)
-        if verdict.accepted:
-            detail.update(verdict="admitted", stage="policy")
+    # Its git calls and tree reads are one piece of work on this host: no trial runs beside it.
+    with lane_hold(SHARED):
+        started_at, started = datetime.now(UTC), monotonic()
+        limits = rules.limits
+        detail: dict[str, Any] = {"patch_sha256": hashlib.sha256(patch_text).hexdigest(), "baseline": commit}
+        worktree = None
+        # Over the byte limit, the text is not even read for its numstat.
+        refusal = limits.text_refusal(len(patch_text))
+        if refusal is None:
+            patch = patch_from_text(patch_text)
+            detail.update(diff_lines=patch.diff_lines, files=patch.files[:200])
+            refusal = limits.files_refusal(len(patch.files))
+        if refusal is not None:
+            detail.update(verdict="rejected", stage="policy", reason=refusal)
         else:
-            detail.update(verdict="rejected", stage="policy", reason=str(verdict),
-                          violations=[{"path": v.path, "reason": v.reason} for v in verdict.violations])
-            worktree_remove(repo_path, worktree)
-            worktree = None
-    receipt = Receipt(
-        kind="apply", argv=["git", "apply", "--check", "--index"], cwd=".",
-        started_at=started_at, finished_at=datetime.now(UTC),
-        duration_seconds=round(monotonic() - started, 6),
-        exit_code=0 if worktree is not None else 1, detail=detail,
-    )
+            try:
+                worktree = patch_apply(repo_path, commit, patch_text, name)
+            except GitError as error:
+                detail.update(verdict="rejected", stage="apply", reason=str(error))
+        if worktree is not None:
+            with repo_open(repo_path) as repo:
+                baseline_tree = repo[commit.encode()].tree
+            with object_scratch(repo_path) as scratch, closing(scratch.store()) as store:
+                patched = worktree_tree(worktree, base=commit, scratch=scratch)
+                verdict = policy_check(store, baseline_tree, patched, rules)
+            if verdict.accepted:
+                detail.update(verdict="admitted", stage="policy")
+            else:
+                detail.update(verdict="rejected", stage="policy", reason=str(verdict),
+                              violations=[{"path": v.path, "reason": v.reason} for v in verdict.violations])
+                worktree_remove(repo_path, worktree)
+                worktree = None
+        receipt = Receipt(
+            kind="apply", argv=["git", "apply", "--check", "--index"], cwd=".",
+            started_at=started_at, finished_at=datetime.now(UTC),
+            duration_seconds=round(monotonic() - started, 6),
+            exit_code=0 if worktree is not None else 1, detail=detail,
+        )
     return worktree, receipt_record(receipt, project=project, subject=subject, label=label)

@@ -45,6 +45,7 @@ from django.conf import settings
 from dulwich.object_store import DiskObjectStore
 
 from runtime_app.git import GitError, ref_resolve, repo_open
+from runtime_app.lane import SHARED, lane_hold
 from runtime_app.policy import PatchLimits
 
 GIT_TIMEOUT_SECONDS = 300.0
@@ -85,20 +86,21 @@ def git_run(
 ) -> bytes:
     """Run `git args` safely and return its stdout; a failure raises GitError with git's words."""
     argv = ["git", *(item for pair in _SAFE_CONFIG for item in ("-c", pair)), *args]
-    try:
-        # umask 022 whatever the server's: worktrees must be readable by the sandbox's own user.
-        process = subprocess.Popen(
-            argv, cwd=cwd, env=git_env(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True, umask=0o022,
-        )
-    except OSError as error:
-        raise GitError(f"git {args[0]} could not start in {cwd}: {error.strerror}") from None
-    try:
-        stdout, stderr = process.communicate(stdin, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise GitError(f"git {args[0]} timed out after {timeout:g} s") from None
+    with lane_hold(SHARED):  # a git call is a command on this host: never beside a timing trial
+        try:
+            # umask 022 whatever the server's: worktrees must be readable by the sandbox's own user.
+            process = subprocess.Popen(
+                argv, cwd=cwd, env=git_env(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True, umask=0o022,
+            )
+        except OSError as error:
+            raise GitError(f"git {args[0]} could not start in {cwd}: {error.strerror}") from None
+        try:
+            stdout, stderr = process.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise GitError(f"git {args[0]} timed out after {timeout:g} s") from None
     if process.returncode != 0:
         message = stderr.decode(errors="replace").strip().splitlines()
         detail = "; ".join(line.strip() for line in message[-4:]) or f"exit code {process.returncode}"
