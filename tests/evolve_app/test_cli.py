@@ -106,6 +106,18 @@ def test_run_json_status_history_and_cancel_agree_with_the_database(demo_agent):
     assert over.stderr.strip() == f"Run {report['number']} is finished: nothing to cancel."
 
 
+def test_history_dates_its_versions_as_every_page_does_in_utc(demo_agent):
+    from evolve_app.selectors import agent_report
+    from runtime_app.templatetags.crucible_dates import when
+
+    shown = evolve("history", str(demo_agent.pk))
+    assert shown.returncode == 0, shown.stderr
+    first = agent_report(demo_agent)["versions"][0]
+    row = next(line for line in shown.stdout.splitlines() if " evo-0 " in line)
+    assert when(first["date"]).endswith(" UTC") and when(first["date"]) in row
+    assert not re.search(r"\d\d:\d\d:\d\d", shown.stdout)  # never a second format, to the second
+
+
 def test_a_workspace_path_is_imported_and_run_in_one_command(demo, data_dir, tmp_path):  # noqa: F811
     folder = tmp_path / "my-agent"
     shutil.copytree(SEED_WORKSPACE, folder, ignore=shutil.ignore_patterns("__pycache__"))

@@ -339,6 +339,7 @@ class Command(BaseCommand):
         from rich.table import Table
 
         from evolve_app.selectors import agent_report
+        from runtime_app.templatetags.crucible_dates import when
 
         report = agent_report(agent)
         if as_json:
@@ -354,7 +355,7 @@ class Command(BaseCommand):
             table.add_column(column, overflow="fold")
         for version in report["versions"]:
             table.add_row(version["tag"], str(version["cycle"]), version["sha"][:12],
-                          version["date"].strftime("%Y-%m-%d %H:%M:%S"), _printable(version["message"]))
+                          when(version["date"]), _printable(version["message"]))
         console.print(table)
         curve = Table(title="score curve", title_justify="left")
         for column in ("run", "status", "scores", "curve"):
