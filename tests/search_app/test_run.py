@@ -235,6 +235,38 @@ def test_a_step_whose_worker_vanished_is_taken_over_and_the_late_result_is_refus
     assert Step.objects.get(pk=step_pk).state == "done"
 
 
+def test_a_pending_step_whose_message_was_lost_is_handed_over_again_after_a_lease(
+    personas, tmp_path, data_dir, settings, monkeypatch
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from search_app import tasks
+
+    search = frozen(personas, tmp_path, {"cand_001": 3}, population=2, rounds=[2, 1])
+    services.search_start(personas.owner, search, enqueue=False)
+    # The broker as the beat sees it: drives run here at once; step messages are only counted.
+    sent = []
+    monkeypatch.setattr(tasks.search_drive, "delay", tasks.search_drive)
+    monkeypatch.setattr(tasks.step_run, "delay", sent.append)
+    tasks.search_drive(search.pk)
+    handed = list(sent)
+    assert handed and Step.objects.filter(pk__in=handed, state="pending").count() == len(handed)
+    # Every message is lost: no worker claims anything. Within a lease it may still be on its way.
+    tasks.steps_reconcile()
+    assert sent == handed
+    lost = handed[0]
+    lease = settings.CONFIG.step_lease_seconds
+    Step.objects.filter(pk=lost).update(enqueued_at=timezone.now() - timedelta(seconds=lease + 1))
+    tasks.steps_reconcile()
+    assert sent == [*handed, lost]  # the reconciler's drive sends it again, and only it
+    tasks.steps_reconcile()
+    assert sent == [*handed, lost]  # once per lease, not on every beat
+    assert services.step_execute(lost, "a-worker-that-got-it") is True
+    assert Step.objects.get(pk=lost).state == "done"
+
+
 def test_a_step_that_lost_three_workers_fails_its_candidate(personas, tmp_path, data_dir):
     search = frozen(personas, tmp_path, {"cand_001": 3}, population=2, rounds=[2, 1])
     services.search_start(personas.owner, search, enqueue=False)
