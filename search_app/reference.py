@@ -13,10 +13,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from runtime_app.fleet import PRESETS
+from runtime_app.metrics import REPORTED_LABEL
 from search_app import freeze
-from search_app.spec import LIVE_CEILING, MAX_SPEC_BYTES, SearchSpec, _check_repo_path
+from search_app.spec import LIVE_CEILING, MAX_SPEC_BYTES, RUNTIME_METRICS, SearchSpec, _check_repo_path
 
 REFERENCE_PATH = Path(__file__).resolve().parent.parent / "docs" / "spec-reference.md"
+# The full score contract lives in docs/sandbox.md; this reference states it in short and links there.
+SCORE_CONTRACT_TITLE = "docs/sandbox.md, Metrics: the score contract"
+SCORE_CONTRACT_LINK = "sandbox.md#metrics-the-score-contract"
 
 # The example from the seed document (shared/seeds/workflow-experimental-search.md),
 # byte for byte; tests check it against tests/search_app/specs/seed_example.toml.
@@ -256,10 +260,23 @@ def spec_reference_markdown() -> str:
         "",
         _doc(freeze.__doc__),
         "",
-        "## Not defined yet",
+        "## The score contract",
         "",
-        "How the score command reports `score.metric` to the runtime (its output contract) belongs",
-        "to the evaluator host, which a later issue builds; this reference will describe it then.",
+        "How the runtime reads `score.metric` from each trial, in short (the full contract, with the",
+        f"attacks it stops and the ones it cannot: [{SCORE_CONTRACT_TITLE}]({SCORE_CONTRACT_LINK})):",
+        "",
+        "- " + ", ".join(f"`{name}`" for name in RUNTIME_METRICS) + " are measured by the runtime from",
+        "  outside the command (wall time to its reaping, CPU time and peak memory of its whole",
+        "  process tree); nothing the command prints or writes is read.",
+        "- Any other name is reported by the score command: a JSON object it writes to the file named",
+        "  by `$CRUCIBLE_METRICS_FILE` (outside its tree) or, if it writes none, prints as its last",
+        "  non-empty line of stdout, e.g. `{\"median_runtime_ms\": 12.5}`. The candidate's code runs",
+        f"  inside that command, so such a figure is labelled *{REPORTED_LABEL}*",
+        "  on the search and candidate pages, in the spec editor's summary, in `manage.py search",
+        "  status` and in the API (`metric_source`).",
+        "- Either way a trial's metric counts only when the command exited 0 within",
+        "  `score.timeout_seconds` and the value is a finite number; a trial without one eliminates the",
+        "  candidate, with the reason.",
         "",
     ]
     return "\n".join(out)

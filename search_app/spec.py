@@ -30,6 +30,7 @@ from pydantic import (
 
 from runtime_app.fleet import EFFORTS, PRESETS, preset_get, preset_names
 from runtime_app.policy import DEFAULT_MAX_PATCH_BYTES, DEFAULT_MAX_PATCH_FILES
+from search_app.measurement import min_blocks
 
 LIVE_CEILING = 16  # the runtime's live-step ceiling; no search runs more at once
 MAX_STEPS = 1000
@@ -280,12 +281,30 @@ class HardGatesSpec(_Section):
 
 
 class ScoreSpec(_Section):
-    """How survivors of the gates are scored: repeated trials, the median counts."""
+    """How survivors of the gates are scored: each round runs the score command in blocks (every
+    survivor and the baseline once per block), and a candidate's figure is the median of its
+    per-block ratios to the baseline (`paired`) or of its values (`absolute`)."""
 
     command: Command = Field(description="the benchmark the runtime runs on each surviving tree")
-    metric: str = Field(min_length=1, max_length=100, description="the name of the metric to compare")
+    metric: str = Field(
+        min_length=1, max_length=100,
+        description="the metric to compare: " + ", ".join(f"`{name}`" for name in RUNTIME_METRICS)
+        + " are measured by the runtime from outside the score command; any other name is reported by the "
+        "score command itself, as a JSON object, and code it runs could forge it (see "
+        "[The score contract](#the-score-contract))",
+    )
     direction: Literal["minimize", "maximize"] = Field("minimize", description="better is lower or higher")
-    trials: int = Field(5, ge=1, le=25, description="runs per candidate; the score is their median")
+    trials: int = Field(
+        5, ge=1, le=25,
+        description="blocks per round: in each block every survivor and the baseline run the score command "
+        "once, and each round measures its survivors afresh. `paired`: a candidate's figure is the median of "
+        "its per-block ratios to the baseline's trial in the same block, with a confidence interval; a "
+        "candidate that cannot yet be told apart from the baseline or from its neighbours at the round's "
+        "cut, or that beats the baseline on fewer blocks than `confidence` needs "
+        f"({min_blocks(0.95)} at 0.95), gets more blocks, up to `max_trials`. "
+        "`absolute`: its figure is the median of its values, and a scored baseline's median is the one "
+        "to beat",
+    )
     tie_breakers: Annotated[
         list[Literal["diff_lines", "cost_microusd", "score", "tokens"]], Field(min_length=1)
     ] = Field(
