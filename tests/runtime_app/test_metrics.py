@@ -1,10 +1,12 @@
-"""A metric is read from structured output only, and only after a successful run."""
+"""A metric is measured by the runtime (`runtime:` names) or read from structured output only,
+and only after a successful run."""
 
 from __future__ import annotations
 
 import pytest
 
 from runtime_app.metrics import metric_read
+from runtime_app.models import Receipt
 from runtime_app.sandbox import run
 
 
@@ -61,3 +63,70 @@ def test_a_timed_out_command_has_no_metric_even_if_it_printed_one(tree):
 def test_no_output_at_all_is_no_metric(tree):
     reading = metric_read(run(["true"], cwd=tree, timeout=30, isolation="off"), "runtime")
     assert reading.value is None and "printed nothing" in reading.reason
+
+
+# --- measured by the runtime ------------------------------------------------------------------------
+
+# What a command printed about itself: a runtime metric never reads it.
+FORGED = '{"wall_seconds": 0.001, "cpu_seconds": 0.001, "max_rss_kib": 1, "runtime:wall_seconds": 0.001}'
+
+
+def receipt(**fields) -> Receipt:
+    """A finished command's receipt as the sandbox records it (exit 0 unless told)."""
+    return Receipt(**{"exit_code": 0, "duration_seconds": 1.5, "stdout_excerpt": FORGED + "\n",
+                      "rusage": {"user_cpu_seconds": 0.25, "sys_cpu_seconds": 0.5, "max_rss_kib": 20480,
+                                 "measured_by": "cgroup"}, **fields})
+
+
+def test_wall_seconds_is_the_receipts_duration_not_what_the_command_printed():
+    reading = metric_read(receipt(), "runtime:wall_seconds")
+    assert (reading.value, reading.source, reading.reason) == (1.5, "runtime", "measured by the runtime")
+    assert not reading.reported
+
+
+def test_cpu_seconds_is_user_plus_system_time_and_says_how_it_was_measured():
+    reading = metric_read(receipt(), "runtime:cpu_seconds")
+    assert (reading.value, reading.source) == (0.75, "runtime")
+    assert reading.reason == "measured by the runtime (cgroup)" and not reading.reported
+
+
+def test_max_rss_kib_is_the_peak_memory_the_runtime_measured():
+    done = receipt(rusage={"max_rss_kib": 20480, "measured_by": "rusage"})
+    reading = metric_read(done, "runtime:max_rss_kib")
+    assert (reading.value, reading.source) == (20480.0, "runtime")
+    assert reading.reason == "measured by the runtime (rusage)"
+
+
+@pytest.mark.parametrize(("metric", "rusage"), [
+    ("runtime:cpu_seconds", {"user_cpu_seconds": 0.25, "sys_cpu_seconds": None, "max_rss_kib": 10}),
+    ("runtime:max_rss_kib", {"user_cpu_seconds": 0.25, "sys_cpu_seconds": 0.5, "max_rss_kib": None}),
+    ("runtime:max_rss_kib", {}),
+])
+def test_a_figure_the_runtime_could_not_measure_is_no_metric_and_says_so(metric, rusage):
+    reading = metric_read(receipt(rusage=rusage), metric)
+    name = metric.removeprefix("runtime:")
+    assert reading.value is None
+    assert reading.reason == f"the runtime could not measure {name} for this command"
+
+
+def test_a_runtime_name_the_runtime_does_not_measure_is_no_metric():
+    reading = metric_read(receipt(), "runtime:gpu_seconds")
+    assert reading.value is None
+    assert reading.reason == "'runtime:gpu_seconds' is not a metric the runtime measures"
+
+
+@pytest.mark.parametrize("failed", [{"exit_code": 1}, {"timed_out": True}, {"signal": 9}])
+def test_a_runtime_metric_counts_only_after_exit_0(failed):
+    for metric in ("runtime:wall_seconds", "runtime:cpu_seconds", "runtime:max_rss_kib"):
+        reading = metric_read(receipt(**failed), metric)
+        assert reading.value is None and "a metric only counts after exit 0" in reading.reason
+
+
+def test_a_real_command_gets_its_cpu_time_and_peak_memory_measured(tree):
+    busy = ("import time; block = bytearray(64 << 20); end = time.process_time() + 0.3\n"
+            "while time.process_time() < end: pass\nprint('{\"cpu_seconds\": 0}')")
+    done = run(["python3", "-c", busy], cwd=tree, timeout=60, isolation="off")
+    wall, cpu, rss = (metric_read(done, f"runtime:{name}").value
+                      for name in ("wall_seconds", "cpu_seconds", "max_rss_kib"))
+    assert cpu >= 0.3 and wall >= cpu * 0.9  # a single thread cannot use more CPU than wall time
+    assert rss >= 64 * 1024
