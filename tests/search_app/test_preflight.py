@@ -105,6 +105,9 @@ def test_a_declared_writer_script_runs_under_bubblewrap_and_the_search_gets_a_ca
     writers = Receipt.objects.filter(label__endswith="writer")
     assert writers.count() == 2 and {w.isolation for w in writers} == {"bubblewrap"}
     assert all(w.exit_code == 0 for w in writers)
+    # Each receipt lists what was mounted: the declared path, read-only, where the command names it.
+    declared = {"source": str(tools), "target": str(tools), "mode": "ro"}
+    assert all(declared in writer.detail["sandbox"]["mounts"] for writer in writers)
 
 
 @DB
