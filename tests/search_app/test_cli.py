@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,9 +53,18 @@ def test_validate_prints_a_summary_of_a_valid_spec_and_exits_0():
         "  budget      $5.00, 10,000,000 tokens",
         "  gates       2 commands",
         "  score       minimize median_runtime_ms over 5 trials",
+        "              reported by the score command (forgeable by code it runs)",
         "  selection   pareto, diverse",
     ]
     assert done.stderr == b""
+
+
+def test_validate_says_the_runtime_measures_a_runtime_metric():
+    done = search("validate", str(REPO_ROOT / "search_app" / "spec_templates" / "demo-scripted.toml"))
+    assert done.returncode == 0, done.stderr
+    printed = lines(done.stdout)
+    score = printed.index("  score       minimize runtime:cpu_seconds over 3 trials")
+    assert printed[score + 1].strip() == "measured by the runtime, from outside the score command"
 
 
 @pytest.mark.parametrize(
@@ -260,6 +271,38 @@ def test_freeze_of_an_unreadable_file_exits_2(demo, tmp_path):
     done = search("freeze", str(missing), "--repo", str(tmp_path), "--ref", "v1")
     assert done.returncode == 2
     assert lines(done.stderr) == [f"{missing}: cannot read the spec: No such file or directory"]
+
+
+# --- the outcome table (search status, and the end of search run) ----------------------------
+
+
+def outcome_table(metric: str = "median_runtime_ms", llm_cost: int = 0, **candidate: Any) -> str:
+    """The table as `search status` prints it for a finished search, whitespace folded."""
+    from rich.console import Console
+
+    from search_app.management.commands.search import _outcome_table
+
+    row = {"candidate_id": "cand_001", "state": "winner", "round_reached": 1, "gates_passed": 2,
+           "score": 0.41, "spread": 0.03, "diff_lines": 12, "cost_microusd": 0, "receipts": [7, 8],
+           "reason": "won round 1", **candidate}
+    report = {"search_id": "search-0123456789abcdef", "name": "speed-up", "status": "finished",
+              "outcome": "winner", "winner": "cand_001", "winner_status": None, "reason": "cand_001 won.",
+              "review": None, "metric": metric, "candidates": [row],
+              "llm": {"calls": 3 if llm_cost else 0, "cost_microusd": llm_cost, "cache_hit_ratio": 0.5}}
+    console = Console(file=io.StringIO(), width=200)
+    console.print(_outcome_table(report))
+    return " ".join(console.file.getvalue().split())
+
+
+def test_the_outcome_table_says_a_reported_score_is_forgeable_by_code_the_command_runs():
+    assert "score: median_runtime_ms, reported by the score command (forgeable by code it runs)" in \
+        outcome_table("median_runtime_ms")
+
+
+def test_the_outcome_table_says_the_runtime_measured_a_runtime_metric():
+    text = outcome_table("runtime:cpu_seconds")
+    assert "score: runtime:cpu_seconds, measured by the runtime, from outside the score command" in text
+    assert "forgeable" not in text
 
 
 # --- reference ------------------------------------------------------------------------------

@@ -6,10 +6,12 @@ import pytest
 from django.test import Client
 
 from runtime_app import roles
+from runtime_app.metrics import REPORTED_LABEL
 from runtime_app.models import ProjectMembership
 from search_app import services
 from search_app.models import SearchRun
 from tests.conftest import login, make_user
+from tests.search_app.runs import plan_repo, spec_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,8 +26,20 @@ def test_an_operator_starts_a_search_and_follows_it_to_its_outcome(personas, sma
     assert (report["outcome"], report["winner"]) == ("winner", "cand_001")
     candidates = client.get(f"/api/searches/{small_search.search_id}/candidates").json()
     assert [c["candidate_id"] for c in candidates] == ["baseline", "cand_001", "cand_002"]
+    # Its score command prints the metric: the run and every candidate say who measured it.
+    assert (report["metric"], report["metric_source"]) == ("value", REPORTED_LABEL)
+    assert [c["metric_source"] for c in candidates] == [REPORTED_LABEL] * 3
+    assert [c["metric_source"] for c in report["candidates"]] == [REPORTED_LABEL] * 3
     receipts = client.get(f"/api/searches/{small_search.search_id}/receipts").json()
     assert {r["id"] for r in receipts} == {pk for c in candidates for pk in c["receipts"]}
+
+
+def test_a_runtime_metric_is_said_to_be_measured_by_the_runtime(personas, tmp_path, data_dir):
+    text = spec_text(population=2, rounds=[2, 1]).replace('"value"', '"runtime:wall_seconds"')
+    search = services.search_freeze(personas.owner, personas.alpha, text, "HEAD",
+                                    repository_path=str(plan_repo(tmp_path / "repo", {"cand_001": 4})))
+    report = login(personas.member).get(f"/api/searches/{search.search_id}/run").json()
+    assert (report["metric"], report["metric_source"]) == ("runtime:wall_seconds", "runtime")
 
 
 def test_cancel_through_the_api_marks_the_run_cancelling(personas, small_search):

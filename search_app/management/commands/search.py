@@ -36,11 +36,12 @@ from runtime_app.git import GitError, repo_open
 from runtime_app.models import Project
 from runtime_app.selectors import page_url, projects_for_user, receipts_for_user
 from runtime_app.services import repository_register, server_path_check
+from search_app.api import run_report
 from search_app.execution import search_spec
 from search_app.forecast import Forecast
 from search_app.preflight import provider_problems
 from search_app.reference import REFERENCE_PATH, spec_reference_markdown
-from search_app.selectors import search_for_user, search_forecast, search_run_report, spec_forecast
+from search_app.selectors import search_for_user, search_forecast, spec_forecast
 from search_app.services import (
     ProviderUnready,
     search_cancel,
@@ -49,6 +50,7 @@ from search_app.services import (
     search_start_checked,
 )
 from search_app.spec import SpecReport, spec_validate
+from search_app.templatetags.search_figures import metric_source
 
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _SEARCH_ID = re.compile(r"search-[0-9a-f]{16}")
@@ -169,6 +171,7 @@ class Command(BaseCommand):
             f"  budget      {', '.join(b for b in budget if b) or 'no ceiling'}",
             f"  gates       {gates} command{'s' if gates != 1 else ''}",
             f"  score       {summary['score']}",
+            f"              {metric_source(report.spec.score.metric)}",
             f"  selection   {summary['selection']}",
         ]
         for line in lines:
@@ -254,7 +257,7 @@ class Command(BaseCommand):
         (self.stderr if as_json else self.stdout).write(started, style_func=lambda text: text)
         if as_json:
             search_run_inline(search)
-            self.stdout.write(json.dumps(search_run_report(search), indent=2))
+            self.stdout.write(json.dumps(run_report(search), indent=2))
             return
         from rich.live import Live
 
@@ -263,7 +266,7 @@ class Command(BaseCommand):
                       f"at {search.baseline_commit[:12]}")
         with Live(console=console, refresh_per_second=4, transient=True) as live:
             search_run_inline(search, progress=lambda run: live.update(_progress(search, run)))
-        report = search_run_report(search)
+        report = run_report(search)
         _spec_failure_print(console, report)
         console.print(_outcome_table(report))
 
@@ -296,7 +299,7 @@ class Command(BaseCommand):
             self.stdout.write(_printable(line))
 
     def _status(self, search: Any, *, as_json: bool) -> None:
-        report = search_run_report(search)
+        report = run_report(search)
         if as_json:
             self.stdout.write(json.dumps(report, indent=2))
             return
@@ -401,6 +404,7 @@ def _progress(search: Any, run: Any) -> Any:
 
 
 def _outcome_table(report: dict) -> Any:
+    from rich.markup import escape
     from rich.table import Table
 
     outcome = report["outcome"] or report["status"]
@@ -411,7 +415,9 @@ def _outcome_table(report: dict) -> Any:
         took = "running for" if report["status"] in ("running", "cancelling") else "took"
         title += f"; {took} {report['elapsed_text']}"
         title += f", {report['eta_text']}" if report.get("eta_text") else ""
-    table = Table(title=_printable(title), title_justify="left")
+    # Whoever reads a score here also reads who measured it (docs/sandbox.md, the score contract).
+    source = escape(_printable(f"score: {report['metric']}, {metric_source(report['metric'])}"))
+    table = Table(title=f"{_printable(title)}\n{source}", title_justify="left")
     columns = ("candidate", "state", "round", "gates", "score", "±", "diff", "cost µUSD", "receipts",
                "reason")
     for column in columns:
