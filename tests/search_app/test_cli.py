@@ -305,6 +305,13 @@ def test_the_outcome_table_says_the_runtime_measured_a_runtime_metric():
     assert "forgeable" not in text
 
 
+def test_the_outcome_table_shows_costs_in_dollars_as_the_pages_do():
+    text = outcome_table(llm_cost=350, cost_microusd=1_250_000)
+    assert "$1.25" in text and "Model calls: 3, $0.00035," in text
+    assert "µUSD" not in text and "1250000" not in text
+    assert "$" not in outcome_table(cost_microusd=0)  # no cost, no figure, as on the candidate table
+
+
 # --- reference ------------------------------------------------------------------------------
 
 

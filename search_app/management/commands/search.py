@@ -34,6 +34,7 @@ from django.urls import reverse
 
 from runtime_app.git import GitError, repo_open
 from runtime_app.models import Project
+from runtime_app.prices import usd_text
 from runtime_app.selectors import page_url, projects_for_user, receipts_for_user
 from runtime_app.services import repository_register, server_path_check
 from search_app.api import run_report
@@ -398,7 +399,8 @@ def _progress(search: Any, run: Any) -> Any:
     live = search.steps.filter(state="running").select_related("candidate")
     table.add_row("running", ", ".join(f"{s.kind} {s.candidate.candidate_id}" for s in live) or "—")
     if run.budget_cost_microusd or run.budget_tokens:
-        table.add_row("budget", f"{run.spent_cost_microusd:,} of {run.budget_cost_microusd or '∞'} µUSD, "
+        ceiling = usd_text(run.budget_cost_microusd) if run.budget_cost_microusd else "∞"
+        table.add_row("budget", f"{usd_text(run.spent_cost_microusd)} of {ceiling}, "
                                 f"{run.spent_tokens:,} of {run.budget_tokens or '∞'} tokens")
     return table
 
@@ -418,8 +420,7 @@ def _outcome_table(report: dict) -> Any:
     # Whoever reads a score here also reads who measured it (docs/sandbox.md, the score contract).
     source = escape(_printable(f"score: {report['metric']}, {metric_source(report['metric'])}"))
     table = Table(title=f"{_printable(title)}\n{source}", title_justify="left")
-    columns = ("candidate", "state", "round", "gates", "score", "±", "diff", "cost µUSD", "receipts",
-               "reason")
+    columns = ("candidate", "state", "round", "gates", "score", "±", "diff", "cost", "receipts", "reason")
     for column in columns:
         table.add_column(column, overflow="fold")
     for c in report["candidates"]:
@@ -429,7 +430,7 @@ def _outcome_table(report: dict) -> Any:
             c["candidate_id"], c["state"], str(c["round_reached"]) if c["round_reached"] >= 0 else "",
             str(c["gates_passed"]), f"{c['score']:g}" if c["score"] is not None else "",
             f"{c['spread']:g}" if c["spread"] is not None else "", str(c["diff_lines"] or ""),
-            str(c["cost_microusd"]), shown, _printable(c["reason"]),
+            usd_text(c["cost_microusd"]) if c["cost_microusd"] else "", shown, _printable(c["reason"]),
         )
     if report["review"]:
         review = report["review"]
@@ -439,6 +440,6 @@ def _outcome_table(report: dict) -> Any:
         table.caption = _printable(report["reason"])
     if report["llm"]["calls"]:
         llm = report["llm"]
-        table.caption += (f" Model calls: {llm['calls']}, {llm['cost_microusd']:,} µUSD, "
+        table.caption += (f" Model calls: {llm['calls']}, {usd_text(llm['cost_microusd'])}, "
                           f"cache hit ratio {llm['cache_hit_ratio']:.1%}.")
     return table
