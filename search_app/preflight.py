@@ -189,6 +189,7 @@ class _Place:
     tree: Path
     readable: list[Path]
     in_tree: Callable[[str], str | None]  # a tree path → None if present, else why not
+    repository: Path | None = None  # the repository on the host, whose own paths commands never see
 
 
 def preflight_problems(spec: SearchSpec, repository_path: str, baseline_commit: str) -> list[str]:
@@ -222,7 +223,7 @@ def preflight_problems(spec: SearchSpec, repository_path: str, baseline_commit: 
         commands.append(("score.command", "score", spec.score.command))
         for where, section, command in commands:
             readable = [git_dir, *readable_for(spec, section)]
-            place = _Place(section, tree, readable, in_tree(section != "worker"))
+            place = _Place(section, tree, readable, in_tree(section != "worker"), Path(repository_path))
             problem = command_problem(command, place, lambda path: _shebang(repo, baseline_commit, path))
             if problem:
                 problems.append(f"{where} `{command}`: {problem}")
@@ -236,7 +237,8 @@ def command_problem(command: str, place: _Place, shebang: Callable[[str], str | 
         if _UNKNOWN.search(program):
             continue
         if "/" in program:
-            problem = _path_problem(program, place, invocation, executable=True, shebang=shebang)
+            problem = _path_problem(program, place, invocation, executable=True, shebang=shebang,
+                                    line=command)
         elif _which(program, tree=place.tree, readable=place.readable) is None:
             problem = (f"`{program}` is not on the PATH inside the sandbox; fix the name, install it in the "
                        f"toolchain (/usr/bin), or give its absolute path and declare it in "
@@ -245,14 +247,14 @@ def command_problem(command: str, place: _Place, shebang: Callable[[str], str | 
             problem = None
         if problem is None and invocation.script and not _UNKNOWN.search(invocation.script):
             problem = _path_problem(invocation.script, place, invocation, executable=False,
-                                    shebang=shebang)
+                                    shebang=shebang, line=command)
         if problem:
             return problem
     return None
 
 
 def _path_problem(path: str, place: _Place, invocation: Invocation, *, executable: bool,
-                  shebang: Callable[[str], str | None]) -> str | None:
+                  shebang: Callable[[str], str | None], line: str = "") -> str | None:
     if not path.startswith("/"):
         relative = invocation.tree_path(path)
         if relative is None:
@@ -267,6 +269,10 @@ def _path_problem(path: str, place: _Place, invocation: Invocation, *, executabl
                 return f"{path}: {interpreter}"
         return f"{path} {problem}" if problem else None
     hidden = _visibility(Path(path), tree=place.tree, readable=place.readable)
+    if hidden and place.repository is not None:
+        in_repository = _repository_relative(path, place.repository)
+        if in_repository is not None:
+            return _name_in_tree(path, in_repository, place, invocation, executable, line)
     if hidden:
         return (f"{path} is not visible inside the sandbox: {hidden}; move it under the repository or "
                 f"declare it in {place.section}.read_paths (under CRUCIBLE_READ_ROOTS)")
@@ -275,6 +281,28 @@ def _path_problem(path: str, place: _Place, invocation: Invocation, *, executabl
     if executable and not (os.path.isfile(path) and os.access(path, os.X_OK)):
         return f"{path} is not an executable file; make it one (chmod +x) or run it through its interpreter"
     return None
+
+
+def _repository_relative(path: str, repository: Path) -> str | None:
+    """`path` as a path in the repository's tree, when the host path lies inside it; else None."""
+    real, root = os.path.realpath(path), os.path.realpath(repository)
+    if real == root or not real.startswith(root.rstrip("/") + "/"):
+        return None
+    return real[len(root.rstrip("/")) + 1:]
+
+
+def _name_in_tree(path: str, relative: str, place: _Place, invocation: Invocation, executable: bool,
+                  line: str) -> str:
+    """A host path into the repository: commands run in their own tree of it, never the host's
+    checkout, so the advice is the same file named relative to that tree."""
+    named = posixpath.relpath(relative, invocation.cwd) if invocation.cwd else relative
+    if executable and "/" not in named:
+        named = "./" + named  # a bare name would be looked up on the PATH
+    example = line.replace(path, named) if line and path in line else named
+    advice = (f"{path} is inside the repository on the host, which commands never see: they run in "
+              f"their own tree of it; name it relative to the tree (`{example}`)")
+    missing = place.in_tree(relative)
+    return f"{advice}; {relative} {missing}" if missing else advice
 
 
 def _tree_problem(repo: Any, commit: str, path: str, evaluator: bool) -> str | None:

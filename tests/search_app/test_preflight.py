@@ -89,6 +89,23 @@ def test_a_writer_script_outside_the_tree_and_undeclared_is_refused_at_freeze(pe
 
 
 @DB
+def test_a_script_in_the_repository_named_by_its_host_path_is_told_to_be_named_relative_to_the_tree(
+    personas, tmp_path, data_dir
+):
+    repo = plan_repo(tmp_path / "repo", {"cand_001": 5})
+    writer, gate = f"python {repo}/scripts/writer.py", f"cd code && python {repo}/scripts/gone.py"
+    commit = git(repo, "rev-parse", "HEAD")[:12]
+    assert refused(personas, spec(writer=writer, gates=(gate,)), repo) == [
+        f"worker.command `{writer}`: {repo}/scripts/writer.py is inside the repository on the host, which "
+        "commands never see: they run in their own tree of it; name it relative to the tree "
+        "(`python scripts/writer.py`)",
+        f"hard_gates.commands[0] `{gate}`: {repo}/scripts/gone.py is inside the repository on the host, "
+        "which commands never see: they run in their own tree of it; name it relative to the tree "
+        f"(`cd code && python ../scripts/gone.py`); scripts/gone.py is not in the baseline tree ({commit}) "
+        "or among the hidden evaluator files; commit it, or fix the path"]
+
+
+@DB
 def test_a_declared_writer_script_runs_under_bubblewrap_and_the_search_gets_a_candidate(
     personas, tmp_path, tools, data_dir, settings
 ):
