@@ -198,10 +198,12 @@ def preflight_problems(spec: SearchSpec, repository_path: str, baseline_commit: 
     problems: list[str] = []
     tree = worktrees_root() / "preflight"  # where evaluation trees live; no tree is made here
     git_dir = Path(repository_path) / ".git"
-    repository = _visibility(git_dir, tree=tree, readable=[git_dir])
+    if not os.path.isdir(repository_path):
+        return [f"{repository_path}: no such directory on this host, so there is no repository to show "
+                "commands; put the repository back there, or freeze the spec again against where it is now"]
+    repository = repository_problem(repository_path, tree)
     if repository:
-        problems.append(f"{repository_path}: the repository's git dir {git_dir} cannot be shown inside the "
-                        f"sandbox: {repository}; move the repository elsewhere")
+        problems.append(repository)
     try:
         repo = repo_open(repository_path)
     except GitError as error:
@@ -228,6 +230,47 @@ def preflight_problems(spec: SearchSpec, repository_path: str, baseline_commit: 
             if problem:
                 problems.append(f"{where} `{command}`: {problem}")
     return problems
+
+
+def repository_problem(repository_path: str, tree: Path) -> str | None:
+    """Why commands run in `tree` could not use the repository's git dir, or None.
+
+    Commands are shown `<repository>/.git` (bound after the private /tmp, through the stage when
+    the sandbox user cannot reach it: a repository under /tmp, a home or the data dir is fine).
+    When that `.git` is a file (a linked worktree, a submodule), the git dir it points to is not
+    shown, and git fails inside every command."""
+    git_dir = Path(repository_path) / ".git"
+    needed = _git_dir_of(git_dir)
+    if needed is None or needed == git_dir:
+        return None
+    hidden = _visibility(needed, tree=tree, readable=[git_dir])
+    if not hidden:
+        return None
+    main = needed.parent if needed.name == ".git" else None
+    what = f"register {main}, the checkout that holds it, instead" if main else \
+        "register a clone whose .git is a directory instead"
+    return (f"{repository_path}: the repository's git dir {needed} cannot be shown inside the sandbox "
+            f"({hidden}): its .git is a file pointing there, and commands are shown only {git_dir}; {what}")
+
+
+def _git_dir_of(dot_git: Path) -> Path | None:
+    """The directory git keeps a repository's objects and refs in, as worktrees made from it name
+    it: `.git` itself, or where a `.git` file points (its common dir for a linked worktree);
+    None when `.git` is neither (the repository check says why)."""
+    if dot_git.is_dir():
+        return dot_git
+    try:
+        first = dot_git.read_text(errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    if not first.startswith("gitdir:"):
+        return None
+    pointed = Path(os.path.normpath(dot_git.parent / first.removeprefix("gitdir:").strip()))
+    try:
+        common = (pointed / "commondir").read_text().strip()
+    except OSError:
+        return pointed  # a submodule's or a separate git dir: no common dir of its own
+    return Path(os.path.normpath(pointed / common))
 
 
 def command_problem(command: str, place: _Place, shebang: Callable[[str], str | None]) -> str | None:

@@ -20,7 +20,7 @@ from runtime_app.services import repository_register
 from search_app import services
 from search_app.freeze import freeze_inputs
 from search_app.models import Candidate, Step
-from search_app.preflight import Invocation, invocations, start_failure
+from search_app.preflight import Invocation, invocations, preflight_problems, start_failure
 from tests.conftest import REPO_ROOT, login, subprocess_env, text_of
 from tests.gitrepo import git, repo_create
 from tests.search_app.hostspecs import roots, spec
@@ -257,6 +257,48 @@ def test_a_declared_script_removed_before_start_is_refused_at_start(personas, tm
     assert f"worker.command `python {tools}/writer.py`: {tools}/writer.py does not exist on this host" in \
         caught.value.messages[0]
     assert not search.candidates.exists()
+
+
+# --- where the repository is --------------------------------------------------------------------
+
+
+@DB
+@pytest.mark.parametrize("place", ["tmp", "data dir"])
+def test_a_repository_under_tmp_or_in_the_data_dir_is_accepted(personas, tmp_path, data_dir, place):
+    # Its git dir is bound after the private /tmp, and through the stage where the sandbox user
+    # cannot reach it (a 0700 data dir, a home): the demo repository lives in the data dir.
+    repo = plan_repo((tmp_path if place == "tmp" else data_dir / "demo-repos") / "repo", {"cand_001": 5})
+    frozen = freeze_inputs(spec(), str(repo), "HEAD")
+    assert preflight_problems(frozen.spec, str(repo), frozen.baseline_commit) == []
+    assert services.search_freeze(personas.owner, personas.alpha, spec(), "HEAD", repository_path=str(repo))
+
+
+@DB
+def test_a_linked_worktree_is_refused_at_freeze_naming_the_checkout_that_holds_its_git_dir(
+    personas, tmp_path, data_dir
+):
+    main = plan_repo(tmp_path / "main", {"cand_001": 5})
+    linked = tmp_path / "linked"
+    git(main, "worktree", "add", "--detach", str(linked))
+    assert refused(personas, spec(), linked) == [
+        f"{linked}: the repository's git dir {main}/.git cannot be shown inside the sandbox (sandboxed "
+        f"commands get a private /tmp): its .git is a file pointing there, and commands are shown only "
+        f"{linked}/.git; register {main}, the checkout that holds it, instead"]
+    assert services.search_freeze(personas.owner, personas.alpha, spec(), "HEAD", repository_path=str(main))
+
+
+@DB
+def test_a_repository_gone_from_the_host_is_refused_at_freeze_and_at_start(personas, tmp_path, data_dir):
+    repo = plan_repo(tmp_path / "repo", {"cand_001": 5})
+    assert refused(personas, spec(), tmp_path / "nowhere") == [f"{tmp_path / 'nowhere'}: no such directory"]
+    search = services.search_freeze(personas.owner, personas.alpha, spec(), "HEAD", repository_path=str(repo))
+    repo.rename(tmp_path / "moved")
+    with pytest.raises(ValidationError) as caught:
+        services.search_start(personas.owner, search, enqueue=False)
+    assert caught.value.messages == [
+        f"{repo}: no such directory on this host, so there is no repository to show commands; put the "
+        "repository back there, or freeze the spec again against where it is now"]
+    assert not Step.objects.exists()
 
 
 # --- at run time ----------------------------------------------------------------------------------
