@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from evolve_app.services import demo_agent_create
-from search_app.services import spec_create
-from tests.e2e.test_dashboard_flow import log_in, shot
+from evolve_app.services import demo_agent_create, evolution_run_execute, evolution_run_start
+from runtime_app.models import Receipt
+from runtime_app.services import repository_register
+from search_app.services import search_start, spec_create
+from tests.e2e.test_dashboard_flow import SCREENSHOTS, log_in, shot
 from tests.search_app.conftest import data_dir, finished  # noqa: F401 (fixtures)
-from tests.search_app.runs import spec_text
+from tests.search_app.runs import frozen, spec_text
 
 pytestmark = pytest.mark.integration
 WIDTHS = {"phone": (390, 844), "desktop": (1400, 900)}
@@ -22,12 +24,23 @@ MAX_HEIGHT = 12_000
 
 
 @pytest.fixture
-def layout_pages(personas, finished, data_dir):  # noqa: F811 (fixtures)
-    """The main pages of a project with a finished search, a saved spec and an agent."""
-    search, winner, _ = finished
+def layout_pages(personas, finished, data_dir, tmp_path):  # noqa: F811 (fixtures)
+    """Every page of a project with a finished search, a saved spec and an agent that evolved
+    three cycles (the login page is seen signed out, the others signed in as its owner). A search
+    that runs and a run that waits for a worker have cancel confirmations to show."""
+    search, winner, repo = finished
+    repository = repository_register(personas.owner, personas.alpha, str(repo), trusted=True)
     spec = spec_create(personas.owner, personas.alpha, "Make answer() bigger",
                        spec_text(population=2, rounds=[2, 1]))
     agent = demo_agent_create(personas.owner, personas.alpha)
+    run = evolution_run_start(personas.owner, agent, cycles=3, enqueue=False)
+    run = evolution_run_execute(run.pk)
+    assert run.status == "finished", run.reason
+    waiting = evolution_run_start(personas.owner, agent, cycles=2, enqueue=False)
+    running = frozen(personas, tmp_path, {"cand_001": 3}, repo_name="running", population=2, rounds=[2, 1])
+    search_start(personas.owner, running, enqueue=False)
+    receipt = Receipt.objects.filter(subject_type="candidate", subject_id=winner.pk).order_by("id").first()
+    search_url, run_url = f"/searches/{search.search_id}/", f"/agents/{agent.pk}/runs/{run.pk}/"
     return {
         "home": "/",
         "project": f"/projects/{personas.alpha.pk}/",
@@ -38,7 +51,25 @@ def layout_pages(personas, finished, data_dir):  # noqa: F811 (fixtures)
         "agent": f"/agents/{agent.pk}/",
         "spec-editor": f"/searches/specs/{spec.pk}/",
         "account": "/account/",
+        "repositories": "/repositories/",
+        "repository": f"/repositories/{repository.pk}/",
+        "receipt": f"/receipts/{receipt.pk}/",
+        "audit-log": "/audit/",
+        "evolution-run": run_url,
+        "cycle": f"{run_url}cycles/1/",
+        "compare": f"{search_url}compare/?c=cand_002&c=cand_001",
+        "decide": f"{search_url}candidates/{winner.candidate_id}/decide/?decision=approve",
+        "search-cancel": f"/searches/{running.search_id}/cancel/",
+        "evolution-run-cancel": f"/agents/{agent.pk}/runs/{waiting.pk}/cancel/",
+        "new-spec": "/searches/specs/new/",
+        "api-docs": "/api/docs",
     }
+
+
+SIGNED_OUT_PAGES = {"login": "/login/"}
+# What a page shows once drawn (the API docs draw by script after load): its screenshot waits for it.
+SHOWN = {"api-docs": "#swagger-ui .opblock", "search-cancel": "#confirm-cancel",
+         "evolution-run-cancel": "#confirm-cancel", "evolution-run": ".evo-curve svg"}
 
 
 def page_box(page) -> dict[str, int]:
@@ -47,23 +78,60 @@ def page_box(page) -> dict[str, int]:
         height: document.documentElement.scrollHeight})""")
 
 
-def test_every_main_page_fits_a_phone_and_a_desktop_without_sideways_scrolling(layout_pages, browser_page):
-    page = browser_page
-    log_in(page, "owner")
+def layout_problems(page, pages: dict[str, str]) -> list[str]:
+    """Each page at each width, screenshotted: what overflows sideways or stretches too tall."""
     problems = []
     for width_name, (width, height) in WIDTHS.items():
         page.set_viewport_size({"width": width, "height": height})
-        for name, url in layout_pages.items():
+        for name, url in pages.items():
             response = page.goto(url)
             assert response is not None and response.ok, f"{name} {url}: {response and response.status}"
             page.wait_for_load_state("load")
+            if name in SHOWN:
+                page.wait_for_selector(SHOWN[name])
             shot(page, f"layout-{width_name}-{name}")
             box = page_box(page)
             if box["scrollWidth"] > box["innerWidth"]:
                 problems.append(f"{name} at {width} px: {box['scrollWidth']} px wide")
             if box["height"] > MAX_HEIGHT:
                 problems.append(f"{name} at {width} px: {box['height']} px tall")
-    assert problems == []
+    return problems
+
+
+def test_every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling(layout_pages, browser_page):
+    page = browser_page
+    problems = layout_problems(page, SIGNED_OUT_PAGES)
+    log_in(page, "owner")
+    assert problems + layout_problems(page, layout_pages) == []
+
+
+def test_the_score_curve_s_labels_stay_readable_from_a_phone_to_a_desktop(layout_pages, browser_page):
+    page = browser_page
+    log_in(page, "owner")
+    for width in (390, 800, 1400):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(layout_pages["evolution-run"])
+        # Each label's size as drawn: its font size in the SVG's units times the SVG's scale.
+        labels = page.evaluate("""() => {
+            const svg = document.querySelector('.evo-curve svg'), frame = svg.getBoundingClientRect();
+            const scale = svg.getScreenCTM().a;
+            return [...svg.querySelectorAll('text.tick')].map(text => {
+                const box = text.getBoundingClientRect();
+                return {text: text.textContent, px: parseFloat(getComputedStyle(text).fontSize) * scale,
+                        inside: box.left >= frame.left - 1 && box.right <= frame.right + 1
+                                && box.top >= frame.top - 1 && box.bottom <= frame.bottom + 1};
+            });
+        }""")
+        assert {label["text"] for label in labels} >= {"0", "1", "2", "3", "score", "cycle"}, labels
+        small = [label for label in labels if label["px"] < 10 or not label["inside"]]
+        assert small == [], f"at {width} px: {small}"
+        # A curve wider than the phone scrolls in its own box; the page itself does not.
+        box = page_box(page)
+        assert box["scrollWidth"] <= box["innerWidth"], f"at {width} px: {box}"
+    shot(page, "layout-desktop-score-curve")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.locator(".evo-curve").scroll_into_view_if_needed()
+    page.locator(".evo-curve").screenshot(path=str(SCREENSHOTS / "layout-phone-score-curve.png"))
 
 
 def test_the_navigation_stays_inside_a_phone_screen(layout_pages, browser_page):
