@@ -301,6 +301,17 @@ def test_no_temporary_home_or_cgroup_is_left_behind(tree, mode):
         assert not [p for p in parent.iterdir() if p.name.startswith(f"run-{os.getpid()}-")]
 
 
+def test_a_command_that_leaves_nothing_running_is_never_said_to_leave_strays(tree, mode, data_dir):
+    # bubblewrap reports its command's exit before its own init has gone; in about 1 run in 5 the
+    # init used to be counted, so 30 runs show it.
+    if sandbox.pids_cgroup_parent() is None:
+        service_missing("no pids cgroup here: strays are not counted")
+    receipts = [run(["true"], cwd=tree, timeout=30, isolation=mode) for _ in range(30)]
+    assert [receipt.detail.get("stray_processes_killed", 0) for receipt in receipts] == [0] * 30
+    scratch = data_dir / "sandbox"
+    assert not scratch.exists() or not list(scratch.iterdir())  # each run's scratch went with it
+
+
 def test_git_works_in_a_worktree_whose_repository_is_made_readable(repo, v1, mode):
     from runtime_app.worktrees import worktree_create
 
