@@ -8,7 +8,8 @@ Pure functions over plain values, so every rule is tested without a database.
   `retain_diversity`, the candidates with the largest crowding distance first (the ends of
   the front and the loneliest points, so distinct trade-offs survive), then score, then the
   tie-breakers; without it, score then the tie-breakers.
-- `retain_diversity` also collapses identical patches to their best-ranked copy.
+- `retain_diversity` also collapses identical patches to their earliest-admitted copy, whatever
+  the ranks (admission already groups them; this holds if any reach selection).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Entry:
     diff_lines: int = 0
     runtime_seconds: float = 0.0
     patch_sha256: str = ""
+    admitted: tuple[int, int] = (0, 0)  # when its patch was admitted: (round, candidate number)
 
 
 @dataclass(frozen=True)
@@ -120,15 +122,17 @@ def select(
     ranked = rank(entries, direction=direction, policy=policy, ordering=ordering,
                   tie_breakers=tie_breakers, retain_diversity=retain_diversity)
     decisions: list[Decision] = []
-    first_with_patch: dict[str, str] = {}
+    # Each patch is credited to its earliest-admitted copy: a rank can be noise, an admission is not.
+    credited: dict[str, str] = {}
+    for entry in sorted(entries, key=lambda e: (e.admitted, e.candidate_id), reverse=True):
+        credited[entry.patch_sha256] = entry.candidate_id
     promoted = 0
     for position, (entry, why) in enumerate(ranked, start=1):
-        original = first_with_patch.get(entry.patch_sha256) if entry.patch_sha256 else None
-        if retain_diversity and original:
+        original = credited.get(entry.patch_sha256) if entry.patch_sha256 else None
+        if retain_diversity and original and original != entry.candidate_id:
             decisions.append(Decision(entry.candidate_id, False, position,
-                                      f"identical patch to {original}, which ranks higher", original))
+                                      f"identical patch to {original}, which was admitted first", original))
             continue
-        first_with_patch.setdefault(entry.patch_sha256, entry.candidate_id)
         score = (labels or {}).get(entry.candidate_id) or f"score {entry.score:g}"
         if promoted < keep:
             promoted += 1

@@ -344,8 +344,9 @@ def _admit(run: Any, spec: Any, steps: list, live: list) -> None:
     in a later round), in candidate order, and round 0's writers in batch order.
 
     A candidate is admitted to evaluation only once every earlier candidate's writer of the round
-    has finished, so identical patches are grouped deterministically: the group is evaluated once,
-    by its earliest member, and the others are marked at once, whatever they would have scored.
+    has finished, and a refinement that reproduces the patch of a candidate still refining waits for
+    that writer, so identical patches are grouped deterministically: the group is evaluated once, by
+    its earliest-admitted member, and the others are marked at once, whatever they would have scored.
     """
     from search_app.models import Step
 
@@ -362,6 +363,8 @@ def _admit(run: Any, spec: Any, steps: list, live: list) -> None:
                 (candidate.pk, run.round_index) in has_evaluate:
             continue
         original = _identical_earlier(candidates, candidate)
+        if original is not None and original.state == "writing":
+            continue  # its writer may still change that patch: the group waits for it
         if original is not None:
             candidate.duplicate_of = original
             _eliminate(candidate, f"identical patch to {original.candidate_id}: evaluated once and credited "
@@ -388,21 +391,24 @@ def _admit(run: Any, spec: Any, steps: list, live: list) -> None:
         _candidate_event(candidate, "admitted; its writer starts")
 
 
-# States of candidates whose patch is still in the race (or was, for grouping round 0's patches).
-_GROUPED_STATES = ("evaluating", "alive", "eliminated", "winner")
+# States of candidates whose patch is still in the race (a refining writer's until it lands).
+_GROUPED_STATES = ("evaluating", "alive", "winner", "writing")
 
 
 def _identical_earlier(candidates: list, candidate: Any) -> Any:
-    """The earliest other candidate with byte-identical patch bytes still in the race, or (in round
-    0) that was judged on them; None if the patch is its own."""
-    for other in candidates:
-        if other.number >= candidate.number:
-            return None
-        if other.patch_sha256 == candidate.patch_sha256 and other.patch_sha256 and \
-                other.state in _GROUPED_STATES and other.duplicate_of_id is None and \
-                (other.state != "eliminated" or candidate.patch_round == 0):
-            return other
-    return None
+    """The earliest-admitted other candidate with byte-identical patch bytes, whatever the round:
+    one still in the race with them, or one judged on them in this same round; None if the patch
+    is its own. Patches are admitted by round, then in candidate order, so a refinement that
+    reproduces a patch kept since an earlier round is credited to that patch's candidate."""
+    def admitted(other: Any) -> tuple[int, int]:
+        return other.patch_round, other.number
+
+    holders = [other for other in candidates
+               if other.patch_sha256 and other.patch_sha256 == candidate.patch_sha256
+               and other.duplicate_of_id is None and admitted(other) < admitted(candidate)
+               and (other.state in _GROUPED_STATES
+                    or (other.state == "eliminated" and other.patch_round == candidate.patch_round))]
+    return min(holders, key=admitted, default=None)
 
 
 def _not_admitted(run: Any, candidates: list) -> None:
@@ -428,7 +434,7 @@ def _entries(candidates: list, scores: dict[str, float] | None = None) -> list:
     scores = scores or {}
     return [Entry(c.candidate_id, score=scores.get(c.candidate_id, c.score), cost_microusd=c.cost_microusd,
                   tokens=c.tokens, diff_lines=c.diff_lines or 0, runtime_seconds=c.runtime_seconds or 0.0,
-                  patch_sha256=c.patch_sha256) for c in candidates]
+                  patch_sha256=c.patch_sha256, admitted=(c.patch_round, c.number)) for c in candidates]
 
 
 def comparison_for(search: Search, spec: Any, baseline: Any) -> str:

@@ -85,6 +85,61 @@ def test_identical_patches_are_credited_to_the_earliest_candidate_whichever_fini
     assert second.score is None
 
 
+# One patch for two candidates that scores 9 inside cand_001's trees and 7 elsewhere, so the copy
+# cand_001's refinement makes would rank above cand_002's original if it were ever scored.
+CLONE_WRITER = '''import os, pathlib, sys, time
+sys.stdin.read()
+CLONE = "def answer():\\n    import os\\n    return 9 if 'cand_001' in os.getcwd() else 7\\n"
+cid, refining = os.environ["CRUCIBLE_CANDIDATE_ID"], os.environ.get("CRUCIBLE_REFINE") == "1"
+if cid == "cand_002" and refining:
+    time.sleep(2)  # cand_001's refinement lands while this writer still runs
+    code = CLONE if {keep} else "def answer():\\n    return 8\\n"
+elif cid == "cand_002" or (cid == "cand_001" and refining):
+    code = CLONE
+else:
+    code = "def answer():\\n    return %d\\n" % (5 if cid == "cand_001" else 3)
+pathlib.Path("code/answer.py").write_text(code)
+'''
+
+
+def _clone_search(personas, tmp_path, *, keep: bool):
+    """cand_002 writes the clone in round 0; cand_001 writes 5, then refines to the clone in round 1
+    while cand_002's writer refines (keeping the clone, or changing it to 8)."""
+    repo = repo_create(tmp_path / "clone", {
+        "code/answer.py": "def answer():\n    return 2\n",
+        "tests/test_answer.py": "def test_answer():\n    assert True\n",
+        "scripts/writer.py": CLONE_WRITER.format(keep=keep),
+        "plan.json": "{}",
+    })
+    text = spec_text(population=3, rounds=[3, 2, 1], refine=True)
+    search = services.search_freeze(personas.owner, personas.alpha, text, "HEAD", repository_path=str(repo))
+    return search, run_inline(personas, search)
+
+
+def test_a_refinement_reproducing_a_kept_patch_is_credited_to_its_earlier_candidate_though_it_scores_better(
+    personas, tmp_path, data_dir
+):
+    search, run = _clone_search(personas, tmp_path, keep=True)
+    copy, original = (search.candidates.get(candidate_id=cid) for cid in ("cand_001", "cand_002"))
+    assert copy.patch_sha256 == original.patch_sha256 and (copy.patch_round, original.patch_round) == (1, 0)
+    assert run.winner.candidate_id == "cand_002"
+    assert copy.state == "eliminated" and copy.duplicate_of_id == original.pk
+    assert copy.reason.startswith("identical patch to cand_002")
+    # The copy was never evaluated again: no round 1 gate, no trial of its clone.
+    assert not Step.objects.filter(search=search, candidate=copy, kind="evaluate", round=1).exists()
+    assert not _trials(search).filter(subject_id=copy.pk, label__contains=" r1 ").exists()
+
+
+def test_a_refinement_waits_for_a_refining_writer_with_its_patch_and_stands_alone_if_that_one_changes(
+    personas, tmp_path, data_dir
+):
+    search, run = _clone_search(personas, tmp_path, keep=False)
+    copy = search.candidates.get(candidate_id="cand_001")
+    assert copy.duplicate_of_id is None and copy.patch_round == 1
+    assert run.winner.candidate_id == "cand_001", fates(search)
+    assert Step.objects.filter(search=search, candidate=copy, kind="evaluate", round=1).exists()
+
+
 DRIFT_WRITER = '''import pathlib, sys
 sys.stdin.read()
 pathlib.Path("code/answer.py").write_text(

@@ -46,14 +46,16 @@ def test_tie_breakers_apply_in_declared_order_then_the_candidate_id():
     assert [d.candidate_id for d in select(same, 2, **ORDERED)] == ["cand_001", "cand_002"]
 
 
-def test_identical_patches_collapse_to_the_best_ranked_copy_with_diversity():
-    entries = [Entry("cand_001", score=2.0, patch_sha256="a"),
-               Entry("cand_002", score=1.0, patch_sha256="a"),
-               Entry("cand_003", score=3.0, patch_sha256="b")]
+def test_identical_patches_collapse_to_the_earliest_admitted_copy_whichever_ranks_higher():
+    # cand_001 reproduced in round 1 the patch cand_002 was admitted with in round 0, and scored better.
+    entries = [Entry("cand_001", score=1.0, patch_sha256="a", admitted=(1, 1)),
+               Entry("cand_002", score=2.0, patch_sha256="a", admitted=(0, 2)),
+               Entry("cand_003", score=3.0, patch_sha256="b", admitted=(0, 3))]
     decisions = select(entries, 2, **{**ORDERED, "ordering": ["score"]})
     assert ids(decisions) == ["cand_002", "cand_003"]
     dropped = next(d for d in decisions if d.candidate_id == "cand_001")
-    assert dropped.duplicate_of == "cand_002" and "identical patch to cand_002" in dropped.reason
+    assert dropped.duplicate_of == "cand_002"
+    assert dropped.reason == "identical patch to cand_002, which was admitted first"
 
 
 def test_without_diversity_identical_patches_both_go_on():
