@@ -465,19 +465,35 @@ def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
         preset = preset_get(spec.worker.provider)
         budgeted = search.run.budget_cost_microusd or search.run.budget_tokens
         llm = preset.kind in LLM_KINDS
-        if llm and (step.reserved_cost_microusd or not budgeted):
-            return _llm_review(step, spec, worktree, cancel, admit)
-        protected = [*spec.hard_gates.protected_paths, "tests"]
-        reviewer = _run(
-            step, [sys.executable, str(REVIEWER_SCRIPT), "--protected", ",".join(protected)],
-            f"{candidate.candidate_id} review", cwd=worktree, timeout=REVIEW_TIMEOUT_SECONDS,
-            cancel=cancel, stdin=bytes(candidate.patch), writable=False, readable=[REVIEWER_SCRIPT],
-            kind="review",
-        )
+        if not (llm and (step.reserved_cost_microusd or not budgeted)):
+            return _static_review(step, spec, worktree, cancel, [admit.pk])
+        result = _llm_review(step, spec, worktree, cancel, admit)
+        if result.get("verdict") is not None or result.get("cancelled"):
+            return result
+        # No verdict (an outage, or a patch whose text talked the model out of one): the static
+        # reviewer, which no text can talk round, reads it instead; the model's calls stay counted.
+        static = _static_review(step, spec, worktree, cancel, result["receipts"])
+        note = {"severity": "low", "message": f"{result['reviewer']} gave no JSON verdict; the static "
+                                              "reviewer read the patch instead"}
+        return {**static, "findings": [note, *static.get("findings", [])], "usage": result["usage"]}
     finally:
         worktree_remove(search.repository_path, worktree)
+
+
+def _static_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
+                   receipts: list[int]) -> dict[str, Any]:
+    """Crucible's static reviewer (search_app/reviewer.py) reads the patch in the sandbox."""
+    candidate = step.candidate
+    protected = [*spec.hard_gates.protected_paths, "tests"]
+    reviewer = _run(
+        step, [sys.executable, str(REVIEWER_SCRIPT), "--protected", ",".join(protected)],
+        f"{candidate.candidate_id} review", cwd=worktree, timeout=REVIEW_TIMEOUT_SECONDS,
+        cancel=cancel, stdin=bytes(candidate.patch), writable=False, readable=[REVIEWER_SCRIPT],
+        kind="review",
+    )
+    receipts = [*receipts, reviewer.pk]
     if reviewer.detail.get("cancelled"):
-        return {"cancelled": True, "receipts": [admit.pk, reviewer.pk]}
+        return {"cancelled": True, "receipts": receipts}
     verdict, findings = "reject", [{"severity": "high", "message": f"the reviewer {reviewer.outcome}"}]
     if reviewer.succeeded:
         data, _ = last_json_line(reviewer.stdout_excerpt)
@@ -486,7 +502,7 @@ def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
         elif data.get("verdict") in ("approve", "reject") and isinstance(data.get("findings"), list):
             verdict, findings = data["verdict"], data["findings"][:100]
     return {"verdict": verdict, "findings": findings, "reviewer": "crucible static reviewer",
-            "receipts": [admit.pk, reviewer.pk], "review_receipt": reviewer.pk}
+            "receipts": receipts, "review_receipt": reviewer.pk}
 
 
 def _verdict_from(text: str) -> tuple[str, list] | None:
@@ -568,8 +584,7 @@ def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.
             break
         chat.results([(use.id, *tool_dispatch(use.name, use.input, worktree=worktree, shell=shell,
                                               read_only=True)) for use in uses])
-    found, findings = verdict or ("reject", [{"severity": "high",
-                                               "message": "the reviewer gave no JSON verdict"}])
+    found, findings = verdict or (None, [])  # None: no verdict; `review` asks the static reviewer
     return {"verdict": found, "findings": findings,
             "reviewer": f"{preset.name} {chat.model} (read-only tools)",
             "receipts": receipts, "review_receipt": last.pk if last else None, "usage": usage}

@@ -82,8 +82,9 @@ class Search(models.Model):
     hashed_inputs = models.JSONField()
     candidate_batches = models.JSONField()
     contract = models.PositiveSmallIntegerField(
-        default=2,
-        help_text="how it is measured: 1 = absolute medians (frozen before paired blocks), 2 = paired")
+        default=3,
+        help_text="how it runs: 1 = absolute medians (frozen before paired blocks), 2 = paired, "
+                  "3 = paired, and a reviewer's reject blocks a winner unless the spec says advisory")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )

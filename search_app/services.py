@@ -330,7 +330,7 @@ def search_advance(search_pk: int) -> list[int]:
         if run.phase == "replay" and not busy():
             _replay_next(run, spec)
         if run.phase == "review" and not busy():
-            _outcome_winner(run)
+            _outcome_winner(run, spec)
         run.save()
         # Never more than `concurrency` steps running, however many are pending (a round's
         # promotions are all created at once).
@@ -645,7 +645,9 @@ def _replay_next(run: Any, spec: Any) -> None:
     from search_app.models import Step
 
     search = run.search
-    passed = search.steps.filter(kind="replay", state="done", result__passed=True).select_related("candidate")
+    # A replayed candidate already reviewed was rejected by a blocking review: the next one is due.
+    passed = search.steps.filter(kind="replay", state="done", result__passed=True).exclude(
+        candidate__reviews__isnull=False).select_related("candidate")
     if passed.exists():
         candidate = passed.first().candidate
         run.phase = "review"
@@ -660,7 +662,8 @@ def _replay_next(run: Any, spec: Any) -> None:
         return
     remaining = [cid for cid in _replay_order(run) if cid not in run.replayed]
     if not remaining or len(run.replayed) >= MAX_REPLAYS:
-        _outcome_none(run, f"no candidate passed replay ({', '.join(run.replayed) or 'none replayed'})")
+        stage = "replay and review" if search.reviews.filter(verdict="reject").exists() else "replay"
+        _outcome_none(run, f"no candidate passed {stage} ({', '.join(run.replayed) or 'none replayed'})")
         return
     candidate = search.candidates.get(candidate_id=remaining[0])
     baseline = search.candidates.get(number=0)
@@ -675,7 +678,13 @@ def _replay_next(run: Any, spec: Any) -> None:
                                 "baseline")
 
 
-def _outcome_winner(run: Any) -> None:
+def review_blocks(search: Any, spec: Any) -> bool:
+    """Whether a reviewer's reject eliminates a provisional winner: `selection.review` says so,
+    and the search was frozen after reviews could block (contract 3); older ones run as frozen."""
+    return search.contract >= 3 and spec.selection.review == "blocking"
+
+
+def _outcome_winner(run: Any, spec: Any) -> None:
     from django.utils import timezone
 
     review = run.search.reviews.order_by("-id").select_related("candidate").first()
@@ -683,6 +692,17 @@ def _outcome_winner(run: Any) -> None:
         _outcome_none(run, "the review step did not finish")
         return
     candidate = review.candidate
+    if review.verdict == "reject" and review_blocks(run.search, spec):
+        # The gates ran the candidate's code, which can force their exit code (os._exit(0) at import);
+        # the reviewer read its patch from outside: its reject stands. The next candidate is replayed.
+        serious = [f for f in review.findings if isinstance(f, dict) and f.get("severity") == "high"]
+        first = (serious or review.findings or [{}])[0]
+        where = f" at {first['path']}:{first['line']}" if first.get("path") and first.get("line") else ""
+        _eliminate(candidate, f"the reviewer rejects it: {first.get('message', 'no reason given')}{where} "
+                              f"({len(review.findings)} finding(s); selection.review is blocking)")
+        run.phase = "replay"
+        _replay_next(run, spec)
+        return
     candidate.state = "winner"
     candidate.reason = _winner_reason(candidate, review.verdict)
     candidate.save(update_fields=["state", "reason", "updated_at"])

@@ -360,6 +360,12 @@ class SelectionSpec(_Section):
         description="for `ordered`: keys in priority order, each once (cost-first by default)",
     )
     retain_diversity: bool = Field(True, description="identical patches collapse to one")
+    review: Literal["blocking", "advisory"] = Field(
+        "blocking",
+        description="`blocking`: a provisional winner the reviewer rejects is eliminated and the next "
+                    "candidate is replayed (code inside a gate can force its exit code; the reviewer reads "
+                    "the patch from outside); `advisory`: the verdict is only shown beside Approve",
+    )
 
 
 class SearchSpec(_Section):
@@ -809,6 +815,7 @@ ADDED_KEYS_DEFAULTS = {
     ("worker", "max_patch_bytes"): DEFAULT_MAX_PATCH_BYTES,
     ("worker", "max_patch_files"): DEFAULT_MAX_PATCH_FILES,
     ("worker", "read_paths"): [], ("hard_gates", "read_paths"): [], ("score", "read_paths"): [],
+    ("selection", "review"): "blocking",
 }
 
 

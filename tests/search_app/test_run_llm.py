@@ -129,6 +129,10 @@ def test_openai_compatible_writers_run_the_same_loop_against_a_local_server(pers
         services.search_start(personas.owner, search, enqueue=False)
         run = services.search_run_inline(search)
     assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
+    # This fake server never gives a verdict: the static reviewer, which no text can talk round, read it.
+    review = run.winner.reviews.get()
+    assert review.reviewer == "crucible static reviewer" and review.verdict == "approve"
+    assert "gave no JSON verdict" in review.findings[0]["message"]
     calls = Receipt.objects.filter(kind="llm_call")
     assert {c.resolved_model for c in calls} == {"fake-sonnet-2026-12-01"}
     assert all(c.request_id.startswith("req_oai_") for c in calls)
