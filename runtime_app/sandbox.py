@@ -5,18 +5,19 @@ Layers, outermost first (docs/sandbox.md explains each and what it does not stop
 1. A new session and process group, killed as a group on timeout and when the command ends,
    so background processes die with it; the command's own exit is reaped with its rusage.
 2. Per-run cgroups where the host lets us make them (pids, cpu accounting, memory): `pids.max`
-   binds root too, every member is killed at the end, and CPU time and peak memory are read from
-   them — the command's whole tree, whatever isolation runs it.
+   binds root too, every member is killed at the end, the memory of the command's whole tree is
+   capped, and CPU time and peak memory are read from them, whatever isolation runs it.
 3. bubblewrap when `CRUCIBLE_SANDBOX` allows and it can start, as an **allow-list**: the command
    sees its tree, the toolchain (/usr, /etc, /bin, /lib*, Crucible's Python, the admin's
-   `CRUCIBLE_SANDBOX_TOOLCHAIN`), the paths the caller declares readable and a private /tmp —
+   `CRUCIBLE_SANDBOX_TOOLCHAIN`), the paths the caller declares readable, a private /tmp and
+   /dev/shm of fixed sizes (bubblewrap's own root and /dev are read-only) —
    nothing else of the host (no data dir, no home, no other repositories, no /run and so no host
    Unix sockets). No network, `--cap-drop ALL`, its own pid namespace and session. When the server
    runs as root, bubblewrap itself runs as an unprivileged uid (`CRUCIBLE_SANDBOX_UID`), so
    root-only host files stay unreadable even where they are mounted.
 4. A fresh tree per command when asked (`fresh=True`): the command runs on a throwaway overlay
-   (or copy) of a pristine tree, so its writes never reach the next command; `read_only` paths
-   inside the tree are bound read-only on top.
+   (or copy) of a pristine tree, its writes held in a sized tmpfs, so they never reach the next
+   command; `read_only` paths inside the tree are bound read-only on top.
 5. rlimits through `prlimit` inside all of that: CPU seconds, address space, open files,
    file size and processes.
 
@@ -89,14 +90,20 @@ class SandboxError(Exception):
 
 @dataclass(frozen=True)
 class Limits:
-    """Ceilings for one command; `processes` counts every process of the run."""
+    """Ceilings for one command; `processes` counts every process of the run. What it may write
+    outside its tree lives in memory, so each such place is a sized tmpfs, and `memory_bytes`
+    caps the memory of its whole tree (its tmpfs pages included) where a memory cgroup can."""
 
     cpu_seconds: int = 600
-    address_space_bytes: int = 8 << 30
+    address_space_bytes: int = 8 << 30  # per process
     open_files: int = 1024
-    file_size_bytes: int = 1 << 30
+    file_size_bytes: int = 1 << 30  # any one file it writes, anywhere
     processes: int = 256
     output_bytes: int = 32 << 10  # kept per stream: half from the head, half from the tail
+    tmp_bytes: int = 512 << 20  # its private /tmp (and HOME) under bubblewrap
+    shm_bytes: int = 64 << 20  # its private /dev/shm under bubblewrap
+    tree_write_bytes: int = 1 << 30  # all it writes into a fresh tree's overlay
+    memory_bytes: int = 8 << 30  # its whole process tree, where a memory cgroup can hold it
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -307,10 +314,12 @@ class _RunCgroups:
     are joined by the command itself, just before it starts (`_JOIN_LATE`), so their counters are
     the command's whole tree and nothing of the sandbox that set it up."""
 
-    def __init__(self, parents: dict[str, Path], limit: int, identity: tuple[int, int] | None) -> None:
+    def __init__(self, parents: dict[str, Path], limit: int, identity: tuple[int, int] | None,
+                 memory: int | None = None) -> None:
         name = f"run-{os.getpid()}-{uuid.uuid4().hex[:10]}"
         self.paths: dict[str, Path] = {}  # controller (or v2 leaf) -> cgroup directory
         self.made: list[Path] = []
+        self.memory_limited = False
         try:
             if "v2" in parents:
                 # Two leaves under one run cgroup: processes may not sit beside v2 child cgroups.
@@ -327,9 +336,29 @@ class _RunCgroups:
             for path in self.late:  # the sandbox's user moves itself in
                 if identity is not None:
                     os.chown(path, *identity)
+            if memory is not None:
+                self.memory_limited = self._limit_memory(memory)
         except OSError:
             self.remove()
             raise
+
+    def _limit_memory(self, limit: int) -> bool:
+        """Cap the command's memory cgroup (it holds what it writes to its tmpfs too)."""
+        leaf, name = ((self.paths["command"], "memory.max") if "command" in self.paths
+                      else (self.paths.get("memory"), "memory.limit_in_bytes"))
+        if leaf is None or not (leaf / name).exists():
+            return False
+        (leaf / name).write_text(str(limit))
+        return True
+
+    def oom_kills(self) -> int:
+        """How many of the command's processes the kernel killed at its memory limit."""
+        leaf = self.paths.get("command") or self.paths.get("memory")
+        if leaf is None:
+            return 0
+        text = _read(leaf / ("memory.events" if "command" in self.paths else "memory.oom_control"))
+        return next((int(line.split()[1]) for line in text.splitlines()
+                     if line.startswith("oom_kill ") and line.split()[1].isdigit()), 0)
 
     def _make(self, path: Path) -> Path:
         path.mkdir()
@@ -575,13 +604,15 @@ def sandbox_which(
 # bubblewrap needs sources its unprivileged uid cannot reach (a 0700 data dir, a home), builds the
 # stage it binds them from, as root in the private mount namespace `unshare` made, and runs the rest.
 # A `mount -a` per fstab mounts the stage in one process: a tmpfs over an unused system directory,
-# a slot per such source, a fresh tree's overlay (one exec each cost 3-5 ms on a loaded host).
+# a slot per such source, and for a fresh tree a sized tmpfs (that bounds what the command can write
+# into it) holding the upper folder of its overlay (one exec each cost 3-5 ms on a loaded host).
 _START = r"""fail() { echo "crucible sandbox: $*" >&2; exit 125; }
 while [ "$1" != -- ]; do echo $$ > "$1" || fail "cannot join $1"; shift; done; shift
 while [ "$1" != -- ]; do
   case $1 in
     need) [ -e "$2" ] || fail "cannot stage $2"; shift 2;;
     file) : > "$2" || fail "cannot stage $2"; shift 2;;
+    dirs) install -d -m "$2" -o "$3" -g "$4" -- "$5" "$6" || fail "no room for a fresh tree"; shift 6;;
     mount) mount -a -T "$2" || fail "the stage could not be mounted"; shift 2;;
     *) fail "unknown step $1";;
   esac
@@ -611,7 +642,7 @@ class _Stage:
     def __init__(self, identity: tuple[int, int] | None) -> None:
         self.identity = identity
         self.binds: list[tuple[Path, str, bool]] = []  # source, slot, whether it is a file
-        self.overlays: list[tuple[str, Path, Path, str]] = []  # lower's slot, upper, work, slot
+        self.overlays: list[tuple[str, int, int, str]] = []  # lower's slot, root's mode, size, slot
         self.slots = 0
         self.sources: list[Path] = []
         self.base = ""
@@ -622,11 +653,13 @@ class _Stage:
             return path
         return self._bind(path)
 
-    def overlay(self, lower: Path, upper: Path, work: Path) -> Path:
+    def overlay(self, lower: Path, size: int) -> Path:
+        """A throwaway overlay of `lower` whose writes (at most `size` bytes) go to a tmpfs that
+        is gone with the run; only as root, the sandbox user (`identity`) owning its root."""
         self.sources.append(lower)
         low = self._bind(lower)  # the overlay's options then name a slot, never the tree's own path
         slot = self._slot()
-        self.overlays.append((low.name, upper, work, slot))
+        self.overlays.append((low.name, os.lstat(lower).st_mode & 0o7777, size, slot))
         return Path("@stage") / slot
 
     def _bind(self, path: Path) -> Path:
@@ -650,16 +683,22 @@ class _Stage:
         first = [f"crucible-stage {base} tmpfs mode=0755,size=64k 0 0"]
         first += [f"{_fstab_escape(source)} {base}/{slot} none bind,X-mount.mkdir 0 0"
                   for source, slot, is_file in self.binds if not is_file]
-        first += [f"crucible {base}/{slot} overlay lowerdir={base}/{low},upperdir={upper},workdir={work},"
-                  "X-mount.mkdir 0 0" for low, upper, work, slot in self.overlays]
+        first += [f"crucible-writes {base}/{slot}w tmpfs mode=0700,size={size},X-mount.mkdir 0 0"
+                  for _, _, size, slot in self.overlays]
         steps = [word for source, _, _ in self.binds for word in ("need", str(source))]
         steps += ["mount", self._fstab(scratch.file(".fstab"), first)]
+        uid, gid = self.identity or (0, 0)
+        for _, mode, _, slot in self.overlays:  # the merged root shows the upper folder's owner and mode
+            steps += ["dirs", f"{mode:o}", str(uid), str(gid), f"{base}/{slot}w/upper",
+                      f"{base}/{slot}w/work"]
+        then = [f"crucible {base}/{slot} overlay lowerdir={base}/{low},upperdir={base}/{slot}w/upper,"
+                f"workdir={base}/{slot}w/work,X-mount.mkdir 0 0" for low, _, _, slot in self.overlays]
         files = [(source, slot) for source, slot, is_file in self.binds if is_file]
-        if files:  # a file's slot is a file, made in the stage's tmpfs once it is mounted
-            steps += [word for _, slot in files for word in ("file", f"{base}/{slot}")]
-            steps += ["mount", self._fstab(scratch.file(".fstab"),
-                                           [f"{_fstab_escape(source)} {base}/{slot} none bind 0 0"
-                                            for source, slot in files])]
+        # A file's slot is a file, made in the stage's tmpfs once it is mounted.
+        steps += [word for _, slot in files for word in ("file", f"{base}/{slot}")]
+        then += [f"{_fstab_escape(source)} {base}/{slot} none bind 0 0" for source, slot in files]
+        if then:
+            steps += ["mount", self._fstab(scratch.file(".fstab"), then)]
         return _start_argv(joins, steps, self.resolve(rest))
 
     @staticmethod
@@ -686,11 +725,12 @@ def _reachable(path: Path, uid: int, gid: int) -> bool:
 
 
 def _view_argv(tree: Path, source: Path, writable: bool, readable: Sequence[Path], read_only: Sequence[str],
-               metrics_dir: Path | None, stage: _Stage) -> tuple[list[str], list[dict[str, str]]]:
+               metrics_path: Path | None, stage: _Stage, limits: Limits
+               ) -> tuple[list[str], list[dict[str, str | int]]]:
     """bubblewrap's mount arguments for an allow-list view, and the mounts as a receipt lists them.
     `source` is where the tree's content comes from (the tree, a fresh copy, or a stage slot)."""
     argv: list[str] = []
-    mounts: list[dict[str, str]] = []
+    mounts: list[dict[str, str | int]] = []
 
     def bind(src: Path, dst: Path, mode: str, shown: Path | None = None) -> None:
         argv.extend(["--bind" if mode == "rw" else "--ro-bind", str(src), str(dst)])
@@ -702,10 +742,14 @@ def _view_argv(tree: Path, source: Path, writable: bool, readable: Sequence[Path
             mounts.append({"source": os.readlink(path), "target": str(path), "mode": "symlink"})
         else:
             bind(stage.source(path), path, "ro", path)
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", SANDBOX_HOME]  # noqa: S108
+    # Each place it may write outside its tree is a tmpfs of a fixed size: memory it cannot overrun.
+    shm, tmp = "/dev/shm", "/tmp"  # noqa: S108  (the sandbox's own, private)
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.shm_bytes), "--tmpfs", shm,
+             "--size", str(limits.tmp_bytes), "--tmpfs", tmp, "--dir", SANDBOX_HOME]
     mounts += [{"source": "proc", "target": "/proc", "mode": "proc"},
-               {"source": "devtmpfs (minimal)", "target": "/dev", "mode": "dev"},
-               {"source": "tmpfs", "target": "/tmp", "mode": "tmpfs"}]  # noqa: S108
+               {"source": "devtmpfs (minimal)", "target": "/dev", "mode": "dev, read-only"},
+               {"source": "tmpfs", "target": shm, "mode": "tmpfs", "size_bytes": limits.shm_bytes},
+               {"source": "tmpfs", "target": tmp, "mode": "tmpfs", "size_bytes": limits.tmp_bytes}]
     # Readable paths inside the tree go after it, or its bind would cover them.
     before = [path for path in readable if not _inside(path, tree)]
     after = [path for path in readable if _inside(path, tree)]
@@ -716,8 +760,10 @@ def _view_argv(tree: Path, source: Path, writable: bool, readable: Sequence[Path
         bind(stage.source(path), path, "ro", path)
     for relative in read_only:
         bind(source / relative, tree / relative, "ro", tree / relative)
-    if metrics_dir is not None:
-        bind(stage.source(metrics_dir), Path(METRICS_DIR_INSIDE), "rw", metrics_dir)
+    if metrics_path is not None:  # one file, written in place: no folder to fill
+        bind(stage.source(metrics_path), Path(METRICS_DIR_INSIDE) / METRICS_NAME, "rw", metrics_path)
+    # bubblewrap's own root and /dev are tmpfs too, unsized: nothing may be written there.
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
     return argv, mounts
 
 
@@ -735,7 +781,7 @@ def _probe(identity: tuple[int, int] | None) -> tuple[bool, str]:
         tree.mkdir()
         tree_hand_over(tree, identity)
         stage = _Stage(identity)
-        view, _ = _view_argv(tree, stage.source(tree), False, [], [], None, stage)
+        view, _ = _view_argv(tree, stage.source(tree), False, [], [], None, stage, Limits())
         argv = stage.argv(_Scratch(base), [],
                           [*_identity_argv(identity), bwrap, *view, *_FLAGS, "--", "/bin/true"])
         done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
@@ -785,10 +831,9 @@ def overlay_available() -> bool:
         return False
     base = Path(tempfile.mkdtemp(prefix="crucible-overlay-probe-"))
     try:
-        for name in ("lower", "upper", "work"):
-            (base / name).mkdir()
+        (base / "lower").mkdir()
         stage = _Stage((0, 0))
-        stage.overlay(base / "lower", base / "upper", base / "work")
+        stage.overlay(base / "lower", 1 << 20)
         done = subprocess.run(stage.argv(_Scratch(base), [], ["true"]), capture_output=True, timeout=30,
                               check=False)
         return done.returncode == 0
@@ -796,9 +841,6 @@ def overlay_available() -> bool:
         return False
     finally:
         shutil.rmtree(base, ignore_errors=True)
-
-
-_OVERLAY_UNSAFE = re.compile(r"[,:\\\s]")
 
 
 def tree_hand_over(tree: Path, identity: tuple[int, int] | None) -> None:
@@ -832,8 +874,9 @@ class _Plan:
     env_names: list[str]
     refused: list[str]
     scratch: _Scratch
-    metrics_dir: Path | None
+    metrics_path: Path | None
     view: dict
+    enforced: dict[str, str]  # how each limit on writes is held, for the receipt
 
 
 def _copy_tree(tree: Path, copy: Path) -> None:
@@ -911,10 +954,7 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
              env: Mapping[str, str] | None, limits: Limits, readable: list[Path], read_only: list[str],
              writable: bool, fresh: bool, metrics: bool, accounting: bool, joins: Sequence[str],
              join_late: Sequence[str]) -> _Plan:
-    metrics_dir = None
-    if metrics:
-        metrics_dir = scratch.dir() / "metrics"
-        metrics_dir.mkdir()
+    metrics_path = scratch.file(".json") if metrics else None
     if chosen != BUBBLEWRAP:
         home = scratch.dir() / "home"
         home.mkdir()
@@ -923,45 +963,47 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
             run_tree = scratch.dir() / "tree"
             _copy_tree(tree, run_tree)
         declared = dict(env or {})
-        if metrics_dir is not None:
-            declared["CRUCIBLE_METRICS_FILE"] = str(metrics_dir / METRICS_NAME)
+        if metrics_path is not None:
+            declared["CRUCIBLE_METRICS_FILE"] = str(metrics_path)
         env_full, refused = env_build(declared, home=str(home))
         run_cwd = run_tree / cwd.relative_to(tree)
         return _Plan(_start_argv(joins, [], [prlimit, *limits.prlimit_args(), "--", *join_late, *argv]),
                      env_full, str(run_cwd),
-                     sorted(env_full), refused, scratch, metrics_dir,
+                     sorted(env_full), refused, scratch, metrics_path,
                      {"uid": os.geteuid(), "gid": os.getegid(), "network": "host (no isolation)",
                       "mounts": "the host's file system (no isolation)",
                       "tree": "a fresh copy" if fresh else
                       ("the tree" if writable else "read-only (not enforced)"),
-                      **({"read_only_paths": "not enforced"} if read_only else {})})
+                      **({"read_only_paths": "not enforced"} if read_only else {})},
+                     {"tmp_enforced_by": "none (rlimits only: the host's /tmp and /dev/shm)",
+                      "tree_writes_enforced_by": "none (rlimits only; each file at most file_size_bytes)"})
     identity = sandbox_identity()
     if fresh or writable:  # a read-only tree is only read: it must be readable by others (0644)
         tree_hand_over(tree, identity)
     declared = dict(env or {})
-    if metrics_dir is not None:
-        tree_hand_over(metrics_dir, identity)
+    if metrics_path is not None:
+        if identity is not None:
+            os.chown(metrics_path, *identity)
         declared["CRUCIBLE_METRICS_FILE"] = f"{METRICS_DIR_INSIDE}/{METRICS_NAME}"
     env_full, refused = env_build(declared, home=SANDBOX_HOME,
                                   path=sandbox_path(tree, readable, chosen_mode(chosen)))
     stage = _Stage(identity)
     how = "read-write" if writable else "read-only"
-    if fresh and overlay_available() and not _OVERLAY_UNSAFE.search(str(scratch.dir())):  # the tree is a slot
-        upper, work = scratch.dir() / "upper", scratch.dir() / "work"
-        upper.mkdir()
-        work.mkdir()
-        os.chmod(upper, os.lstat(tree).st_mode & 0o7777)  # the merged root shows the upper dir's mode
-        tree_hand_over(upper, identity)
-        source = stage.overlay(tree, upper, work)
+    writes = "none (the tree itself, on disk; each file at most file_size_bytes)" if writable else "read-only"
+    if fresh and overlay_available():
+        source = stage.overlay(tree, limits.tree_write_bytes)
         how = "a fresh overlay of the pristine tree (its writes are discarded)"
+        writes = "tmpfs size (the fresh overlay's writes)"
     elif fresh:
         copy = scratch.dir() / "tree"
         _copy_tree(tree, copy)
         source = stage.source(copy)
         how = "a fresh copy of the pristine tree (its writes are discarded)"
+        writes = "none (a fresh copy on disk; each file at most file_size_bytes)"
     else:
         source = stage.source(tree)
-    view, mounts = _view_argv(tree, source, writable or fresh, readable, read_only, metrics_dir, stage)
+    view, mounts = _view_argv(tree, source, writable or fresh, readable, read_only, metrics_path, stage,
+                              limits)
     bwrap = [shutil.which("bwrap") or "bwrap", *view, *_FLAGS]
     if not accounting:
         bwrap.append("--as-pid-1")  # no cgroup to count the tree: rusage must reach the command itself
@@ -971,10 +1013,12 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
     full = stage.argv(scratch, joins, [*_identity_argv(identity), *bwrap, prlimit, *limits.prlimit_args(),
                                        "--", *join_late, *argv])
     uid, gid = identity or (os.geteuid(), os.getegid())
-    return _Plan(full, {}, "/", sorted(env_full), refused, scratch, metrics_dir,
+    return _Plan(full, {}, "/", sorted(env_full), refused, scratch, metrics_path,
                  {"uid": uid, "gid": gid, "network": "none (own network namespace; no host sockets)",
                   "tree": how, "mounts": mounts,
-                  **({"read_only_paths": list(read_only)} if read_only else {})})
+                  **({"read_only_paths": list(read_only)} if read_only else {})},
+                 {"tmp_enforced_by": "tmpfs size (/tmp and /dev/shm; / and /dev read-only)",
+                  "tree_writes_enforced_by": writes})
 
 
 def chosen_mode(chosen: str) -> str:
@@ -1043,7 +1087,7 @@ def run(
         if parents:
             try:
                 owner = sandbox_identity() if chosen == BUBBLEWRAP else None
-                cgroups = _RunCgroups(parents, limits.processes, owner)
+                cgroups = _RunCgroups(parents, limits.processes, owner, limits.memory_bytes)
             except OSError:
                 cgroups = None
         accounting = cgroups is not None and cgroups.accounts
@@ -1069,7 +1113,7 @@ def run(
         )
         captures: dict[int, _Capture] = {}
         timed_out = cancelled = False
-        stray = 0
+        stray = oom_kills = 0
         peak = figures = None
         status = 0
         rusage = None
@@ -1098,7 +1142,8 @@ def run(
             if cgroups:
                 peak = cgroups.peak()
                 figures = cgroups.accounting() if accounting else None
-            metrics_copied = _metrics_collect(plan.metrics_dir, metrics_file)
+                oom_kills = cgroups.oom_kills() if cgroups.memory_limited else 0
+            metrics_copied = _metrics_collect(plan.metrics_path, metrics_file)
         finally:
             if cgroups:
                 cgroups.remove()
@@ -1134,7 +1179,9 @@ def run(
         signal=signal_number,
         timed_out=timed_out,
         isolation=chosen,
-        limits={**asdict(limits), "timeout_seconds": timeout, "processes_enforced_by": processes_enforced_by},
+        limits={**asdict(limits), "timeout_seconds": timeout, "processes_enforced_by": processes_enforced_by,
+                "memory_enforced_by": "memory-cgroup" if cgroups and cgroups.memory_limited else
+                "none (no memory cgroup; each process at most address_space_bytes)", **plan.enforced},
         rusage={**{name: value if value is None or name == "max_rss_kib" else round(value, 6)
                    for name, value in figures.items()}, "measured_by": measured_by},
         stdout_excerpt=out.excerpt(secrets),
@@ -1148,6 +1195,7 @@ def run(
             **({} if writable else {"read_only": "bubblewrap" if chosen == BUBBLEWRAP else "not enforced"}),
             **({"stray_processes_killed": stray} if stray else {}),
             **({"peak_processes": peak} if peak is not None else {}),
+            **({"oom_killed": oom_kills} if oom_kills else {}),  # processes killed at memory_bytes
             "sandbox": plan.view,
             "lane": {"mode": lane, "waited_seconds": round(lane_wait, 6)},
             **({} if metrics_file is None else
@@ -1209,17 +1257,24 @@ def _wait(process: subprocess.Popen, captures: dict[int, _Capture], stdin: bytes
     return timed_out, cancelled, status, rusage, stray, ended
 
 
-def _metrics_collect(metrics_dir: Path | None, metrics_file: str | Path | None) -> bool:
-    """Copy what the command wrote to $CRUCIBLE_METRICS_FILE to where the caller wants it."""
-    if metrics_dir is None or metrics_file is None:
+def _metrics_collect(metrics_path: Path | None, metrics_file: str | Path | None) -> bool:
+    """Copy what the command wrote to $CRUCIBLE_METRICS_FILE to where the caller wants it; a file
+    it left empty was not written."""
+    if metrics_path is None or metrics_file is None:
         return False
-    written = metrics_dir / METRICS_NAME
     target = Path(metrics_file)
     target.unlink(missing_ok=True)
-    if written.is_symlink() or not written.is_file():
+    try:  # without bubblewrap the command could have put a link or a pipe in its place
+        handle = os.open(metrics_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return False
-    with open(written, "rb") as source, open(target, "wb") as copy:
-        copy.write(source.read((1 << 20) + 1))  # the reader refuses anything over 1 MiB
+    with os.fdopen(handle, "rb") as source:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            return False
+        data = source.read((1 << 20) + 1)  # the reader refuses anything over 1 MiB
+    if not data:
+        return False
+    target.write_bytes(data)
     return True
 
 

@@ -115,6 +115,79 @@ def test_a_memory_balloon_hits_the_address_space_limit(worktree, mode):
     assert receipt.exit_code == 1 and "MemoryError" in receipt.stderr_excerpt
 
 
+def _host_mounts() -> str:
+    return Path("/proc/self/mountinfo").read_text()
+
+
+def test_a_gigabyte_written_to_the_private_tmp_stops_at_its_size_and_the_host_keeps_nothing(worktree, mode):
+    _bubblewrap_only(mode)
+    mounts = _host_mounts()
+    receipt = run("head -c 1073741824 /dev/zero > /tmp/fill; echo wrote $?; ls -l /tmp/fill",
+                  cwd=worktree, timeout=120, isolation=mode)
+    assert receipt.stdout_excerpt.startswith("wrote 1")
+    assert "No space left on device" in receipt.stderr_excerpt
+    written = int(receipt.stdout_excerpt.split()[6])
+    assert written == Limits().tmp_bytes == 512 << 20 and receipt.limits["tmp_bytes"] == written
+    assert receipt.limits["tmp_enforced_by"].startswith("tmpfs size")
+    assert {"target": "/tmp", "size_bytes": written}.items() <= next(
+        mount for mount in receipt.detail["sandbox"]["mounts"] if mount["target"] == "/tmp").items()
+    if receipt.rusage["measured_by"] == "cgroup":  # its tmpfs pages are charged to it: at most the cap
+        assert receipt.rusage["max_rss_kib"] < (written >> 10) + (128 << 10)
+    assert not Path("/tmp/fill").exists() and _host_mounts() == mounts  # its tmpfs went with it
+
+
+def test_shared_memory_the_root_and_dev_cannot_hold_more_than_their_caps(worktree, mode):
+    _bubblewrap_only(mode)
+    script = ("head -c 134217728 /dev/zero > /dev/shm/fill; echo shm $(stat -c %s /dev/shm/fill); "
+              "for place in /fill /dev/fill /var /usr/fill /home; do mkdir $place 2>&1 || :; done")
+    receipt = run(script, cwd=worktree, timeout=60, isolation=mode)
+    assert receipt.stdout_excerpt.count("Read-only file system") == 5
+    assert "No space left on device" in receipt.stderr_excerpt
+    assert receipt.stdout_excerpt.startswith(f"shm {Limits().shm_bytes}\n")
+
+
+def test_a_fresh_tree_takes_no_more_writes_than_its_cap_and_stays_pristine(worktree, mode):
+    _bubblewrap_only(mode)
+    if not sandbox.overlay_available():
+        service_missing("no overlay here: a fresh tree is a copy on disk, bounded per file only")
+    script = ("head -c 104857600 /dev/zero > one; echo one $?; "
+              "head -c 104857600 /dev/zero > two; echo two $?; "
+              "mkdir -p deep; for i in $(seq 200); do head -c 1048576 /dev/zero > deep/$i || break; done; "
+              "cat one two deep/* | wc -c")
+    receipt = run(script, cwd=worktree, timeout=120, isolation=mode, fresh=True,
+                  limits=Limits(tree_write_bytes=128 << 20))
+    lines = receipt.stdout_excerpt.split()
+    assert lines[:2] == ["one", "0"] and lines[2:4] == ["two", "1"] and int(lines[4]) <= 128 << 20
+    assert "No space left on device" in receipt.stderr_excerpt
+    assert receipt.limits["tree_writes_enforced_by"].startswith("tmpfs size")
+    assert not (worktree / "one").exists() and not (worktree / "deep").exists()
+
+
+def test_the_memory_of_a_command_s_whole_tree_is_capped_where_a_memory_cgroup_can(worktree, mode):
+    """Memory no rlimit counts: memfd files (never mapped), held open, 64 MiB at a time."""
+    if "memory" not in sandbox.cgroup_parents() and "v2" not in sandbox.cgroup_parents():
+        service_missing("no memory cgroup here: only each process's address space is capped")
+    code = ("import os\nfds = []\nfor i in range(16):\n    fd = os.memfd_create(f'm{i}')\n"
+            "    chunk = bytes(1 << 20)\n    for _ in range(64):\n        os.write(fd, chunk)\n"
+            "    fds.append(fd)\nprint('held', len(fds) * 64, 'MiB')\n")
+    receipt = run([sys.executable, "-c", code], cwd=worktree, timeout=60, isolation=mode,
+                  limits=Limits(memory_bytes=256 << 20))
+    assert receipt.signal == 9 and not receipt.timed_out and "held" not in receipt.stdout_excerpt
+    assert receipt.detail["oom_killed"] >= 1 and receipt.limits["memory_enforced_by"] == "memory-cgroup"
+    assert receipt.rusage["max_rss_kib"] <= 256 << 10
+
+
+def test_a_score_command_may_write_its_metrics_file_and_nothing_beside_it(worktree, mode, tmp_path):
+    _bubblewrap_only(mode)
+    target = tmp_path / "metrics.json"
+    script = ('echo \'{"ms": 5}\' > "$CRUCIBLE_METRICS_FILE"; dir=$(dirname "$CRUCIBLE_METRICS_FILE"); '
+              'head -c 1048576 /dev/zero > "$dir/more" || echo refused; '
+              'rm "$CRUCIBLE_METRICS_FILE" || echo kept')
+    receipt = run(script, cwd=worktree, timeout=30, isolation=mode, fresh=True, metrics_file=target)
+    assert receipt.stdout_excerpt.split() == ["refused", "kept"]
+    assert receipt.detail["metrics_file"] == "written" and target.read_text() == '{"ms": 5}\n'
+
+
 def test_writing_outside_the_worktree_is_blocked_by_bubblewrap(worktree, mode):
     # Under the project's var/ but outside the data dir: a real, writable host directory.
     outside = Path(django_settings.BASE_DIR, "var", f"escape-{uuid.uuid4().hex[:8]}")
