@@ -12,9 +12,11 @@ What it times, RUNS times each, interleaved so every method sees the same machin
 - **old bubblewrap**: the previous sandbox (`runtime_app/sandbox.py` at OLD_COMMIT, loaded
   from git history): bubblewrap over `--ro-bind / /` with the hidden places covered, as root;
 - **allow-list**: today's `sandbox.run(["true"], isolation="required")`: an unprivileged uid,
-  only the tree, the toolchain and a private /tmp (staged where the uid cannot reach them);
+  only the tree, the toolchain, a sized private /tmp and /dev/shm (sources the uid cannot reach
+  are staged, by one `mount -a`), accounting and memory-capped cgroups;
 - **allow-list + fresh tree**: the same with `fresh=True` and a read-only path, as every gate
-  and trial runs: a throwaway overlay of the pristine tree per command.
+  and trial runs: a throwaway overlay of the pristine tree per command, its writes on a sized
+  tmpfs.
 
 It prints the median, p90 and min of each, each median's ratio to bare, and the new modes'
 ratios to the old bubblewrap (the goal: under 2x).
