@@ -29,6 +29,12 @@ RUNTIME_PREFIX = "runtime:"
 REPORTED_LABEL = "reported by the score command (forgeable by code it runs)"
 
 
+def metric_source(metric: str) -> str:
+    """Who measures a score of `metric`: `runtime`, or the words every page shows for a figure
+    the score command reports about itself (scripts match the one short word for the trusted case)."""
+    return "runtime" if str(metric).startswith(RUNTIME_PREFIX) else REPORTED_LABEL
+
+
 @dataclass(frozen=True)
 class MetricReading:
     value: float | None

@@ -9,14 +9,12 @@ from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest
 from ninja import Field, Router, Schema, Status
 
-from runtime_app.metrics import REPORTED_LABEL
+from runtime_app.metrics import metric_source
 from runtime_app.selectors import project_for_user, repository_for_user
 from search_app import selectors, services
 from search_app.execution import search_spec
-from search_app.models import Search
 from search_app.preflight import provider_problems
 from search_app.spec import spec_validate
-from search_app.templatetags.search_figures import metric_source
 
 router = Router(tags=["search"])
 
@@ -93,31 +91,11 @@ class SearchOut(Schema):
     created_at: datetime
 
 
-def score_source(metric: str) -> str:
-    """Who measures a score of `metric`: `runtime`, or the words every page shows for a figure
-    the score command reports about itself."""
-    words = metric_source(metric)
-    # Scripts match one short word for the trusted case; the forgeable case keeps its warning.
-    return words if words == REPORTED_LABEL else "runtime"
-
-
-def run_report(search: Search) -> dict[str, Any]:
-    """The run report with the metric and who measured it, at the top and on every candidate:
-    `GET /api/searches/{id}/run` and `/candidates`, and `manage.py search status|run --json`."""
-    report = selectors.search_run_report(search)
-    metric = search.spec_normalized["score"]["metric"]
-    source = score_source(metric)
-    report.update(metric=metric, metric_source=source)
-    for candidate in report["candidates"]:
-        candidate["metric_source"] = source
-    return report
-
-
 def _validation(text: str) -> dict[str, Any]:
     report = spec_validate(text)
     summary = report.summary()
     if summary is not None:
-        summary["metric_source"] = score_source(report.spec.score.metric)
+        summary["metric_source"] = metric_source(report.spec.score.metric)
     return {
         "valid": report.valid,
         "errors": [{**error.as_dict(), "text": str(error)} for error in report.errors],
@@ -264,13 +242,13 @@ def search_run(request: HttpRequest, search_id: str):
     """Status, phase, budget, outcome, and every candidate with its fate and receipt ids.
     `metric` is the score's metric; `metric_source` says who measured it: `runtime`, or the
     label the pages show for a figure the score command reports about itself."""
-    return run_report(selectors.search_for_user(request.user, search_id))
+    return selectors.search_run_report(selectors.search_for_user(request.user, search_id))
 
 
 @router.get("/searches/{search_id}/candidates", response=list[dict[str, Any]])
 def search_candidates(request: HttpRequest, search_id: str):
     """Every candidate with its fate, score and `metric_source` (as in the run report)."""
-    return run_report(selectors.search_for_user(request.user, search_id))["candidates"]
+    return selectors.search_run_report(selectors.search_for_user(request.user, search_id))["candidates"]
 
 
 @router.get("/searches/{search_id}/receipts", response=list[dict[str, Any]])

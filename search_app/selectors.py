@@ -191,10 +191,14 @@ def _planned_steps(search: Search) -> int:
 
 
 def search_run_report(search: Search) -> dict[str, Any]:
-    """The run summary plus every candidate with its fate and receipts (JSON-ready: API and CLI)."""
+    """The run summary plus every candidate with its fate and receipts (JSON-ready: API and CLI),
+    with the metric and who measured it at the top and on every candidate."""
+    from runtime_app.metrics import metric_source
     from runtime_app.models import Receipt
 
     report = run_summary(search)
+    metric = search.spec_normalized["score"]["metric"]
+    report.update(metric=metric, metric_source=metric_source(metric))
     report.pop("started_at"), report.pop("finished_at"), report.pop("winner_patch_sha256")
     if report["merge"]:
         report["merge"]["at"] = report["merge"]["at"].isoformat()
@@ -210,7 +214,7 @@ def search_run_report(search: Search) -> dict[str, Any]:
             "gates_passed": c.gates_passed, "score": c.score, "spread": c.spread, "trials": c.trials,
             "cost_microusd": c.cost_microusd, "tokens": c.tokens, "diff_lines": c.diff_lines,
             "patch_sha256": c.patch_sha256, "patch_round": c.patch_round, "reason": c.reason,
-            "receipts": receipts.get(c.pk, []),
+            "receipts": receipts.get(c.pk, []), "metric_source": report["metric_source"],
         }
         for c in candidates
     ]

@@ -37,12 +37,11 @@ from runtime_app.models import Project
 from runtime_app.prices import usd_text
 from runtime_app.selectors import page_url, projects_for_user, receipts_for_user
 from runtime_app.services import repository_register, server_path_check
-from search_app.api import run_report
 from search_app.execution import search_spec
 from search_app.forecast import Forecast
 from search_app.preflight import provider_problems
 from search_app.reference import REFERENCE_PATH, spec_reference_markdown
-from search_app.selectors import search_for_user, search_forecast, spec_forecast
+from search_app.selectors import search_for_user, search_forecast, search_run_report, spec_forecast
 from search_app.services import (
     ProviderUnready,
     search_cancel,
@@ -258,7 +257,7 @@ class Command(BaseCommand):
         (self.stderr if as_json else self.stdout).write(started, style_func=lambda text: text)
         if as_json:
             search_run_inline(search)
-            self.stdout.write(json.dumps(run_report(search), indent=2))
+            self.stdout.write(json.dumps(search_run_report(search), indent=2))
             return
         from rich.live import Live
 
@@ -267,7 +266,7 @@ class Command(BaseCommand):
                       f"at {search.baseline_commit[:12]}")
         with Live(console=console, refresh_per_second=4, transient=True) as live:
             search_run_inline(search, progress=lambda run: live.update(_progress(search, run)))
-        report = run_report(search)
+        report = search_run_report(search)
         _spec_failure_print(console, report)
         console.print(_outcome_table(report))
 
@@ -300,7 +299,7 @@ class Command(BaseCommand):
             self.stdout.write(_printable(line))
 
     def _status(self, search: Any, *, as_json: bool) -> None:
-        report = run_report(search)
+        report = search_run_report(search)
         if as_json:
             self.stdout.write(json.dumps(report, indent=2))
             return
