@@ -8,10 +8,13 @@ made on them. Pure functions over plain values, so every rule is tested without 
   block (`paired_ratios`), with a distribution-free confidence interval from the sign test
   (`median_interval`); fewer blocks than `min_blocks` decide nothing.
 - Decisions read the intervals: a candidate beats the baseline when its whole interval is on the
-  better side of 1; candidates whose intervals overlap the best-placed member of their group are
-  tied (`tie_groups`); a round's cut that falls inside a tie group is contested and earns more
-  blocks for just those candidates (`contested`), and if they still overlap the tie-breakers
-  decide, never the noise.
+  better side of 1; two candidates are told apart when their intervals do not overlap or, head to
+  head over the blocks both ran, the interval of their per-block ratio excludes 1
+  (`head_to_head`: the same blocks cancel the machine's drift, so it separates what two
+  overlapping marginal intervals cannot); candidates not told apart from the best-placed member
+  of their group are tied (`tie_groups`); a round's cut that falls inside a tie group is
+  contested and earns more blocks for just those candidates (`contested`), and if they still
+  cannot be told apart the tie-breakers decide, never the noise.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import hashlib
 import math
 import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -107,34 +110,52 @@ def beats(interval: Interval, reference: float, direction: str) -> bool:
     return interval.high < reference if direction == "minimize" else interval.low > reference
 
 
-def tie_groups(intervals: Mapping[str, Interval], direction: str) -> list[list[str]]:
+# Whether two candidates (by id) can be told apart; by default, when their intervals do not overlap.
+Separated = Callable[[str, str], bool]
+
+
+def head_to_head(a: Mapping[int, float], b: Mapping[int, float], confidence: float) -> Interval | None:
+    """The median of a's value over b's in each block both ran, with its interval; None with too
+    few common blocks to decide anything. Its interval excluding 1 tells a and b apart."""
+    ratios = [a[block] / b[block] for block in sorted(a) if block in b and b[block] != 0]
+    if len(ratios) < min_blocks(confidence):
+        return None
+    return median_interval(ratios, confidence)
+
+
+def tie_groups(intervals: Mapping[str, Interval], direction: str,
+               separated: Separated | None = None) -> list[list[str]]:
     """Candidates best first, grouped: a group is its best remaining candidate (by point, then id)
-    and every other remaining candidate whose interval overlaps that one's."""
+    and every other remaining candidate not told apart from that one."""
     def key(cid: str) -> tuple[float, str]:
         point = intervals[cid].point
         return (point if direction == "minimize" else -point, cid)
 
+    apart = separated or (lambda a, b: not intervals[a].overlaps(intervals[b]))
     remaining = sorted(intervals, key=key)
     groups = []
     while remaining:
         leader = remaining[0]
-        group = [cid for cid in remaining if cid == leader or intervals[cid].overlaps(intervals[leader])]
+        group = [cid for cid in remaining if cid == leader or not apart(cid, leader)]
         groups.append(group)
         remaining = [cid for cid in remaining if cid not in group]
     return groups
 
 
-def tied_scores(intervals: Mapping[str, Interval], direction: str) -> dict[str, float]:
+def tied_scores(intervals: Mapping[str, Interval], direction: str,
+                separated: Separated | None = None) -> dict[str, float]:
     """The score each candidate is ranked by: its group leader's point, so tied candidates rank
     equal and the tie-breakers order them."""
-    return {cid: intervals[group[0]].point for group in tie_groups(intervals, direction) for cid in group}
+    return {cid: intervals[group[0]].point for group in tie_groups(intervals, direction, separated)
+            for cid in group}
 
 
-def contested(intervals: Mapping[str, Interval], keep: int, direction: str) -> list[str]:
+def contested(intervals: Mapping[str, Interval], keep: int, direction: str,
+              separated: Separated | None = None) -> list[str]:
     """Candidates of a tie group that the cut after the best `keep` falls inside (some of the
     group would be kept, some not): their order is not yet known."""
     place = 0
-    for group in tie_groups(intervals, direction):
+    for group in tie_groups(intervals, direction, separated):
         if place < keep < place + len(group):
             return sorted(group)
         place += len(group)

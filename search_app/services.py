@@ -453,6 +453,24 @@ def _interval(candidate: Any, spec: Any) -> Any:
                     len(candidate.blocks.get(str(candidate.round_reached), {})))
 
 
+def _separated(candidates: list, intervals: dict, round_index: int, spec: Any) -> Any:
+    """Whether two of the round's candidates can be told apart: their intervals do not overlap,
+    or head to head over the blocks both ran (measurement.head_to_head) one is clearly better."""
+    from search_app.measurement import head_to_head
+
+    key = str(round_index)
+    values = {c.candidate_id: {int(block): entry["value"] for block, entry in c.blocks.get(key, {}).items()
+                               if entry.get("value") is not None} for c in candidates}
+
+    def separated(a: str, b: str) -> bool:
+        if not intervals[a].overlaps(intervals[b]):
+            return True
+        ratio = head_to_head(values.get(a, {}), values.get(b, {}), spec.score.confidence)
+        return ratio is not None and (ratio.high < 1 or ratio.low > 1)
+
+    return separated
+
+
 def _round_next(run: Any, spec: Any, steps: list) -> None:
     """The round's gates are done: measure its survivors in blocks, add blocks where the
     candidates at the cut (or against the baseline) cannot be told apart yet, then close it."""
@@ -482,7 +500,9 @@ def _round_next(run: Any, spec: Any, steps: list) -> None:
         direction = spec.score.direction
         # More blocks where the order at the cut, or against the baseline, is not known yet, and
         # for any candidate that would go on (or win) on too few blocks to decide anything.
-        wanted = {*contested(intervals, keep, direction), *undecided_against(intervals, 1.0, direction),
+        separated = _separated(participants, intervals, round_index, spec)
+        wanted = {*contested(intervals, keep, direction, separated),
+                  *undecided_against(intervals, 1.0, direction),
                   *(cid for cid, interval in intervals.items()
                     if not interval.decided and beats(interval, 1.0, direction))}
         counts = {c.candidate_id: len(c.blocks.get(str(round_index), {})) for c in participants}
@@ -541,8 +561,9 @@ def _round_close(run: Any, spec: Any) -> None:
     scores, ties = None, {}
     if paired:
         intervals = {c.candidate_id: _interval(c, spec) for c in participants}
-        scores = tied_scores(intervals, direction)
-        for group in tie_groups(intervals, direction):
+        separated = _separated(participants, intervals, round_index, spec)
+        scores = tied_scores(intervals, direction, separated)
+        for group in tie_groups(intervals, direction, separated):
             for cid in group:
                 if len(group) > 1:
                     ties[cid] = [other for other in group if other != cid]
@@ -557,8 +578,8 @@ def _round_close(run: Any, spec: Any) -> None:
         candidate = by_id[decision.candidate_id]
         reason = decision.reason
         if decision.candidate_id in ties:
-            reason += f"; tied with {', '.join(ties[decision.candidate_id])} (their intervals overlap), so " \
-                      f"the tie-breakers ({', '.join(spec.score.tie_breakers)}) order them"
+            reason += f"; tied with {', '.join(ties[decision.candidate_id])} (neither is clearly better, " \
+                      f"head to head), so the tie-breakers ({', '.join(spec.score.tie_breakers)}) order them"
         if decision.duplicate_of:
             candidate.duplicate_of = by_id[decision.duplicate_of]
         if decision.promoted and not last:

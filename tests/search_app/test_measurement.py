@@ -12,6 +12,7 @@ from search_app.measurement import (
     block_order,
     contested,
     describe,
+    head_to_head,
     median_interval,
     min_blocks,
     paired_ratios,
@@ -113,6 +114,38 @@ def test_tie_groups_gather_what_overlaps_each_group_s_best_member():
 def test_tied_candidates_rank_by_the_same_score_so_tie_breakers_order_them():
     intervals = _intervals(a=(0.30, 0.32, 0.34), b=(0.33, 0.35, 0.37), d=(0.60, 0.62, 0.64))
     assert tied_scores(intervals, "minimize") == {"a": 0.32, "b": 0.32, "d": 0.62}
+
+
+# A loaded machine: each block runs at its own speed (SPEED), and the baseline's own trial is noisy
+# on top of it. The sieve-like candidate A is truly 8 % faster than B in every block.
+SPEED = [1.0, 1.3, 0.9, 1.2, 1.0, 1.1, 1.05, 0.95, 1.25, 0.85]
+BASELINE = [10.0, 14.0, 8.0, 12.0, 9.0, 13.0, 11.0, 10.0, 15.0, 7.0]
+A = {block: 1.00 * speed for block, speed in enumerate(SPEED)}
+B = {block: 1.08 * speed for block, speed in enumerate(SPEED)}
+
+
+def test_two_candidates_whose_intervals_overlap_are_told_apart_head_to_head_over_the_same_blocks():
+    base = dict(enumerate(BASELINE))
+    a, b = (median_interval(paired_ratios(values, base), 0.95) for values in (A, B))
+    assert a.overlaps(b)  # each against the noisy baseline: the noise hides an 8 % difference
+    ratio = head_to_head(A, B, 0.95)
+    assert ratio.high < 1 and ratio.point == pytest.approx(1 / 1.08)
+    intervals = {"a": a, "b": b}
+    assert tie_groups(intervals, "minimize") == [["a", "b"]]
+    assert tie_groups(intervals, "minimize", _apart) == [["a"], ["b"]]
+    assert contested(intervals, 1, "minimize", _apart) == []
+
+
+def _apart(x: str, y: str) -> bool:
+    ratio = head_to_head({"a": A, "b": B}[x], {"a": A, "b": B}[y], 0.95)
+    return ratio is not None and (ratio.high < 1 or ratio.low > 1)
+
+
+def test_head_to_head_decides_nothing_on_too_few_common_blocks_and_ties_equal_candidates():
+    assert head_to_head({0: 1.0, 1: 1.0, 2: 1.0}, {0: 2.0, 1: 2.0, 2: 2.0}, 0.95) is None
+    assert head_to_head({0: 1.0, 5: 1.0}, {1: 2.0, 6: 2.0}, 0.5) is None  # no block in common
+    same = head_to_head(A, dict(A), 0.95)
+    assert same.low <= 1 <= same.high
 
 
 def test_a_cut_inside_a_tie_group_is_contested_and_one_between_groups_is_not():
