@@ -208,10 +208,14 @@ def search_run_report(search: Search) -> dict[str, Any]:
         subject_type="candidate", subject_id__in=[c.pk for c in candidates]
     ).values_list("subject_id", "pk"):
         receipts.setdefault(candidate_pk, []).append(receipt_pk)
+    paired = search_paired(search)
     report["candidates"] = [
         {
             "candidate_id": c.candidate_id, "state": c.state, "round_reached": c.round_reached,
             "gates_passed": c.gates_passed, "score": c.score, "spread": c.spread, "trials": c.trials,
+            # As the pages show it: a paired ratio with its interval, or the plain median.
+            "figure": figure_text(c.score, c.score_low, c.score_high, paired=paired) if c.score is not None
+            else "", "score_low": c.score_low, "score_high": c.score_high, "score_absolute": c.score_absolute,
             "cost_microusd": c.cost_microusd, "tokens": c.tokens, "diff_lines": c.diff_lines,
             "patch_sha256": c.patch_sha256, "patch_round": c.patch_round, "reason": c.reason,
             "receipts": receipts.get(c.pk, []), "metric_source": report["metric_source"],

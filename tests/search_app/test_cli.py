@@ -283,7 +283,8 @@ def outcome_table(metric: str = "median_runtime_ms", llm_cost: int = 0, **candid
     from search_app.management.commands.search import _outcome_table
 
     row = {"candidate_id": "cand_001", "state": "winner", "round_reached": 1, "gates_passed": 2,
-           "score": 0.41, "spread": 0.03, "diff_lines": 12, "cost_microusd": 0, "receipts": [7, 8],
+           "score": 0.41, "figure": "0.41× [0.38, 0.44]", "spread": 0.03, "diff_lines": 12,
+           "cost_microusd": 0, "receipts": [7, 8],
            "reason": "won round 1", **candidate}
     report = {"search_id": "search-0123456789abcdef", "name": "speed-up", "status": "finished",
               "outcome": "winner", "winner": "cand_001", "winner_status": None, "reason": "cand_001 won.",
@@ -303,6 +304,10 @@ def test_the_outcome_table_says_the_runtime_measured_a_runtime_metric():
     text = outcome_table("runtime:cpu_seconds")
     assert "score: runtime:cpu_seconds, measured by the runtime, from outside the score command" in text
     assert "forgeable" not in text
+
+
+def test_the_outcome_table_shows_each_figure_with_its_interval_as_the_pages_do():
+    assert "0.41× [0.38, 0.44]" in outcome_table()
 
 
 def test_the_outcome_table_shows_costs_in_dollars_as_the_pages_do():

@@ -30,6 +30,9 @@ def test_an_operator_starts_a_search_and_follows_it_to_its_outcome(personas, sma
     assert (report["metric"], report["metric_source"]) == ("value", REPORTED_LABEL)
     assert [c["metric_source"] for c in candidates] == [REPORTED_LABEL] * 3
     assert [c["metric_source"] for c in report["candidates"]] == [REPORTED_LABEL] * 3
+    # Each figure as the pages show it: a paired ratio to the baseline with its interval.
+    winner = next(c for c in candidates if c["candidate_id"] == "cand_001")
+    assert winner["figure"].startswith(f"{winner['score']:.3g}×") and winner["score_absolute"] is not None
     receipts = client.get(f"/api/searches/{small_search.search_id}/receipts").json()
     assert {r["id"] for r in receipts} == {pk for c in candidates for pk in c["receipts"]}
 

@@ -427,7 +427,7 @@ def _outcome_table(report: dict) -> Any:
         shown = f"#{receipts[0]}–#{receipts[-1]} ({len(receipts)})" if receipts else ""
         table.add_row(
             c["candidate_id"], c["state"], str(c["round_reached"]) if c["round_reached"] >= 0 else "",
-            str(c["gates_passed"]), f"{c['score']:g}" if c["score"] is not None else "",
+            str(c["gates_passed"]), c["figure"],
             f"{c['spread']:g}" if c["spread"] is not None else "", str(c["diff_lines"] or ""),
             usd_text(c["cost_microusd"]) if c["cost_microusd"] else "", shown, _printable(c["reason"]),
         )
