@@ -13,6 +13,7 @@ from evolve_app.api import router as evolve_router
 from runtime_app.api import router as runtime_router
 from runtime_app.auth import ApiTokenAuth, api_auth
 from search_app.api import router as search_router
+from search_app.services import Conflict
 
 
 def docs_auth(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -55,12 +56,21 @@ def api_urls(ninja_api: NinjaAPI) -> tuple:
     return patterns, app_name, namespace
 
 
-@api.exception_handler(ValidationError)
-def validation_error(request: HttpRequest, error: ValidationError) -> HttpResponse:
+def _refusal(request: HttpRequest, error: ValidationError, status: int) -> HttpResponse:
     errors = error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
     detail = "; ".join(f"{field}: {' '.join(msgs)}" if field != "__all__" else " ".join(msgs)
                        for field, msgs in errors.items())
-    return api.create_response(request, {"detail": detail, "errors": errors}, status=400)
+    return api.create_response(request, {"detail": detail, "errors": errors}, status=status)
+
+
+@api.exception_handler(ValidationError)
+def validation_error(request: HttpRequest, error: ValidationError) -> HttpResponse:
+    return _refusal(request, error, 400)
+
+
+@api.exception_handler(Conflict)
+def conflict(request: HttpRequest, error: Conflict) -> HttpResponse:
+    return _refusal(request, error, 409)
 
 
 @api.exception_handler(PermissionDenied)

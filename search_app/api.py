@@ -315,3 +315,124 @@ def search_forecast(request: HttpRequest, search_id: str):
     search = selectors.search_for_user(request.user, search_id)
     return {"search_id": search.search_id, "started": selectors.search_started(search),
             **selectors.search_forecast(search).as_dict()}
+
+
+# --- comments, decisions and the merge: the doors the candidate, decide and merge pages use ---
+
+class ErrorOut(Schema):
+    detail: str = Field(description="what was refused and why, in the words the pages use")
+    errors: dict[str, list[str]] | None = Field(None, description="the same messages by field")
+
+
+# Refusals: 400 bad input or a rule, 403 a missing role, 404 not yours or no such thing,
+# 409 the state moved on (a stale patch hash, merged already).
+REFUSALS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
+
+
+class CommentIn(Schema):
+    body: str = Field(..., description="the comment's text")
+    path: str = Field("", description="a file the candidate's patch changes; empty for the whole candidate")
+    line: int | None = Field(None, description="a line of that file (needs `path`)")
+
+
+class CommentOut(Schema):
+    id: int
+    search_id: str
+    candidate_id: str
+    author: str
+    path: str
+    line: int | None
+    body: str
+    created_at: datetime
+
+
+class DecisionIn(Schema):
+    patch_sha256: str = Field(..., description="the SHA-256 of the patch you read: the decision is bound "
+                                               "to it, and a stale one is a 409")
+    note: str = Field("", description="why, for the timeline")
+
+
+class DecisionOut(Schema):
+    id: int
+    search_id: str
+    candidate_id: str
+    decision: Literal["approve", "request_changes"]
+    patch_sha256: str
+    user: str
+    note: str
+    created_at: datetime
+    mergeable: bool = Field(description="whether the winner has enough standing approvals and no "
+                                        "standing request for changes")
+    blocker: str = Field(description="why it cannot be merged yet; empty when mergeable")
+
+
+class MergeIn(Schema):
+    target: Literal["new_branch", "existing_branch"] = Field(
+        "new_branch", description="a new branch, or an existing branch that still points at the baseline")
+    branch: str = Field("", description="the branch's short name; for a new branch, empty means "
+                                        "crucible/<search-id>")
+
+
+class MergeOut(Schema):
+    search_id: str
+    candidate_id: str
+    target: str
+    branch: str
+    commit_sha: str
+    patch_sha256: str
+    merged_by: str
+    receipt_id: int | None
+    created_at: datetime
+
+
+@router.post("/searches/{search_id}/candidates/{candidate_id}/comments",
+             response={201: CommentOut, **REFUSALS})
+def candidate_comment(request: HttpRequest, search_id: str, candidate_id: str, body: CommentIn):
+    """Comment on a candidate, or on one file (and line) its patch changes; any project member."""
+    candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
+    comment = services.comment_add(request.user, candidate, body.body, body.path, body.line)
+    return Status(201, {
+        "id": comment.pk, "search_id": candidate.search.search_id, "candidate_id": candidate.candidate_id,
+        "author": comment.author_name, "path": comment.path, "line": comment.line, "body": comment.body,
+        "created_at": comment.created_at,
+    })
+
+
+def _decide(request: HttpRequest, search_id: str, candidate_id: str, decision: str,
+            body: DecisionIn) -> dict[str, Any]:
+    candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
+    approval = services.approval_record(request.user, candidate, decision, body.patch_sha256, body.note)
+    state = selectors.approval_state(candidate)
+    return {
+        "id": approval.pk, "search_id": candidate.search.search_id, "candidate_id": candidate.candidate_id,
+        "decision": approval.decision, "patch_sha256": approval.patch_sha256, "user": approval.user_name,
+        "note": approval.note, "created_at": approval.created_at,
+        "mergeable": state["mergeable"], "blocker": state["blocker"],
+    }
+
+
+@router.post("/searches/{search_id}/candidates/{candidate_id}/approve",
+             response={200: DecisionOut, **REFUSALS})
+def candidate_approve(request: HttpRequest, search_id: str, candidate_id: str, body: DecisionIn):
+    """Approve a finished search's winner (approver role), bound to the patch hash you read.
+    The same decision on the same hash again returns the standing one."""
+    return _decide(request, search_id, candidate_id, "approve", body)
+
+
+@router.post("/searches/{search_id}/candidates/{candidate_id}/request-changes",
+             response={200: DecisionOut, **REFUSALS})
+def candidate_request_changes(request: HttpRequest, search_id: str, candidate_id: str, body: DecisionIn):
+    """Request changes to a finished search's winner (approver role): it blocks the merge."""
+    return _decide(request, search_id, candidate_id, "request_changes", body)
+
+
+@router.post("/searches/{search_id}/merge", response={201: MergeOut, **REFUSALS})
+def search_merge(request: HttpRequest, search_id: str, body: MergeIn):
+    """Commit the approved winner's patch onto the baseline on a new branch (default
+    `crucible/<search-id>`) or an existing one still at the baseline. Never pushes."""
+    search = selectors.search_for_user(request.user, search_id)
+    merge = services.merge_create(request.user, search, body.target, body.branch)
+    return Status(201, {"search_id": search.search_id, "candidate_id": merge.candidate.candidate_id,
+                        "target": merge.target, "branch": merge.branch, "commit_sha": merge.commit_sha,
+                        "patch_sha256": merge.patch_sha256, "merged_by": merge.merged_by_name,
+                        "receipt_id": merge.receipt_id, "created_at": merge.created_at})

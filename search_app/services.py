@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -1297,6 +1298,14 @@ VALID_BRANCH_HINT = ("A valid branch name looks like crucible/faster-parser or f
                      "'/', '.' or '.lock'.")
 
 
+class Conflict(ValidationError):
+    """A refusal because the state moved on from what the caller saw (a stale patch hash, a
+    winner merged already, stored bytes that no longer match): the API answers 409."""
+
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
 def _user_name(user: Any) -> str:
     return user.get_username()
 
@@ -1358,6 +1367,8 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
     _require_member(user, search.project)
     if decision not in dict(Approval.DECISIONS):
         raise ValidationError({"decision": "Choose approve or request changes."})
+    if not _SHA256_HEX.fullmatch(patch_sha256 or ""):
+        raise ValidationError({"patch_sha256": "The patch hash is not a SHA-256."})
     if len(note or "") > MAX_COMMENT_CHARS:
         raise ValidationError({"note": f"Keep the note under {MAX_COMMENT_CHARS:,} characters."})
     with transaction.atomic():
@@ -1367,10 +1378,10 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
             raise ValidationError(f"{candidate.candidate_id} is not this search's winner "
                                   f"({winner.candidate_id}); only the winner is approved or merged.")
         if Merge.objects.filter(search=search).exists():
-            raise ValidationError("This winner is merged already.")
+            raise Conflict("This winner is merged already.")
         if patch_sha256 != candidate.patch_sha256:
-            raise ValidationError({"patch_sha256": "The patch changed since you looked "
-                                   f"(now {candidate.patch_sha256[:12]}): read it again, then decide."})
+            raise Conflict({"patch_sha256": "The patch changed since you looked "
+                            f"(now {candidate.patch_sha256[:12]}): read it again, then decide."})
         if decision == "approve" and not settings.CONFIG.self_approval and search.created_by_id == user.pk:
             raise ValidationError("You froze this search, so someone else must approve its winner "
                                   "(an administrator can allow it with CRUCIBLE_SELF_APPROVAL=true).")
@@ -1503,7 +1514,7 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
         audit_record(user, "merge.refuse", project=search.project, target=f"{search.search_id} → {branch}",
                      detail={"reason": "patch bytes do not match the approved hash",
                              "approved_sha256": mismatch.approved, "actual_sha256": mismatch.actual})
-        raise ValidationError(mismatch.messages[0]) from None
+        raise Conflict(mismatch.messages[0]) from None
 
 
 def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
@@ -1518,7 +1529,7 @@ def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
     with transaction.atomic():
         SearchRun.objects.select_for_update().get(search=search)  # one merge decision at a time
         if Merge.objects.filter(search=search).exists():
-            raise ValidationError(f"Merged already: {search.merge.branch} @ {search.merge.commit_sha[:12]}.")
+            raise Conflict(f"Merged already: {search.merge.branch} @ {search.merge.commit_sha[:12]}.")
         winner = _winner_of(search)
         state = approval_state(winner)
         if not state["mergeable"]:

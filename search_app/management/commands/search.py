@@ -12,6 +12,11 @@
     search cancel SEARCH_ID
     search receipts SEARCH_ID [--candidate cand_007] [--json]
     search reference [--write [PATH]]  the spec reference, generated from the schema
+    search comment SEARCH_ID CANDIDATE BODY [--path FILE [--line N]] [--user U]
+    search approve|request-changes SEARCH_ID CANDIDATE --patch-sha256 HASH [--note TEXT] [--user U]
+    search merge SEARCH_ID [--target new_branch|existing_branch] [--branch NAME] [--user U]
+                                    the same services, checks and words as the candidate, decide
+                                    and merge pages; one line of result, or of refusal (exit 1)
 
 Exit codes: 0 done (a NONE outcome is a result, not an error), 1 the spec, the freeze or the
 request was refused, 2 the file could not be read.
@@ -41,9 +46,19 @@ from search_app.execution import search_spec
 from search_app.forecast import Forecast
 from search_app.preflight import provider_problems
 from search_app.reference import REFERENCE_PATH, spec_reference_markdown
-from search_app.selectors import search_for_user, search_forecast, search_run_report, spec_forecast
+from search_app.selectors import (
+    approval_state,
+    candidate_for_user,
+    search_for_user,
+    search_forecast,
+    search_run_report,
+    spec_forecast,
+)
 from search_app.services import (
     ProviderUnready,
+    approval_record,
+    comment_add,
+    merge_create,
     search_cancel,
     search_freeze,
     search_run_inline,
@@ -63,11 +78,12 @@ def _printable(text: str) -> str:
 
 
 class Command(BaseCommand):
-    help = "Validate a search spec, freeze it against a git baseline, or print the spec reference."
+    help = ("Validate a search spec, freeze and run it, follow it; comment on, approve or request changes "
+            "to its winner and merge it; or print the spec reference.")
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser) -> None:
-        actions = parser.add_subparsers(dest="action", required=True, metavar="{validate,freeze,reference}")
+        actions = parser.add_subparsers(dest="action", required=True)
         validate = actions.add_parser("validate", help="check a spec file; `-` reads standard input")
         validate.add_argument("file", help="the spec (TOML); `-` for standard input")
         freeze = actions.add_parser("freeze", help="freeze a spec against a baseline commit")
@@ -96,6 +112,29 @@ class Command(BaseCommand):
                 sub.add_argument("--json", action="store_true", help="print JSON")
             if name == "receipts":
                 sub.add_argument("--candidate", default=None, help="only this candidate's receipts")
+        comment = actions.add_parser("comment", help="comment on a candidate, or on one file and line of it")
+        comment.add_argument("search_id", help="e.g. search-1a2b3c4d5e6f7a8b")
+        comment.add_argument("candidate_id", help="e.g. cand_007")
+        comment.add_argument("body", help="the comment's text; `-` for standard input")
+        comment.add_argument("--path", default="", help="a file the candidate's patch changes")
+        comment.add_argument("--line", type=int, default=None, help="a line of that file")
+        comment.add_argument("--user", default=None, help="who comments (default: the admin account)")
+        for name, text in (("approve", "approve a finished search's winner"),
+                           ("request-changes", "request changes to a finished search's winner")):
+            decide = actions.add_parser(name, help=text)
+            decide.add_argument("search_id", help="e.g. search-1a2b3c4d5e6f7a8b")
+            decide.add_argument("candidate_id", help="the winner, e.g. cand_007")
+            decide.add_argument("--patch-sha256", required=True,
+                                help="the SHA-256 of the patch you read; the decision is bound to it")
+            decide.add_argument("--note", default="", help="why, for the timeline")
+            decide.add_argument("--user", default=None, help="who decides (default: the admin account)")
+        merge = actions.add_parser("merge", help="commit the approved winner onto a branch (never pushed)")
+        merge.add_argument("search_id", help="e.g. search-1a2b3c4d5e6f7a8b")
+        merge.add_argument("--target", choices=["new_branch", "existing_branch"], default="new_branch",
+                           help="a new branch (default) or an existing one still at the baseline")
+        merge.add_argument("--branch", default="",
+                           help="the branch (default for a new one: crucible/<search-id>)")
+        merge.add_argument("--user", default=None, help="who merges (default: the admin account)")
         reference = actions.add_parser("reference", help="print docs/spec-reference.md")
         reference.add_argument("--write", nargs="?", const=str(REFERENCE_PATH), default=None, metavar="PATH",
                                help=f"write it to a file (default: {REFERENCE_PATH})")
@@ -122,6 +161,8 @@ class Command(BaseCommand):
                 self._cancel(user, search)
             else:
                 self._receipts(user, search, options["candidate"], as_json=options["json"])
+        elif action in ("comment", "approve", "request-changes", "merge"):
+            self._review(action, self._user(options["user"] or settings.CONFIG.admin_username), options)
         else:
             self._reference(write=options["write"])
 
@@ -329,6 +370,44 @@ class Command(BaseCommand):
             self.stdout.write(_printable(
                 f"#{receipt.pk:<6} {names[receipt.subject_id]:<9} {receipt.kind:<8} {receipt.outcome:<14} "
                 f"{receipt.duration_seconds:8.3f} s  {receipt.isolation or '-':<13} {receipt.label}"))
+
+    # --- comment, approve, request changes, merge ------------------------------------------
+
+    def _review(self, action: str, user: Any, options: dict[str, Any]) -> None:
+        """One line of result, or the service's refusal in its own words (exit 1)."""
+        search_id = options["search_id"]
+        try:
+            if action == "merge":
+                search = search_for_user(user, search_id)
+            else:
+                candidate = candidate_for_user(user, search_id, options["candidate_id"])
+        except Http404:
+            what = search_id if action == "merge" else f"{options['candidate_id']} of {search_id}"
+            self._fail([f"no candidate or search {what!r} that {user} can see"], 1)
+        try:
+            if action == "comment":
+                body = sys.stdin.read() if options["body"] == "-" else options["body"]
+                comment = comment_add(user, candidate, body, options["path"], options["line"])
+                where = f" on {comment.path}" if comment.path else ""
+                where += f":{comment.line}" if comment.line else ""
+                line = f"{search_id} {candidate.candidate_id}: comment #{comment.pk} by {user}{where}"
+            elif action == "merge":
+                merge = merge_create(user, search, options["target"], options["branch"])
+                line = (f"{search_id}: merged {merge.candidate.candidate_id} onto {merge.branch} as "
+                        f"{merge.commit_sha} (not pushed)")
+            else:
+                decision = "approve" if action == "approve" else "request_changes"
+                approval = approval_record(user, candidate, decision, options["patch_sha256"],
+                                           options["note"])
+                state = approval_state(candidate)
+                verb = "approved" if decision == "approve" else "requested changes to"
+                line = (f"{search_id}: {user} {verb} {candidate.candidate_id} (patch "
+                        f"{approval.patch_sha256[:12]}); {state['blocker'] or 'ready to merge.'}")
+        except ValidationError as error:
+            self._fail([" ".join(error.messages)], 1)
+        except PermissionDenied as error:
+            self._fail([f"{user}: {error}"], 1)
+        self.stdout.write(_printable(line))
 
     # --- reference ------------------------------------------------------------------------
 
