@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import shlex
 from typing import Any
 
@@ -778,6 +779,35 @@ def compare_diff_files(text: str, large: int = COMPARE_LARGE_FILE_LINES) -> list
         item["large"] = item["added"] + item["deleted"] > large
         del item["header"]
     return files
+
+
+def diff_new_lines(text: str, path: str) -> list[int]:
+    """The new-side line numbers the diff shows for `path` (added and context lines of its
+    hunks), in order: the lines a comment may be anchored on."""
+    numbers: list[int] = []
+    for item in compare_diff_files(text):
+        if item["path"] != path:
+            continue
+        number = 0
+        for kind, line in item["lines"]:
+            if kind == "hunk":
+                start = re.match(r"@@ -\d+(?:,\d+)? \+(\d+)", line)
+                number = int(start.group(1)) if start else 0
+            elif kind in ("add", "context") and number:
+                numbers.append(number)
+                number += 1
+    return numbers
+
+
+def line_ranges_text(numbers: list[int]) -> str:
+    """1, 2, 3, 7 as "1–3, 7": a short list of the lines a diff shows."""
+    ranges: list[list[int]] = []
+    for number in sorted(set(numbers)):
+        if ranges and number == ranges[-1][1] + 1:
+            ranges[-1][1] = number
+        else:
+            ranges.append([number, number])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in ranges)
 
 
 # ---- the forecast before launch

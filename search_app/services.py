@@ -1328,6 +1328,8 @@ def comment_add(user: Any, candidate: Any, body: str, path: str = "", line: int 
         errors["line"] = "A line needs a file."
     elif line is not None and not 1 <= line <= 10_000_000:
         errors["line"] = "Give a line number from 1."
+    elif line is not None and "path" not in errors:
+        errors.update(_line_in_diff_errors(candidate, path, line))
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
@@ -1338,6 +1340,17 @@ def comment_add(user: Any, candidate: Any, body: str, path: str = "", line: int 
                       f"{_user_name(user)} commented on {candidate.candidate_id}{where}",
                       candidate_id=candidate.candidate_id)
     return comment
+
+
+def _line_in_diff_errors(candidate: Any, path: str, line: int) -> dict[str, str]:
+    """A line comment anchors on a line the diff shows, or a reader could never find it."""
+    from search_app.selectors import diff_new_lines, line_ranges_text
+
+    shown = diff_new_lines(bytes(candidate.patch or b"").decode(errors="replace"), path)
+    if line in shown:
+        return {}
+    where = f"it shows lines {line_ranges_text(shown)}" if shown else "it shows no line of the new file"
+    return {"line": f"Line {line} of {path} is not in this candidate's diff ({where})."}
 
 
 def _winner_of(search: Search) -> Any:

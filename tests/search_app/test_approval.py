@@ -184,6 +184,20 @@ def test_comments_name_a_changed_file_and_a_line(finished, personas):
         services.comment_add(personas.outsider, winner, "hi")
 
 
+def test_the_lines_a_comment_may_anchor_on_are_the_added_and_context_lines_of_that_files_hunks():
+    from search_app.selectors import diff_new_lines
+
+    patch = ("diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n"
+             "@@ -1,3 +1,3 @@\n one\n-two\n+TWO\n three\n"
+             "@@ -10,2 +10,3 @@\n ten\n+ten and a half\n eleven\n\\ No newline at end of file\n"
+             "diff --git a/gone.py b/gone.py\n--- a/gone.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"
+             "diff --git a/b.py b/b.py\n--- a/b.py\n+++ b/b.py\n@@ -5,0 +6 @@\n+six\n")
+    assert diff_new_lines(patch, "a.py") == [1, 2, 3, 10, 11, 12]
+    assert diff_new_lines(patch, "b.py") == [6]
+    assert diff_new_lines(patch, "gone.py") == []  # a deleted file has no new line to comment on
+    assert diff_new_lines(patch, "elsewhere.py") == []
+
+
 def test_a_merge_whose_commit_was_made_before_a_crash_is_adopted_not_repeated(finished, approver):
     """The process died after the dulwich commit and before the database row: merging again
     records that commit instead of refusing the branch or committing twice."""

@@ -271,6 +271,24 @@ def test_a_bad_comment_is_refused_by_page_api_and_cli_in_the_same_words(finished
     assert not Comment.objects.exists()
 
 
+def test_a_comment_on_a_line_the_diff_does_not_show_is_refused_by_page_api_and_cli_in_the_same_words(
+        finished, personas):
+    search, _, _ = finished
+    words = "Line 3 of code/answer.py is not in this candidate's diff (it shows lines 1–2)."
+    page = login(personas.member).post(f"/searches/{search.search_id}/candidates/cand_002/comment/",
+                                       {"body": "x", "path": "code/answer.py", "line": "3"})
+    assert page.status_code == 400 and words in text_of(page)
+    url = f"/api/searches/{search.search_id}/candidates/cand_002/comments"
+    refused = api(personas.member, url, {"body": "x", "path": "code/answer.py", "line": 3})
+    assert (refused.status_code, refused.json()["detail"]) == (400, f"line: {words}")
+    done = cli(personas.member, "comment", search.search_id, "cand_002", "x",
+               "--path", "code/answer.py", "--line", "3")
+    assert done == Done(1, "", words)
+    assert not Comment.objects.exists()
+    # Line 1 is a context line of the hunk: a comment may anchor there.
+    assert api(personas.member, url, {"body": "x", "path": "code/answer.py", "line": 1}).status_code == 201
+
+
 # ------------------------------------------------------------------------- who may call at all
 
 
