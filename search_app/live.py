@@ -19,9 +19,14 @@ def search_live_fragments(user: Any, search_pk: int, events: list) -> list[str]:
     process: fifty people watching one search cost one render, not fifty."""
     from django.core.cache import cache
 
+    from search_app.models import Search
+
     can_operate, can_approve = user.has_perm(roles.OPERATE), user.has_perm(roles.APPROVE)
-    key = f"crucible:live:search:{search_pk}:{events[0].pk}-{events[-1].pk}:{can_operate:d}{can_approve:d}"
-    return cache.get_or_set(key, lambda: _render(search_pk, events, can_operate, can_approve), 30)
+    # Its author may be refused an approval others may make: the author renders apart.
+    author = Search.objects.filter(pk=search_pk, created_by_id=user.pk).exists()
+    key = (f"crucible:live:search:{search_pk}:{events[0].pk}-{events[-1].pk}:"
+           f"{can_operate:d}{can_approve:d}{author:d}")
+    return cache.get_or_set(key, lambda: _render(search_pk, events, can_operate, can_approve, user), 30)
 
 
 def named_candidates(events: list) -> set[str]:
@@ -35,7 +40,7 @@ def named_candidates(events: list) -> set[str]:
     return named
 
 
-def _render(search_pk: int, events: list, can_operate: bool, can_approve: bool) -> list[str]:
+def _render(search_pk: int, events: list, can_operate: bool, can_approve: bool, user: Any) -> list[str]:
     from search_app import selectors
     from search_app.models import Candidate, Search
     from search_app.views import CANDIDATE_COLUMNS
@@ -51,6 +56,7 @@ def _render(search_pk: int, events: list, can_operate: bool, can_approve: bool) 
         "search": search, "report": summary, "funnel": selectors.search_funnel(search),
         "plot": selectors.score_plot(search), "approval": approval, "oob": True,
         "can_operate": can_operate, "can_approve": can_approve,
+        "refusals": selectors.decision_refusals(user, search) if approval else None,
     }
     if any(event.kind == "search.started" for event in events):
         return [render_to_string("search_app/_run.html", {

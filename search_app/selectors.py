@@ -314,6 +314,32 @@ def approval_state(candidate: Any) -> dict[str, Any]:
             "withdrawn": [a for a in history if a.withdrawn_at is not None]}
 
 
+def decision_refusals(user: Any, search: Search) -> dict[str, str]:
+    """Why `user` may not approve, or request changes to, `search`'s winner now: one sentence per
+    decision, empty when they may. The pages show it beside a disabled button before anyone
+    clicks, and services.approval_record refuses with it, so the two cannot disagree."""
+    from django.conf import settings
+    from django.core.exceptions import PermissionDenied
+
+    from runtime_app import roles
+    from runtime_app.services import _require, _require_member
+    from search_app.models import Merge
+
+    try:
+        _require(user, roles.APPROVE)
+        _require_member(user, search.project)
+    except PermissionDenied as refused:
+        return {"approve": str(refused), "request_changes": str(refused)}
+    if Merge.objects.filter(search=search).exists():
+        merged = "This winner is merged already."
+        return {"approve": merged, "request_changes": merged}
+    approve = ""
+    if not settings.CONFIG.self_approval and search.created_by_id == user.pk:
+        approve = ("You froze this search, so someone else must approve its winner (an administrator "
+                   "can allow it with CRUCIBLE_SELF_APPROVAL=true).")
+    return {"approve": approve, "request_changes": ""}
+
+
 def candidate_steps(candidate: Any) -> list[dict[str, Any]]:
     """Every step of the candidate, oldest first, with the receipts it wrote (two queries)."""
     from runtime_app.models import Receipt

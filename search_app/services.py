@@ -1370,10 +1370,8 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
     Submitting the same decision on the same hash again returns the standing one (a double
     click is harmless). A later decision by the same person replaces theirs.
     """
-    from django.conf import settings
-
     from search_app.models import Approval, Merge
-    from search_app.selectors import approval_state, winner_replay
+    from search_app.selectors import approval_state, decision_refusals, winner_replay
 
     search = candidate.search
     _require(user, roles.APPROVE)
@@ -1395,9 +1393,9 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
         if patch_sha256 != candidate.patch_sha256:
             raise Conflict({"patch_sha256": "The patch changed since you looked "
                             f"(now {candidate.patch_sha256[:12]}): read it again, then decide."})
-        if decision == "approve" and not settings.CONFIG.self_approval and search.created_by_id == user.pk:
-            raise ValidationError("You froze this search, so someone else must approve its winner "
-                                  "(an administrator can allow it with CRUCIBLE_SELF_APPROVAL=true).")
+        refused = decision_refusals(user, search)[decision]
+        if refused:
+            raise ValidationError(refused)
         standing = approval_state(candidate)["decisions"].get(user.pk)
         if (standing is not None and standing.decision == decision and not standing.stale
                 and standing.withdrawn_at is None):

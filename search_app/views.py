@@ -524,6 +524,7 @@ def _run_context(request: HttpRequest, search) -> dict[str, Any]:
         "plot": selectors.score_plot(search), "approval": approval,
         "can_operate": request.user.has_perm(roles.OPERATE),
         "can_approve": request.user.has_perm(roles.APPROVE),
+        "refusals": selectors.decision_refusals(request.user, search) if approval else None,
         **_table_context(request, search),
     }
 
@@ -624,6 +625,7 @@ def _candidate_context(request: HttpRequest, candidate, **extra: Any) -> dict[st
         "approval": selectors.approval_state(candidate) if is_winner else None,
         "replay": selectors.winner_replay(search) if is_winner else None,
         "can_approve": request.user.has_perm(roles.APPROVE),
+        "refusals": selectors.decision_refusals(request.user, search) if is_winner else None,
         "comment_form": extra.pop("comment_form", None) or CommentForm(),
         "live": _live_tail(candidate),
         **extra,

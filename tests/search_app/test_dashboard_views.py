@@ -103,7 +103,7 @@ def test_the_candidate_page_shows_diff_files_policy_receipts_and_prompt(finished
     assert '<script id="patch-data" type="application/json">' in html and "return 9" in html
     assert "code/answer.py" in html and "admitted" in html and "gate 1" in html and "trial block 0" in html
     assert "Shared prefix" in html and "You are cand_002." in html
-    assert "Approving and merging need the approver role." in html
+    assert "unavailable to you: This needs the approve_project permission." in html
     assert page(login(personas.member), f"/searches/{search.search_id}/candidates/baseline/")
     page(login(personas.member), f"/searches/{search.search_id}/candidates/cand_999/", 404)
     page(login(personas.outsider), f"/searches/{search.search_id}/candidates/cand_002/", 404)
@@ -138,6 +138,43 @@ def test_an_approver_confirms_the_hash_then_merges_onto_a_new_branch(finished, a
     assert "merged" in page(client, f"/searches/{search.search_id}/")
 
 
+def test_who_cannot_approve_sees_the_button_disabled_with_the_refusal_the_service_would_give(
+        finished, personas, approver):
+    from django.core.exceptions import PermissionDenied, ValidationError
+
+    from search_app import services
+
+    search, winner, _ = finished
+    candidate_url = f"/searches/{search.search_id}/candidates/cand_002/"
+    disabled = '<button type="button" id="approve-button" disabled aria-describedby="decide-unavailable">'
+    enabled = '<a class="button" id="approve-button" href="'
+    # The owner froze the search: with self-approval off, approving is refused, asking for changes is not.
+    froze = ("You froze this search, so someone else must approve its winner (an administrator can "
+             "allow it with CRUCIBLE_SELF_APPROVAL=true).")
+    owner = login(personas.owner)
+    html = page(owner, candidate_url)
+    assert disabled in html and f"Approve is unavailable to you: {froze}" in html
+    assert 'id="request-changes-button" href="' in html
+    html = page(owner, f"/searches/{search.search_id}/")
+    assert "Review and decide" in html and f"Approve is unavailable to you: {froze}" in html
+    with pytest.raises(ValidationError) as refused:
+        services.approval_record(personas.owner, winner, "approve", winner.patch_sha256)
+    assert refused.value.messages == [froze]
+    # A member without the approver role: both decisions disabled, in the words of the 403.
+    no_role = "This needs the approve_project permission."
+    html = page(login(personas.member), candidate_url)
+    assert disabled in html and 'id="request-changes-button" disabled' in html
+    assert f"Approve and Request changes are unavailable to you: {no_role}" in html
+    assert f"unavailable to you: {no_role}" in page(login(personas.member), f"/searches/{search.search_id}/")
+    with pytest.raises(PermissionDenied, match=no_role):
+        services.approval_record(personas.member, winner, "approve", winner.patch_sha256)
+    # An approver who did not freeze it may decide: enabled links, no reason shown.
+    html = page(login(approver), candidate_url)
+    assert enabled in html and "unavailable to you" not in html
+    html = page(login(approver), f"/searches/{search.search_id}/")
+    assert "Review and decide" in html and "unavailable to you" not in html
+
+
 def test_a_stale_hash_or_a_bad_form_is_a_clear_400(finished, approver):
     search, _, _ = finished
     client = login(approver)
@@ -162,7 +199,8 @@ def test_viewers_and_operators_cannot_approve_or_merge_and_outsiders_get_404(fin
         assert client.post(decide, form).status_code == 403
         merge = client.post(f"/searches/{search.search_id}/merge/", {"target": "new_branch"})
         assert merge.status_code == 403
-        assert "Approve…" not in page(client, f"/searches/{search.search_id}/candidates/cand_002/")
+        assert '<a class="button" id="approve-button"' not in \
+            page(client, f"/searches/{search.search_id}/candidates/cand_002/")
     outsider = login(personas.outsider)
     assert outsider.post(decide, form).status_code == 404
     assert outsider.get(f"/searches/{search.search_id}/merge/").status_code == 404
