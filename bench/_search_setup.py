@@ -25,13 +25,11 @@ def django_setup(data_dir: Path) -> None:
 def operator_and_project():
     from django.contrib.auth import get_user_model
 
-    from runtime_app import roles
     from runtime_app.models import Project, ProjectMembership
 
-    roles.roles_sync()
     user = get_user_model().objects.create_superuser("bench", password="bench-password-1")
     project = Project.objects.create(name="bench", created_by=user)
-    ProjectMembership.objects.create(project=project, user=user)
+    ProjectMembership.objects.create(project=project, user=user, role="admin")
     return user, project
 
 

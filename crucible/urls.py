@@ -20,6 +20,10 @@ urlpatterns = [
         auth_views.PasswordChangeView.as_view(success_url="/account/"),
         name="password_change",
     ),
+    # An invited member sets their password here (the link in their invitation email).
+    path("reset/<uidb64>/<token>/", auth_views.PasswordResetConfirmView.as_view(),
+         name="password_reset_confirm"),
+    path("reset/done/", auth_views.PasswordResetCompleteView.as_view(), name="password_reset_complete"),
     path("admin/", admin.site.urls),
     # Browsers ask for /favicon.ico on every page (the admin's too), logged in or not.
     path("favicon.ico", login_not_required(RedirectView.as_view(url=static("favicon.svg"), permanent=True))),

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from runtime_app import roles
 from runtime_app.models import Project
-from runtime_app.services import _require, _require_member, audit_record, event_emit, server_path_check
+from runtime_app.services import audit_record, event_emit, role_require, server_path_check
 
 logger = logging.getLogger(__name__)
 ACTIVE = ("queued", "running", "awaiting_review")
@@ -39,8 +39,7 @@ def agent_import(user: Any, project: Project, path: str, name: str = "", *, trus
     from evolve_app.models import Agent
     from evolve_app.workspace import workspace_import, workspace_manifest, workspace_validate
 
-    _require(user, roles.OPERATE)
-    _require_member(user, project)
+    role_require(user, project, roles.OPERATOR)
     resolved = server_path_check(path, trusted=trusted, what="workspace")
     if not resolved.is_dir():
         raise ValidationError({"path": f"{resolved}: no such folder."})
@@ -70,8 +69,7 @@ def demo_agent_create(user: Any, project: Project) -> Any:
 
     from evolve_app.demo import SEED_WORKSPACE
 
-    _require(user, roles.OPERATE)  # before anything is copied
-    _require_member(user, project)
+    role_require(user, project, roles.OPERATOR)  # before anything is copied
     folder = Path(settings.DATA_DIR) / "agents"
     folder.mkdir(parents=True, exist_ok=True)
     number = 1 + sum(1 for _ in folder.glob("demo-*"))
@@ -101,8 +99,7 @@ def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engin
     from evolve_app.loop import EvolveConfig
     from evolve_app.models import EvolutionRun
 
-    _require(user, roles.OPERATE)
-    _require_member(user, agent.project)
+    role_require(user, agent.project, roles.OPERATOR)
     errors: dict[str, str] = {}
     if not isinstance(cycles, int) or not 1 <= cycles <= 200:
         errors["cycles"] = "Give 1 to 200 cycles."
@@ -318,8 +315,7 @@ def cycle_decide(user: Any, cycle: Any, approve: bool) -> Any:
     from evolve_app.workspace import workspace_restore, workspace_snapshot
 
     agent = cycle.run.agent
-    _require(user, roles.APPROVE)
-    _require_member(user, agent.project)
+    role_require(user, agent.project, roles.APPROVER)
     with transaction.atomic():
         cycle = Cycle.objects.select_for_update().select_related("run__agent").get(pk=cycle.pk)
         if cycle.status != "awaiting_review":
@@ -356,8 +352,7 @@ def cycle_decide(user: Any, cycle: Any, approve: bool) -> Any:
 def evolution_run_cancel(user: Any, run: Any) -> Any:
     from evolve_app.models import EvolutionRun
 
-    _require(user, roles.OPERATE)
-    _require_member(user, run.agent.project)
+    role_require(user, run.agent.project, roles.OPERATOR)
     with transaction.atomic():
         run = EvolutionRun.objects.select_for_update().get(pk=run.pk)
         if run.status not in ACTIVE:
@@ -378,8 +373,7 @@ def agent_rollback(user: Any, agent: Any, tag: str) -> str:
     from evolve_app.history import EvolutionHistory
     from evolve_app.models import EvolutionRun
 
-    _require(user, roles.APPROVE)
-    _require_member(user, agent.project)
+    role_require(user, agent.project, roles.APPROVER)
     if not re.fullmatch(r"evo-\d{1,6}", tag or ""):
         raise ValidationError({"tag": "Roll back to a tag like evo-3."})
     if EvolutionRun.objects.filter(agent=agent, status__in=ACTIVE).exists():

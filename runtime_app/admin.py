@@ -33,8 +33,8 @@ class ProjectAdmin(admin.ModelAdmin):
 
 @admin.register(ProjectMembership)
 class ProjectMembershipAdmin(admin.ModelAdmin):
-    list_display = ["project", "user", "added_at"]
-    list_filter = ["project"]
+    list_display = ["project", "user", "role", "added_at"]
+    list_filter = ["project", "role"]
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

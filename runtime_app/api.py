@@ -29,8 +29,25 @@ class ProjectIn(Schema):
 
 class MeOut(Schema):
     username: str
-    roles: list[str]
+    roles: dict[str, str] = Field(description="project name → your role there")
+    can_create_projects: bool
     projects: list[ProjectOut]
+
+
+class MemberOut(Schema):
+    username: str
+    email: str
+    role: str = Field(description="viewer, operator, approver or admin (project admin)")
+    added_at: datetime
+
+
+class MemberIn(Schema):
+    who: str = Field(..., max_length=254, description="an existing account's username or email address")
+    role: str = Field("viewer", max_length=16)
+
+
+class MemberRoleIn(Schema):
+    role: str = Field(..., max_length=16)
 
 
 class EventOut(Schema):
@@ -66,6 +83,7 @@ def me(request: HttpRequest):
     return {
         "username": user.get_username(),
         "roles": roles.roles_of(user),
+        "can_create_projects": roles.can_create_project(user),
         "projects": list(selectors.projects_for_user(user)),
     }
 
@@ -91,6 +109,52 @@ def project_ping(request: HttpRequest, project_id: int):
     project = selectors.project_for_user(request.user, project_id)
     services.project_ping(request.user, project)
     return Status(202, {"detail": "A worker will answer with a worker.pong event."})
+
+
+def _member_out(membership: Any) -> dict[str, Any]:
+    user = membership.user
+    return {"username": user.get_username(), "email": user.email, "role": membership.role,
+            "added_at": membership.added_at}
+
+
+def _member_of(project: Any, username: str) -> Any:
+    membership = project.memberships.select_related("user").filter(user__username=username).first()
+    if membership is None:
+        raise ValidationError({"username": f"{username} is not a member of {project.name}."})
+    return membership
+
+
+@router.get("/projects/{project_id}/members", response=list[MemberOut])
+def project_member_list(request: HttpRequest, project_id: int):
+    """The project's members and their roles (any member may read them)."""
+    project = selectors.project_for_user(request.user, project_id)
+    return [_member_out(membership) for membership in selectors.project_memberships(project)]
+
+
+@router.post("/projects/{project_id}/members", response={201: MemberOut, 200: MemberOut})
+def project_member_add(request: HttpRequest, project_id: int, body: MemberIn):
+    """Add an existing account (by username or email) with a role; a project admin only.
+    A member already there keeps their role (200): change it with PATCH."""
+    project = selectors.project_for_user(request.user, project_id)
+    before = project.memberships.count()
+    membership, _ = services.member_find_or_invite(request.user, project, body.who, body.role)
+    return Status(201 if project.memberships.count() > before else 200, _member_out(membership))
+
+
+@router.patch("/projects/{project_id}/members/{username}", response=MemberOut)
+def project_member_role(request: HttpRequest, project_id: int, username: str, body: MemberRoleIn):
+    """Change a member's role; a project admin only."""
+    project = selectors.project_for_user(request.user, project_id)
+    membership = _member_of(project, username)
+    return _member_out(services.project_member_role_set(request.user, project, membership.user, body.role))
+
+
+@router.delete("/projects/{project_id}/members/{username}", response={204: None})
+def project_member_remove(request: HttpRequest, project_id: int, username: str):
+    """Remove a member (a project admin), or leave the project yourself."""
+    project = selectors.project_for_user(request.user, project_id)
+    services.project_member_remove(request.user, project, _member_of(project, username).user)
+    return Status(204, None)
 
 
 @router.get("/events", response=list[EventOut])

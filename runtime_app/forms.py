@@ -28,6 +28,22 @@ class RepositoryForm(forms.Form):
         ]
 
 
+ROLE_CHOICES = [("viewer", "viewer: reads and comments"),
+                ("operator", "operator: also registers repositories, runs searches and evolution"),
+                ("approver", "approver: also approves, requests changes and merges"),
+                ("admin", "project admin: also manages members")]
+
+
+class MemberAddForm(forms.Form):
+    who = forms.CharField(max_length=254, label="Username or email",
+                          help_text="An email address no account has gets an invitation to set a password.")
+    role = forms.ChoiceField(choices=ROLE_CHOICES, initial="viewer")
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=ROLE_CHOICES)
+
+
 class AuditFilterForm(forms.Form):
     """The audit log's filter, read from GET: a bad value is reported and left out, never fatal."""
 

@@ -21,22 +21,28 @@ class Project(models.Model):
 
     class Meta:
         ordering = ["name"]
-        permissions = [
-            ("operate_project", "Can register repositories and launch searches and evolution runs"),
-            ("approve_project", "Can approve or reject winners and merges"),
-        ]
 
     def __str__(self) -> str:
         return self.name
 
 
+class ProjectRole(models.TextChoices):
+    """What a member may do in one project; each role may do everything the ones before it may."""
+
+    VIEWER = "viewer", "viewer"
+    OPERATOR = "operator", "operator"
+    APPROVER = "approver", "approver"
+    ADMIN = "admin", "project admin"
+
+
 class ProjectMembership(models.Model):
-    """Who may see a project's objects; what they may do comes from their roles."""
+    """Who may see a project's objects, and their role in it."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
     )
+    role = models.CharField(max_length=16, choices=ProjectRole.choices, default=ProjectRole.VIEWER)
     added_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -1,49 +1,73 @@
-"""Roles are Django groups with permissions; projects decide which objects a user sees.
+"""Roles are per project: a member's role there says what they may do in that project.
 
-viewer reads, operator also registers repositories and launches runs, approver also
-approves or rejects winners and merges. A superuser holds every role.
+viewer reads and comments; operator also registers repositories and launches searches and
+evolution runs; approver also approves, requests changes and merges; project admin also
+manages the project's members and their roles. A superuser holds every role in every project.
+Creating a project needs the `runtime_app.add_project` permission (or a superuser); its creator
+becomes its first project admin.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import Group, Permission
-from django.db.models import Q
+from runtime_app.models import ProjectMembership, ProjectRole
 
-VIEWER, OPERATOR, APPROVER = "viewer", "operator", "approver"
-ROLE_NAMES = (VIEWER, OPERATOR, APPROVER)
-OPERATE = "runtime_app.operate_project"
-APPROVE = "runtime_app.approve_project"
-# Apps whose view_* permissions every role gets; later apps add themselves here.
-ROLE_APPS = ("runtime_app", "search_app", "evolve_app")
-ROLE_EXTRA_CODENAMES = {
-    VIEWER: (),
-    OPERATOR: ("operate_project",),
-    APPROVER: ("approve_project",),
-}
+VIEWER, OPERATOR, APPROVER, ADMIN = (ProjectRole.VIEWER.value, ProjectRole.OPERATOR.value,
+                                     ProjectRole.APPROVER.value, ProjectRole.ADMIN.value)
+ROLE_NAMES = (VIEWER, OPERATOR, APPROVER, ADMIN)
+RANK = {role: rank for rank, role in enumerate(ROLE_NAMES, start=1)}
+CREATE_PROJECT = "runtime_app.add_project"
 
 
-def role_permissions(role: str) -> list[Permission]:
-    wanted = Q(content_type__app_label__in=ROLE_APPS, codename__startswith="view_")
-    extra = ROLE_EXTRA_CODENAMES[role]
-    if extra:
-        wanted |= Q(content_type__app_label="runtime_app", codename__in=extra)
-    return list(Permission.objects.filter(wanted))
+def role_label(role: str) -> str:
+    return ProjectRole(role).label
 
 
-def roles_sync() -> None:
-    """Create the three groups and give them exactly their permissions."""
-    for role in ROLE_NAMES:
-        group, _ = Group.objects.get_or_create(name=role)
-        group.permissions.set(role_permissions(role))
-
-
-def roles_sync_after_migrate(**kwargs: Any) -> None:
-    roles_sync()
-
-
-def roles_of(user: Any) -> list[str]:
+def role_in(user: Any, project: Any) -> str | None:
+    """`user`'s role in `project`, or None when they are not a member (a superuser is an admin)."""
+    if not (user.is_authenticated and user.is_active):
+        return None
     if user.is_superuser:
-        return list(ROLE_NAMES)
-    return sorted(user.groups.filter(name__in=ROLE_NAMES).values_list("name", flat=True))
+        return ADMIN
+    return (ProjectMembership.objects.filter(project=project, user=user)
+            .values_list("role", flat=True).first())
+
+
+def role_allows(role: str | None, needed: str) -> bool:
+    return role is not None and RANK[role] >= RANK[needed]
+
+
+def has_role(user: Any, project: Any, needed: str) -> bool:
+    """Whether `user` holds `needed` (or a higher role) in `project`."""
+    return role_allows(role_in(user, project), needed)
+
+
+def has_role_anywhere(user: Any, needed: str) -> bool:
+    """Whether `user` holds `needed` in at least one project (what list pages offer)."""
+    if not (user.is_authenticated and user.is_active):
+        return False
+    if user.is_superuser:
+        return True
+    wanted = [role for role in ROLE_NAMES if RANK[role] >= RANK[needed]]
+    return ProjectMembership.objects.filter(user=user, role__in=wanted).exists()
+
+
+def projects_with_role(user: Any, needed: str) -> Any:
+    """The projects where `user` holds `needed` or higher."""
+    from runtime_app.models import Project
+
+    if user.is_superuser:
+        return Project.objects.all()
+    wanted = [role for role in ROLE_NAMES if RANK[role] >= RANK[needed]]
+    return Project.objects.filter(memberships__user=user, memberships__role__in=wanted).distinct()
+
+
+def can_create_project(user: Any) -> bool:
+    return bool(user.is_authenticated and user.is_active and user.has_perm(CREATE_PROJECT))
+
+
+def roles_of(user: Any) -> dict[str, str]:
+    """Project name → role, for every project `user` is a member of."""
+    return dict(ProjectMembership.objects.filter(user=user).order_by("project__name")
+                .values_list("project__name", "role"))

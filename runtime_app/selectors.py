@@ -41,6 +41,11 @@ def project_for_user(user: Any, project_id: int) -> Project:
     return project
 
 
+def project_memberships(project: Project) -> Any:
+    """A project's members with their roles, by username."""
+    return project.memberships.select_related("user").order_by("user__username")
+
+
 def project_hub(user: Any, project: Project) -> dict[str, Any]:
     """What the project page shows: its repositories, each app's section (specs and searches,
     agents …) and, first, everything in them that needs a reader, most urgent first."""

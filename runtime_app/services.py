@@ -97,14 +97,26 @@ def audit_record(
     )
 
 
-def _require(user: Any, permission: str) -> None:
-    if not (user.is_active and user.has_perm(permission)):
-        raise PermissionDenied(f"This needs the {permission.split('.')[-1]} permission.")
+def role_require(user: Any, project: Project, needed: str) -> str:
+    """Refuse unless `user` holds `needed` (or higher) in `project`; returns their role there."""
+    role = roles.role_in(user, project)
+    if roles.role_allows(role, needed):
+        return role
+    if role is None:
+        raise PermissionDenied(f"Only members of {project.name} can do this.")
+    raise PermissionDenied(f"This needs the {roles.role_label(needed)} role in {project.name} "
+                           f"(yours is {roles.role_label(role)}).")
+
+
+def _require_member(user: Any, project: Project) -> None:
+    role_require(user, project, roles.VIEWER)
 
 
 def project_create(user: Any, name: str, description: str = "") -> Project:
-    """Create a project as an operator; its creator becomes its first member."""
-    _require(user, roles.OPERATE)
+    """Create a project; its creator becomes its first project admin."""
+    if not roles.can_create_project(user):
+        raise PermissionDenied("Creating a project needs the add project permission "
+                               "(an administrator grants it).")
     name = (name or "").strip()
     if not PROJECT_NAME_RE.match(name):
         raise ValidationError(
@@ -117,40 +129,130 @@ def project_create(user: Any, name: str, description: str = "") -> Project:
         raise ValidationError({"description": "Keep the description under 2,000 characters."})
     with transaction.atomic():
         project = Project.objects.create(name=name, description=description, created_by=user)
-        ProjectMembership.objects.create(project=project, user=user)
+        ProjectMembership.objects.create(project=project, user=user, role=roles.ADMIN)
         audit_record(user, "project.create", project=project, target=name)
+        audit_record(user, "project.member_add", project=project, target=user.get_username(),
+                     detail={"user": user.get_username(), "role": roles.ADMIN})
         event_emit(project, "project", project.pk, "project.created", {"message": f"{name} created"})
     return project
 
 
-def project_member_add(actor: Any, project: Project, user: Any) -> ProjectMembership:
-    """Let a user see a project's objects; an operator who is a member may do this."""
-    _require(actor, roles.OPERATE)
-    if not (actor.is_superuser or project.memberships.filter(user=actor).exists()):
-        raise PermissionDenied("Only members of a project can add members to it.")
+def _role_checked(role: str) -> str:
+    if role not in roles.ROLE_NAMES:
+        raise ValidationError({"role": "Choose one of: " + ", ".join(
+            roles.role_label(name) for name in roles.ROLE_NAMES) + "."})
+    return role
+
+
+def _admins_left(project: Project, leaving: Any) -> bool:
+    """Whether a project admin other than `leaving` remains (a project never loses its last one)."""
+    return project.memberships.filter(role=roles.ADMIN, user__is_active=True).exclude(user=leaving).exists()
+
+
+def project_member_add(actor: Any, project: Project, user: Any,
+                       role: str = roles.VIEWER) -> ProjectMembership:
+    """Make `user` a member of `project` with `role`; a project admin does this (a member already
+    there keeps their role: change it with project_member_role_set)."""
+    role_require(actor, project, roles.ADMIN)
+    _role_checked(role)
+    if not user.is_active:
+        raise ValidationError({"user": f"{user.get_username()}'s account is deactivated."})
     with transaction.atomic():
-        membership, created = ProjectMembership.objects.get_or_create(project=project, user=user)
+        membership, created = ProjectMembership.objects.get_or_create(
+            project=project, user=user, defaults={"role": role})
         if created:
-            audit_record(actor, "project.member_add", project=project, target=user.get_username())
+            audit_record(actor, "project.member_add", project=project, target=user.get_username(),
+                         detail={"user": user.get_username(), "role": role})
             event_emit(
                 project, "project", project.pk, "project.member_added",
-                {"message": f"{user.get_username()} joined"},
+                {"message": f"{user.get_username()} joined as {roles.role_label(role)}"},
             )
     return membership
 
 
+def member_find_or_invite(actor: Any, project: Project, who: str, role: str,
+                          *, invite_url: Any = None) -> tuple[ProjectMembership, bool]:
+    """Add the account named `who` (a username or an email address) to `project` with `role`;
+    an email address no account has gets a new account and an email with a link to set its
+    password (`invite_url(user)` makes the link). Returns the membership and whether an
+    account was invited."""
+    from django.contrib.auth import get_user_model
+    from django.core.mail import send_mail
+    from django.core.validators import validate_email
+
+    role_require(actor, project, roles.ADMIN)
+    _role_checked(role)
+    who = (who or "").strip()
+    if not who:
+        raise ValidationError({"who": "Give a username or an email address."})
+    users = get_user_model()._default_manager
+    user = users.filter(username__iexact=who).first() or (
+        users.filter(email__iexact=who).order_by("pk").first() if "@" in who else None)
+    invited = False
+    if user is None:
+        if "@" not in who:
+            raise ValidationError({"who": f"No account is named {who!r}: give their email address "
+                                          "to invite them."})
+        try:
+            validate_email(who)
+        except ValidationError:
+            raise ValidationError({"who": f"{who!r} is not a valid email address."}) from None
+        if invite_url is None:
+            raise ValidationError({"who": f"No account has the address {who}; invite them from the "
+                                          "project's members page."})
+        base = re.sub(r"[^A-Za-z0-9_.-]", "-", who.split("@")[0])[:100] or "member"
+        username, number = base, 1
+        while users.filter(username__iexact=username).exists():
+            number += 1
+            username = f"{base}-{number}"
+        with transaction.atomic():
+            user = users.create_user(username=username, email=who)  # no password until they set one
+            audit_record(actor, "account.invite", project=project, target=username,
+                         detail={"user": username})
+        invited = True
+    membership = project_member_add(actor, project, user, role)
+    if invited:
+        link = invite_url(user)
+        send_mail(f"You are invited to {project.name} on Crucible",
+                  f"{actor.get_username()} added you to the project {project.name} as "
+                  f"{roles.role_label(role)}.\n\nSet your password (your username is "
+                  f"{user.get_username()}):\n{link}\n", None, [who])
+    return membership, invited
+
+
+def project_member_role_set(actor: Any, project: Project, user: Any, role: str) -> ProjectMembership:
+    """Change a member's role in `project`; a project admin does this. Dropping below approver
+    withdraws their pending decisions (the membership's save hook does it, for every door)."""
+    role_require(actor, project, roles.ADMIN)
+    _role_checked(role)
+    membership = project.memberships.filter(user=user).first()
+    if membership is None:
+        raise ValidationError({"user": f"{user.get_username()} is not a member of {project.name}."})
+    if membership.role == role:
+        return membership
+    if membership.role == roles.ADMIN and not _admins_left(project, user):
+        raise ValidationError({"role": f"{user.get_username()} is the last project admin of "
+                                       f"{project.name}: make someone else admin first."})
+    with transaction.atomic(), signals.acting_as(actor):
+        membership.role = role
+        membership.save(update_fields=["role"])
+    return membership
+
+
 def project_member_remove(actor: Any, project: Project, user: Any) -> None:
-    """Take a user off a project; an operator who is a member (or a superuser) may do this.
+    """Take a user off a project; a project admin may do this (and anyone may leave).
 
     The deletion's hook (project_membership_end) records it and withdraws the user's pending
     decisions on the project's winners, as it does for the admin and any other deletion.
     """
-    _require(actor, roles.OPERATE)
-    if not (actor.is_superuser or project.memberships.filter(user=actor).exists()):
-        raise PermissionDenied("Only members of a project can remove members from it.")
+    if actor.pk != user.pk:
+        role_require(actor, project, roles.ADMIN)
     membership = project.memberships.filter(user=user).first()
     if membership is None:
         raise ValidationError({"user": f"{user.get_username()} is not a member of {project.name}."})
+    if membership.role == roles.ADMIN and not _admins_left(project, user):
+        raise ValidationError({"user": f"{user.get_username()} is the last project admin of "
+                                       f"{project.name}: make someone else admin first."})
     with transaction.atomic(), signals.acting_as(actor):
         membership.delete()
 
@@ -159,10 +261,25 @@ def project_membership_end(actor: Any, membership: ProjectMembership) -> None:
     """What ending a membership does, however it ends (called by its pre_delete hook): audited,
     announced, and the user no longer decides on the project's winners."""
     project, username = membership.project, membership.user.get_username()
-    audit_record(actor, "project.member_remove", project=project, target=username)
+    audit_record(actor, "project.member_remove", project=project, target=username,
+                 detail={"user": username, "role": membership.role})
     event_emit(project, "project", project.pk, "project.member_removed", {"message": f"{username} left"})
     approver_standing_end(actor, membership.user, project=project,
                           reason=f"{username} was removed from {project.name}")
+
+
+def project_membership_role_changed(actor: Any, membership: ProjectMembership, before: str) -> None:
+    """What a role change does, however it is made (called by the membership's save hook):
+    audited, announced, and a member dropping below approver no longer decides on winners."""
+    project, username = membership.project, membership.user.get_username()
+    audit_record(actor, "project.member_role", project=project,
+                 target=f"{username}: {before} → {membership.role}",
+                 detail={"user": username, "from": before, "to": membership.role})
+    event_emit(project, "project", project.pk, "project.member_role",
+               {"message": f"{username} is now {roles.role_label(membership.role)}"})
+    if roles.role_allows(before, roles.APPROVER) and not roles.role_allows(membership.role, roles.APPROVER):
+        approver_standing_end(actor, membership.user, project=project,
+                              reason=f"{username} is no longer an approver in {project.name}")
 
 
 def approver_standing_end(actor: Any, user: Any, *, project: Project | None, reason: str) -> None:
@@ -170,11 +287,6 @@ def approver_standing_end(actor: Any, user: Any, *, project: Project | None, rea
     that hold decisions withdraw the pending ones (search_app listens to approver_standing_ended)."""
     signals.approver_standing_ended.send(sender=Project, user=user, project=project, actor=actor,
                                          reason=reason)
-
-
-def _require_member(user: Any, project: Project) -> None:
-    if not (user.is_superuser or project.memberships.filter(user=user).exists()):
-        raise PermissionDenied("Only members of the project can do this.")
 
 
 def server_path_check(path: str, *, trusted: bool, what: str) -> Any:
@@ -213,8 +325,7 @@ def repository_register(
     """
 
 
-    _require(user, roles.OPERATE)
-    _require_member(user, project)
+    role_require(user, project, roles.OPERATOR)
     resolved = server_path_check(path, trusted=trusted, what="repository")
     try:
         repo_open(resolved).close()
@@ -240,7 +351,7 @@ def repository_register(
 
 def project_ping(user: Any, project: Project) -> None:
     """Ask a worker to answer with an event: proves broker, worker and live push work."""
-    _require(user, roles.OPERATE)
+    role_require(user, project, roles.OPERATOR)
     from runtime_app.tasks import project_ping_reply
 
     with transaction.atomic():

@@ -1,14 +1,12 @@
 """Hooks that hold whoever changes roles and memberships, and however, to the same rules.
 
-Every grant or revocation of a role is recorded. Roles are the viewer/operator/approver
-groups, so a role changes whenever a user joins or leaves one of them, from either side of
-the m2m (`user.groups.add/remove/set/clear`, `group.user_set.…`, the admin's user form).
-
-Whoever may no longer decide on a project's winners (their membership row is deleted, or
-they lose the approve permission: a group, a direct permission, the group's permission,
-deactivation) has their pending decisions withdrawn: the hooks call one service, which
-sends `approver_standing_ended` for the apps that hold decisions (runtime_app never
-imports them).
+A role is a project membership's `role`, so every door that changes one (the members page,
+the API, the CLI, the Django admin, the ORM) goes through these hooks: each change is audited
+and announced (services.project_membership_role_changed), and whoever may no longer decide on a
+project's winners (their membership is deleted, their role drops below approver, their account
+is deactivated or loses the superuser flag) has their pending decisions withdrawn: the hooks
+call one service, which sends `approver_standing_ended` for the apps that hold decisions
+(runtime_app never imports them).
 
 The actor is the one a service names (`acting_as`), else the user of the request being
 served (set by AuditActorMiddleware), else nobody: the entry then says "system".
@@ -24,7 +22,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.dispatch import Signal
 
-from runtime_app.roles import APPROVE, ROLE_NAMES
+from runtime_app import roles
 
 _request: ContextVar[Any] = ContextVar("crucible_audit_request", default=None)
 _actor: ContextVar[Any] = ContextVar("crucible_audit_actor", default=None)
@@ -67,43 +65,6 @@ def current_actor() -> Any:
     return user if user is not None and user.is_authenticated else None
 
 
-def role_membership_changed(
-    sender: Any, instance: Any, action: str, reverse: bool, pk_set: set | None, using: str, **kwargs: Any
-) -> None:
-    """m2m_changed on User.groups.through: record role.grant after rows are added, and
-    role.revoke for the rows that exist just before they are removed or cleared (inside the
-    same transaction, so a failed change records nothing). `pk_set` of post_add holds only
-    the rows actually added; removals are checked against the rows present."""
-    if action not in ("post_add", "pre_remove", "pre_clear"):
-        return
-    from runtime_app.services import audit_record
-
-    user_field, group_field = _through_fields()
-    rows = sender._default_manager.using(using).filter(**{f"{group_field}__name__in": ROLE_NAMES})
-    if reverse:  # instance is a group; pk_set holds user ids
-        rows = rows.filter(**{group_field: instance})
-        if pk_set is not None:
-            rows = rows.filter(**{f"{user_field}_id__in": pk_set})
-    else:  # instance is a user; pk_set holds group ids
-        rows = rows.filter(**{user_field: instance})
-        if pk_set is not None:
-            rows = rows.filter(**{f"{group_field}_id__in": pk_set})
-    verb = "role.grant" if action == "post_add" else "role.revoke"
-    actor = current_actor()
-    for row in rows.select_related(user_field, group_field).order_by("pk"):
-        username = getattr(row, user_field).get_username()
-        role = getattr(row, group_field).name
-        audit_record(actor, verb, target=f"{username}: {role}", detail={"user": username, "role": role})
-
-
-def _through_fields() -> tuple[str, str]:
-    """The names of the user and the group foreign keys of User.groups.through."""
-    from django.contrib.auth import get_user_model
-
-    groups = get_user_model()._meta.get_field("groups")
-    return groups.m2m_field_name(), groups.m2m_reverse_field_name()
-
-
 def membership_deleting(sender: Any, instance: Any, origin: Any = None, **kwargs: Any) -> None:
     """pre_delete on ProjectMembership, whatever deletes it (service, admin, ORM, a deleted user).
 
@@ -116,48 +77,48 @@ def membership_deleting(sender: Any, instance: Any, origin: Any = None, **kwargs
     project_membership_end(current_actor(), instance)
 
 
-def approve_permission_changing(sender: Any, instance: Any, action: str, **kwargs: Any) -> None:
-    """m2m_changed on the groups and permissions of users and groups: whoever held the approve
-    permission before a removal and does not after it loses their standing as an approver."""
-    if action not in ("pre_remove", "pre_clear", "post_remove", "post_clear"):
+def membership_saving(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
+    """pre_save on ProjectMembership: note the role it had, so post_save can tell a change."""
+    if raw or instance.pk is None:
         return
-    if action.startswith("pre_"):
-        instance.__dict__["_crucible_approvers"] = _approver_ids()
+    instance.__dict__["_crucible_role_before"] = (
+        sender._default_manager.filter(pk=instance.pk).values_list("role", flat=True).first())
+
+
+def membership_saved(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
+    """post_save on ProjectMembership: a changed role is audited, announced and may end standing."""
+    before = instance.__dict__.pop("_crucible_role_before", None)
+    if raw or created or before is None or before == instance.role:
         return
-    before = instance.__dict__.pop("_crucible_approvers", set())
-    _approvers_lost(before - _approver_ids(), "lost the approve permission")
+    from runtime_app.services import project_membership_role_changed
+
+    project_membership_role_changed(current_actor(), instance, before)
 
 
 def user_saving(sender: Any, instance: Any, raw: bool = False, update_fields: Any = None,
                 **kwargs: Any) -> None:
-    """pre_save on the user model: note whether they could approve before this save."""
+    """pre_save on the user model: note whether they were active and a superuser before this save."""
     if raw or instance.pk is None or (update_fields is not None and set(update_fields) <= {"last_login"}):
         return
-    instance.__dict__["_crucible_could_approve"] = instance.pk in _approver_ids([instance.pk])
+    instance.__dict__["_crucible_before"] = (
+        sender._default_manager.filter(pk=instance.pk).values_list("is_active", "is_superuser").first())
 
 
 def user_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
-    """post_save on the user model: deactivation or a lost superuser flag ends approver standing."""
-    if instance.__dict__.pop("_crucible_could_approve", False) and not _approver_ids([instance.pk]):
-        _approvers_lost({instance.pk}, "was deactivated" if not instance.is_active else
-                        "lost the approve permission")
-
-
-def _approver_ids(among: list[int] | None = None) -> set[int]:
-    """Ids of the active users holding the approve permission now, through any backend."""
-    from django.contrib.auth import get_user_model
-
-    users = get_user_model()._default_manager.filter(is_active=True)
-    if among is not None:
-        users = users.filter(pk__in=among)
-    return {user.pk for user in users if user.has_perm(APPROVE)}
-
-
-def _approvers_lost(user_ids: set[int], why: str) -> None:
-    from django.contrib.auth import get_user_model
-
+    """post_save on the user model: deactivation ends standing everywhere; a lost superuser flag
+    ends it in every project where their own role is below approver."""
+    before = instance.__dict__.pop("_crucible_before", None)
+    if before is None:
+        return
+    was_active, was_superuser = before
+    from runtime_app.models import Project
     from runtime_app.services import approver_standing_end
 
-    actor = current_actor()
-    for user in get_user_model()._default_manager.filter(pk__in=user_ids).order_by("pk"):
-        approver_standing_end(actor, user, project=None, reason=f"{user.get_username()} {why}")
+    actor, username = current_actor(), instance.get_username()
+    if was_active and not instance.is_active:
+        approver_standing_end(actor, instance, project=None, reason=f"{username} was deactivated")
+    elif was_superuser and not instance.is_superuser and instance.is_active:
+        still = roles.projects_with_role(instance, roles.APPROVER).values_list("pk", flat=True)
+        for project in Project.objects.exclude(pk__in=list(still)).order_by("pk"):
+            approver_standing_end(actor, instance, project=project,
+                                  reason=f"{username} lost the superuser flag")

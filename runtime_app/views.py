@@ -5,18 +5,23 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.contrib import messages
+from django.contrib.auth.tokens import default_token_generator
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
 from django.forms import Form
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template import engines
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import push_url
 
@@ -24,10 +29,13 @@ from runtime_app import roles, selectors, services
 from runtime_app.forms import (
     ApiTokenForm,
     AuditFilterForm,
+    MemberAddForm,
+    MemberRoleForm,
     ProjectForm,
     RepositoryForm,
     RepositoryRefForm,
 )
+from runtime_app.models import ProjectRole
 from runtime_app.subjects import subject_labels_attach
 
 
@@ -47,12 +55,17 @@ def _live_context(request: HttpRequest, subject: tuple[str, int] | None = None) 
     return {"events": events, "last_event_id": last_event_id, "ws_path": ws_path}
 
 
+def _role_badges(user: Any) -> list[str]:
+    """'alpha: operator' for each project the user is a member of."""
+    return [f"{project}: {roles.role_label(role)}" for project, role in roles.roles_of(user).items()]
+
+
 def _home(request: HttpRequest, project_form: ProjectForm, status: int = 200) -> HttpResponse:
     return render(request, "runtime_app/home.html", {
         "projects": selectors.projects_for_user(request.user),
         "project_form": project_form,
-        "can_operate": request.user.has_perm(roles.OPERATE),
-        "roles": roles.roles_of(request.user),
+        "can_create_project": roles.can_create_project(request.user),
+        "roles": _role_badges(request.user),
         **_live_context(request),
     }, status=status)
 
@@ -84,10 +97,101 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
     return render(request, "runtime_app/project_detail.html", {
         "project": project,
         **selectors.project_hub(request.user, project),
-        "members": project.members.order_by("username"),
-        "can_operate": request.user.has_perm(roles.OPERATE),
+        "memberships": project.memberships.select_related("user").order_by("user__username"),
+        "can_operate": roles.has_role(request.user, project, roles.OPERATOR),
+        "can_admin": roles.has_role(request.user, project, roles.ADMIN),
         **_live_context(request, subject=("project", project.pk)),
     })
+
+
+def _members_page(request: HttpRequest, project: Any, form: MemberAddForm | None = None,
+                  status: int = 200) -> HttpResponse:
+    return render(request, "runtime_app/project_members.html", {
+        "project": project,
+        "memberships": selectors.project_memberships(project),
+        "can_admin": roles.has_role(request.user, project, roles.ADMIN),
+        "form": form or MemberAddForm(),
+        "role_choices": ProjectRole.choices,
+    }, status=status)
+
+
+@require_GET
+def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
+    """Who is in the project and their roles; a project admin adds, invites, changes and removes."""
+    return _members_page(request, selectors.project_for_user(request.user, project_id))
+
+
+def _invite_url(request: HttpRequest) -> Any:
+    def url(user: Any) -> str:
+        uid = urlsafe_base64_encode(force_bytes(user.pk))
+        token = default_token_generator.make_token(user)
+        return request.build_absolute_uri(reverse("password_reset_confirm", args=[uid, token]))
+    return url
+
+
+@require_POST
+def project_member_add(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = selectors.project_for_user(request.user, project_id)
+    form = MemberAddForm(request.POST)
+    if form.is_valid():
+        who, role = form.cleaned_data["who"], form.cleaned_data["role"]
+        try:
+            membership, invited = services.member_find_or_invite(
+                request.user, project, who, role, invite_url=_invite_url(request))
+        except ValidationError as error:
+            _apply_errors(form, error)
+        else:
+            name = membership.user.get_username()
+            if invited:
+                messages.success(request, f"Invited {who} as {name} ({roles.role_label(role)}): "
+                                          "an email with a link to set a password is on its way.")
+            elif membership.role != role:
+                messages.info(request, f"{name} is a member already, as {roles.role_label(membership.role)}: "
+                                       "change their role below.")
+            else:
+                messages.success(request, f"{name} added as {roles.role_label(role)}.")
+            return redirect("project_members", project_id=project.pk)
+    return _members_page(request, project, form, status=400)
+
+
+def _member(project: Any, user_id: int) -> Any:
+    membership = project.memberships.select_related("user").filter(user_id=user_id).first()
+    if membership is None:
+        raise Http404("No such member.")
+    return membership.user
+
+
+@require_POST
+def project_member_role(request: HttpRequest, project_id: int, user_id: int) -> HttpResponse:
+    project = selectors.project_for_user(request.user, project_id)
+    user = _member(project, user_id)
+    form = MemberRoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose one of the roles.")
+        return redirect("project_members", project_id=project.pk)
+    try:
+        services.project_member_role_set(request.user, project, user, form.cleaned_data["role"])
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(request, f"{user.get_username()} is now "
+                                  f"{roles.role_label(form.cleaned_data['role'])}.")
+    return redirect("project_members", project_id=project.pk)
+
+
+@require_POST
+def project_member_remove(request: HttpRequest, project_id: int, user_id: int) -> HttpResponse:
+    project = selectors.project_for_user(request.user, project_id)
+    user = _member(project, user_id)
+    try:
+        services.project_member_remove(request.user, project, user)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+        return redirect("project_members", project_id=project.pk)
+    messages.success(request, f"{user.get_username()} removed from {project.name}.")
+    if user.pk == request.user.pk:
+        return redirect("home")
+    return redirect("project_members", project_id=project.pk)
 
 
 @require_POST
@@ -106,12 +210,12 @@ def _repositories(request: HttpRequest, form: RepositoryForm, status: int = 200)
         "projects": selectors.projects_for_user(request.user).order_by("name"),
         "repositories": [(repository, selectors.repository_refs(repository)) for repository in listed],
         "form": form,
-        "can_operate": request.user.has_perm(roles.OPERATE),
+        "can_operate": roles.has_role_anywhere(request.user, roles.OPERATOR),
     }, status=status)
 
 
 def _repository_form(request: HttpRequest, data=None) -> RepositoryForm:
-    projects = selectors.projects_for_user(request.user).order_by("name")
+    projects = roles.projects_with_role(request.user, roles.OPERATOR).order_by("name")
     initial = {"project": projects[0].pk} if len(projects) == 1 else {}
     return RepositoryForm(data, projects=projects, initial=initial)
 
@@ -241,7 +345,7 @@ def account(request: HttpRequest) -> HttpResponse:
         "form": form,
         "new_token": new_token,
         "tokens": selectors.api_tokens_for_user(request.user),
-        "roles": roles.roles_of(request.user),
+        "roles": _role_badges(request.user),
     }, status=status)
 
 
@@ -293,5 +397,5 @@ def repository_detail(request: HttpRequest, repository_id: int) -> HttpResponse:
         "ref_errors": ref_errors,
         "history": history,
         "searches": selectors.repository_searches(repository),
-        "can_operate": request.user.has_perm(roles.OPERATE),
+        "can_operate": roles.has_role(request.user, repository.project, roles.OPERATOR),
     })

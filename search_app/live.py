@@ -21,9 +21,12 @@ def search_live_fragments(user: Any, search_pk: int, events: list) -> list[str]:
 
     from search_app.models import Search
 
-    can_operate, can_approve = user.has_perm(roles.OPERATE), user.has_perm(roles.APPROVE)
+    search = Search.objects.select_related("project").get(pk=search_pk)
+    role = roles.role_in(user, search.project)
+    can_operate = roles.role_allows(role, roles.OPERATOR)
+    can_approve = roles.role_allows(role, roles.APPROVER)
     # Its author may be refused an approval others may make: the author renders apart.
-    author = Search.objects.filter(pk=search_pk, created_by_id=user.pk).exists()
+    author = search.created_by_id == user.pk
     key = (f"crucible:live:search:{search_pk}:{events[0].pk}-{events[-1].pk}:"
            f"{can_operate:d}{can_approve:d}{author:d}")
     return cache.get_or_set(key, lambda: _render(search_pk, events, can_operate, can_approve, user), 30)

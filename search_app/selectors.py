@@ -291,10 +291,12 @@ def approval_state(candidate: Any) -> dict[str, Any]:
         approval.candidate = candidate  # `stale` compares with this candidate's current hash
         decisions[approval.user_id] = approval
     makers = [pk for pk in decisions if pk is not None]
-    members = set(ProjectMembership.objects.filter(project_id=candidate.search.project_id, user_id__in=makers)
-                  .values_list("user_id", flat=True))
+    approvers = set(ProjectMembership.objects.filter(
+        project_id=candidate.search.project_id, user_id__in=makers,
+        role__in=[role for role in roles.ROLE_NAMES if roles.role_allows(role, roles.APPROVER)])
+        .values_list("user_id", flat=True))
     deciders = {user.pk for user in get_user_model().objects.filter(pk__in=makers, is_active=True)
-                if (user.is_superuser or user.pk in members) and user.has_perm(roles.APPROVE)}
+                if user.is_superuser or user.pk in approvers}
 
     def counts(approval: Any) -> bool:
         return not approval.stale and approval.withdrawn_at is None and approval.user_id in deciders
@@ -322,12 +324,11 @@ def decision_refusals(user: Any, search: Search) -> dict[str, str]:
     from django.core.exceptions import PermissionDenied
 
     from runtime_app import roles
-    from runtime_app.services import _require, _require_member
+    from runtime_app.services import role_require
     from search_app.models import Merge
 
     try:
-        _require(user, roles.APPROVE)
-        _require_member(user, search.project)
+        role_require(user, search.project, roles.APPROVER)
     except PermissionDenied as refused:
         return {"approve": str(refused), "request_changes": str(refused)}
     if Merge.objects.filter(search=search).exists():

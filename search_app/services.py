@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 
 from runtime_app import roles
 from runtime_app.models import Project, Repository
-from runtime_app.services import _require, _require_member, audit_record, event_emit
+from runtime_app.services import _require_member, audit_record, event_emit, role_require
 from search_app.freeze import FreezeError, freeze_inputs
 from search_app.models import HiddenFile, Search, Spec, SpecVersion
 from search_app.preflight import preflight_problems, provider_problems, start_problems
@@ -55,8 +55,7 @@ def _version_add(user: Any, spec: Spec, text: str) -> SpecVersion:
 
 def spec_create(user: Any, project: Project, title: str, text: str) -> Spec:
     """Save a new draft; drafts may be invalid, freezing is where validity is required."""
-    _require(user, roles.OPERATE)
-    _require_member(user, project)
+    role_require(user, project, roles.OPERATOR)
     title, text = _check_title(title), _check_text(text)
     with transaction.atomic():
         spec = Spec.objects.create(project=project, title=title, created_by=user)
@@ -65,8 +64,7 @@ def spec_create(user: Any, project: Project, title: str, text: str) -> Spec:
 
 
 def spec_save(user: Any, spec: Spec, text: str) -> SpecVersion:
-    _require(user, roles.OPERATE)
-    _require_member(user, spec.project)
+    role_require(user, spec.project, roles.OPERATOR)
     text = _check_text(text)
     with transaction.atomic():
         Spec.objects.select_for_update().filter(pk=spec.pk).first()
@@ -74,8 +72,7 @@ def spec_save(user: Any, spec: Spec, text: str) -> SpecVersion:
 
 
 def spec_duplicate(user: Any, spec: Spec) -> Spec:
-    _require(user, roles.OPERATE)
-    _require_member(user, spec.project)
+    role_require(user, spec.project, roles.OPERATOR)
     latest = spec.latest
     with transaction.atomic():
         copy = Spec.objects.create(
@@ -101,8 +98,7 @@ def search_freeze(
     Web and API callers name a registered repository; the local CLI may give a path.
     Freezing the same inputs again returns the search already recorded.
     """
-    _require(user, roles.OPERATE)
-    _require_member(user, project)
+    role_require(user, project, roles.OPERATOR)
     if repository is not None:
         if repository.project_id != project.pk:
             raise ValidationError({"repository": "That repository belongs to another project."})
@@ -219,8 +215,7 @@ def search_start_checked(
     from search_app.execution import search_spec
     from search_app.models import SearchRun
 
-    _require(user, roles.OPERATE)
-    _require_member(user, search.project)
+    role_require(user, search.project, roles.OPERATOR)
     if not start_anyway and not SearchRun.objects.filter(search=search).exists():
         problems = provider_problems(search_spec(search).worker.provider)
         if problems:
@@ -237,8 +232,7 @@ def search_start(user: Any, search: Search, *, enqueue: bool = True) -> Any:
     from search_app.execution import search_spec
     from search_app.models import Candidate, SearchRun, Step
 
-    _require(user, roles.OPERATE)
-    _require_member(user, search.project)
+    role_require(user, search.project, roles.OPERATOR)
     spec = search_spec(search)
     if not SearchRun.objects.filter(search=search).exists():
         # Before anything runs or is spent: every command must be able to start (search_app/preflight.py).
@@ -277,8 +271,7 @@ def search_cancel(user: Any, search: Search) -> Any:
     """Ask a running search to stop: no new steps; running ones are stopped and say so."""
     from search_app.models import SearchRun
 
-    _require(user, roles.OPERATE)
-    _require_member(user, search.project)
+    role_require(user, search.project, roles.OPERATOR)
     with transaction.atomic():
         run = SearchRun.objects.select_for_update().filter(search=search).first()
         if run is None:
@@ -1248,8 +1241,7 @@ def spec_draft_write(user: Any, project: Project, description: str) -> tuple[str
     from search_app.reference import spec_reference_markdown
     from search_app.spec_templates import spec_template_get
 
-    _require(user, roles.OPERATE)
-    _require_member(user, project)
+    role_require(user, project, roles.OPERATOR)
     description = (description or "").strip()
     if not 10 <= len(description) <= 4000:
         raise ValidationError({"description": "Describe what you want in 10 to 4,000 characters."})
@@ -1374,8 +1366,7 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
     from search_app.selectors import approval_state, decision_refusals, winner_replay
 
     search = candidate.search
-    _require(user, roles.APPROVE)
-    _require_member(user, search.project)
+    role_require(user, search.project, roles.APPROVER)
     if decision not in dict(Approval.DECISIONS):
         raise ValidationError({"decision": "Choose approve or request changes."})
     if not _SHA256_HEX.fullmatch(patch_sha256 or ""):
@@ -1511,8 +1502,7 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
     """
     from search_app.models import Merge
 
-    _require(user, roles.APPROVE)
-    _require_member(user, search.project)
+    role_require(user, search.project, roles.APPROVER)
     if target not in dict(Merge.TARGETS):
         raise ValidationError({"target": "Choose a new branch or an existing branch."})
     branch = (branch or "").strip() or (merge_branch_default(search) if target == "new_branch" else "")

@@ -65,8 +65,15 @@ def _id(value: Any) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
 
 
-def _can_operate(request: HttpRequest) -> bool:
-    return request.user.has_perm(roles.OPERATE)
+def _can_operate(request: HttpRequest, project: Any = None) -> bool:
+    """May the user launch work in `project` (None: in any of their projects)?"""
+    if project is None:
+        return roles.has_role_anywhere(request.user, roles.OPERATOR)
+    return roles.has_role(request.user, project, roles.OPERATOR)
+
+
+def _can_approve(request: HttpRequest, project: Any) -> bool:
+    return roles.has_role(request.user, project, roles.APPROVER)
 
 
 # --- the searches list ------------------------------------------------------------------------
@@ -522,8 +529,8 @@ def _run_context(request: HttpRequest, search) -> dict[str, Any]:
     return {
         "search": search, "report": summary, "funnel": selectors.search_funnel(search),
         "plot": selectors.score_plot(search), "approval": approval,
-        "can_operate": request.user.has_perm(roles.OPERATE),
-        "can_approve": request.user.has_perm(roles.APPROVE),
+        "can_operate": _can_operate(request, search.project),
+        "can_approve": _can_approve(request, search.project),
         "refusals": selectors.decision_refusals(request.user, search) if approval else None,
         **_table_context(request, search),
     }
@@ -576,7 +583,7 @@ def search_cancel(request: HttpRequest, search_id: str) -> HttpResponse:
         return render(request, "search_app/search_cancel.html", {
             "search": search, "report": selectors.run_summary(search),
             "running": search.steps.filter(state="running").count(),
-            "can_operate": request.user.has_perm(roles.OPERATE)})
+            "can_operate": _can_operate(request, search.project)})
     try:
         services.search_cancel(request.user, search)
     except ValidationError as error:
@@ -624,7 +631,7 @@ def _candidate_context(request: HttpRequest, candidate, **extra: Any) -> dict[st
         "report": summary, "is_winner": is_winner,
         "approval": selectors.approval_state(candidate) if is_winner else None,
         "replay": selectors.winner_replay(search) if is_winner else None,
-        "can_approve": request.user.has_perm(roles.APPROVE),
+        "can_approve": _can_approve(request, search.project),
         "refusals": selectors.decision_refusals(request.user, search) if is_winner else None,
         "comment_form": extra.pop("comment_form", None) or CommentForm(),
         "live": _live_tail(candidate),
@@ -753,7 +760,7 @@ def search_merge(request: HttpRequest, search_id: str) -> HttpResponse:
         "search": search, "report": summary, "form": form, "winner": winner,
         "approval": selectors.approval_state(winner) if winner else None,
         "replay": selectors.winner_replay(search) if winner else None,
-        "can_approve": request.user.has_perm(roles.APPROVE),
+        "can_approve": _can_approve(request, search.project),
     }, status=status)
 
 

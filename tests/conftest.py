@@ -18,7 +18,6 @@ from urllib.parse import quote
 import jsonschema
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import Group
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.test import Client
@@ -39,7 +38,8 @@ def service_missing(message: str) -> None:
 
 @dataclass
 class Personas:
-    """owner runs project alpha; member is on its team; outsider only sees beta."""
+    """owner is project admin of alpha; member is an operator there; outsider is project admin of
+    beta only. All three may create projects (as the operators of the global roles before could)."""
 
     owner: object
     member: object
@@ -48,34 +48,36 @@ class Personas:
     beta: Project
 
 
-def make_user(username: str, *role_names: str):
+def make_user(username: str, *, can_create_projects: bool = False):
+    """An account with no role anywhere until a project's membership gives it one."""
     from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
 
     user = get_user_model().objects.create_user(username=username, password="pw-" + username)
-    roles.roles_sync()
-    for name in role_names:
-        user.groups.add(Group.objects.get(name=name))
+    if can_create_projects:
+        user.user_permissions.add(Permission.objects.get(content_type__app_label="runtime_app",
+                                                         codename="add_project"))
     return user
 
 
 @pytest.fixture
 def personas(db) -> Personas:
-    owner = make_user("owner", roles.VIEWER, roles.OPERATOR, roles.APPROVER)
-    member = make_user("member", roles.VIEWER, roles.OPERATOR)
-    outsider = make_user("outsider", roles.VIEWER, roles.OPERATOR, roles.APPROVER)
+    owner = make_user("owner", can_create_projects=True)
+    member = make_user("member", can_create_projects=True)
+    outsider = make_user("outsider", can_create_projects=True)
     alpha = Project.objects.create(name="alpha", created_by=owner)
     beta = Project.objects.create(name="beta", created_by=outsider)
-    ProjectMembership.objects.create(project=alpha, user=owner)
-    ProjectMembership.objects.create(project=alpha, user=member)
-    ProjectMembership.objects.create(project=beta, user=outsider)
+    ProjectMembership.objects.create(project=alpha, user=owner, role=roles.ADMIN)
+    ProjectMembership.objects.create(project=alpha, user=member, role=roles.OPERATOR)
+    ProjectMembership.objects.create(project=beta, user=outsider, role=roles.ADMIN)
     return Personas(owner, member, outsider, alpha, beta)
 
 
 @pytest.fixture
 def approver(personas):
     """A member of project alpha with the approver role (and not its author)."""
-    user = make_user("approver", roles.VIEWER, roles.APPROVER)
-    ProjectMembership.objects.create(project=personas.alpha, user=user)
+    user = make_user("approver")
+    ProjectMembership.objects.create(project=personas.alpha, user=user, role=roles.APPROVER)
     return user
 
 

@@ -44,6 +44,7 @@ def layout_pages(personas, finished, data_dir, tmp_path):  # noqa: F811 (fixture
     return {
         "home": "/",
         "project": f"/projects/{personas.alpha.pk}/",
+        "members": f"/projects/{personas.alpha.pk}/members/",
         "search-list": "/searches/",
         "search": f"/searches/{search.search_id}/",
         "candidate": f"/searches/{search.search_id}/candidates/{winner.candidate_id}/",

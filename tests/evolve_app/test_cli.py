@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-from django.contrib.auth.models import Group
 
 from evolve_app import services
 from evolve_app.demo import SEED_WORKSPACE
@@ -18,6 +17,7 @@ from evolve_app.engines import EvolutionEngine
 from evolve_app.models import Agent, EvolutionRun
 from evolve_app.types import StepResult
 from runtime_app import roles
+from runtime_app.models import ProjectMembership
 from runtime_app.selectors import page_url
 from tests.conftest import REPO_ROOT, subprocess_env
 from tests.search_app.conftest import demo  # noqa: F401  (the admin user and the demo project)
@@ -160,9 +160,8 @@ def test_rollback_needs_an_approver_then_makes_a_new_commit(demo_agent, admin):
     assert evolve("run", str(demo_agent.pk), "--cycles", "2", "--json").returncode == 0
     refused = evolve("rollback", str(demo_agent.pk), "evo-1")
     assert refused.returncode == 1
-    assert refused.stderr.strip() == "admin: This needs the approve_project permission."
-    roles.roles_sync()
-    admin.groups.add(Group.objects.get(name=roles.APPROVER))
+    assert refused.stderr.strip() == "admin: This needs the approver role in demo (yours is operator)."
+    ProjectMembership.objects.filter(user=admin, project=demo_agent.project).update(role=roles.APPROVER)
     bad = evolve("rollback", str(demo_agent.pk), "main")
     assert (bad.returncode, bad.stderr.strip()) == (1, "tag: Roll back to a tag like evo-3.")
     done = evolve("rollback", str(demo_agent.pk), "evo-1")

@@ -130,12 +130,11 @@ def test_the_demo_button_creates_a_demo_agent_in_the_chosen_project(personas, tm
 
 
 def test_a_viewer_gets_no_forms_and_a_403_without_any_files_copied(personas, tmp_path, settings):
-    from runtime_app import roles
     from runtime_app.models import ProjectMembership
     from tests.conftest import make_user
 
     settings.DATA_DIR = tmp_path
-    viewer = make_user("viewer", roles.VIEWER)
+    viewer = make_user("viewer")
     ProjectMembership.objects.create(project=personas.alpha, user=viewer)
     client = login(viewer)
     page = text_of(client.get("/agents/"))

@@ -30,7 +30,7 @@ def test_a_token_authenticates_and_a_revoked_one_does_not(personas, client):
     response = client.get("/api/me", **headers)
     assert response.status_code == 200
     assert response.json()["username"] == "member"
-    assert response.json()["roles"] == ["operator", "viewer"]
+    assert response.json()["roles"] == {"alpha": "operator"}
     token.refresh_from_db()
     assert token.last_used_at is not None
     api_token_revoke(personas.member, token.pk)
@@ -77,11 +77,11 @@ def test_creating_a_project_through_the_api_uses_the_same_rules(personas, client
 def test_a_viewer_gets_403_with_a_reason(db, client):
     from tests.conftest import make_user
 
-    viewer = make_user("viewer-only", "viewer")
+    viewer = make_user("viewer-only")
     response = client.post("/api/projects", {"name": "nope"}, content_type="application/json",
                            **bearer(viewer))
     assert response.status_code == 403
-    assert "operate_project" in response.json()["detail"]
+    assert "Creating a project needs the add project permission" in response.json()["detail"]
     assert not Project.objects.filter(name="nope").exists()
 
 

@@ -1,5 +1,5 @@
-"""The audit log: role changes are recorded from every door; the page filters by GET (bad values
-shown and ignored), pages, updates over htmx and exports the filter as CSV, each showing only
+"""The audit log: membership and role changes are recorded from every door; the page filters by
+GET (bad values shown and ignored), pages, updates over htmx and exports the filter as CSV, each showing only
 what the user may see."""
 
 from __future__ import annotations
@@ -14,12 +14,16 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.test import AsyncClient, Client, modify_settings
 
 from runtime_app import roles, selectors
-from runtime_app.models import AuditEntry
-from runtime_app.services import audit_record
+from runtime_app.models import AuditEntry, ProjectMembership
+from runtime_app.services import (
+    audit_record,
+    project_member_add,
+    project_member_remove,
+    project_member_role_set,
+)
 from tests.conftest import login, text_of
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +34,7 @@ MIDDLEWARE = "runtime_app.signals.AuditActorMiddleware"
 
 
 def role_entries() -> list[tuple[str, str, str]]:
-    return list(AuditEntry.objects.filter(action__startswith="role.").order_by("id")
+    return list(AuditEntry.objects.filter(action__startswith="project.member").order_by("id")
                 .values_list("actor_name", "action", "target"))
 
 
@@ -42,40 +46,27 @@ def csv_rows(response) -> list[list[str]]:
 # ------------------------------------------------------------------------ role changes
 
 
-def test_adding_and_removing_a_role_group_directly_is_recorded_as_the_system(db):
-    roles.roles_sync()
-    user = get_user_model().objects.create_user("carol")
-    operator, approver = Group.objects.get(name=roles.OPERATOR), Group.objects.get(name=roles.APPROVER)
-    user.groups.add(operator)
-    user.groups.add(operator)  # already there: nothing changes, nothing is recorded
-    user.groups.remove(approver)  # never there: nothing to revoke
-    user.groups.remove(operator)
-    assert role_entries() == [("system", "role.grant", "carol: operator"),
-                              ("system", "role.revoke", "carol: operator")]
-    entry = AuditEntry.objects.filter(action="role.grant").get()
-    assert (entry.actor, entry.project, entry.detail) == (None, None, {"user": "carol", "role": "operator"})
+def test_a_role_changed_directly_on_the_membership_is_recorded_as_the_system(personas):
+    AuditEntry.objects.all().delete()
+    membership = ProjectMembership.objects.get(project=personas.alpha, user=personas.member)
+    membership.role = roles.APPROVER
+    membership.save()
+    membership.save()  # unchanged: nothing is recorded
+    assert role_entries() == [("system", "project.member_role", "member: operator → approver")]
+    entry = AuditEntry.objects.get(action="project.member_role")
+    assert (entry.actor, entry.project, entry.detail) == (
+        None, personas.alpha, {"user": "member", "from": "operator", "to": "approver"})
 
 
-def test_every_side_of_the_m2m_is_recorded_and_other_groups_are_not(db):
-    roles.roles_sync()
-    user = get_user_model().objects.create_user("dave")
-    viewer, approver = Group.objects.get(name=roles.VIEWER), Group.objects.get(name=roles.APPROVER)
-    other = Group.objects.create(name="book-club")
-    user.groups.set([viewer, other])
-    user.groups.set([approver])
-    approver.user_set.remove(user)
-    viewer.user_set.add(user)
-    other.user_set.add(user)
-    user.groups.clear()
-    assert role_entries() == [
-        ("system", "role.grant", "dave: viewer"),
-        ("system", "role.revoke", "dave: viewer"),
-        ("system", "role.grant", "dave: approver"),
-        ("system", "role.revoke", "dave: approver"),
-        ("system", "role.grant", "dave: viewer"),
-        ("system", "role.revoke", "dave: viewer"),
-    ]
-    assert not AuditEntry.objects.filter(target__contains="book-club").exists()
+def test_adding_changing_and_removing_a_member_through_the_services_names_the_admin(personas):
+    AuditEntry.objects.all().delete()
+    newcomer = get_user_model().objects.create_user("newcomer")
+    project_member_add(personas.owner, personas.alpha, newcomer, roles.OPERATOR)
+    project_member_role_set(personas.owner, personas.alpha, newcomer, roles.APPROVER)
+    project_member_remove(personas.owner, personas.alpha, newcomer)
+    assert role_entries() == [("owner", "project.member_add", "newcomer"),
+                              ("owner", "project.member_role", "newcomer: operator → approver"),
+                              ("owner", "project.member_remove", "newcomer")]
 
 
 def test_the_audit_actor_middleware_is_installed():
@@ -86,36 +77,30 @@ def test_the_audit_actor_middleware_is_installed():
 
 
 @modify_settings(MIDDLEWARE={"append": MIDDLEWARE})
-def test_a_superuser_changing_roles_in_the_admin_is_recorded_as_the_actor(personas):
+def test_a_superuser_changing_a_role_in_the_admin_is_recorded_as_the_actor(personas):
     root = get_user_model().objects.create_superuser("root", password="pw-root")
-    viewer, approver = Group.objects.get(name=roles.VIEWER), Group.objects.get(name=roles.APPROVER)
-    member = personas.member  # viewer and operator
+    membership = ProjectMembership.objects.get(project=personas.alpha, user=personas.member)
     last_id = AuditEntry.objects.order_by("-id").values_list("id", flat=True).first() or 0
-    response = login(root).post(f"/admin/auth/user/{member.pk}/change/", {
-        "username": member.username, "first_name": "", "last_name": "", "email": "",
-        "is_active": "on", "groups": [viewer.pk, approver.pk], "user_permissions": [],
-        "date_joined_0": "2026-01-02", "date_joined_1": "03:04:05", "last_login_0": "", "last_login_1": "",
-        "_save": "Save",
-    })
-    assert response.status_code == 302, response.context["adminform"].form.errors
-    assert roles.roles_of(member) == [roles.APPROVER, roles.VIEWER]
-    new = AuditEntry.objects.filter(id__gt=last_id)
-    assert sorted(new.filter(action__startswith="role.").values_list("actor_name", "action", "target")) == [
-        ("root", "role.grant", "member: approver"), ("root", "role.revoke", "member: operator")]
-    assert all(entry.actor == root for entry in new.filter(action__startswith="role."))
-    page = text_of(login(root).get("/audit/?action=role&actor=root"))
-    assert "member: approver" in page and "member: operator" in page
+    response = login(root).post(f"/admin/runtime_app/projectmembership/{membership.pk}/change/", {
+        "project": personas.alpha.pk, "user": personas.member.pk, "role": "approver", "_save": "Save"})
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert roles.role_in(personas.member, personas.alpha) == roles.APPROVER
+    new = AuditEntry.objects.filter(id__gt=last_id, action="project.member_role")
+    assert list(new.values_list("actor_name", "target")) == [("root", "member: operator → approver")]
+    page = text_of(login(personas.owner).get("/audit/?action=project.member_role"))
+    assert "member: operator → approver" in page
     # Outside a request the actor is the system again.
-    member.groups.remove(viewer)
+    membership.refresh_from_db()
+    membership.role = roles.VIEWER
+    membership.save()
     assert AuditEntry.objects.order_by("-id").values_list("actor_name", "action").first() == (
-        "system", "role.revoke")
+        "system", "project.member_role")
 
 
-def test_role_entries_have_no_project_so_only_superusers_see_them(personas):
-    personas.member.groups.remove(Group.objects.get(name=roles.OPERATOR))
-    assert "member: operator" not in text_of(login(personas.owner).get("/audit/"))
-    root = get_user_model().objects.create_superuser("root", password="pw-root")
-    assert "member: operator" in text_of(login(root).get("/audit/?action=role.revoke"))
+def test_member_entries_belong_to_their_project_so_outsiders_do_not_see_them(personas):
+    project_member_role_set(personas.owner, personas.alpha, personas.member, roles.VIEWER)
+    assert "member: operator → viewer" in text_of(login(personas.owner).get("/audit/"))
+    assert "member: operator → viewer" not in text_of(login(personas.outsider).get("/audit/"))
 
 
 # ------------------------------------------------------------------------ the page and its filter

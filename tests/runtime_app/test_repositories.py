@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from runtime_app import roles
 from runtime_app.models import AuditEntry, ProjectMembership, Repository
 from runtime_app.services import repository_register
 from tests.conftest import login, make_user, text_of
@@ -132,7 +131,7 @@ def test_an_outsider_gets_404_registering_into_another_teams_project_and_sees_no
 
 
 def test_a_viewer_sees_repositories_but_cannot_register(personas, root):
-    viewer = make_user("watcher", roles.VIEWER)
+    viewer = make_user("watcher")
     ProjectMembership.objects.create(project=personas.alpha, user=viewer)
     repository_register(personas.owner, personas.alpha, str(make_repo(root / "seen")), "seen")
     client = login(viewer)

@@ -13,7 +13,6 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from runtime_app import roles
 from runtime_app.models import ProjectMembership, Repository
 from search_app.models import Search, SearchRun
 from tests.conftest import login, make_user, text_of
@@ -170,7 +169,7 @@ def test_the_searches_on_the_repository_are_listed_without_n_plus_1(personas, re
 def test_operators_get_a_new_search_link_viewers_do_not(personas, repository):
     link = f'href="/searches/specs/new/?repository={repository.pk}"'
     assert link in login(personas.member).get(f"/repositories/{repository.pk}/").content.decode()
-    viewer = make_user("reader", roles.VIEWER)
+    viewer = make_user("reader")
     ProjectMembership.objects.create(project=personas.alpha, user=viewer)
     page = login(viewer).get(f"/repositories/{repository.pk}/")
     assert page.status_code == 200 and link not in page.content.decode()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
 
@@ -17,6 +16,7 @@ from runtime_app.services import (
     event_emit,
     project_member_add,
     project_member_remove,
+    project_member_role_set,
     project_ping_answer,
 )
 from runtime_app.signals import approver_standing_ended
@@ -63,7 +63,7 @@ def ended() -> list[dict]:
 
 
 @pytest.mark.django_db
-def test_an_operator_member_removes_a_member_audited_announced_and_their_standing_ended(personas, ended):
+def test_a_project_admin_removes_a_member_audited_announced_and_their_standing_ended(personas, ended):
     project_member_remove(personas.owner, personas.alpha, personas.member)
     assert not ProjectMembership.objects.filter(project=personas.alpha, user=personas.member).exists()
     entry = AuditEntry.objects.get(action="project.member_remove")
@@ -74,12 +74,14 @@ def test_an_operator_member_removes_a_member_audited_announced_and_their_standin
 
 
 @pytest.mark.django_db
-def test_only_operators_who_are_members_or_superusers_remove_members(personas, django_user_model):
-    viewer = make_user("viewer", roles.VIEWER)
+def test_only_project_admins_or_superusers_remove_members(personas, django_user_model):
+    viewer = make_user("viewer")
     ProjectMembership.objects.create(project=personas.alpha, user=viewer)
-    for actor in (viewer, personas.outsider):  # a member without the operator role; an operator elsewhere
+    # a viewer, an operator of the project, a project admin elsewhere (anyone may leave by themselves)
+    for actor, target in ((viewer, personas.member), (personas.member, viewer),
+                          (personas.outsider, personas.member)):
         with pytest.raises(PermissionDenied):
-            project_member_remove(actor, personas.alpha, personas.member)
+            project_member_remove(actor, personas.alpha, target)
     assert not AuditEntry.objects.filter(action="project.member_remove").exists()
     root = django_user_model.objects.create_superuser("root", password="pw-root")
     project_member_remove(root, personas.alpha, personas.member)
@@ -101,18 +103,36 @@ def test_every_deletion_of_a_membership_is_recorded_but_deleting_the_project_wit
 
 
 @pytest.mark.django_db
-def test_losing_the_approve_permission_ends_standing_everywhere_but_other_role_changes_do_not(
+def test_dropping_below_approver_ends_standing_in_that_project_but_other_changes_do_not(
         personas, ended):
-    personas.member.groups.remove(Group.objects.get(name=roles.OPERATOR))  # never could approve
-    personas.outsider.groups.remove(Group.objects.get(name=roles.VIEWER))  # still can
+    project_member_role_set(personas.owner, personas.alpha, personas.member, roles.VIEWER)  # never could
+    project_member_role_set(personas.owner, personas.alpha, personas.member, roles.APPROVER)  # gains
     personas.owner.last_login = None
     personas.owner.save(update_fields=["last_login"])
     assert ended == []
-    personas.outsider.groups.remove(Group.objects.get(name=roles.APPROVER))
+    project_member_role_set(personas.owner, personas.alpha, personas.member, roles.OPERATOR)
     personas.owner.is_active = False
     personas.owner.save()
     assert [(c["user"].username, c["project"], c["reason"]) for c in ended] == [
-        ("outsider", None, "outsider lost the approve permission"), ("owner", None, "owner was deactivated")]
+        ("member", personas.alpha, "member is no longer an approver in alpha"),
+        ("owner", None, "owner was deactivated")]
+
+
+@pytest.mark.django_db
+def test_a_project_never_loses_its_last_admin(personas):
+    with pytest.raises(ValidationError, match="owner is the last project admin of alpha"):
+        project_member_role_set(personas.owner, personas.alpha, personas.owner, roles.APPROVER)
+    with pytest.raises(ValidationError, match="last project admin"):
+        project_member_remove(personas.owner, personas.alpha, personas.owner)
+    project_member_role_set(personas.owner, personas.alpha, personas.member, roles.ADMIN)
+    project_member_remove(personas.owner, personas.alpha, personas.owner)  # leaves; member runs it now
+    assert roles.role_in(personas.member, personas.alpha) == roles.ADMIN
+
+
+@pytest.mark.django_db
+def test_a_role_must_be_one_of_the_four(personas):
+    with pytest.raises(ValidationError, match="Choose one of: viewer, operator, approver, project admin"):
+        project_member_role_set(personas.owner, personas.alpha, personas.member, "owner")
 
 
 @pytest.mark.integration

@@ -21,7 +21,7 @@ def test_home_lists_only_the_users_projects(personas):
 def test_home_shows_an_empty_state_that_says_what_to_do(db):
     from tests.conftest import make_user
 
-    newcomer = make_user("newcomer", "viewer")
+    newcomer = make_user("newcomer")
     page = login(newcomer).get("/").content.decode()
     assert "You are not a member of any project yet" in page
     assert "Ask a project" in page
@@ -42,12 +42,12 @@ def test_an_outsider_gets_404_on_another_teams_project(personas):
     assert client.post(f"/projects/{personas.alpha.pk}/ping/").status_code == 404
 
 
-def test_an_operator_creates_a_project_and_becomes_its_member(personas):
+def test_someone_allowed_to_create_projects_creates_one_and_becomes_its_admin(personas):
     response = login(personas.member).post("/projects/new/", {"name": "gamma", "description": ""})
     project = Project.objects.get(name="gamma")
     assert response.status_code == 302
     assert response["Location"] == f"/projects/{project.pk}/"
-    assert project.members.filter(pk=personas.member.pk).exists()
+    assert project.memberships.get(user=personas.member).role == "admin"
     assert AuditEntry.objects.filter(action="project.create", project=project).exists()
     assert Event.objects.filter(project=project, kind="project.created").exists()
 
@@ -66,7 +66,7 @@ def test_a_bad_project_name_is_refused_with_a_clear_message(personas, name, mess
 def test_a_viewer_cannot_create_a_project(db):
     from tests.conftest import make_user
 
-    viewer = make_user("viewer-only", "viewer")
+    viewer = make_user("viewer-only")
     assert login(viewer).post("/projects/new/", {"name": "sneaky"}).status_code == 403
     assert not Project.objects.filter(name="sneaky").exists()
 

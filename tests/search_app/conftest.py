@@ -19,9 +19,9 @@ def data_dir(tmp_path, settings):
 @pytest.fixture
 def demo(transactional_db):
     """The `demo` project the CLI uses by default, with `admin` as its operator."""
-    admin = make_user("admin", roles.VIEWER, roles.OPERATOR)
+    admin = make_user("admin")
     project = Project.objects.create(name="demo", created_by=admin)
-    ProjectMembership.objects.create(project=project, user=admin)
+    ProjectMembership.objects.create(project=project, user=admin, role=roles.OPERATOR)
     return project
 
 

@@ -9,13 +9,12 @@ import subprocess
 import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, Permission
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.test import modify_settings
 
 from runtime_app import roles
 from runtime_app.models import AuditEntry, Event, ProjectMembership, Receipt
-from runtime_app.services import project_member_add, project_member_remove
+from runtime_app.services import project_member_add, project_member_remove, project_member_role_set
 from search_app import services
 from search_app.models import Approval, Candidate, Merge
 from search_app.selectors import approval_state
@@ -64,7 +63,7 @@ def test_an_approved_winner_merges_onto_a_new_branch_with_its_trailers(finished,
 
 def test_only_approvers_who_are_members_may_approve_or_merge(finished, personas, approver):
     search, winner, _ = finished
-    viewer = make_user("viewer", roles.VIEWER)
+    viewer = make_user("viewer")
     ProjectMembership.objects.create(project=personas.alpha, user=viewer)
     for user in (viewer, personas.member, personas.outsider):  # viewer; operator only; not a member
         with pytest.raises(PermissionDenied):
@@ -264,28 +263,46 @@ def test_deleting_the_membership_in_the_admin_withdraws_the_approval(finished, a
     assert AuditEntry.objects.get(action="approval.withdraw").actor == root
 
 
-@pytest.mark.parametrize("door", ["user.groups.remove", "group.user_set.remove", "user.groups.clear",
-                                  "group.permissions.remove", "user.is_active"])
-def test_an_approval_stops_counting_when_its_approver_loses_the_approve_permission(
+@pytest.mark.parametrize("door", ["service", "admin", "orm.save", "user.is_active"])
+def test_an_approval_stops_counting_when_its_approver_loses_the_approver_role(
         finished, approver, personas, config, door):
     search, winner, _ = finished
     services.approval_record(approver, winner, "approve", winner.patch_sha256)
-    group = Group.objects.get(name=roles.APPROVER)
-    if door == "user.groups.remove":
-        approver.groups.remove(group)
-    elif door == "group.user_set.remove":
-        group.user_set.remove(approver)
-    elif door == "user.groups.clear":
-        approver.groups.clear()
-    elif door == "group.permissions.remove":
-        group.permissions.remove(Permission.objects.get(codename="approve_project"))
+    membership = ProjectMembership.objects.get(project=personas.alpha, user=approver)
+    if door == "service":
+        project_member_role_set(personas.owner, personas.alpha, approver, roles.OPERATOR)
+    elif door == "admin":
+        root = get_user_model().objects.create_superuser("root", password="pw-root")
+        response = login(root).post(f"/admin/runtime_app/projectmembership/{membership.pk}/change/",
+                                    {"project": personas.alpha.pk, "user": approver.pk, "role": "viewer"})
+        assert response.status_code == 302, response.content.decode()[:2000]
+    elif door == "orm.save":
+        membership.role = roles.VIEWER
+        membership.save()
     else:
         approver.is_active = False
         approver.save()
-    merger = personas.owner
-    if door == "group.permissions.remove":  # the owner lost it too; a superuser merges
-        merger = get_user_model().objects.create_superuser("root", password="pw-root")
-    assert_withdrawn_and_unmergeable(search, winner, approver, merger)
+    assert_withdrawn_and_unmergeable(search, winner, approver, personas.owner)
+
+
+def test_a_role_lowered_behind_every_hook_no_longer_counts(finished, approver, personas):
+    """The read side stands alone: an UPDATE that sends no signal still takes the approval away."""
+    _, winner, _ = finished
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    ProjectMembership.objects.filter(user=approver).update(role=roles.OPERATOR)
+    assert not approval_state(winner)["mergeable"]
+
+
+def test_a_superuser_who_loses_the_flag_keeps_deciding_only_where_their_role_allows(
+        finished, approver, personas):
+    _, winner, _ = finished
+    root = get_user_model().objects.create_superuser("root", password="pw-root")
+    services.approval_record(root, winner, "approve", winner.patch_sha256)
+    assert approval_state(winner)["mergeable"]
+    root.is_superuser = False
+    root.save()
+    assert Approval.objects.get(user=root).withdrawn_at is not None
+    assert not approval_state(winner)["mergeable"]
 
 
 def test_a_departed_approver_never_counts_even_if_no_hook_saw_them_leave(finished, approver, personas):
@@ -303,7 +320,7 @@ def test_a_withdrawn_approval_stays_withdrawn_when_its_approver_comes_back(finis
     search, winner, _ = finished
     services.approval_record(approver, winner, "approve", winner.patch_sha256)
     project_member_remove(personas.owner, personas.alpha, approver)
-    project_member_add(personas.owner, personas.alpha, approver)
+    project_member_add(personas.owner, personas.alpha, approver, roles.APPROVER)
     assert not approval_state(winner)["mergeable"]
     again = services.approval_record(approver, winner, "approve", winner.patch_sha256)  # decides anew
     assert again.withdrawn_at is None and approval_state(winner)["mergeable"]
@@ -321,9 +338,8 @@ def test_a_merged_winners_approvals_are_history_and_are_not_withdrawn(finished, 
 def test_a_request_for_changes_by_someone_who_left_no_longer_blocks(finished, approver, personas):
     _, winner, _ = finished
     services.approval_record(approver, winner, "request_changes", winner.patch_sha256)
-    personas.owner.groups.add(Group.objects.get(name=roles.APPROVER))
-    second = make_user("second", roles.VIEWER, roles.APPROVER)
-    ProjectMembership.objects.create(project=personas.alpha, user=second)
+    second = make_user("second")
+    ProjectMembership.objects.create(project=personas.alpha, user=second, role=roles.APPROVER)
     services.approval_record(second, winner, "approve", winner.patch_sha256)
     assert "requested changes" in approval_state(winner)["blocker"]
     project_member_remove(personas.owner, personas.alpha, approver)

@@ -178,9 +178,9 @@ def test_freeze_registers_the_repository_and_prints_the_frozen_ids(demo, spec_fi
 
 @pytest.mark.django_db(transaction=True)
 def test_freeze_names_another_project_and_user(spec_file, tmp_path):
-    owner = make_user("ada", roles.VIEWER, roles.OPERATOR)
+    owner = make_user("ada")
     project = Project.objects.create(name="certificates", created_by=owner)
-    ProjectMembership.objects.create(project=project, user=owner)
+    ProjectMembership.objects.create(project=project, user=owner, role=roles.OPERATOR)
     repo = baseline_repo(tmp_path / "certificate")
     done = search("freeze", str(spec_file), "--repo", str(repo), "--ref", "main",
                   "--project", "certificates", "--user", "ada")
@@ -256,12 +256,12 @@ def test_freeze_without_the_project_or_user_says_which_is_missing(demo, spec_fil
 
 @pytest.mark.django_db(transaction=True)
 def test_freeze_by_a_viewer_is_refused(demo, spec_file, tmp_path):
-    viewer = make_user("vera", roles.VIEWER)
+    viewer = make_user("vera")
     ProjectMembership.objects.create(project=demo, user=viewer)
     repo = baseline_repo(tmp_path / "certificate")
     done = search("freeze", str(spec_file), "--repo", str(repo), "--ref", "v1", "--user", "vera")
     assert done.returncode == 1
-    assert lines(done.stderr) == ["vera: This needs the operate_project permission."]
+    assert lines(done.stderr) == ["vera: This needs the operator role in demo (yours is viewer)."]
     assert not Search.objects.exists()
 
 

@@ -8,7 +8,6 @@ import html
 
 import pytest
 
-from runtime_app import roles
 from runtime_app.models import ProjectMembership, Receipt
 from search_app.models import Spec
 from tests.conftest import login, make_user
@@ -67,7 +66,7 @@ def test_a_description_must_say_something(personas, fake, description):
 
 
 def test_viewers_cannot_draft_and_outsiders_cannot_draft_into_a_project_they_cannot_see(personas, fake):
-    viewer = make_user("viewer-only", roles.VIEWER)
+    viewer = make_user("viewer-only")
     ProjectMembership.objects.create(project=personas.alpha, user=viewer)
     assert draft(login(viewer), personas.alpha).status_code == 403
     outsider = draft(login(personas.outsider), personas.alpha)

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from runtime_app import roles
 from runtime_app.fleet import PRESETS
 from runtime_app.models import AuditEntry, Event, ProjectMembership
 from runtime_app.services import repository_register
@@ -460,7 +459,7 @@ def test_search_freeze_twice_returns_the_same_search(personas, repo):
 
 @pytest.mark.django_db
 def test_search_freeze_refuses_a_viewer(personas, repo):
-    viewer = make_user("viewer", roles.VIEWER)
+    viewer = make_user("viewer")
     ProjectMembership.objects.create(project=personas.alpha, user=viewer)
     with pytest.raises(PermissionDenied):
         search_freeze(viewer, personas.alpha, SEED, "v1", repository_path=str(repo))

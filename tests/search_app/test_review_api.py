@@ -12,7 +12,6 @@ from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.test import Client
 
-from runtime_app import roles
 from runtime_app.models import AuditEntry, ProjectMembership, Receipt
 from runtime_app.services import api_token_create
 from search_app.models import Approval, Candidate, Comment, Merge
@@ -124,10 +123,10 @@ def test_approving_then_merging_makes_the_same_merge_row_and_commit_through_ever
 def test_a_viewer_and_an_operator_without_the_approver_role_are_refused_by_page_api_and_cli(
         finished, personas):
     search, winner, _ = finished
-    viewer = make_user("viewer", roles.VIEWER)
+    viewer = make_user("viewer")
     ProjectMembership.objects.create(project=personas.alpha, user=viewer)
-    words = "This needs the approve_project permission."
-    for user in (viewer, personas.member):
+    for user, role in ((viewer, "viewer"), (personas.member, "operator")):
+        words = f"This needs the approver role in alpha (yours is {role})."
         assert page_decide(user, search, "approve", winner.patch_sha256).status_code == 403
         for route in ("approve", "request-changes"):
             refused = api_decide(user, search, route, winner.patch_sha256)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from runtime_app import roles
 from runtime_app.metrics import REPORTED_LABEL
 from runtime_app.models import ProjectMembership
 from search_app import services
@@ -60,7 +59,7 @@ def test_cancelling_a_search_that_never_started_is_a_400(personas, small_search)
 
 
 def test_a_viewer_cannot_start_or_cancel(personas, small_search):
-    viewer = make_user("viewer-only", roles.VIEWER)
+    viewer = make_user("viewer-only")
     ProjectMembership.objects.create(project=personas.alpha, user=viewer)
     client = login(viewer)
     assert client.post(f"/api/searches/{small_search.search_id}/start").status_code == 403

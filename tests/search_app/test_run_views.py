@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from runtime_app import roles
 from runtime_app.models import ProjectMembership
 from search_app import services
 from search_app.models import SearchRun
@@ -30,7 +29,7 @@ def test_an_operator_starts_the_search_from_its_page_and_sees_the_outcome(person
 
 
 def test_a_viewer_sees_no_buttons_and_cannot_start(personas, small_search):
-    viewer = make_user("viewer-only", roles.VIEWER)
+    viewer = make_user("viewer-only")
     ProjectMembership.objects.create(project=personas.alpha, user=viewer)
     client = login(viewer)
     assert "Start the search" not in client.get(f"/searches/{small_search.search_id}/").content.decode()

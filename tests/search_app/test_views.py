@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from runtime_app import roles
 from runtime_app.models import ProjectMembership
 from runtime_app.services import repository_register
 from search_app import services
@@ -47,7 +46,7 @@ def repository(personas, repo_path):
 
 
 def viewer_of_alpha(personas):
-    viewer = make_user("watcher", roles.VIEWER)
+    viewer = make_user("watcher")
     ProjectMembership.objects.create(project=personas.alpha, user=viewer)
     return viewer
 

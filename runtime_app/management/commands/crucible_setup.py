@@ -59,10 +59,9 @@ def _demo_modes_uncommitted(target: Path, changed: list[str]) -> list[str]:
 
 
 class Command(BaseCommand):
-    help = "Create the roles, the admin account and the demo project if they are missing."
+    help = "Create the admin account and the demo project if they are missing."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        roles.roles_sync()
         admin = self._admin()
         with transaction.atomic():
             project, created = Project.objects.get_or_create(
@@ -72,7 +71,8 @@ class Command(BaseCommand):
                     "created_by": admin,
                 },
             )
-            ProjectMembership.objects.get_or_create(project=project, user=admin)
+            ProjectMembership.objects.get_or_create(project=project, user=admin,
+                                                    defaults={"role": roles.ADMIN})
             if created:
                 services.audit_record(admin, "project.create", project=project, target=project.name)
                 services.event_emit(
