@@ -1023,17 +1023,18 @@ def project_searches_section(user: Any, project: Any) -> Any:
 # ---- the candidate's review timeline
 
 
-def candidate_timeline(candidate: Any) -> list[dict[str, Any]]:
+def candidate_timeline(candidate: Any, threads: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """What happened in the candidate's review, in time order: threads (with their replies),
     threads resolved and reopened, people's decisions (with their notes) and withdrawn ones,
     reviewer verdicts, replays, refinements of its patch and its merge. Each entry has `at`,
-    `kind` and the row it is about; a few queries whatever the length."""
+    `kind` and the row it is about; a few queries whatever the length. Give `threads` when read
+    already (candidate_threads)."""
     from runtime_app.models import AuditEntry
     from search_app.models import Merge
 
     search = candidate.search
     entries: list[dict[str, Any]] = []
-    for thread in candidate_threads(candidate):
+    for thread in candidate_threads(candidate) if threads is None else threads:
         entries.append({"at": thread["comment"].created_at, "kind": "thread", "thread": thread})
     changes = AuditEntry.objects.filter(
         project_id=search.project_id, action__in=("comment.resolve", "comment.reopen"),

@@ -10,8 +10,10 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from runtime_app.models import AuditEntry, Event
 from search_app import selectors, services
 from search_app.models import Approval, Comment, Review, Step
+from tests.conftest import login, text_of
 from tests.search_app.conftest import patch_write
 from tests.search_app.runs import plan_repo, spec_text
+from tests.search_app.test_review_api import Done, api, cli
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -172,3 +174,101 @@ def test_the_timeline_puts_threads_replies_decisions_verdicts_replays_refinement
     assert [r.body for r in timeline[3]["thread"]["replies"]] == ["Bigger."]
     assert (timeline[4]["by"], timeline[4]["thread_id"]) == ("member", thread.pk)
     assert timeline[5]["approval"].note == "**Rename** it"
+
+
+# ------------------------------------------------------------------- the page, the API and the CLI
+
+
+def page_url(search) -> str:
+    return f"/searches/{search.search_id}/candidates/cand_002/"
+
+
+def test_the_page_lists_every_thread_with_replies_forms_outdated_marks_and_safe_markdown(reviewing, personas):
+    search, candidate, repo = reviewing
+    thread = services.comment_add(personas.member, candidate, "**Why** 9? <script>window.x=1</script>",
+                                  "code/answer.py", 2)
+    services.comment_add(personas.owner, candidate, "[docs](javascript:alert(1)) `bigger`",
+                         reply_to=thread.pk)
+    patch_write(repo, candidate, "def answer():\n    return 10\n")
+    page = login(personas.member).get(page_url(search))
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "<strong>Why</strong> 9? &lt;script&gt;window.x=1&lt;/script&gt;" in html
+    assert "[docs](javascript:alert(1)) <code>bigger</code>" in html and 'href="javascript' not in html
+    assert f'id="comment-{thread.pk}" data-thread="{thread.pk}" data-path="code/answer.py" data-line="2" ' \
+           'data-inline="false"' in html
+    assert ">outdated</span>" in html
+    assert '<span class="thread-line-number">2</span>    return 9</pre>' in html
+    assert f'<input type="hidden" name="reply_to" value="{thread.pk}">' in html
+    assert f"/comments/{thread.pk}/resolve/" in html
+    assert '<script id="comment-anchors" type="application/json">{"code/answer.py": [1, 2]}</script>' in html
+    assert 'id="timeline"' in html and "Nothing reviewed yet." not in html
+
+
+def test_replying_resolving_and_reopening_from_the_page_and_its_refusals_come_back_in_the_services_words(
+        reviewing, personas):
+    search, candidate, _ = reviewing
+    thread = services.comment_add(personas.member, candidate, "Why 9?")
+    client = login(personas.owner)
+    base = f"/searches/{search.search_id}/candidates/cand_002"
+    done = client.post(f"{base}/comment/", {"body": "Bigger.", "reply_to": thread.pk})
+    assert (done.status_code, done["Location"]) == (302, f"{base}/#comment-{thread.pk}")
+    reply = Comment.objects.get(reply_to=thread)
+    refused_reply = client.post(f"{base}/comment/", {"body": "And?", "reply_to": reply.pk})
+    assert refused_reply.status_code == 400
+    assert f"#{reply.pk} is a reply; reply to its thread (#{thread.pk}) instead." in text_of(refused_reply)
+    assert client.post(f"{base}/comments/{thread.pk}/resolve/").status_code == 302
+    assert Comment.objects.get(pk=thread.pk).state == "resolved"
+    assert "Reopen</button>" in text_of(client.get(page_url(search)))
+    assert client.post(f"{base}/comments/{thread.pk}/reopen/").status_code == 302
+    assert Comment.objects.get(pk=thread.pk).state == "open"
+    refused_resolve = client.post(f"{base}/comments/{reply.pk}/resolve/")
+    assert refused_resolve.status_code == 400
+    assert f"#{reply.pk} is a reply; resolve its thread (#{thread.pk}) instead." in text_of(refused_resolve)
+    assert login(personas.outsider).post(f"{base}/comments/{thread.pk}/resolve/").status_code == 404
+
+
+def test_reply_resolve_and_reopen_answer_the_same_through_api_and_cli_with_the_same_refusals(
+        reviewing, personas):
+    search, candidate, _ = reviewing
+    base = f"/api/searches/{search.search_id}/candidates/cand_002/comments"
+    made = api(personas.member, base, {"body": "Why 9?", "path": "code/answer.py", "line": 2}).json()
+    assert made | {"created_at": ""} == {
+        "id": made["id"], "search_id": search.search_id, "candidate_id": "cand_002", "author": "member",
+        "path": "code/answer.py", "line": 2, "body": "Why 9?", "created_at": "", "reply_to": None,
+        "state": "open", "state_changed_by": "", "state_changed_at": None,
+        "patch_sha256": candidate.patch_sha256, "line_text": "    return 9"}
+    thread = made["id"]
+    reply = api(personas.owner, base, {"body": "Bigger.", "reply_to": thread})
+    assert reply.status_code == 201 and (reply.json()["reply_to"], reply.json()["state"]) == (thread, None)
+    done = cli(personas.member, "comment", search.search_id, "cand_002", "Agreed.", "--reply-to", str(thread))
+    assert done == Done(0, f"{search.search_id} cand_002: comment #{reply.json()['id'] + 1} by member "
+                           f"in thread #{thread}", "")
+    resolved = api(personas.owner, f"{base}/{thread}/resolve", {})
+    assert resolved.status_code == 200
+    assert (resolved.json()["state"], resolved.json()["state_changed_by"]) == ("resolved", "owner")
+    assert cli(personas.member, "resolve", search.search_id, "cand_002", str(thread)) == \
+        Done(0, f"{search.search_id} cand_002: thread #{thread} is resolved (by owner)", "")
+    assert cli(personas.member, "reopen", search.search_id, "cand_002", str(thread)) == \
+        Done(0, f"{search.search_id} cand_002: thread #{thread} is open (by member)", "")
+    assert api(personas.owner, f"{base}/{thread}/reopen", {}).json()["state_changed_by"] == "member"
+    listed = login(personas.member).get(base).json()
+    assert [(t["id"], t["outdated"], [r["body"] for r in t["replies"]]) for t in listed] == [
+        (thread, False, ["Bigger.", "Agreed."])]
+    # The same refusals, in the same words: a reply to a reply, resolving a reply, not on this candidate.
+    words = f"#{reply.json()['id']} is a reply; reply to its thread (#{thread}) instead."
+    refused = api(personas.member, base, {"body": "x", "reply_to": reply.json()["id"]})
+    assert (refused.status_code, refused.json()["detail"]) == (400, f"reply_to: {words}")
+    assert cli(personas.member, "comment", search.search_id, "cand_002", "x", "--reply-to",
+               str(reply.json()["id"])) == Done(1, "", words)
+    words = f"#{reply.json()['id']} is a reply; resolve its thread (#{thread}) instead."
+    refused = api(personas.member, f"{base}/{reply.json()['id']}/resolve", {})
+    assert (refused.status_code, refused.json()["detail"]) == (400, words)
+    assert cli(personas.member, "resolve", search.search_id, "cand_002", str(reply.json()["id"])) == \
+        Done(1, "", words)
+    words = "#999999 is not a comment on this candidate (cand_002)."
+    assert api(personas.member, f"{base}/999999/reopen", {}).json()["detail"] == words
+    assert cli(personas.member, "reopen", search.search_id, "cand_002", "999999") == Done(1, "", words)
+    # An outsider cannot see the candidate at all: 404 from the API, the CLI says so.
+    assert api(personas.outsider, f"{base}/{thread}/resolve", {}).status_code == 404
+    assert cli(personas.outsider, "resolve", search.search_id, "cand_002", str(thread)).code == 1
