@@ -330,9 +330,11 @@ REFUSALS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
 
 
 class CommentIn(Schema):
-    body: str = Field(..., description="the comment's text")
+    body: str = Field(..., description="the comment's text (markdown; pages render it sanitised)")
     path: str = Field("", description="a file the candidate's patch changes; empty for the whole candidate")
-    line: int | None = Field(None, description="a line of that file (needs `path`)")
+    line: int | None = Field(None, description="a line of that file the diff shows (needs `path`)")
+    reply_to: int | None = Field(None, description="a thread's id: this comment is a reply in it "
+                                                   "(then no `path` or `line`)")
 
 
 class CommentOut(Schema):
@@ -344,6 +346,18 @@ class CommentOut(Schema):
     line: int | None
     body: str
     created_at: datetime
+    reply_to: int | None = Field(description="the thread it replies in; null for a thread")
+    state: Literal["open", "resolved"] | None = Field(description="a thread's state; null for a reply")
+    state_changed_by: str = Field(description="who last resolved or reopened the thread")
+    state_changed_at: datetime | None
+    patch_sha256: str = Field(description="the patch it was made on")
+    line_text: str = Field(description="a line thread's line as the diff showed it then")
+
+
+class ThreadOut(CommentOut):
+    outdated: bool = Field(description="a line thread made on an earlier patch whose line the current "
+                                       "diff no longer shows, or shows with other text")
+    replies: list[CommentOut]
 
 
 class DecisionIn(Schema):
@@ -385,17 +399,51 @@ class MergeOut(Schema):
     created_at: datetime
 
 
+def _comment_out(candidate: Any, comment: Any) -> dict[str, Any]:
+    return {
+        "id": comment.pk, "search_id": candidate.search.search_id, "candidate_id": candidate.candidate_id,
+        "author": comment.author_name, "path": comment.path, "line": comment.line, "body": comment.body,
+        "created_at": comment.created_at, "reply_to": comment.reply_to_id,
+        "state": comment.state if comment.is_thread else None,
+        "state_changed_by": comment.state_changed_by_name, "state_changed_at": comment.state_changed_at,
+        "patch_sha256": comment.patch_sha256, "line_text": comment.line_text,
+    }
+
+
+@router.get("/searches/{search_id}/candidates/{candidate_id}/comments",
+            response={200: list[ThreadOut], 404: ErrorOut})
+def candidate_threads(request: HttpRequest, search_id: str, candidate_id: str):
+    """The candidate's threads, oldest first, each with its replies and whether it is outdated."""
+    candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
+    return [{**_comment_out(candidate, thread["comment"]), "outdated": thread["outdated"],
+             "replies": [_comment_out(candidate, reply) for reply in thread["replies"]]}
+            for thread in selectors.candidate_threads(candidate)]
+
+
 @router.post("/searches/{search_id}/candidates/{candidate_id}/comments",
              response={201: CommentOut, **REFUSALS})
 def candidate_comment(request: HttpRequest, search_id: str, candidate_id: str, body: CommentIn):
-    """Comment on a candidate, or on one file (and line) its patch changes; any project member."""
+    """Start a thread on a candidate, on one file its patch changes or on one line its diff shows;
+    or, with `reply_to`, reply in a thread. Any project member."""
     candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
-    comment = services.comment_add(request.user, candidate, body.body, body.path, body.line)
-    return Status(201, {
-        "id": comment.pk, "search_id": candidate.search.search_id, "candidate_id": candidate.candidate_id,
-        "author": comment.author_name, "path": comment.path, "line": comment.line, "body": comment.body,
-        "created_at": comment.created_at,
-    })
+    comment = services.comment_add(request.user, candidate, body.body, body.path, body.line, body.reply_to)
+    return Status(201, _comment_out(candidate, comment))
+
+
+@router.post("/searches/{search_id}/candidates/{candidate_id}/comments/{comment_id}/resolve",
+             response={200: CommentOut, **REFUSALS})
+def candidate_thread_resolve(request: HttpRequest, search_id: str, candidate_id: str, comment_id: int):
+    """Resolve a thread (any project member); resolving a resolved thread changes nothing."""
+    candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
+    return _comment_out(candidate, services.thread_resolve(request.user, candidate, comment_id))
+
+
+@router.post("/searches/{search_id}/candidates/{candidate_id}/comments/{comment_id}/reopen",
+             response={200: CommentOut, **REFUSALS})
+def candidate_thread_reopen(request: HttpRequest, search_id: str, candidate_id: str, comment_id: int):
+    """Reopen a resolved thread (any project member); reopening an open thread changes nothing."""
+    candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
+    return _comment_out(candidate, services.thread_reopen(request.user, candidate, comment_id))
 
 
 def _decide(request: HttpRequest, search_id: str, candidate_id: str, decision: str,

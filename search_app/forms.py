@@ -104,11 +104,13 @@ class SearchListForm(forms.Form):
 
 
 class CommentForm(forms.Form):
-    """A comment on a candidate, optionally on one changed file and line."""
+    """A comment starting a thread on a candidate (optionally on one changed file and line), or a
+    reply in a thread (`reply_to`)."""
 
     body = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=10_000, strip=True)
     path = forms.CharField(required=False, max_length=400)
     line = forms.IntegerField(required=False, min_value=1, max_value=10_000_000)
+    reply_to = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
 
 class DecisionForm(forms.Form):

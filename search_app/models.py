@@ -255,9 +255,21 @@ class Review(models.Model):
 
 
 class Comment(models.Model):
-    """A person's remark on a candidate, optionally on one file and line of its patch."""
+    """A person's remark on a candidate. A top-level comment starts a thread (on the candidate,
+    one file, or one line of its patch); replies belong to a thread and have no place of their own.
+
+    A line comment keeps the patch hash it was made on and the text of its line, so a later
+    refinement of the patch can show it as outdated (selectors.candidate_threads) without losing it.
+    """
+
+    class State(models.TextChoices):
+        OPEN = "open", "open"
+        RESOLVED = "resolved", "resolved"
 
     candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="comments")
+    reply_to = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="replies",
+        help_text="the thread (a top-level comment) this reply belongs to")
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -265,6 +277,16 @@ class Comment(models.Model):
     path = models.CharField(max_length=400, blank=True)
     line = models.PositiveIntegerField(null=True, blank=True)
     body = models.TextField()
+    patch_sha256 = models.CharField(max_length=64, blank=True, help_text="the patch it was made on")
+    line_text = models.TextField(blank=True, help_text="the anchored line as the diff showed it then")
+    state = models.CharField(max_length=8, choices=State.choices, default=State.OPEN,
+                             help_text="a thread's: open or resolved (a reply's stays open)")
+    state_changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    state_changed_by_name = models.CharField(max_length=150, blank=True,
+                                             help_text="who last resolved or reopened the thread")
+    state_changed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -272,6 +294,10 @@ class Comment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.author_name} on {self.candidate.candidate_id}"
+
+    @property
+    def is_thread(self) -> bool:
+        return self.reply_to_id is None
 
 
 class Approval(models.Model):

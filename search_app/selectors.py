@@ -808,10 +808,10 @@ def compare_diff_files(text: str, large: int = COMPARE_LARGE_FILE_LINES) -> list
     return files
 
 
-def diff_new_lines(text: str, path: str) -> list[int]:
-    """The new-side line numbers the diff shows for `path` (added and context lines of its
-    hunks), in order: the lines a comment may be anchored on."""
-    numbers: list[int] = []
+def diff_new_line_texts(text: str, path: str) -> dict[int, str]:
+    """The new-side lines the diff shows for `path` (added and context lines of its hunks), by
+    number, with their text (without the leading "+" or " "): the lines a comment may anchor on."""
+    numbered: dict[int, str] = {}
     for item in compare_diff_files(text):
         if item["path"] != path:
             continue
@@ -821,9 +821,50 @@ def diff_new_lines(text: str, path: str) -> list[int]:
                 start = re.match(r"@@ -\d+(?:,\d+)? \+(\d+)", line)
                 number = int(start.group(1)) if start else 0
             elif kind in ("add", "context") and number:
-                numbers.append(number)
+                numbered[number] = line[1:]
                 number += 1
-    return numbers
+    return numbered
+
+
+def diff_new_lines(text: str, path: str) -> list[int]:
+    """The new-side line numbers the diff shows for `path`, in order."""
+    return list(diff_new_line_texts(text, path))
+
+
+def diff_anchors(candidate: Any) -> dict[str, list[int]]:
+    """Per changed file, the lines a thread may start on: what the page offers to click."""
+    text = bytes(candidate.patch or b"").decode(errors="replace")
+    return {path: diff_new_lines(text, path) for path in (candidate.files or [])}
+
+
+def candidate_threads(candidate: Any) -> list[dict[str, Any]]:
+    """The candidate's threads, oldest first, each with its replies (one query) and whether it is
+    outdated: made on an earlier patch whose line the current diff no longer shows, or shows with
+    other text (a file thread: its file is no longer changed). Outdated threads are kept, with the
+    line as it read when they were made."""
+    comments = list(candidate.comments.order_by("created_at", "id"))
+    text = bytes(candidate.patch or b"").decode(errors="replace")
+    shown: dict[str, dict[int, str]] = {}
+    replies: dict[int, list[Any]] = {}
+    for comment in comments:
+        if comment.reply_to_id is not None:
+            replies.setdefault(comment.reply_to_id, []).append(comment)
+    threads = []
+    for comment in comments:
+        if comment.reply_to_id is not None:
+            continue
+        outdated = False
+        if comment.path and comment.patch_sha256 and comment.patch_sha256 != candidate.patch_sha256:
+            if comment.line is None:
+                outdated = comment.path not in (candidate.files or [])
+            else:
+                if comment.path not in shown:
+                    shown[comment.path] = diff_new_line_texts(text, comment.path)
+                outdated = shown[comment.path].get(comment.line) != comment.line_text
+        threads.append({"comment": comment, "replies": replies.get(comment.pk, []), "outdated": outdated,
+                        "resolved": comment.state == comment.State.RESOLVED,
+                        "inline": bool(comment.line) and not outdated})
+    return threads
 
 
 def line_ranges_text(numbers: list[int]) -> str:
@@ -978,3 +1019,53 @@ def project_searches_section(user: Any, project: Any) -> Any:
         {"searches": list(rows[:PROJECT_PAGE_ROWS]), "search_count": rows.count(),
          "specs": list(specs.order_by("-updated_at")[:PROJECT_PAGE_ROWS]), "spec_count": specs.count()},
         attention)
+
+
+# ---- the candidate's review timeline
+
+
+def candidate_timeline(candidate: Any, threads: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """What happened in the candidate's review, in time order: threads (with their replies),
+    threads resolved and reopened, people's decisions (with their notes) and withdrawn ones,
+    reviewer verdicts, replays, refinements of its patch and its merge. Each entry has `at`,
+    `kind` and the row it is about; a few queries whatever the length. Give `threads` when read
+    already (candidate_threads)."""
+    from runtime_app.models import AuditEntry
+    from search_app.models import Merge
+
+    search = candidate.search
+    entries: list[dict[str, Any]] = []
+    for thread in candidate_threads(candidate) if threads is None else threads:
+        entries.append({"at": thread["comment"].created_at, "kind": "thread", "thread": thread})
+    changes = AuditEntry.objects.filter(
+        project_id=search.project_id, action__in=("comment.resolve", "comment.reopen"),
+        target__startswith=f"{search.search_id} {candidate.candidate_id} #").order_by("id")
+    for change in changes:
+        entries.append({"at": change.created_at, "kind": "resolved" if change.action == "comment.resolve"
+                        else "reopened", "by": change.actor_name, "thread_id": change.detail.get("comment")})
+    for approval in candidate.approvals.order_by("created_at", "id"):
+        approval.candidate = candidate  # `stale` compares with this candidate's current hash
+        entries.append({"at": approval.created_at, "kind": "decision", "approval": approval})
+        if approval.withdrawn_at is not None:
+            entries.append({"at": approval.withdrawn_at, "kind": "withdrawn", "approval": approval})
+    for review in candidate.reviews.order_by("created_at", "id"):
+        entries.append({"at": review.created_at, "kind": "review", "review": review})
+    for step in candidate.steps.filter(state="done", kind__in=("replay", "generate")).order_by("id"):
+        result = step.result or {}
+        if step.kind == "replay":
+            entries.append({"at": step.finished_at or step.created_at, "kind": "replay", "step": step,
+                            "passed": bool(result.get("passed")), "why": result.get("why", "")})
+        elif step.refines:
+            if result.get("eliminated"):
+                outcome = f"the refinement failed ({result['eliminated']}); it kept its earlier patch"
+            else:
+                outcome = f"its writer wrote patch {str(result.get('patch_sha256', ''))[:12]}"
+            entries.append({"at": step.finished_at or step.created_at, "kind": "refinement", "step": step,
+                            "outcome": outcome})
+    merge = Merge.objects.filter(search=search, candidate=candidate).first()
+    if merge is not None:
+        entries.append({"at": merge.created_at, "kind": "merge", "merge": merge})
+    order = {"thread": 0, "resolved": 1, "reopened": 1, "refinement": 2, "replay": 3, "review": 4,
+             "decision": 5, "withdrawn": 6, "merge": 7}
+    entries.sort(key=lambda entry: (entry["at"], order[entry["kind"]]))
+    return entries

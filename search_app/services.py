@@ -9,12 +9,13 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from runtime_app import roles
 from runtime_app.models import Project, Repository
 from runtime_app.services import _require_member, audit_record, event_emit, role_require
 from search_app.freeze import FreezeError, freeze_inputs
-from search_app.models import HiddenFile, Search, Spec, SpecVersion
+from search_app.models import Comment, HiddenFile, Search, Spec, SpecVersion
 from search_app.preflight import preflight_problems, provider_problems, start_problems
 from search_app.spec import MAX_SPEC_BYTES, spec_validate
 
@@ -1302,10 +1303,11 @@ def _user_name(user: Any) -> str:
     return user.get_username()
 
 
-def comment_add(user: Any, candidate: Any, body: str, path: str = "", line: int | None = None) -> Any:
-    """A project member's comment on a candidate, optionally on one file (and line) of its patch."""
-    from search_app.models import Comment
-
+def comment_add(user: Any, candidate: Any, body: str, path: str = "", line: int | None = None,
+                reply_to: int | None = None) -> Any:
+    """A project member's comment on a candidate. Without `reply_to` it starts a thread on the
+    candidate, one file, or one line the diff shows (keeping the patch hash and the line's text, so
+    a refinement can mark it outdated); with it, a reply in that thread, which has no place of its own."""
     _require_member(user, candidate.search.project)
     body = (body or "").strip()
     errors = {}
@@ -1314,31 +1316,109 @@ def comment_add(user: Any, candidate: Any, body: str, path: str = "", line: int 
     elif len(body) > MAX_COMMENT_CHARS:
         errors["body"] = f"Keep a comment under {MAX_COMMENT_CHARS:,} characters ({len(body):,} now)."
     path = (path or "").strip()
-    if path and path not in (candidate.files or []):
+    thread = None
+    if reply_to is not None:
+        thread = _thread_of(candidate, reply_to, "reply to", "reply_to")
+        if path or line is not None:
+            errors["reply_to"] = ("A reply belongs to its thread's place; give it no file or line "
+                                  f"(thread #{thread.pk} is on {_place(thread)}).")
+    elif path and path not in (candidate.files or []):
         errors["path"] = f"{path!r} is not a file this candidate's patch changes."
-    if line is not None and not path:
+    if thread is None and line is not None and not path:
         errors["line"] = "A line needs a file."
-    elif line is not None and not 1 <= line <= 10_000_000:
+    elif thread is None and line is not None and not 1 <= line <= 10_000_000:
         errors["line"] = "Give a line number from 1."
-    elif line is not None and "path" not in errors:
+    elif thread is None and line is not None and "path" not in errors:
         errors.update(_line_in_diff_errors(candidate, path, line))
     if errors:
         raise ValidationError(errors)
+    line_text = ""
+    if thread is None and line is not None:
+        from search_app.selectors import diff_new_line_texts
+
+        line_text = diff_new_line_texts(_patch_text(candidate), path).get(line, "")
     with transaction.atomic():
-        comment = Comment.objects.create(candidate=candidate, author=user, author_name=_user_name(user),
-                                         path=path, line=line, body=body)
-        where = f" on {path}" + (f":{line}" if line else "") if path else ""
-        _search_event(candidate.search, "candidate.comment",
-                      f"{_user_name(user)} commented on {candidate.candidate_id}{where}",
-                      candidate_id=candidate.candidate_id)
+        comment = Comment.objects.create(
+            candidate=candidate, reply_to=thread, author=user, author_name=_user_name(user),
+            path=path, line=line, body=body, patch_sha256=candidate.patch_sha256, line_text=line_text)
+        if thread is not None:
+            what = f"replied to thread #{thread.pk} on {candidate.candidate_id}"
+        else:
+            what = f"commented on {candidate.candidate_id}" + (f" on {path}" + (f":{line}" if line else "")
+                                                              if path else "")
+        _search_event(candidate.search, "candidate.comment", f"{_user_name(user)} {what}",
+                      candidate_id=candidate.candidate_id, comment=comment.pk, thread=(thread or comment).pk)
     return comment
+
+
+def _patch_text(candidate: Any) -> str:
+    return bytes(candidate.patch or b"").decode(errors="replace")
+
+
+def _place(comment: Any) -> str:
+    if not comment.path:
+        return "the whole candidate"
+    return f"{comment.path}:{comment.line}" if comment.line else comment.path
+
+
+def _thread_of(candidate: Any, comment_id: Any, verb: str, field: str | None = None) -> Any:
+    """The thread `comment_id` names on this candidate, or a refusal in the words every door uses
+    (as an error of `field`, or of the whole request). A comment of another candidate, or of a
+    project the user cannot see, reads as not existing."""
+
+    def refuse(message: str) -> ValidationError:
+        return ValidationError({field: message} if field else message)
+
+    try:
+        number = int(comment_id)
+    except (TypeError, ValueError):
+        raise refuse(f"{comment_id!r} is not a comment number.") from None
+    comment = Comment.objects.filter(pk=number, candidate=candidate).first()
+    if comment is None:
+        raise refuse(f"#{number} is not a comment on this candidate ({candidate.candidate_id}).")
+    if comment.reply_to_id is not None:
+        raise refuse(f"#{number} is a reply; {verb} its thread (#{comment.reply_to_id}) instead.")
+    return comment
+
+
+def thread_resolve(user: Any, candidate: Any, comment_id: Any) -> Any:
+    """Mark a thread resolved (any project member). Resolving a resolved thread changes nothing."""
+    return _thread_state_set(user, candidate, comment_id, "resolved")
+
+
+def thread_reopen(user: Any, candidate: Any, comment_id: Any) -> Any:
+    """Open a resolved thread again (any project member). Reopening an open thread changes nothing."""
+    return _thread_state_set(user, candidate, comment_id, "open")
+
+
+def _thread_state_set(user: Any, candidate: Any, comment_id: Any, state: str) -> Any:
+    search = candidate.search
+    _require_member(user, search.project)
+    verb = "resolve" if state == Comment.State.RESOLVED else "reopen"
+    with transaction.atomic():
+        thread = _thread_of(candidate, comment_id, verb)
+        thread = Comment.objects.select_for_update().get(pk=thread.pk)
+        if thread.state == state:
+            return thread  # a double click, or someone else was first: harmless
+        thread.state = state
+        thread.state_changed_by, thread.state_changed_by_name = user, _user_name(user)
+        thread.state_changed_at = timezone.now()
+        thread.save(update_fields=["state", "state_changed_by", "state_changed_by_name", "state_changed_at"])
+        audit_record(user, f"comment.{verb}", project=search.project,
+                     target=f"{search.search_id} {candidate.candidate_id} #{thread.pk}",
+                     detail={"comment": thread.pk, "candidate": candidate.candidate_id})
+        done = "resolved" if state == Comment.State.RESOLVED else "reopened"
+        _search_event(search, f"candidate.comment.{done}",
+                      f"{_user_name(user)} {done} thread #{thread.pk} on {candidate.candidate_id}",
+                      candidate_id=candidate.candidate_id, thread=thread.pk, state=state)
+    return thread
 
 
 def _line_in_diff_errors(candidate: Any, path: str, line: int) -> dict[str, str]:
     """A line comment anchors on a line the diff shows, or a reader could never find it."""
     from search_app.selectors import diff_new_lines, line_ranges_text
 
-    shown = diff_new_lines(bytes(candidate.patch or b"").decode(errors="replace"), path)
+    shown = diff_new_lines(_patch_text(candidate), path)
     if line in shown:
         return {}
     where = f"it shows lines {line_ranges_text(shown)}" if shown else "it shows no line of the new file"

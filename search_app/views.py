@@ -621,13 +621,16 @@ def _candidate_context(request: HttpRequest, candidate, **extra: Any) -> dict[st
                 })
     summary = selectors.run_summary(search)
     is_winner = summary["winner"] == candidate.candidate_id
+    threads = selectors.candidate_threads(candidate)
     return {
         "search": search, "candidate": candidate, "steps": steps, "calls": calls, "admit": admit,
         "files": selectors.candidate_file_stats(candidate), "patch": patch_shown(bytes(candidate.patch)),
         "prompt": prompt, "refinements": refinements,
         "transcript": (generate.result or {}).get("transcript", []) if generate else [],
         "writer_stop": (generate.result or {}).get("stop", "") if generate else "",
-        "comments": candidate.comments.all(), "reviews": candidate.reviews.order_by("-id"),
+        "threads": threads, "thread_ids": [thread["comment"].pk for thread in threads],
+        "timeline": selectors.candidate_timeline(candidate, threads),
+        "anchors": selectors.diff_anchors(candidate), "reviews": candidate.reviews.order_by("-id"),
         "report": summary, "is_winner": is_winner,
         "approval": selectors.approval_state(candidate) if is_winner else None,
         "replay": selectors.winner_replay(search) if is_winner else None,
@@ -693,19 +696,38 @@ def candidate_detail(request: HttpRequest, search_id: str, candidate_id: str) ->
 
 @require_POST
 def candidate_comment(request: HttpRequest, search_id: str, candidate_id: str) -> HttpResponse:
+    """Start a thread, or reply in one; a refusal comes back on the page beside the form used."""
     candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
     form = CommentForm(request.POST)
     if form.is_valid():
         try:
-            services.comment_add(request.user, candidate, form.cleaned_data["body"],
-                                 form.cleaned_data["path"], form.cleaned_data["line"])
+            comment = services.comment_add(request.user, candidate, form.cleaned_data["body"],
+                                           form.cleaned_data["path"], form.cleaned_data["line"],
+                                           form.cleaned_data["reply_to"])
         except ValidationError as error:
             _apply_errors(form, error)
         else:
-            messages.success(request, "Comment added.")
-            return redirect(reverse("candidate_detail", args=[search_id, candidate_id]) + "#comments")
-    context = _candidate_context(request, candidate, comment_form=form)
+            messages.success(request, "Reply added." if comment.reply_to_id else "Comment added.")
+            return redirect(reverse("candidate_detail", args=[search_id, candidate_id])
+                            + f"#comment-{comment.reply_to_id or comment.pk}")
+    reply_to = _id(form.data.get("reply_to", ""))
+    context = _candidate_context(request, candidate, comment_form=form, reply_form_for=reply_to)
     return render(request, "search_app/candidate_detail.html", context, status=400)
+
+
+@require_POST
+def candidate_thread_state(request: HttpRequest, search_id: str, candidate_id: str, comment_id: int,
+                           action: str) -> HttpResponse:
+    """Resolve or reopen a thread; a refusal comes back on the page above the threads."""
+    candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
+    change = services.thread_resolve if action == "resolve" else services.thread_reopen
+    try:
+        thread = change(request.user, candidate, comment_id)
+    except ValidationError as error:
+        context = _candidate_context(request, candidate, thread_error=" ".join(error.messages))
+        return render(request, "search_app/candidate_detail.html", context, status=400)
+    messages.success(request, f"Thread #{thread.pk} is {thread.state}.")
+    return redirect(reverse("candidate_detail", args=[search_id, candidate_id]) + f"#comment-{thread.pk}")
 
 
 @require_http_methods(["GET", "POST"])

@@ -97,6 +97,8 @@
       }).draw();
       collapseLargeFiles(target, largeLines, expanded);
       if (fallback) fallback.hidden = true;
+      // Others (review_threads.js) decorate the drawn lines; a redraw replaces them all.
+      view.dispatchEvent(new CustomEvent("crucible:diff-drawn", { bubbles: true }));
       if (toolbar) {
         toolbar.querySelectorAll("[data-diff-format]").forEach(function (button) {
           button.setAttribute("aria-pressed", String(button.dataset.diffFormat === format));

@@ -246,7 +246,9 @@ def test_comments_from_the_api_and_the_cli_show_on_the_candidate_page(finished, 
     comment = Comment.objects.get()
     assert made.json() | {"created_at": ""} == {
         "id": comment.pk, "search_id": search.search_id, "candidate_id": "cand_002", "author": "member",
-        "path": "code/answer.py", "line": 2, "body": "Why 9?", "created_at": ""}
+        "path": "code/answer.py", "line": 2, "body": "Why 9?", "created_at": "", "reply_to": None,
+        "state": "open", "state_changed_by": "", "state_changed_at": None,
+        "patch_sha256": comment.candidate.patch_sha256, "line_text": "    return 9"}
     done = cli(personas.owner, "comment", search.search_id, "cand_002", "Because it is bigger.")
     assert done.code == 0
     assert done.out == f"{search.search_id} cand_002: comment #{comment.pk + 1} by owner"
@@ -315,3 +317,8 @@ def test_outsiders_get_404_and_a_session_needs_csrf_while_a_bearer_token_does_no
     for url, body in calls:
         assert bearer.post(url, body, content_type="application/json").status_code in {200, 201}
     assert Merge.objects.get().merged_by == approver
+    # Resolving a thread: not found for an outsider, CSRF for a session, fine with a token.
+    resolve = f"{base}/candidates/cand_002/comments/{Comment.objects.get().pk}/resolve"
+    assert api(personas.outsider, resolve, {}).status_code == 404
+    assert session.post(resolve, {}, content_type="application/json").status_code in {401, 403}
+    assert bearer.post(resolve, {}, content_type="application/json").json()["state"] == "resolved"

@@ -12,7 +12,8 @@
     search cancel SEARCH_ID
     search receipts SEARCH_ID [--candidate cand_007] [--json]
     search reference [--write [PATH]]  the spec reference, generated from the schema
-    search comment SEARCH_ID CANDIDATE BODY [--path FILE [--line N]] [--user U]
+    search comment SEARCH_ID CANDIDATE BODY [--path FILE [--line N] | --reply-to ID] [--user U]
+    search resolve|reopen SEARCH_ID CANDIDATE THREAD_ID [--user U]
     search approve|request-changes SEARCH_ID CANDIDATE --patch-sha256 HASH [--note TEXT] [--user U]
     search merge SEARCH_ID [--target new_branch|existing_branch] [--branch NAME] [--user U]
                                     the same services, checks and words as the candidate, decide
@@ -63,6 +64,8 @@ from search_app.services import (
     search_freeze,
     search_run_inline,
     search_start_checked,
+    thread_reopen,
+    thread_resolve,
 )
 from search_app.spec import SpecReport, spec_validate
 from search_app.templatetags.search_figures import metric_source
@@ -78,8 +81,9 @@ def _printable(text: str) -> str:
 
 
 class Command(BaseCommand):
-    help = ("Validate a search spec, freeze and run it, follow it; comment on, approve or request changes "
-            "to its winner and merge it; or print the spec reference.")
+    help = ("Validate a search spec, freeze and run it, follow it; comment on a candidate, reply, resolve "
+            "and reopen threads, approve or request changes to its winner and merge it; or print the spec "
+            "reference.")
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser) -> None:
@@ -117,8 +121,17 @@ class Command(BaseCommand):
         comment.add_argument("candidate_id", help="e.g. cand_007")
         comment.add_argument("body", help="the comment's text; `-` for standard input")
         comment.add_argument("--path", default="", help="a file the candidate's patch changes")
-        comment.add_argument("--line", type=int, default=None, help="a line of that file")
+        comment.add_argument("--line", type=int, default=None, help="a line of that file the diff shows")
+        comment.add_argument("--reply-to", type=int, default=None, metavar="ID",
+                             help="reply in this thread (no --path or --line then)")
         comment.add_argument("--user", default=None, help="who comments (default: the admin account)")
+        for name, text in (("resolve", "mark a comment thread resolved"),
+                           ("reopen", "open a resolved comment thread again")):
+            thread = actions.add_parser(name, help=text)
+            thread.add_argument("search_id", help="e.g. search-1a2b3c4d5e6f7a8b")
+            thread.add_argument("candidate_id", help="e.g. cand_007")
+            thread.add_argument("comment_id", help="the thread's id (its first comment's #)")
+            thread.add_argument("--user", default=None, help="who does it (default: the admin account)")
         for name, text in (("approve", "approve a finished search's winner"),
                            ("request-changes", "request changes to a finished search's winner")):
             decide = actions.add_parser(name, help=text)
@@ -161,7 +174,7 @@ class Command(BaseCommand):
                 self._cancel(user, search)
             else:
                 self._receipts(user, search, options["candidate"], as_json=options["json"])
-        elif action in ("comment", "approve", "request-changes", "merge"):
+        elif action in ("comment", "resolve", "reopen", "approve", "request-changes", "merge"):
             self._review(action, self._user(options["user"] or settings.CONFIG.admin_username), options)
         else:
             self._reference(write=options["write"])
@@ -387,10 +400,17 @@ class Command(BaseCommand):
         try:
             if action == "comment":
                 body = sys.stdin.read() if options["body"] == "-" else options["body"]
-                comment = comment_add(user, candidate, body, options["path"], options["line"])
+                comment = comment_add(user, candidate, body, options["path"], options["line"],
+                                      options["reply_to"])
                 where = f" on {comment.path}" if comment.path else ""
                 where += f":{comment.line}" if comment.line else ""
+                where += f" in thread #{comment.reply_to_id}" if comment.reply_to_id else ""
                 line = f"{search_id} {candidate.candidate_id}: comment #{comment.pk} by {user}{where}"
+            elif action in ("resolve", "reopen"):
+                change = thread_resolve if action == "resolve" else thread_reopen
+                thread = change(user, candidate, options["comment_id"])
+                by = f" (by {thread.state_changed_by_name})" if thread.state_changed_by_name else ""
+                line = f"{search_id} {candidate.candidate_id}: thread #{thread.pk} is {thread.state}{by}"
             elif action == "merge":
                 merge = merge_create(user, search, options["target"], options["branch"])
                 line = (f"{search_id}: merged {merge.candidate.candidate_id} onto {merge.branch} as "
