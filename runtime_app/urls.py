@@ -7,6 +7,11 @@ urlpatterns = [
     path("projects/new/", views.project_create, name="project_create"),
     path("projects/<int:project_id>/", views.project_detail, name="project_detail"),
     path("projects/<int:project_id>/ping/", views.project_ping, name="project_ping"),
+    path("projects/<int:project_id>/webhooks/", views.webhooks, name="webhooks"),
+    path("projects/<int:project_id>/webhooks/<int:webhook_id>/deactivate/", views.webhook_deactivate,
+         name="webhook_deactivate"),
+    path("projects/<int:project_id>/webhooks/<int:webhook_id>/delete/", views.webhook_delete,
+         name="webhook_delete"),
     path("repositories/", views.repositories, name="repositories"),
     path("repositories/register/", views.repository_register, name="repository_register"),
     path("repositories/<int:repository_id>/", views.repository_detail, name="repository_detail"),
@@ -14,5 +19,6 @@ urlpatterns = [
     path("receipts/<int:receipt_id>.json", views.receipt_json, name="receipt_json"),
     path("audit/", views.audit_log, name="audit_log"),
     path("account/", views.account, name="account"),
+    path("account/notifications/", views.notification_settings, name="notification_settings"),
     path("account/tokens/<int:token_id>/revoke/", views.api_token_revoke, name="api_token_revoke"),
 ]
