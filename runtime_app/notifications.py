@@ -38,6 +38,7 @@ from django.utils import timezone
 
 from runtime_app import roles
 from runtime_app.models import NotificationSetting, Project, Receipt, Webhook, WebhookDelivery
+from runtime_app.subjects import subject_label_register
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,14 @@ EXCERPT_CHARS = 1000
 SIGNATURE_HEADER = "X-Crucible-Signature"
 TIMESTAMP_HEADER = "X-Crucible-Timestamp"
 RECEIPT_SUBJECT = "webhook_delivery"
+
+
+def _delivery_labels(ids: list[int]) -> dict[int, str]:
+    return {pk: f"delivery #{pk} to {name}" for pk, name in
+            WebhookDelivery.objects.filter(pk__in=ids).values_list("pk", "webhook__name")}
+
+
+subject_label_register(RECEIPT_SUBJECT, _delivery_labels)
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -97,11 +106,12 @@ def _wants(user: Any, topic: str, settings_by_user: dict[int, NotificationSettin
 
 
 def notification_send(project: Project | int, topic: str, recipients: Any, subject: str, text: str, url: str,
-                      *, actor: Any = None, event_kind: str = "") -> dict[str, Any]:
+                      *, actor: Any = None, event_kind: str = "", webhooks: bool = True) -> dict[str, Any]:
     """Tell `recipients` (by email, where their settings allow and they have an address) and the
-    project's active webhooks (always) that something happened. `actor`, who did it, is never
-    told of their own action. Call it once the change has committed; webhook deliveries are
-    handed to the workers on commit. Returns {"emailed": [usernames], "deliveries": [ids]}."""
+    project's active webhooks (unless `webhooks` is False: another call tells them of the same
+    thing) that something happened. `actor`, who did it, is never told of their own action.
+    Call it once the change has committed; webhook deliveries are handed to the workers on commit.
+    Returns {"emailed": [usernames], "deliveries": [ids]}."""
     if topic not in TOPICS:
         raise ValueError(f"unknown notification topic {topic!r}")
     project = project if isinstance(project, Project) else Project.objects.get(pk=project)
@@ -120,7 +130,9 @@ def notification_send(project: Project | int, topic: str, recipients: Any, subje
             logger.warning("could not email %s about %s: %s", user.get_username(), topic, error)
         else:
             emailed.append(user.get_username())
-    deliveries = _deliveries_create(project, topic, subject, text, url, event_kind or topic)
+    deliveries = []
+    if webhooks:
+        deliveries = _deliveries_create(project, topic, subject, text, url, event_kind or topic)
     return {"emailed": sorted(emailed), "deliveries": [d.pk for d in deliveries]}
 
 

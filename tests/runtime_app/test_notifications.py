@@ -165,6 +165,11 @@ def test_a_delivery_answered_500_is_retried_and_ends_delivered_with_two_receipts
         ("webhook", 1, 500), ("webhook", 2, 200)]
     assert "retrying" in receipts[0].outcome and receipts[1].succeeded
     assert receipts[0].argv == ["POST", f"http://127.0.0.1:{receiver.server.server_address[1]}/…"]
+    from tests.conftest import login, text_of
+
+    page = text_of(login(personas.member).get(f"/receipts/{receipts[0].pk}/"))
+    assert f"delivery #{delivery.pk} to team" in page and "retrying" in page
+    assert login(personas.outsider).get(f"/receipts/{receipts[0].pk}/").status_code == 404
 
 
 @pytest.mark.django_db(transaction=True)
@@ -420,3 +425,28 @@ def test_the_webhooks_page_is_for_project_admins_only(personas, loopback):
     assert Webhook.objects.filter(pk=webhook.pk).exists()
     project_page = login(viewer).get(f"/projects/{personas.alpha.pk}/").content.decode()
     assert "project's administrators manage" in project_page
+
+
+# ---------------------------------------------------------------------------------------- settings
+
+
+def test_email_goes_to_the_console_unless_configured():
+    from crucible.config import load
+
+    assert load({}).email_backend == "console"
+    assert not load({}).webhook_allow_loopback and load({}).webhook_retry_seconds == 30
+
+
+@pytest.mark.parametrize(("environ", "named"), [
+    ({"CRUCIBLE_EMAIL_BACKEND": "pigeon"}, "CRUCIBLE_EMAIL_BACKEND"),
+    ({"CRUCIBLE_EMAIL_SECURITY": "tls1"}, "CRUCIBLE_EMAIL_SECURITY"),
+    ({"CRUCIBLE_EMAIL_PORT": "smtp"}, "CRUCIBLE_EMAIL_PORT"),
+    ({"CRUCIBLE_EMAIL_FROM": "nobody"}, "CRUCIBLE_EMAIL_FROM"),
+    ({"CRUCIBLE_WEBHOOK_ALLOW_LOOPBACK": "maybe"}, "CRUCIBLE_WEBHOOK_ALLOW_LOOPBACK"),
+    ({"CRUCIBLE_WEBHOOK_RETRY_SECONDS": "-1"}, "CRUCIBLE_WEBHOOK_RETRY_SECONDS"),
+])
+def test_a_malformed_notification_setting_is_refused_by_name(environ, named):
+    from crucible.config import ConfigError, load
+
+    with pytest.raises(ConfigError, match=named):
+        load(environ)
