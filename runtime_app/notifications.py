@@ -475,7 +475,9 @@ def webhook_delivery_attempt(delivery_id: int) -> WebhookDelivery | None:
     MAX_ATTEMPTS. Returns the delivery, or None when nothing was due."""
     if not _claim(delivery_id):
         return None
-    delivery = WebhookDelivery.objects.select_related("webhook__project").get(pk=delivery_id)
+    delivery = WebhookDelivery.objects.select_related("webhook__project").filter(pk=delivery_id).first()
+    if delivery is None:  # its webhook was deleted meanwhile
+        return None
     webhook = delivery.webhook
     attempt = delivery.attempts + 1
     secret = _secret_of(webhook)

@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
 from django.forms import Form
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template import engines
 from django.utils import timezone
@@ -317,7 +317,7 @@ def _webhook_of(request: HttpRequest, project_id: int, webhook_id: int) -> Webho
     project = _project_admin_project(request, project_id)
     webhook = project.webhooks.filter(pk=webhook_id).first()
     if webhook is None:
-        raise PermissionDenied("No such webhook in this project.")
+        raise Http404("No such webhook in this project.")
     return webhook
 
 

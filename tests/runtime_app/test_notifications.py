@@ -233,6 +233,17 @@ def test_a_claimed_attempt_whose_worker_died_is_due_again_after_its_claim(person
         assert deliver_until_settled(delivery).state == "delivered"
 
 
+def test_the_reconciler_hands_due_deliveries_to_the_workers(personas, loopback, monkeypatch):
+    from runtime_app import tasks
+
+    webhook_create(personas.owner, personas.alpha, "team", "http://127.0.0.1:9/hook", SECRET)
+    due = send(personas.alpha)["deliveries"]
+    sent = []
+    monkeypatch.setattr(tasks.webhook_deliver, "delay", sent.append)
+    tasks.webhook_deliveries_reconcile()
+    assert sent == due
+
+
 def test_deliveries_are_handed_to_the_workers_on_commit(personas, loopback,
                                                         django_capture_on_commit_callbacks):
     webhook_create(personas.owner, personas.alpha, "team", "http://127.0.0.1:9/hook", SECRET)
