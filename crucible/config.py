@@ -66,6 +66,17 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_REQUIRED_APPROVALS", "approvals a winner needs before it can be merged", "1"),
     Variable("CRUCIBLE_SELF_APPROVAL", "whether a search's author may approve its winner", "false"),
     Variable("CRUCIBLE_DRAFT_MODEL", "preset:model the spec editor's draft button asks"),
+    Variable("CRUCIBLE_EMAIL_BACKEND", "where notification emails go: console, smtp or off", "console"),
+    Variable("CRUCIBLE_EMAIL_HOST", "the SMTP server (with CRUCIBLE_EMAIL_BACKEND=smtp)", "localhost"),
+    Variable("CRUCIBLE_EMAIL_PORT", "its port", "25"),
+    Variable("CRUCIBLE_EMAIL_USER", "the SMTP user name, if the server wants one"),
+    Variable("CRUCIBLE_EMAIL_PASSWORD", "its password"),
+    Variable("CRUCIBLE_EMAIL_SECURITY", "none, starttls or ssl", "none"),
+    Variable("CRUCIBLE_EMAIL_FROM", "the From address of notification emails", "crucible@localhost"),
+    Variable("CRUCIBLE_WEBHOOK_ALLOW_LOOPBACK", "webhooks may point at loopback addresses (single-machine "
+             "setups, tests)", "false"),
+    Variable("CRUCIBLE_WEBHOOK_RETRY_SECONDS", "the first retry's delay of a failed webhook delivery; later "
+             "ones wait 4, 20 and 120 times as long", "30"),
     Variable("CRUCIBLE_REQUIRE_SERVICES", "tests: a missing service fails instead of skipping", "false"),
     Variable("DATABASE_URL", "postgres://user:pass@host/db (default: SQLite in the data dir)"),
     Variable("REDIS_URL", "redis://host:6379/0: Celery broker and channel layer (distributed)"),
@@ -105,6 +116,15 @@ class Config:
     required_approvals: int
     self_approval: bool
     draft_model: str
+    email_backend: str
+    email_host: str
+    email_port: int
+    email_user: str
+    email_password: str
+    email_security: str
+    email_from: str
+    webhook_allow_loopback: bool
+    webhook_retry_seconds: float
     database_url: str | None
     redis_url: str | None
 
@@ -227,6 +247,15 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
     if sandbox not in {"required", "preferred", "off"}:
         raise ConfigError(f"CRUCIBLE_SANDBOX={sandbox!r}; use required, preferred or off")
     secret_key = get("CRUCIBLE_SECRET_KEY") or None
+    email_backend = (get("CRUCIBLE_EMAIL_BACKEND") or "console").strip().lower()
+    if email_backend not in {"console", "smtp", "off"}:
+        raise ConfigError(f"CRUCIBLE_EMAIL_BACKEND={email_backend!r}; use console, smtp or off")
+    email_security = (get("CRUCIBLE_EMAIL_SECURITY") or "none").strip().lower()
+    if email_security not in {"none", "starttls", "ssl"}:
+        raise ConfigError(f"CRUCIBLE_EMAIL_SECURITY={email_security!r}; use none, starttls or ssl")
+    email_from = (get("CRUCIBLE_EMAIL_FROM") or "crucible@localhost").strip()
+    if "@" not in email_from or any(c.isspace() for c in email_from.split("<")[-1]):
+        raise ConfigError(f"CRUCIBLE_EMAIL_FROM={email_from!r} is not an email address")
     if secret_key is not None and len(secret_key) < 32:
         raise ConfigError("CRUCIBLE_SECRET_KEY is shorter than 32 characters")
     return Config(
@@ -274,6 +303,19 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
             "CRUCIBLE_REQUIRED_APPROVALS", get("CRUCIBLE_REQUIRED_APPROVALS") or "", 1, 20
         ),
         self_approval=_boolean("CRUCIBLE_SELF_APPROVAL", get("CRUCIBLE_SELF_APPROVAL") or ""),
+        email_backend=email_backend,
+        email_host=(get("CRUCIBLE_EMAIL_HOST") or "localhost").strip(),
+        email_port=_integer("CRUCIBLE_EMAIL_PORT", get("CRUCIBLE_EMAIL_PORT") or "", 1, 65535),
+        email_user=get("CRUCIBLE_EMAIL_USER") or "",
+        email_password=get("CRUCIBLE_EMAIL_PASSWORD") or "",
+        email_security=email_security,
+        email_from=email_from,
+        webhook_allow_loopback=_boolean(
+            "CRUCIBLE_WEBHOOK_ALLOW_LOOPBACK", get("CRUCIBLE_WEBHOOK_ALLOW_LOOPBACK") or ""
+        ),
+        webhook_retry_seconds=_number(
+            "CRUCIBLE_WEBHOOK_RETRY_SECONDS", get("CRUCIBLE_WEBHOOK_RETRY_SECONDS") or "", 0, 3600
+        ),
     )
 
 

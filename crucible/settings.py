@@ -148,6 +148,9 @@ CELERY_BEAT_SCHEDULE = {
     "steps-reconcile": {"task": "search_app.tasks.steps_reconcile", "schedule": 5.0},
     # The same for evolution runs: a run whose worker died is taken over once its lease passes.
     "evolution-runs-reconcile": {"task": "evolve_app.tasks.evolution_runs_reconcile", "schedule": 15.0},
+    # Webhook deliveries whose retry is due, or whose worker died mid-attempt, are sent again.
+    "webhook-deliveries-reconcile": {"task": "runtime_app.tasks.webhook_deliveries_reconcile",
+                                     "schedule": 15.0},
 }
 if CONFIG.redis_url:
     CELERY_BROKER_URL = CONFIG.redis_url
@@ -191,6 +194,21 @@ if CONFIG.https:
     SECURE_HSTS_PRELOAD = True
 
 NINJA_PAGINATION_PER_PAGE = 50
+
+# Notification emails (runtime_app/notifications.py): the console by default, SMTP when configured.
+EMAIL_BACKEND = {
+    "console": "django.core.mail.backends.console.EmailBackend",
+    "smtp": "django.core.mail.backends.smtp.EmailBackend",
+    "off": "django.core.mail.backends.dummy.EmailBackend",
+}[CONFIG.email_backend]
+EMAIL_HOST = CONFIG.email_host
+EMAIL_PORT = CONFIG.email_port
+EMAIL_HOST_USER = CONFIG.email_user
+EMAIL_HOST_PASSWORD = CONFIG.email_password
+EMAIL_USE_TLS = CONFIG.email_security == "starttls"
+EMAIL_USE_SSL = CONFIG.email_security == "ssl"
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = SERVER_EMAIL = CONFIG.email_from
 
 LOGGING = {
     "version": 1,

@@ -13,6 +13,25 @@ class ApiTokenForm(forms.Form):
     name = forms.CharField(max_length=64, help_text="What uses it, e.g. 'laptop CLI'.")
 
 
+class NotificationSettingForm(forms.Form):
+    email_address = forms.EmailField(required=False, label="Email address")
+    email = forms.BooleanField(required=False, label="Send me notifications by email")
+    approval_waiting = forms.BooleanField(required=False, label="A winner I may approve is waiting")
+    search_done = forms.BooleanField(required=False,
+                                     label="A search I started finished, failed or was cancelled")
+    replies = forms.BooleanField(required=False, label="Someone replied where I commented")
+
+
+class WebhookForm(forms.Form):
+    name = forms.CharField(max_length=64, help_text="e.g. team Slack")
+    url = forms.CharField(max_length=2000, label="URL",
+                          help_text="http:// or https://; Slack-compatible JSON is POSTed to it.")
+    secret = forms.CharField(max_length=200, required=False, label="Shared secret",
+                             widget=forms.PasswordInput(render_value=False),
+                             help_text="Signs each delivery (X-Crucible-Signature). Leave empty and Crucible "
+                             "makes one, shown once.")
+
+
 class RepositoryForm(forms.Form):
     # The project id is checked against the user's projects in the view (404 for outsiders).
     project = forms.IntegerField(widget=forms.Select)

@@ -179,7 +179,7 @@ class Receipt(models.Model):
     KINDS = [
         ("command", "command"), ("apply", "patch apply"), ("extract", "patch extract"),
         ("policy", "change policy"), ("llm_call", "LLM call"), ("merge", "merge"),
-        ("review", "review"),
+        ("review", "review"), ("webhook", "webhook delivery"),
     ]
 
     project = models.ForeignKey(
@@ -381,3 +381,92 @@ class ProviderPreset(models.Model):
             default_base_url=self.base_url, default_model=self.model, concurrency=self.concurrency,
             price_model=self.price_model, efforts=tuple(self.effort_list()), managed=True,
         )
+
+
+class NotificationSetting(models.Model):
+    """What one person wants to hear about, and whether by email; no row means every default (on)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_setting"
+    )
+    approval_waiting = models.BooleanField(
+        default=True, help_text="a winner I may approve is waiting for a decision"
+    )
+    search_done = models.BooleanField(
+        default=True, help_text="a search I started finished, failed or was cancelled"
+    )
+    replies = models.BooleanField(default=True, help_text="someone replied where I commented")
+    email = models.BooleanField(default=True, help_text="send these by email")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"notifications of {self.user}"
+
+
+class Webhook(models.Model):
+    """A project's outgoing webhook: a Slack-compatible JSON POST, signed with a shared secret.
+
+    The secret is stored encrypted (runtime_app/notifications.py) and never shown again, nor put
+    in a payload, an event, a receipt, a log line or a task argument.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="webhooks")
+    name = models.CharField(max_length=64)
+    url = models.CharField(max_length=2000)
+    secret_ciphertext = models.TextField()
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="unique_webhook_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.url_shown})"
+
+    @property
+    def url_shown(self) -> str:
+        """The URL without what may be a credential: scheme, host and port, the path elided
+        (a Slack URL's path is its token)."""
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host
+        port = f":{parts.port}" if parts.port else ""
+        return f"{parts.scheme}://{host}{port}/…" if parts.path.strip("/") or parts.query else \
+            f"{parts.scheme}://{host}{port}/"
+
+
+class WebhookDelivery(models.Model):
+    """One notification on its way to one webhook: retried with backoff until delivered or out
+    of attempts; each attempt writes a receipt (subject "webhook_delivery")."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        DELIVERED = "delivered", "delivered"
+        FAILED = "failed", "failed"
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    kind = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict, help_text="what is POSTed; never a secret")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the next attempt is due; a claim moves it by a lease"
+    )
+    last_status_code = models.IntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name_plural = "webhook deliveries"
+        indexes = [models.Index(fields=["state", "next_attempt_at"])]
+
+    def __str__(self) -> str:
+        return f"delivery #{self.pk} of {self.kind} to {self.webhook.name}: {self.state}"

@@ -240,3 +240,21 @@ def repository_searches(repository: Repository, limit: int = 100) -> list:
     """The newest searches frozen against this repository, with their run and author."""
     searches = repository.searches.filter(project_id=repository.project_id)
     return list(searches.select_related("created_by", "run").order_by("-created_at")[:limit])
+
+
+# ------------------------------------------------------------------------ notifications
+
+
+def webhook_deliveries_recent(project: Project, limit: int = 25) -> list[Any]:
+    """The project's latest webhook deliveries, each with `.receipts` (attempts, oldest first)."""
+    from runtime_app.models import WebhookDelivery
+    from runtime_app.notifications import RECEIPT_SUBJECT
+
+    deliveries = list(WebhookDelivery.objects.filter(webhook__project=project)
+                      .select_related("webhook").order_by("-id")[:limit])
+    by_delivery: dict[int, list[Receipt]] = {d.pk: [] for d in deliveries}
+    for receipt in Receipt.objects.filter(subject_type=RECEIPT_SUBJECT, subject_id__in=list(by_delivery)):
+        by_delivery[receipt.subject_id].append(receipt)
+    for delivery in deliveries:
+        delivery.receipts = by_delivery[delivery.pk]
+    return deliveries

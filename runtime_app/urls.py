@@ -13,6 +13,11 @@ urlpatterns = [
          name="project_member_role"),
     path("projects/<int:project_id>/members/<int:user_id>/remove/", views.project_member_remove,
          name="project_member_remove"),
+    path("projects/<int:project_id>/webhooks/", views.webhooks, name="webhooks"),
+    path("projects/<int:project_id>/webhooks/<int:webhook_id>/deactivate/", views.webhook_deactivate,
+         name="webhook_deactivate"),
+    path("projects/<int:project_id>/webhooks/<int:webhook_id>/delete/", views.webhook_delete,
+         name="webhook_delete"),
     path("repositories/", views.repositories, name="repositories"),
     path("repositories/register/", views.repository_register, name="repository_register"),
     path("repositories/<int:repository_id>/", views.repository_detail, name="repository_detail"),
@@ -20,5 +25,6 @@ urlpatterns = [
     path("receipts/<int:receipt_id>.json", views.receipt_json, name="receipt_json"),
     path("audit/", views.audit_log, name="audit_log"),
     path("account/", views.account, name="account"),
+    path("account/notifications/", views.notification_settings, name="notification_settings"),
     path("account/tokens/<int:token_id>/revoke/", views.api_token_revoke, name="api_token_revoke"),
 ]

@@ -25,17 +25,19 @@ from django.utils.http import urlsafe_base64_encode
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import push_url
 
-from runtime_app import roles, selectors, services
+from runtime_app import notifications, roles, selectors, services
 from runtime_app.forms import (
     ApiTokenForm,
     AuditFilterForm,
     MemberAddForm,
     MemberRoleForm,
+    NotificationSettingForm,
     ProjectForm,
     RepositoryForm,
     RepositoryRefForm,
+    WebhookForm,
 )
-from runtime_app.models import ProjectRole
+from runtime_app.models import ProjectRole, Webhook
 from runtime_app.subjects import subject_labels_attach
 
 
@@ -100,6 +102,7 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "memberships": project.memberships.select_related("user").order_by("user__username"),
         "can_operate": roles.has_role(request.user, project, roles.OPERATOR),
         "can_admin": roles.has_role(request.user, project, roles.ADMIN),
+        "can_manage_webhooks": notifications.project_admin_is(request.user, project),
         **_live_context(request, subject=("project", project.pk)),
     })
 
@@ -327,6 +330,24 @@ def _audit_csv(request: HttpRequest, entries) -> StreamingHttpResponse:
     return response
 
 
+def _notify_form(user, data=None) -> NotificationSettingForm:
+    setting = notifications.notification_setting_for(user)
+    initial = {"email_address": user.email, **{name: getattr(setting, name)
+                                               for name in ("email", *notifications.TOPICS)}}
+    return NotificationSettingForm(data, initial=initial)
+
+
+def _account(request: HttpRequest, form: ApiTokenForm, notify_form: NotificationSettingForm,
+             new_token: str | None = None, status: int = 200) -> HttpResponse:
+    return render(request, "runtime_app/account.html", {
+        "form": form,
+        "notify_form": notify_form,
+        "new_token": new_token,
+        "tokens": selectors.api_tokens_for_user(request.user),
+        "roles": _role_badges(request.user),
+    }, status=status)
+
+
 def account(request: HttpRequest) -> HttpResponse:
     form = ApiTokenForm(request.POST or None)
     new_token = None
@@ -341,12 +362,81 @@ def account(request: HttpRequest) -> HttpResponse:
             status = 400
         else:
             form = ApiTokenForm()
-    return render(request, "runtime_app/account.html", {
+    return _account(request, form, _notify_form(request.user), new_token, status)
+
+
+@require_POST
+def notification_settings(request: HttpRequest) -> HttpResponse:
+    """The account page's notification settings: what to hear about, and where emails go."""
+    form = _notify_form(request.user, request.POST)
+    if form.is_valid():
+        try:
+            notifications.notification_setting_update(request.user, **form.cleaned_data)
+        except ValidationError as error:
+            _apply_errors(form, error)
+        else:
+            messages.success(request, "Notification settings saved.")
+            return redirect("account")
+    return _account(request, ApiTokenForm(), form, status=400)
+
+
+def _webhooks(request: HttpRequest, project, form: WebhookForm, new_secret: str = "",
+              status: int = 200) -> HttpResponse:
+    return render(request, "runtime_app/webhooks.html", {
+        "project": project,
         "form": form,
-        "new_token": new_token,
-        "tokens": selectors.api_tokens_for_user(request.user),
-        "roles": _role_badges(request.user),
+        "new_secret": new_secret,
+        "webhooks": project.webhooks.all(),
+        "deliveries": selectors.webhook_deliveries_recent(project),
     }, status=status)
+
+
+def _project_admin_project(request: HttpRequest, project_id: int):
+    project = selectors.project_for_user(request.user, project_id)
+    notifications._require_project_admin(request.user, project)
+    return project
+
+
+def webhooks(request: HttpRequest, project_id: int) -> HttpResponse:
+    """A project's outgoing webhooks (its administrators only): list, add, recent deliveries."""
+    project = _project_admin_project(request, project_id)
+    if request.method != "POST":
+        return _webhooks(request, project, WebhookForm())
+    form = WebhookForm(request.POST)
+    if form.is_valid():
+        try:
+            webhook, generated = notifications.webhook_create(request.user, project, **form.cleaned_data)
+        except ValidationError as error:
+            _apply_errors(form, error)
+        else:
+            messages.success(request, f"Webhook {webhook.name} added.")
+            if generated:  # shown on this response only, never stored in the clear
+                return _webhooks(request, project, WebhookForm(), new_secret=generated)
+            return redirect("webhooks", project_id=project.pk)
+    return _webhooks(request, project, form, status=400)
+
+
+def _webhook_of(request: HttpRequest, project_id: int, webhook_id: int) -> Webhook:
+    project = _project_admin_project(request, project_id)
+    webhook = project.webhooks.filter(pk=webhook_id).first()
+    if webhook is None:
+        raise Http404("No such webhook in this project.")
+    return webhook
+
+
+@require_POST
+def webhook_deactivate(request: HttpRequest, project_id: int, webhook_id: int) -> HttpResponse:
+    webhook = notifications.webhook_deactivate(request.user, _webhook_of(request, project_id, webhook_id))
+    messages.success(request, f"Webhook {webhook.name} deactivated.")
+    return redirect("webhooks", project_id=project_id)
+
+
+@require_POST
+def webhook_delete(request: HttpRequest, project_id: int, webhook_id: int) -> HttpResponse:
+    webhook = _webhook_of(request, project_id, webhook_id)
+    notifications.webhook_delete(request.user, webhook)
+    messages.success(request, f"Webhook {webhook.name} deleted.")
+    return redirect("webhooks", project_id=project_id)
 
 
 @require_POST

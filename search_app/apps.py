@@ -60,3 +60,14 @@ class SearchAppConfig(AppConfig):
         # their pending decisions on unmerged winners are withdrawn.
         approver_standing_ended.connect(approvals_withdraw_for, weak=False,
                                         dispatch_uid="search_app_approvals_withdraw")
+        # Notifications (search_app/notifications.py): a winner awaiting approval, a search that
+        # finished or was cancelled, a comment; each once its change commits.
+        from django.db.models.signals import post_save
+
+        from runtime_app.models import Event
+        from search_app import notifications
+        from search_app.models import Comment
+
+        post_save.connect(notifications.event_saved, sender=Event, dispatch_uid="search_app_notify_events")
+        post_save.connect(notifications.comment_saved, sender=Comment,
+                          dispatch_uid="search_app_notify_comments")

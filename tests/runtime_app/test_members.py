@@ -232,7 +232,7 @@ def test_the_cli_manages_members_with_the_same_checks_and_words(personas):
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_carries_global_groups_into_each_membership_without_losing_access():
     executor = MigrationExecutor(connection)
-    before = [("runtime_app", "0007_provider_preset_efforts")]
+    before = [("runtime_app", "0008_notifications")]
     latest = executor.loader.graph.leaf_nodes()
     executor.migrate(before)
     old = executor.loader.project_state(before).apps

@@ -48,7 +48,7 @@ class Migration(migrations.Migration):
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
         ("auth", "0012_alter_user_first_name_max_length"),
         ("contenttypes", "0002_remove_content_type_name"),
-        ("runtime_app", "0007_provider_preset_efforts"),
+        ("runtime_app", "0008_notifications"),
     ]
 
     operations = [
