@@ -20,7 +20,7 @@ from tests.conftest import PublishedSchema, login
 pytestmark = pytest.mark.django_db
 
 PROJECT = {"id": 1, "name": "alpha", "description": "", "created_at": "2026-12-03T14:05:00Z"}
-ME = {"username": "owner", "roles": ["viewer"], "projects": [PROJECT]}
+ME = {"username": "owner", "roles": {"alpha": "viewer"}, "can_create_projects": False, "projects": [PROJECT]}
 ANSWER: dict = {}
 
 
@@ -50,10 +50,11 @@ def test_an_answer_of_the_published_shape_passes(forged):
 
 
 @pytest.mark.parametrize(("body", "status", "url", "why"), [
-    ({"username": "owner", "roles": ["viewer"]}, 200, "/api/me", "'projects' is a required property"),
+    ({"username": "owner", "roles": {}, "can_create_projects": True}, 200, "/api/me",
+     "'projects' is a required property"),
     ({**ME, "projects": [{**PROJECT, "id": "one"}]}, 200, "/api/me",
      "at projects/0/id: 'one' is not of type 'integer'"),
-    ({**ME, "roles": "viewer"}, 200, "/api/me", "at roles: 'viewer' is not of type 'array'"),
+    ({**ME, "roles": "viewer"}, 200, "/api/me", "at roles: 'viewer' is not of type 'object'"),
     (ME, 201, "/api/me", "GET /api/me answered 201, which its schema does not list"),
     (ME, 200, "/api/nowhere", "GET /api/nowhere is not in the published schema"),
 ], ids=["a-missing-field", "a-nested-wrong-type", "a-wrong-type", "an-unlisted-status",

@@ -8,7 +8,9 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
 # Pages that must be reachable logged out, and nothing else.
-PUBLIC = {"/login/", "/admin/login/"}
+PUBLIC = {"/login/", "/admin/login/",
+          # An invitee sets their password here, logged out: the link's signed token is the key.
+          "/reset/1/1/", "/reset/done/"}
 # … and these, which only point at a public static file.
 PUBLIC_REDIRECTS = {"/favicon.ico": "/static/favicon.svg"}
 
@@ -45,6 +47,10 @@ def test_the_url_walk_finds_the_pages_and_the_api():
 def test_every_url_refuses_anonymous_visitors(client, url):
     if url in PUBLIC:
         assert client.get(url).status_code == 200
+        if url.startswith("/reset/1/"):  # a made-up token sets nothing
+            assert "invalid" in client.get(url).content.decode().lower()
+            assert client.post(url, {"new_password1": "x-Long-pass-42", "new_password2": "x-Long-pass-42"}
+                               ).status_code == 200
         return
     if url in PUBLIC_REDIRECTS:
         response = client.get(url)
