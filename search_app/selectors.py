@@ -290,6 +290,8 @@ def approval_state(candidate: Any) -> dict[str, Any]:
     for approval in history:
         approval.candidate = candidate  # `stale` compares with this candidate's current hash
         decisions[approval.user_id] = approval
+    for approval in history:  # the page marks the decisions a later one of the same person replaced
+        approval.replaced = decisions[approval.user_id] is not approval
     makers = [pk for pk in decisions if pk is not None]
     approvers = set(ProjectMembership.objects.filter(
         project_id=candidate.search.project_id, user_id__in=makers,

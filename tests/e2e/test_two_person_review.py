@@ -158,6 +158,11 @@ def test_an_operator_and_an_approver_review_request_changes_approve_and_merge_th
     expect(b.locator("#approval")).not_to_contain_text("requested changes.")
     expect(b.locator("#approval ol.decisions > li")).to_have_count(2)
     expect(b.locator("#approval ol.decisions > li").nth(1).locator(".markdown em")).to_have_text("fine")
+    # The request for changes stays in the history, marked as replaced by B's approval.
+    decisions = b.locator("#approval ol.decisions > li")
+    expect(decisions.nth(0)).to_contain_text("approver requested changes on")
+    expect(decisions.nth(0)).to_contain_text("replaced by their later decision")
+    expect(decisions.nth(1)).to_contain_text("approver approved on")
     merge_link = b.locator("#approval a", has_text="Merge…")
     expect(merge_link).to_be_visible()
     step_shot(b, 9, "approved-mergeable")
