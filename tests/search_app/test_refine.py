@@ -126,3 +126,35 @@ def test_a_refinement_that_lost_three_workers_keeps_the_earlier_patch(personas, 
         "payload__message", flat=True)
     assert ("cand_001: round 1: refinement failed (generate step lost its worker 3 times); keeps its "
             "round 0 patch") in list(messages)
+
+
+def test_a_thread_on_a_patch_its_writer_then_refines_is_marked_outdated(personas, tmp_path, data_dir):
+    """A reviewer comments on cand_001's round-0 line while the search runs; its writer refines the
+    patch in round 1, so the thread is outdated against the new patch (kept, with the old text),
+    and a thread started on the new patch is not."""
+    from search_app import services
+    from search_app.selectors import candidate_threads, diff_new_line_texts
+
+    plan = {"cand_001": {"value": 5, "refined": 9}, "cand_002": 3}
+    search = frozen(personas, tmp_path, plan, population=2, rounds=[2, 1], refine=True)
+    commented: list = []
+
+    def comment_on_the_first_patch(run) -> None:
+        candidate = search.candidates.get(candidate_id="cand_001")
+        if commented or not candidate.patch:
+            return
+        assert candidate.patch_round == 0  # round 0's patch: its refinement comes rounds later
+        path = candidate.files[0]
+        texts = diff_new_line_texts(bytes(candidate.patch).decode(), path)
+        line = next(number for number, text in texts.items() if "return 5" in text)
+        commented.append(services.comment_add(personas.member, candidate, "Why 5?", path=path, line=line))
+
+    services.search_start(personas.owner, search, enqueue=False)
+    run = services.search_run_inline(search, progress=comment_on_the_first_patch)
+    winner = search.candidates.get(candidate_id="cand_001")
+    assert (run.winner_id, winner.patch_round) == (winner.pk, 1) and b"return 9" in bytes(winner.patch)
+    [thread] = candidate_threads(winner)
+    assert thread["outdated"] and "return 5" in thread["comment"].line_text
+    fresh = services.comment_add(personas.member, winner, "And 9?", path=thread["comment"].path,
+                                 line=thread["comment"].line)
+    assert [t["outdated"] for t in candidate_threads(winner)] == [True, False] and fresh.pk
