@@ -21,7 +21,9 @@ def search_live_fragments(user: Any, search_pk: int, events: list) -> list[str]:
 
     from search_app.models import Search
 
-    search = Search.objects.select_related("project").get(pk=search_pk)
+    search = Search.objects.select_related("project").filter(pk=search_pk).first()
+    if search is None:  # deleted while watched: nothing left to render
+        return []
     role = roles.role_in(user, search.project)
     can_operate = roles.role_allows(role, roles.OPERATOR)
     can_approve = roles.role_allows(role, roles.APPROVER)
