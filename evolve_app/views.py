@@ -24,18 +24,6 @@ from runtime_app import roles
 from runtime_app.selectors import project_for_user, projects_for_user
 from runtime_app.views import _apply_errors, _live_context
 
-
-def _can_operate(request: HttpRequest, project: Any = None) -> bool:
-    """May the user launch work in `project` (None: in any of their projects)?"""
-    if project is None:
-        return roles.has_role_anywhere(request.user, roles.OPERATOR)
-    return roles.has_role(request.user, project, roles.OPERATOR)
-
-
-def _can_approve(request: HttpRequest, project: Any) -> bool:
-    return roles.has_role(request.user, project, roles.APPROVER)
-
-
 # --- the agents list --------------------------------------------------------------------------
 
 def _agent_list(request: HttpRequest, *, import_form: AgentImportForm | None = None,
@@ -51,7 +39,7 @@ def _agent_list(request: HttpRequest, *, import_form: AgentImportForm | None = N
         "projects": projects,
         "import_form": import_form or AgentImportForm(projects=projects, initial=single),
         "demo_form": demo_form or DemoAgentForm(projects=projects, initial=single),
-        "can_operate": _can_operate(request),
+        "can_operate": roles.may_operate(request.user),
     }, status=status)
 
 
@@ -135,8 +123,8 @@ def _agent_page(request: HttpRequest, agent: Any, *, start_form: RunStartForm | 
         "active_run": next((run for run in runs if run.status in selectors.ACTIVE), None),
         "start_form": start_form or RunStartForm(),
         "rollback_form": rollback_form or RollbackForm(tags=tags),
-        "can_operate": _can_operate(request, agent.project),
-        "can_approve": _can_approve(request, agent.project),
+        "can_operate": roles.may_operate(request.user, agent.project),
+        "can_approve": roles.has_role(request.user, agent.project, roles.APPROVER),
         **_browser_context(request, agent, versions),
         "empty_message": "No activity for this agent yet.",
         **_live_context(request, subject=("agent", agent.pk)),
@@ -199,8 +187,8 @@ def _run_context(request: HttpRequest, run: Any) -> dict[str, Any]:
         "progress": selectors.run_progress(run, cycles),
         "active": run.status in selectors.ACTIVE,
         "config_items": sorted((run.config or {}).items()),
-        "can_operate": _can_operate(request, run.agent.project),
-        "can_approve": _can_approve(request, run.agent.project),
+        "can_operate": roles.may_operate(request.user, run.agent.project),
+        "can_approve": roles.has_role(request.user, run.agent.project, roles.APPROVER),
     }
 
 
@@ -228,7 +216,8 @@ def evolution_run_cancel(request: HttpRequest, agent_id: int, run_id: int) -> Ht
     if request.method == "GET":
         return render(request, "evolve_app/run_cancel.html", {
             "agent": run.agent, "run": run, "active": run.status in services.ACTIVE,
-            "cycles_done": run.cycles.count(), "can_operate": _can_operate(request, run.agent.project)})
+            "cycles_done": run.cycles.count(),
+            "can_operate": roles.may_operate(request.user, run.agent.project)})
     try:
         services.evolution_run_cancel(request.user, run)
     except ValidationError as error:
@@ -252,7 +241,7 @@ def cycle_detail(request: HttpRequest, agent_id: int, run_id: int, number: int) 
         if cycle.engine_metadata else "",
         "observations": selectors.cycle_observations(cycle, failures=failures), "failures": failures,
         **_neighbours(run, number),
-        "can_approve": _can_approve(request, agent.project),
+        "can_approve": roles.has_role(request.user, agent.project, roles.APPROVER),
     })
 
 

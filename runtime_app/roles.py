@@ -53,6 +53,13 @@ def has_role_anywhere(user: Any, needed: str) -> bool:
     return ProjectMembership.objects.filter(user=user, role__in=wanted).exists()
 
 
+def may_operate(user: Any, project: Any = None) -> bool:
+    """May `user` launch work in `project` (None: in any of their projects)? What pages offer."""
+    if project is None:
+        return has_role_anywhere(user, OPERATOR)
+    return has_role(user, project, OPERATOR)
+
+
 def projects_with_role(user: Any, needed: str) -> Any:
     """The projects where `user` holds `needed` or higher."""
     from runtime_app.models import Project

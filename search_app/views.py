@@ -65,17 +65,6 @@ def _id(value: Any) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
 
 
-def _can_operate(request: HttpRequest, project: Any = None) -> bool:
-    """May the user launch work in `project` (None: in any of their projects)?"""
-    if project is None:
-        return roles.has_role_anywhere(request.user, roles.OPERATOR)
-    return roles.has_role(request.user, project, roles.OPERATOR)
-
-
-def _can_approve(request: HttpRequest, project: Any) -> bool:
-    return roles.has_role(request.user, project, roles.APPROVER)
-
-
 # --- the searches list ------------------------------------------------------------------------
 
 # The list's columns: heading, and the `sort` key that orders by it (descending first, but names).
@@ -191,7 +180,7 @@ def search_list(request: HttpRequest) -> HttpResponse:
         "list_url": _list_url(filters), "columns": _list_columns(filters),
         "sort": filters["sort"] if filters["sort"] != SearchListForm.SORT_DEFAULT else "",
         "filtered": bool(filters["status"] or filters["outcome"] or filters["project"] or filters["text"]),
-        "can_operate": _can_operate(request),
+        "can_operate": roles.may_operate(request.user),
     }
     htmx = request.htmx
     if htmx and not htmx.boosted and not htmx.history_restore_request:
@@ -292,7 +281,7 @@ def _editor(
         "draft_projects": form.fields["project"].queryset,
         "selected_repository": repository,
         "refs": repository_refs(repository) if repository else None,
-        "can_operate": _can_operate(request),
+        "can_operate": roles.may_operate(request.user),
         **validation_context(text),
     }
     if spec is not None:
@@ -529,8 +518,8 @@ def _run_context(request: HttpRequest, search) -> dict[str, Any]:
     return {
         "search": search, "report": summary, "funnel": selectors.search_funnel(search),
         "plot": selectors.score_plot(search), "approval": approval,
-        "can_operate": _can_operate(request, search.project),
-        "can_approve": _can_approve(request, search.project),
+        "can_operate": roles.may_operate(request.user, search.project),
+        "can_approve": roles.has_role(request.user, search.project, roles.APPROVER),
         "refusals": selectors.decision_refusals(request.user, search) if approval else None,
         **_table_context(request, search),
     }
@@ -583,7 +572,7 @@ def search_cancel(request: HttpRequest, search_id: str) -> HttpResponse:
         return render(request, "search_app/search_cancel.html", {
             "search": search, "report": selectors.run_summary(search),
             "running": search.steps.filter(state="running").count(),
-            "can_operate": _can_operate(request, search.project)})
+            "can_operate": roles.may_operate(request.user, search.project)})
     try:
         services.search_cancel(request.user, search)
     except ValidationError as error:
@@ -634,7 +623,7 @@ def _candidate_context(request: HttpRequest, candidate, **extra: Any) -> dict[st
         "report": summary, "is_winner": is_winner,
         "approval": selectors.approval_state(candidate) if is_winner else None,
         "replay": selectors.winner_replay(search) if is_winner else None,
-        "can_approve": _can_approve(request, search.project),
+        "can_approve": roles.has_role(request.user, search.project, roles.APPROVER),
         "refusals": selectors.decision_refusals(request.user, search) if is_winner else None,
         "comment_form": extra.pop("comment_form", None) or CommentForm(),
         "live": _live_tail(candidate),
@@ -782,7 +771,7 @@ def search_merge(request: HttpRequest, search_id: str) -> HttpResponse:
         "search": search, "report": summary, "form": form, "winner": winner,
         "approval": selectors.approval_state(winner) if winner else None,
         "replay": selectors.winner_replay(search) if winner else None,
-        "can_approve": _can_approve(request, search.project),
+        "can_approve": roles.has_role(request.user, search.project, roles.APPROVER),
     }, status=status)
 
 
