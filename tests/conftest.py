@@ -6,6 +6,7 @@ import html
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -99,6 +100,12 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env.setdefault("CRUCIBLE_DATA_DIR", str(settings.DATA_DIR))
     env.update(extra)
     return env
+
+
+def ctrl_c_reaches_it() -> None:
+    """preexec_fn: SIGINT as a terminal gives it. A suite started as a background job inherits
+    SIGINT ignored, and Python then never turns Ctrl-C into KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def free_port() -> int:

@@ -19,7 +19,7 @@ from evolve_app.types import StepResult
 from runtime_app import roles
 from runtime_app.models import ProjectMembership
 from runtime_app.selectors import page_url
-from tests.conftest import REPO_ROOT, subprocess_env
+from tests.conftest import REPO_ROOT, ctrl_c_reaches_it, subprocess_env
 from tests.search_app.conftest import demo  # noqa: F401  (the admin user and the demo project)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -240,7 +240,7 @@ def test_interrupting_a_run_cancels_it_between_cycles_and_exits_130(demo_agent):
         [sys.executable, "manage.py", "evolve", "run", str(demo_agent.pk), "--cycles", "200",
          "--egl-threshold", "0", "--json"], cwd=REPO_ROOT,
         env=subprocess_env(CRUCIBLE_DATA_DIR=str(settings.DATA_DIR)), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_reaches_it)
     try:
         deadline = time.monotonic() + 120
         while not EvolutionRun.objects.filter(cycles__number=1).exists():
@@ -253,7 +253,7 @@ def test_interrupting_a_run_cancels_it_between_cycles_and_exits_130(demo_agent):
             process.kill()
             process.wait()
     run = EvolutionRun.objects.get()
-    assert process.returncode == 130 and out == ""
+    assert process.returncode == 130 and out == "", (run.status, run.reason, err[-2000:])
     assert run.status == "cancelled" and 1 <= run.cycles.count() < 200
     done = run.cycles.count()
     cycles = f"{done} cycle{'s' if done > 1 else ''}"
