@@ -434,7 +434,10 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
 
 def replay(step: Step, cancel: threading.Event) -> dict[str, Any]:
     """The provisional winner again on a clean baseline: its gates, then `trials` blocks
-    interleaved with the baseline (the replay's own block order)."""
+    interleaved with the baseline (the replay's own block order). A step that extends a replay
+    with more blocks measures only: its gates passed in the step it extends."""
+    if step.plan.get("extends"):
+        return measure(step, cancel)
     stopped, receipts = _gated(step, search_spec(step.search), "replay",
                                f"{step.candidate.candidate_id} replay", cancel)
     if stopped:

@@ -13,7 +13,8 @@ How a search runs, which the counts follow (docs/running-searches.md, "Forecast"
 - trials run in blocks: in round r every survivor and the baseline run once per block, for
   `score.trials` blocks, plus (paired scoring) extra blocks for candidates at the cut that cannot
   be told apart (or are ahead on too few blocks to decide), up to `score.trials_ceiling` blocks;
-  each replay runs the winner and the baseline for `measurement.replay_blocks` blocks;
+  each replay runs the winner and the baseline for `measurement.replay_blocks` blocks (paired:
+  up to the ceiling while it cannot tell them apart);
 - trials run one at a time on a host; writers and gates up to `concurrency` at once.
 """
 
@@ -234,7 +235,10 @@ def _plan_counts(spec: SearchSpec) -> tuple[list[dict[str, Span]], dict[str, Spa
     replays = _count(1, MAX_REPLAYS)
     blocks = replay_blocks(trials, spec.score.trials_ceiling, spec.score.confidence,
                            paired=spec.score.comparison == "paired")
-    replay = {"replays": replays, "gates": replays * gates, "trials": replays * (2 * blocks)}
+    # A paired replay that cannot yet tell the winner from the baseline gets blocks up to the ceiling.
+    most = spec.score.trials_ceiling if spec.score.comparison == "paired" else blocks
+    trials = _count(replays.low * 2 * blocks, replays.high * 2 * max(blocks, most))
+    replay = {"replays": replays, "gates": replays * gates, "trials": trials}
     return rounds, replay
 
 

@@ -190,6 +190,14 @@ def replay_consistent(won: Interval, replayed: Interval, direction: str) -> tupl
     return False, f"{shown}: clearly worse than it won with (the intervals do not overlap)"
 
 
+def replay_undecided(won: Interval, replayed: Interval, direction: str) -> bool:
+    """A paired replay that failed only for want of blocks: its interval still holds the
+    baseline (1) and overlaps what the candidate won with, so more blocks can decide it either
+    way. One wholly worse than the baseline, or clearly worse than it won with, is decided."""
+    holds_baseline = replayed.low <= 1.0 <= replayed.high
+    return holds_baseline and replayed.overlaps(won) and not beats(replayed, 1.0, direction)
+
+
 def replay_within_band(earlier: Sequence[float], replayed: float, tolerance: float) -> tuple[bool, str]:
     """`absolute` comparison: does a replayed median agree with the earlier trials, within their
     noise (their spread, or `tolerance` times their median, whichever is wider)?"""

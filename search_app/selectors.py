@@ -267,8 +267,11 @@ def winner_replay(search: Search) -> dict[str, Any] | None:
                                result__passed=True).order_by("-id").first()
     if step is None:
         return None
-    return {"why": step.result.get("why", ""), "receipts": step.result.get("receipts", []),
-            "score": step.result.get("score")}
+    # A replay that needed more blocks ran as several steps: all their receipts are its evidence.
+    steps = Step.objects.filter(search=search, candidate_id=run.winner_id, kind="replay", state="done",
+                                plan__namespace=step.plan.get("namespace")).order_by("id")
+    receipts = [pk for each in steps for pk in (each.result or {}).get("receipts", [])]
+    return {"why": step.result.get("why", ""), "receipts": receipts, "score": step.result.get("score")}
 
 
 def approval_state(candidate: Any) -> dict[str, Any]:
@@ -1055,8 +1058,10 @@ def candidate_timeline(candidate: Any, threads: list[dict[str, Any]] | None = No
     for step in candidate.steps.filter(state="done", kind__in=("replay", "generate")).order_by("id"):
         result = step.result or {}
         if step.kind == "replay":
+            undecided = "passed" in result and result["passed"] is None  # it went on with more blocks
             entries.append({"at": step.finished_at or step.created_at, "kind": "replay", "step": step,
-                            "passed": bool(result.get("passed")), "why": result.get("why", "")})
+                            "passed": bool(result.get("passed")), "undecided": undecided,
+                            "why": result.get("why", "")})
         elif step.refines:
             if result.get("eliminated"):
                 outcome = f"the refinement failed ({result['eliminated']}); it kept its earlier patch"

@@ -694,6 +694,19 @@ def _replay_next(run: Any, spec: Any) -> None:
                                 "baseline")
 
 
+def _replay_extend(step: Any, candidate: Any, more: int, why: str) -> None:
+    """The replay's next blocks, as a step of their own (its gates already passed)."""
+    from search_app.models import Step
+
+    step.result = {**step.result, "passed": None, "why": why}
+    step.save(update_fields=["result"])
+    first = step.plan["blocks"][1]
+    Step.objects.create(search=step.search, candidate=candidate, kind="replay", round=step.round,
+                        part=step.part + 1,
+                        plan={**step.plan, "blocks": [first, first + more], "extends": step.pk})
+    _candidate_event(candidate, why)
+
+
 def review_blocks(search: Any, spec: Any) -> bool:
     """Whether a reviewer's reject eliminates a provisional winner: `selection.review` says so,
     and the search was frozen after reviews could block (contract 3); older ones run as frozen."""
@@ -987,7 +1000,10 @@ def _result_apply(step: Any, candidate: Any, result: dict, review_model: Any) ->
         _candidate_event(candidate, f"reviewer says {result['verdict']} ({findings} findings)")
         return
     if step.kind == "replay":
-        passed, why = _replay_verdict(step, candidate, result)
+        passed, why, more = _replay_verdict(step, candidate, result)
+        if passed is None:
+            _replay_extend(step, candidate, more, "replay undecided: " + why)
+            return
         why = ("replay passed: " if passed else "replay failed: ") + why
         step.result = {**step.result, "passed": passed, "why": why}
         step.save(update_fields=["result"])
@@ -1089,34 +1105,65 @@ def _scores_update(search: Search, spec: Any, round_index: int) -> None:
         _candidate_event(candidate, f"round {round_index}: {shown} over {len(figures)} block(s)")
 
 
-def _replay_verdict(step: Any, candidate: Any, result: dict) -> tuple[bool, str]:
-    """Paired: the replay's interval must overlap the one it won with and still beat the baseline.
-    Absolute: its median must stay within the band of its earlier trials."""
+def _replay_values(step: Any, candidate: Any, result: dict) -> dict[str, dict[int, float]]:
+    """The replay's values by member and block: this step's and those of the replay steps it
+    extends (one replay, measured in more than one step when it needed more blocks)."""
+    from search_app.models import Step
+
+    merged: dict[str, dict[int, float]] = {}
+    earlier = Step.objects.filter(search=step.search, candidate=candidate, kind="replay", state="done",
+                                  plan__namespace=step.plan.get("namespace")).exclude(pk=step.pk)
+    for source in [*(s.result for s in earlier.order_by("id")), result]:
+        for member, by_block in (source.get("values") or {}).items():
+            merged.setdefault(member, {}).update({int(block): v for block, v in by_block.items()})
+    return merged
+
+
+def _replay_verdict(step: Any, candidate: Any, result: dict) -> tuple[bool | None, str, int]:
+    """(passed, why, more blocks). Paired: the replay's interval must overlap the one it won
+    with and still beat the baseline; while it only holds the baseline for want of blocks, it
+    gets more (up to the spec's ceiling) instead of a verdict: None. Absolute: its median must
+    stay within the band of its earlier trials."""
     import statistics
 
     from search_app.execution import search_spec
-    from search_app.measurement import median_interval, paired_ratios, replay_consistent, replay_within_band
+    from search_app.measurement import (
+        median_interval,
+        min_blocks,
+        paired_ratios,
+        replay_consistent,
+        replay_undecided,
+        replay_within_band,
+    )
 
     if "eliminated" in result:  # its patch or its gates
-        return False, result["eliminated"]
+        return False, result["eliminated"], 0
     spec = search_spec(step.search)
     cid = candidate.candidate_id
     if cid in result["dropped"]:
-        return False, result["dropped"][cid]
-    values = {int(block): value for block, value in result["values"].get(cid, {}).items()}
+        return False, result["dropped"][cid], 0
+    merged = _replay_values(step, candidate, result)
+    values, base = merged.get(cid, {}), merged.get("baseline", {})
     if not values:
-        return False, "the replay measured nothing"
+        return False, "the replay measured nothing", 0
     baseline = step.search.candidates.get(number=0)
-    base = {int(block): value for block, value in result["values"].get("baseline", {}).items()}
     paired = comparison_for(step.search, spec, baseline) == "paired"
     if paired and base and "baseline" not in result["dropped"]:
+        won, direction = _interval(candidate, spec), spec.score.direction
         replayed = median_interval(paired_ratios(values, base), spec.score.confidence)
-        return replay_consistent(_interval(candidate, spec), replayed, spec.score.direction)
+        passed, why = replay_consistent(won, replayed, direction)
+        ceiling = spec.score.trials_ceiling
+        if not passed and replay_undecided(won, replayed, direction) and len(values) < ceiling:
+            # As at a round's cut: the noise decides nothing; more blocks do, within the ceiling.
+            more = min(ceiling - len(values), max(spec.score.trials, min_blocks(spec.score.confidence)))
+            return None, why.replace("the replay no longer beats the baseline",
+                                     f"not yet told apart from the baseline; {more} more block(s)"), more
+        return passed, why, 0
     # The band comes from the trials of the patch being replayed (not of a patch its writer
     # later refined).
     earlier = [v for round_key, trial_values in candidate.trials.items()
                if int(round_key) >= candidate.patch_round for v in trial_values]
-    return replay_within_band(earlier, statistics.median(values.values()), spec.score.replay_tolerance)
+    return (*replay_within_band(earlier, statistics.median(values.values()), spec.score.replay_tolerance), 0)
 
 
 def _refinement_apply(step: Any, candidate: Any, result: dict) -> None:

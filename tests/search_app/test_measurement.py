@@ -17,6 +17,7 @@ from search_app.measurement import (
     min_blocks,
     paired_ratios,
     replay_consistent,
+    replay_undecided,
     tie_groups,
     tied_scores,
     undecided_against,
@@ -180,3 +181,17 @@ def test_a_replay_clearly_better_than_its_win_passes_and_one_clearly_worse_fails
     won_up = Interval(2.0, 1.8, 2.2, 0.95, 6)
     assert replay_consistent(won_up, Interval(2.6, 2.4, 2.8, 0.95, 6), "maximize")[0]
     assert not replay_consistent(won_up, Interval(1.5, 1.3, 1.7, 0.95, 6), "maximize")[0]
+
+
+def test_a_replay_that_only_holds_the_baseline_for_want_of_blocks_is_undecided_not_failed():
+    won = Interval(0.58, 0.56, 0.71, 0.95, 12)
+    # The stop-24 suite run: one noisy block left the replay's range across 1.
+    assert replay_undecided(won, Interval(0.656, 0.501, 1.05, 0.95, 6), "minimize")
+    # Wholly worse than the baseline, or clearly worse than it won with: decided, no more blocks.
+    assert not replay_undecided(won, Interval(1.2, 1.1, 1.3, 0.95, 6), "minimize")
+    assert not replay_undecided(won, Interval(0.9, 0.8, 1.05, 0.95, 6), "minimize")
+    # Already beating the baseline is a pass, not a question.
+    assert not replay_undecided(won, Interval(0.6, 0.5, 0.7, 0.95, 6), "minimize")
+    won_up = Interval(2.0, 1.8, 2.2, 0.95, 6)
+    assert replay_undecided(won_up, Interval(1.9, 0.9, 2.1, 0.95, 6), "maximize")
+

@@ -3,13 +3,14 @@ contested cut, identical patches credited to their earliest candidate, replay by
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
 from django.conf import settings
 
 from runtime_app.models import Receipt
-from search_app import services
+from search_app import execution, selectors, services
 from search_app.measurement import block_order
 from search_app.models import SearchRun, Step
 from tests.conftest import login, text_of
@@ -182,6 +183,70 @@ def test_the_same_drift_fails_a_replay_that_compares_absolute_values(personas, t
     run = _drifting_search(personas, tmp_path, "absolute")
     assert run.outcome == "NONE"
     assert "replayed median 60 moved more than 25 from 100" in fates(run.search)["cand_001"][1]
+
+
+def _one_noisy_replay_block(monkeypatch, search, candidate_id: str):
+    """Once the rounds are over, the candidate's first replay trial reads a tenth of its value:
+    one block of noise, as a busy machine gives (its other trials are measured as they are)."""
+    real = execution.metric_read
+    noisy = []
+
+    def read(trial, metric, metrics_file):
+        reading = real(trial, metric, metrics_file)
+        replaying = SearchRun.objects.get(search=search).phase == "replay"
+        if replaying and not noisy and trial.detail.get("measures") == candidate_id and reading.counted:
+            noisy.append(trial.pk)
+            return dataclasses.replace(reading, value=reading.value / 10)
+        return reading
+
+    monkeypatch.setattr(execution, "metric_read", read)
+    return noisy
+
+
+def test_a_winner_whose_replay_one_noisy_block_leaves_undecided_gets_more_blocks_and_passes(
+    personas, tmp_path, data_dir, monkeypatch
+):
+    search = frozen(personas, tmp_path, {"cand_001": 10, "cand_002": 3}, population=2, rounds=[2, 1],
+                    trials=3, confidence=0.95, max_trials=12)
+    noisy = _one_noisy_replay_block(monkeypatch, search, "cand_001")
+    run = run_inline(personas, search)
+    assert noisy, "the replay never measured cand_001"
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_001", fates(search)
+    first, more = Step.objects.filter(search=search, kind="replay").order_by("id")
+    assert first.candidate.candidate_id == more.candidate.candidate_id == "cand_001"
+    # Six blocks at 95 %: the noisy one is the range's low end, below the baseline's 1.
+    assert first.plan["blocks"] == [0, 6] and first.result["passed"] is None
+    assert "replay undecided: replayed" in first.result["why"]
+    assert "not yet told apart from the baseline; 6 more block(s)" in first.result["why"]
+    # Twelve: the sign test's interval leaves the one noisy block out, and it beats the baseline.
+    assert more.plan["blocks"] == [6, 12] and more.plan["extends"] == first.pk
+    assert more.result["passed"] and "replayed 5× baseline [5, 5]" in more.result["why"]
+    # The extension ran no gates again, and the winner's evidence is both steps' receipts.
+    assert not Receipt.objects.filter(pk__in=more.result["receipts"], label__contains=" gate ").exists()
+    assert Receipt.objects.filter(pk__in=first.result["receipts"], label__contains=" gate ").exists()
+    evidence = selectors.winner_replay(search)["receipts"]
+    assert set(first.result["receipts"]) | set(more.result["receipts"]) == set(evidence)
+    assert noisy[0] in evidence
+
+
+def test_a_replay_clearly_worse_than_the_baseline_gets_no_more_blocks(personas, tmp_path, data_dir,
+                                                                       monkeypatch):
+    search = frozen(personas, tmp_path, {"cand_001": 10, "cand_002": 3}, population=2, rounds=[2, 1],
+                    trials=3, confidence=0.95, max_trials=12)
+    real = execution.metric_read
+
+    def read(trial, metric, metrics_file):  # every replay trial of cand_001 now reads 1 (baseline: 2)
+        reading = real(trial, metric, metrics_file)
+        if SearchRun.objects.get(search=search).phase == "replay" and \
+                trial.detail.get("measures") == "cand_001" and reading.counted:
+            return dataclasses.replace(reading, value=1)
+        return reading
+
+    monkeypatch.setattr(execution, "metric_read", read)
+    run = run_inline(personas, search)
+    assert Step.objects.filter(search=search, kind="replay", candidate__candidate_id="cand_001").count() == 1
+    assert "replay failed: replayed 0.5× baseline" in fates(search)["cand_001"][1]
+    assert run.winner.candidate_id == "cand_002"  # the next best, replayed in its turn
 
 
 def test_a_trial_never_overlaps_another_command_with_two_workers(personas, tmp_path):
