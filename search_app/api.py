@@ -484,3 +484,18 @@ def search_merge(request: HttpRequest, search_id: str, body: MergeIn):
                         "target": merge.target, "branch": merge.branch, "commit_sha": merge.commit_sha,
                         "patch_sha256": merge.patch_sha256, "merged_by": merge.merged_by_name,
                         "receipt_id": merge.receipt_id, "created_at": merge.created_at})
+
+
+class RevisionIn(Schema):
+    note: str = Field("", description="what you want, for the writer and the timeline (markdown)")
+
+
+@router.post("/searches/{search_id}/revise", response={202: SearchRunOut, **REFUSALS})
+def search_revise(request: HttpRequest, search_id: str, body: RevisionIn):
+    """Send a finished search's winner back to its writer to answer the changes requested
+    (operator role): its revised patch is gated, measured beside the baseline and reviewed, then
+    waits for approval again; if any of that fails, it keeps the patch it had."""
+    search = selectors.search_for_user(request.user, search_id)
+    run = services.search_revise(request.user, search, body.note)
+    return Status(202, {"search_id": search.search_id, "status": run.status,
+                        "detail": f"{run.reason}. Follow it at GET /api/searches/{{id}}/run or on its page."})

@@ -215,6 +215,9 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
         worktree = worktree_create(search.repository_path, search.baseline_commit, name)
     else:
         refining = refine_note(search, spec, candidate)
+        if "revision" in step.plan:  # sent back by a person: the reviewers' requests come first
+            refining = (f"Your patch won this search and is already applied in your working directory. "
+                        f"{step.plan['feedback']}")
         worktree, admit = runtime_services.patch_admit(
             search.repository_path, search.baseline_commit, bytes(candidate.patch), name,
             policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
@@ -233,6 +236,8 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
         }
         if step.refines:
             env["CRUCIBLE_REFINE"] = "1"
+            if "revision" in step.plan:
+                env["CRUCIBLE_REVISION"] = str(step.plan["revision"])
             measured = previous_score(candidate)
             env["CRUCIBLE_PREVIOUS_SCORE"] = "" if measured is None else f"{measured:g}"
         kind = preset_get(spec.worker.provider).kind

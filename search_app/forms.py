@@ -122,6 +122,12 @@ class DecisionForm(forms.Form):
     note = forms.CharField(required=False, max_length=10_000, widget=forms.Textarea(attrs={"rows": 2}))
 
 
+class RevisionForm(forms.Form):
+    """Send the winner back to its writer, with what you want (optional)."""
+
+    note = forms.CharField(required=False, max_length=10_000, widget=forms.Textarea(attrs={"rows": 2}))
+
+
 class MergeForm(forms.Form):
     """Where the approved winner goes: a new branch (default) or an existing one at the baseline."""
 

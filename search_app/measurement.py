@@ -198,6 +198,25 @@ def replay_undecided(won: Interval, replayed: Interval, direction: str) -> bool:
     return holds_baseline and replayed.overlaps(won) and not beats(replayed, 1.0, direction)
 
 
+def revision_beats(revised: Interval, direction: str) -> tuple[bool, str]:
+    """A revised patch (paired): it must still beat the baseline; there is no win of its own to
+    be consistent with."""
+    shown = f"the revised patch measured {describe(revised, paired=True)}"
+    if beats(revised, 1.0, direction):
+        return True, f"{shown}: beats the baseline"
+    return False, f"{shown}: does not beat the baseline"
+
+
+def revision_beats_absolute(revised: Sequence[float], baseline: Sequence[float], direction: str
+                            ) -> tuple[bool, str]:
+    """A revised patch (absolute): its median must be better than the baseline's, measured in
+    the same blocks."""
+    mine, theirs = statistics.median(revised), statistics.median(baseline)
+    better = mine < theirs if direction == "minimize" else mine > theirs
+    shown = f"the revised patch's median {mine:g} against the baseline's {theirs:g}"
+    return better, f"{shown}: {'beats' if better else 'does not beat'} the baseline"
+
+
 def replay_within_band(earlier: Sequence[float], replayed: float, tolerance: float) -> tuple[bool, str]:
     """`absolute` comparison: does a replayed median agree with the earlier trials, within their
     noise (their spread, or `tolerance` times their median, whichever is wider)?"""

@@ -11,6 +11,7 @@ from typing import Any
 from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import Http404
+from django.utils.dateparse import parse_datetime
 
 from runtime_app.clock import clock_text
 from runtime_app.fleet import preset_get, preset_resolve_model
@@ -339,11 +340,74 @@ def decision_refusals(user: Any, search: Search) -> dict[str, str]:
     if Merge.objects.filter(search=search).exists():
         merged = "This winner is merged already."
         return {"approve": merged, "request_changes": merged}
+    if SearchRun.objects.filter(search=search, phase="revise").exists():
+        return {"approve": REVISING, "request_changes": REVISING}
     approve = ""
     if not settings.CONFIG.self_approval and search.created_by_id == user.pk:
         approve = ("You froze this search, so someone else must approve its winner (an administrator "
                    "can allow it with CRUCIBLE_SELF_APPROVAL=true).")
     return {"approve": approve, "request_changes": ""}
+
+
+REVISING = ("Its writer is revising the patch, as changes were requested: decide on the revised "
+            "patch once the revision is in.")
+MAX_REVISIONS = 3  # per search: each one runs a writer, the gates, blocks and a review again
+
+
+def revisions_of(search: Search) -> list[Any]:
+    """The revision requests of the search's winner, oldest first: each is the writer step that
+    answered it (its plan holds the request)."""
+    return list(search.steps.filter(kind="generate", plan__revision__isnull=False).order_by("id"))
+
+
+def revision_refusal(user: Any, search: Search) -> str:
+    """Why `user` may not send the winner back to its writer now, or "" when they may: the page
+    shows it beside a disabled button, and services.search_revise refuses with it."""
+    from django.core.exceptions import PermissionDenied
+
+    from runtime_app import roles
+    from runtime_app.services import role_require
+    from search_app.models import Merge, SearchRun
+
+    try:
+        role_require(user, search.project, roles.OPERATOR)
+    except PermissionDenied as refused:
+        return str(refused)
+    run = SearchRun.objects.filter(search=search).select_related("winner").first()
+    if run is not None and run.phase == "revise":
+        return "Its writer is revising the patch already."
+    if run is None or run.status != "finished" or run.outcome != "winner" or run.winner is None:
+        return "Only a finished search's winner can be sent back to its writer."
+    if Merge.objects.filter(search=search).exists():
+        return "This winner is merged already."
+    if not approval_state(run.winner)["changes_requested"]:
+        return ("Nobody has requested changes to the current patch: an approver requests changes "
+                "first, and the writer answers them.")
+    if len(revisions_of(search)) >= MAX_REVISIONS:
+        return f"Its writer has revised it {MAX_REVISIONS} times, the most a search allows."
+    return ""
+
+
+def revision_feedback(candidate: Any, note: str = "") -> str:
+    """What the writer is told to answer: the standing requests for changes (with their notes),
+    the open threads on its patch (with their replies) and the note of whoever sent it back. Plain
+    text: the writer reads it as part of its prompt."""
+    lines = ["Reviewers requested changes to your patch. Revise it to answer them; keep what they did "
+             "not ask you to change."]
+    for approval in approval_state(candidate)["changes_requested"]:
+        said = f": {approval.note}" if approval.note else "."
+        lines.append(f"- {approval.user_name} requested changes{said}")
+    threads = [t for t in candidate_threads(candidate) if not t["resolved"]]
+    if threads:
+        lines.append("Open comment threads:")
+    for thread in threads:
+        comment = thread["comment"]
+        place = f"{comment.path}:{comment.line}" if comment.line else (comment.path or "the patch")
+        lines.append(f"- on {place}, {comment.author_name}: {comment.body}")
+        lines.extend(f"  reply from {reply.author_name}: {reply.body}" for reply in thread["replies"])
+    if note:
+        lines.append(f"Note from whoever sent it back: {note}")
+    return "\n".join(lines) + "\n"
 
 
 def candidate_steps(candidate: Any) -> list[dict[str, Any]]:
@@ -1069,10 +1133,17 @@ def candidate_timeline(candidate: Any, threads: list[dict[str, Any]] | None = No
                 outcome = f"its writer wrote patch {str(result.get('patch_sha256', ''))[:12]}"
             entries.append({"at": step.finished_at or step.created_at, "kind": "refinement", "step": step,
                             "outcome": outcome})
+    for step in candidate.steps.filter(kind="generate", plan__revision__isnull=False).order_by("id"):
+        entries.append({"at": step.created_at, "kind": "revision", "number": step.plan["revision"],
+                        "by": step.plan.get("requested_by", ""), "note": step.plan.get("note", "")})
+        ended = parse_datetime(str((step.result or {}).get("revision_ended_at", "")))
+        if ended is not None:
+            entries.append({"at": ended, "kind": "revised", "passed": step.result.get("revision_passed"),
+                            "outcome": step.result.get("revision_outcome", "")})
     merge = Merge.objects.filter(search=search, candidate=candidate).first()
     if merge is not None:
         entries.append({"at": merge.created_at, "kind": "merge", "merge": merge})
-    order = {"thread": 0, "resolved": 1, "reopened": 1, "refinement": 2, "replay": 3, "review": 4,
-             "decision": 5, "withdrawn": 6, "merge": 7}
+    order = {"thread": 0, "resolved": 1, "reopened": 1, "revision": 2, "refinement": 2, "replay": 3,
+             "review": 4, "revised": 5, "decision": 5, "withdrawn": 6, "merge": 7}
     entries.sort(key=lambda entry: (entry["at"], order[entry["kind"]]))
     return entries

@@ -33,4 +33,5 @@ urlpatterns = [
     path("<str:search_id>/candidates/<str:candidate_id>/decide/", views.candidate_decide,
          name="candidate_decide"),
     path("<str:search_id>/merge/", views.search_merge, name="search_merge"),
+    path("<str:search_id>/revise/", views.search_revise, name="search_revise"),
 ]

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -31,6 +31,7 @@ from search_app.forms import (
     CommentForm,
     DecisionForm,
     MergeForm,
+    RevisionForm,
     SpecDiffForm,
     SpecEditorForm,
     normalize_newlines,
@@ -603,7 +604,8 @@ def _candidate_context(request: HttpRequest, candidate, **extra: Any) -> dict[st
             if step is not None and step.refines and step.state == "done":
                 result = step.result or {}
                 refinements.append({
-                    "round": step.round, "transcript": result.get("transcript", []),
+                    "round": step.round, "revision": step.plan.get("revision"),
+                    "transcript": result.get("transcript", []),
                     "suffix": writer_prompt_parts(search, spec, candidate.candidate_id, step.round,
                                                   result.get("refining", ""))[1],
                     "outcome": result.get("eliminated") or f"patch {result.get('patch_sha256', '')[:12]}",
@@ -625,6 +627,8 @@ def _candidate_context(request: HttpRequest, candidate, **extra: Any) -> dict[st
         "replay": selectors.winner_replay(search) if is_winner else None,
         "can_approve": roles.has_role(request.user, search.project, roles.APPROVER),
         "refusals": selectors.decision_refusals(request.user, search) if is_winner else None,
+        "revision_refusal": selectors.revision_refusal(request.user, search) if is_winner else "",
+        "revising": is_winner and summary.get("phase") == "revise",
         "comment_form": extra.pop("comment_form", None) or CommentForm(),
         "live": _live_tail(candidate),
         **extra,
@@ -742,6 +746,26 @@ def candidate_decide(request: HttpRequest, search_id: str, candidate_id: str) ->
         status = 400
     context = _candidate_context(request, candidate, decision_form=form, decision=decision)
     return render(request, "search_app/candidate_decide.html", context, status=status)
+
+
+@require_POST
+def search_revise(request: HttpRequest, search_id: str) -> HttpResponse:
+    """Send the winner back to its writer (the form on the winner's page), then watch it live."""
+    search = selectors.search_for_user(request.user, search_id)
+    form = RevisionForm(request.POST)
+    winner = selectors.run_summary(search)["winner"]
+    back = redirect("candidate_detail", search_id=search_id, candidate_id=winner) if winner else \
+        redirect("search_detail", search_id=search_id)
+    if not form.is_valid():
+        messages.error(request, " ".join(e for errors in form.errors.values() for e in errors))
+        return back
+    try:
+        run = services.search_revise(request.user, search, form.cleaned_data["note"])
+    except (ValidationError, PermissionDenied) as error:
+        messages.error(request, " ".join(getattr(error, "messages", [str(error)])))
+        return back
+    messages.success(request, f"{run.reason}: follow it here.")
+    return redirect("search_detail", search_id=search_id)
 
 
 @require_http_methods(["GET", "POST"])

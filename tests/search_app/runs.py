@@ -26,12 +26,18 @@ from pathlib import Path
 from tests.gitrepo import repo_create
 
 WRITER = '''import json, os, pathlib, sys, time
-sys.stdin.read()
+prompt = sys.stdin.read()
 plan = json.loads(pathlib.Path("plan.json").read_text())
 what = plan.get(os.environ["CRUCIBLE_CANDIDATE_ID"], "nothing")
 print("round", os.environ["CRUCIBLE_ROUND"], "effort", os.environ["CRUCIBLE_EFFORT"],
       "previous", os.environ.get("CRUCIBLE_PREVIOUS_SCORE", "-"))
 code = pathlib.Path("code/answer.py")
+if isinstance(what, dict) and "revised" in what:  # sent back by a person: says what it was told
+    if os.environ.get("CRUCIBLE_REVISION"):
+        print("told:", prompt[prompt.find("Reviewers requested"):].replace("\\n", " | "))
+        what = what["revised"]
+    else:
+        what = what["value"]
 if isinstance(what, dict) and "refined" in what:
     if os.environ.get("CRUCIBLE_REFINE") == "1":
         what = what["refined"]

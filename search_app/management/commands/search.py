@@ -62,6 +62,7 @@ from search_app.services import (
     merge_create,
     search_cancel,
     search_freeze,
+    search_revise,
     search_run_inline,
     search_start_checked,
     thread_reopen,
@@ -148,6 +149,12 @@ class Command(BaseCommand):
         merge.add_argument("--branch", default="",
                            help="the branch (default for a new one: crucible/<search-id>)")
         merge.add_argument("--user", default=None, help="who merges (default: the admin account)")
+        revise = actions.add_parser("revise", help="send the winner back to its writer to answer the changes "
+                                                   "requested, and run the revision here to its end")
+        revise.add_argument("search_id", help="e.g. search-1a2b3c4d5e6f7a8b")
+        revise.add_argument("--note", default="", help="what you want, for the writer and the timeline")
+        revise.add_argument("--user", default=None, help="who sends it back (default: the admin account)")
+        revise.add_argument("--json", action="store_true", help="print the outcome as JSON")
         reference = actions.add_parser("reference", help="print docs/spec-reference.md")
         reference.add_argument("--write", nargs="?", const=str(REFERENCE_PATH), default=None, metavar="PATH",
                                help=f"write it to a file (default: {REFERENCE_PATH})")
@@ -176,6 +183,9 @@ class Command(BaseCommand):
                 self._receipts(user, search, options["candidate"], as_json=options["json"])
         elif action in ("comment", "resolve", "reopen", "approve", "request-changes", "merge"):
             self._review(action, self._user(options["user"] or settings.CONFIG.admin_username), options)
+        elif action == "revise":
+            self._revise(self._user(options["user"] or settings.CONFIG.admin_username), options["search_id"],
+                         options["note"], as_json=options["json"])
         else:
             self._reference(write=options["write"])
 
@@ -428,6 +438,28 @@ class Command(BaseCommand):
         except PermissionDenied as error:
             self._fail([f"{user}: {error}"], 1)
         self.stdout.write(_printable(line))
+
+    def _revise(self, user: Any, search_id: str, note: str, *, as_json: bool) -> None:
+        """Send the winner back (the service the page and the API call), then drive the revision
+        in this process, as `run` does, and print the outcome."""
+        try:
+            search = search_for_user(user, search_id)
+        except Http404:
+            self._fail([f"no search {search_id!r} that {user} can see"], 1)
+        try:
+            run = search_revise(user, search, note, enqueue=False)
+        except ValidationError as error:
+            self._fail([" ".join(error.messages)], 1)
+        except PermissionDenied as error:
+            self._fail([f"{user}: {error}"], 1)
+        (self.stderr if as_json else self.stdout).write(_printable(f"{search_id}: {run.reason}"))
+        search_run_inline(search)
+        report = search_run_report(search)
+        if as_json:
+            self.stdout.write(json.dumps(report, indent=2))
+            return
+        console = _console(self.stdout._out)
+        console.print(_outcome_table(report))
 
     # --- reference ------------------------------------------------------------------------
 
