@@ -1,7 +1,9 @@
-"""A two-person review in a real browser (Daphne, Chromium), each person in their own browser
-context: an operator starts a thread on a line of the winner's diff; an approver replies, resolves
-it, requests changes, then approves and merges; the timeline tells it all in order and git shows
-the commit. A second, short test shows a thread marked outdated once the candidate's patch changes.
+"""A two-person review in a real browser (Daphne, Chromium, a real Celery worker), each person in
+their own browser context: an operator starts a thread on a line of the winner's diff; an approver
+replies, resolves it and requests changes; the operator sends the winner back to its writer, whose
+revision marks the thread outdated; the approver approves the revised patch and merges it; the
+timeline tells it all in order and git shows the commit. A second, short test shows a thread marked
+outdated once the candidate's patch changes.
 
 Screenshots land in var/screenshots/two-person-review-<n>-<step>.png (1400 px wide, and the
 final page at 390 px).
@@ -16,10 +18,11 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from search_app.models import Comment, Merge
+from search_app.models import Comment, Merge, SearchRun
 from tests.e2e.conftest import in_worker_thread
-from tests.e2e.test_dashboard_flow import SEARCH_PAGE, git, log_in, shot
-from tests.search_app.conftest import data_dir, finished, patch_write, reviewing  # noqa: F401 (fixtures)
+from tests.e2e.test_dashboard_flow import SEARCH_PAGE, git, log_in, shot, worker  # noqa: F401 (fixture)
+from tests.search_app.conftest import data_dir, patch_write, reviewing  # noqa: F401 (fixtures)
+from tests.search_app.runs import fates, frozen, run_inline
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +35,8 @@ THREAD = "Is this **bounded**?"
 REPLY = "Yes: it returns a *constant*, so nothing grows."
 CHANGES = "Please add a **test** that pins the bound."
 APPROVAL = "Pinned by the gate; _fine_ to merge."
+SENT_BACK = "Return **11**: the reviewers asked for more."
+REVISION_MS = 180_000  # a writer, its gates, blocks beside the baseline and a review, on a loaded machine
 
 
 def prepare(page: Any) -> Any:
@@ -51,6 +56,17 @@ def second_page(browser_page: Any, daphne_server: str) -> Iterator[Any]:
         context.close()
 
 
+@pytest.fixture
+def revisable(personas, tmp_path, data_dir):  # noqa: F811 (fixture)
+    """A finished search of project alpha whose winner, cand_002, returns 9; sent back to its
+    writer, it returns 11."""
+    search = frozen(personas, tmp_path, {"cand_001": 4, "cand_002": {"value": 9, "revised": 11}},
+                    repo_name="repo", population=2, rounds=[2, 1])
+    run = run_inline(personas, search)
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_002", fates(search)
+    return search, run.winner, tmp_path / "repo"
+
+
 def top_shot(page: Any, name: str) -> None:
     """A full-page shot from the top: scrolled, diff2html's sticky file header would be drawn
     over the diff's lines in the capture."""
@@ -67,9 +83,10 @@ def diff_drawn(page: Any, url: str) -> None:
     expect(page.locator(".diff-rendered .d2h-file-wrapper").first).to_be_visible(timeout=LOADED_MS)
 
 
-def test_an_operator_and_an_approver_review_request_changes_approve_and_merge_the_winner(
-        personas, approver, finished, browser_page, second_page):  # noqa: F811 (fixtures)
-    search, winner, repo = finished
+def test_an_operator_and_an_approver_review_request_changes_revise_approve_and_merge_the_winner(
+        personas, approver, revisable, worker, browser_page, second_page):  # noqa: F811 (fixtures)
+    search, winner, repo = revisable
+    first_sha = winner.patch_sha256
     url = f"/searches/{search.search_id}/candidates/{winner.candidate_id}/"
     a = prepare(browser_page)  # member: an operator of alpha
     b = second_page            # approver: the approver of alpha (the owner froze the search)
@@ -145,31 +162,58 @@ def test_an_operator_and_an_approver_review_request_changes_approve_and_merge_th
     expect(b.locator("#confirm-merge")).to_have_count(0)
     step_shot(b, 7, "merge-blocked")
 
-    # 4. B approves (their later decision replaces the request) with a note, then merges.
+    # 4. A sends the winner back to its writer with a note; a real worker runs the revision.
+    a.goto(url)
+    expect(a.locator("#revise-unavailable")).to_have_count(0)
+    a.fill("#id_revise_note", SENT_BACK)
+    step_shot(a, 8, "send-back")
+    with a.expect_navigation():
+        a.click("#revise-button")
+    expect(a.locator(".messages")).to_contain_text("revision 1: its writer answers the changes requested")
+    step_shot(a, 9, "revising")
+    a.wait_for_selector("#run-summary .badge.state-finished", timeout=REVISION_MS)
+    run = in_worker_thread(lambda: SearchRun.objects.select_related("winner").get(search=search))
+    revised = run.winner
+    assert (run.outcome, revised.candidate_id) == ("winner", "cand_002"), \
+        in_worker_thread(lambda: fates(search))
+    assert revised.patch_sha256 != first_sha and b"return 11" in bytes(revised.patch)
+
+    # The revision rewrote line 2: the thread started there is outdated, kept with the line as it
+    # read; B's request for changes was on the old patch, so it is stale and no longer blocks.
     b.goto(url)
+    expect(b.locator("#winner-status")).to_have_text("awaiting approval")
+    listed_b = b.locator(f"#comment-{thread.pk}")
+    expect(listed_b.locator(".thread-head .badge.warn")).to_have_text("outdated")
+    expect(listed_b.locator(".thread-line")).to_contain_text("return 9")
+    expect(b.locator(".diff-rendered")).to_contain_text("return 11")
+    expect(b.locator(".diff-rendered li.thread")).to_have_count(0)
+    expect(b.locator("#approval ol.decisions > li").nth(0)).to_contain_text("stale: the patch changed")
+    expect(b.locator("#timeline li.timeline-revised .badge.ok")).to_have_text("revised")
+    step_shot(b, 10, "revised-thread-outdated")
+
+    # 5. B approves the revised patch with a note, then merges.
     b.click("#approve-button")
-    expect(b.locator("#confirm-patch-hash")).to_have_text(winner.patch_sha256)
+    expect(b.locator("#confirm-patch-hash")).to_have_text(revised.patch_sha256)
     expect(b.locator("input[name=decision][value=approve]")).to_be_checked()
     b.fill("#id_note", APPROVAL)
-    step_shot(b, 8, "approve-confirm")
+    step_shot(b, 11, "approve-confirm")
     with b.expect_navigation():
         b.click("#confirm-decision")
     expect(b.locator("#winner-status")).to_have_text("approved")
     expect(b.locator("#approval")).not_to_contain_text("requested changes.")
-    expect(b.locator("#approval ol.decisions > li")).to_have_count(2)
-    expect(b.locator("#approval ol.decisions > li").nth(1).locator(".markdown em")).to_have_text("fine")
-    # The request for changes stays in the history, marked as replaced by B's approval.
     decisions = b.locator("#approval ol.decisions > li")
+    expect(decisions).to_have_count(2)
     expect(decisions.nth(0)).to_contain_text("approver requested changes on")
-    expect(decisions.nth(0)).to_contain_text("replaced by their later decision")
+    expect(decisions.nth(0)).to_contain_text("stale: the patch changed")
     expect(decisions.nth(1)).to_contain_text("approver approved on")
+    expect(decisions.nth(1).locator(".markdown em")).to_have_text("fine")
     merge_link = b.locator("#approval a", has_text="Merge…")
     expect(merge_link).to_be_visible()
-    step_shot(b, 9, "approved-mergeable")
+    step_shot(b, 12, "approved-mergeable")
     merge_link.click()
     expect(b.locator("#confirm-merge")).to_be_visible()
     expect(b.locator("input[name=target][value=new_branch]")).to_be_checked()
-    step_shot(b, 10, "merge-confirm")
+    step_shot(b, 13, "merge-confirm")
     b.click("#confirm-merge")
     b.wait_for_url(SEARCH_PAGE)
     expect(b.locator("#run-summary .badge.ok", has_text="merged")).to_be_visible()
@@ -177,42 +221,48 @@ def test_an_operator_and_an_approver_review_request_changes_approve_and_merge_th
     expect(b.locator("#winner-status")).to_have_text("merged")
     expect(b.locator("#approval .badge.ok")).to_have_text("merged")
     expect(b.locator("#approval a", has_text="Merge…")).to_have_count(0)
-    step_shot(b, 11, "merged")
+    step_shot(b, 14, "merged")
 
-    # The commit is in the repository: a new branch on the baseline, approved by B.
+    # The commit is in the repository: a new branch on the baseline with the revised patch.
     merge = in_worker_thread(lambda: Merge.objects.get(search_id=search.pk))
     branch = f"crucible/{search.search_id}"
     assert (merge.branch, merge.merged_by_name) == (branch, "approver")
-    assert merge.patch_sha256 == winner.patch_sha256
+    assert merge.patch_sha256 == revised.patch_sha256
     expect(b.locator("#approval")).to_contain_text(merge.commit_sha)
     assert git(repo, "rev-parse", branch) == merge.commit_sha
     assert git(repo, "rev-parse", f"{branch}^") == search.baseline_commit
     assert "Approved-by: approver" in git(repo, "log", "-1", "--format=%(trailers:only,unfold)", branch)
-    assert git(repo, "show", f"{branch}:code/answer.py") == "def answer():\n    return 9"
+    assert git(repo, "show", f"{branch}:code/answer.py") == "def answer():\n    return 11"
 
-    # 5. The timeline: the thread (with its reply), its resolution, the request for changes,
-    # the approval and the merge, in that order (the run's replay and review come before).
+    # 6. The timeline: the thread (with its reply), its resolution, the request for changes, the
+    # sending back, the writer's revision and its outcome, the approval and the merge, in that
+    # order (replays and reviews come between).
     timeline = b.locator("#timeline ol.timeline > li")
     kinds = [kind for kind in timeline.evaluate_all("items => items.map(item => item.className)")
              if kind not in ("timeline-replay", "timeline-review")]
-    assert kinds == ["timeline-thread", "timeline-resolved", "timeline-decision", "timeline-decision",
-                     "timeline-merge"], kinds
+    assert kinds == ["timeline-thread", "timeline-resolved", "timeline-decision", "timeline-revision",
+                     "timeline-refinement", "timeline-revised", "timeline-decision", "timeline-merge"], kinds
     reviewed = b.locator("#timeline ol.timeline > li:not(.timeline-replay):not(.timeline-review)")
     entry = reviewed.nth(0)
     expect(entry).to_contain_text("member commented on code/answer.py:2")
     expect(entry.locator(".badge.ok")).to_have_text("resolved")
+    expect(entry.locator(".badge.warn")).to_have_text("outdated")
     expect(entry.locator(":scope > .markdown strong")).to_have_text("bounded")
     expect(entry.locator(".timeline-replies > li")).to_have_count(1)
     expect(entry.locator(".timeline-replies > li")).to_contain_text("approver replied")
     expect(entry.locator(".timeline-replies .markdown em")).to_have_text("constant")
     expect(reviewed.nth(1)).to_contain_text(f"approver resolved thread #{thread.pk}")
-    expect(reviewed.nth(2)).to_contain_text(f"approver requested changes on patch {winner.patch_sha256[:12]}")
+    expect(reviewed.nth(2)).to_contain_text(f"approver requested changes on patch {first_sha[:12]}")
     expect(reviewed.nth(2).locator(".markdown strong")).to_have_text("test")
-    expect(reviewed.nth(3)).to_contain_text(f"approver approved on patch {winner.patch_sha256[:12]}")
-    expect(reviewed.nth(3).locator(".markdown em")).to_have_text("fine")
-    expect(reviewed.nth(4)).to_contain_text(f"approver merged it onto {branch} as {merge.commit_sha[:12]}")
+    expect(reviewed.nth(3)).to_contain_text("member sent it back to its writer (revision 1)")
+    expect(reviewed.nth(3).locator(".markdown strong")).to_have_text("11")
+    expect(reviewed.nth(4)).to_contain_text(f"Revision 1: its writer wrote patch {revised.patch_sha256[:12]}")
+    expect(reviewed.nth(5)).to_contain_text(f"patch {revised.patch_sha256[:12]} replaces {first_sha[:12]}")
+    expect(reviewed.nth(6)).to_contain_text(f"approver approved on patch {revised.patch_sha256[:12]}")
+    expect(reviewed.nth(6).locator(".markdown em")).to_have_text("fine")
+    expect(reviewed.nth(7)).to_contain_text(f"approver merged it onto {branch} as {merge.commit_sha[:12]}")
     assert "**" not in b.locator("#timeline").inner_text()
-    step_shot(b, 12, "timeline")
+    step_shot(b, 15, "timeline")
 
     # A sees the same ending; the final page also at phone width.
     a.goto(url)
@@ -220,7 +270,7 @@ def test_an_operator_and_an_approver_review_request_changes_approve_and_merge_th
     expect(a.locator("#timeline ol.timeline > li.timeline-merge")).to_have_count(1)
     a.set_viewport_size(NARROW)
     expect(a.locator("#timeline")).to_be_visible()
-    step_shot(a, 13, "final-390px")
+    step_shot(a, 16, "final-390px")
 
 
 def test_a_thread_is_marked_outdated_once_the_candidates_patch_no_longer_reads_as_it_did(

@@ -140,6 +140,11 @@ def test_while_a_revision_runs_nobody_approves_merges_or_sends_it_back_again(
     with pytest.raises(ValidationError, match="revising the patch already"):
         services.search_revise(personas.member, search, enqueue=False)
     assert SearchRun.objects.get(search=search).phase == "revise"
+    # The winner's page says so, and offers no decision before anyone clicks.
+    page = text_of(login(approver).get(f"/searches/{search.search_id}/candidates/cand_002/"))
+    assert 'id="revising"' in page and "Its writer is answering the changes requested" in page
+    assert '<button type="button" id="approve-button" disabled' in page
+    assert f"Approve and Request changes are unavailable to you: {selectors.REVISING}" in page
 
 
 def test_a_winner_is_sent_back_only_by_an_operator_after_changes_are_requested_and_within_limits(
