@@ -136,11 +136,13 @@ def test_the_forecast_route_plans_a_frozen_search_for_members_only(api, personas
     body = api.get(f"/api/searches/{search.search_id}/forecast").json()
     assert (body["search_id"], body["started"], body["writer_kind"]) == (search.search_id, False, "llm")
     assert body["writer_steps"] == {"low": 32, "high": 32}
-    assert body["gate_runs"] == {"low": 36, "high": 72} and body["trial_runs"] == {"low": 252, "high": 756}
+    # At most: every round's blocks up to the ceiling, and three replays that each run to it too.
+    assert body["gate_runs"] == {"low": 36, "high": 72} and body["trial_runs"] == {"low": 252, "high": 810}
     assert [plan["trial_runs"] for plan in body["rounds"]] == [
         {"low": 165, "high": 495}, {"low": 45, "high": 135}, {"low": 20, "high": 60}, {"low": 10, "high": 30}]
     assert body["replay"]["replays"] == {"low": 1, "high": 3}
-    assert body["replay"]["trial_runs"] == {"low": 12, "high": 36}  # six blocks decide at 95 %
+    # Six blocks decide at 95 %; while a replay cannot, it runs up to the ceiling (15).
+    assert body["replay"]["trial_runs"] == {"low": 12, "high": 90}
     assert body["cost_microusd"] == {"low": 1_276_800, "high": 1_276_800}
     assert body["budget"] == {"max_cost_microusd": 5_000_000, "max_tokens": 10_000_000}
     assert body["wall_seconds"] is None and body["wall_ceiling_seconds"] > 0 and body["warnings"] == []

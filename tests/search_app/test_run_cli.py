@@ -112,11 +112,11 @@ def test_a_dry_run_prints_the_forecast_and_freezes_and_starts_nothing(demo, tmp_
     assert out.startswith("plan-search: forecast — nothing was started\n")
     # 3 writers; the baseline's gate, 3 candidates' and 1–3 replays'; trials in 2 blocks (up to 6).
     assert re.search(r"^  0 +3 +3 +4 +8–24$", out, re.M), out
-    assert re.search(r"^  all +3 +5–7 +16–48$", out, re.M), out
+    assert re.search(r"^  all +3 +5–7 +16–72$", out, re.M), out
     assert "Command writers report no cost" in out and "no finished search of this repository yet" in out
     assert not Search.objects.exists() and not SearchRun.objects.exists() and not Repository.objects.exists()
     as_json = json.loads(search("run", str(spec), "--repo", str(repo), "--dry-run", "--json").stdout)
-    assert as_json["search_id"] is None and as_json["trial_runs"] == {"low": 16, "high": 48}
+    assert as_json["search_id"] is None and as_json["trial_runs"] == {"low": 16, "high": 72}
     missing = search("run", str(spec), "--dry-run")
     assert missing.returncode == 1 and "give the repository with --repo PATH" in missing.stderr.decode()
 
