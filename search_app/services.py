@@ -1168,6 +1168,9 @@ def _step_record(step_pk: int, owner: str, result: dict) -> bool:
         run.save()
         if step.state == "cancelled":
             return True
+        if "spec_failure" in result and "revision" in step.plan:  # the winner stands as it was
+            _revision_end(step, result["spec_failure"])
+            return True
         if "spec_failure" in result:  # a command of the spec cannot start: stop the search (preflight.py)
             _spec_failure_stop(run, result["spec_failure"])
             return True

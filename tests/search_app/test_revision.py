@@ -244,3 +244,20 @@ def test_the_api_answers_202_and_the_run_report_shows_the_revision(personas, app
     assert answer.json()["status"] == "running" and "revision 1" in answer.json()["detail"]
     report = login(personas.member).get(f"/api/searches/{search.search_id}/run").json()
     assert report["phase"] == "revise" and report["status"] == "running"
+
+
+def test_a_revision_whose_writer_cannot_start_leaves_the_winner_and_never_turns_the_search_to_none(
+        personas, approver, tmp_path, data_dir, monkeypatch):
+    from search_app import execution
+
+    search, winner = _finished(personas, tmp_path, 11)
+    old_sha = winner.patch_sha256
+    _changes_requested(search, winner, approver, personas)
+    # As when the writer's command has vanished from the host since the search ran.
+    monkeypatch.setattr(execution, "generate", lambda step, cancel: {
+        "spec_failure": "worker.command `python scripts/writer.py` cannot start: exit 127", "receipts": []})
+    run = _revise(personas.member, search)
+    winner.refresh_from_db()
+    assert (run.status, run.outcome, run.winner_id) == ("finished", "winner", winner.pk)
+    assert winner.patch_sha256 == old_sha and winner.state == "winner"
+    assert "cannot start: exit 127" in selectors.revisions_of(search)[0].result["revision_outcome"]
