@@ -402,9 +402,9 @@ def test_the_search_page_shows_the_forecast_until_the_search_starts(personas, re
     page = client.get(f"/searches/{search.search_id}/").content.decode()
     # 32 writers; the baseline's 2 gates, 32 to 64 candidates' and 1 to 3 replays'; trials in
     # blocks of every survivor and the baseline (5 blocks, up to 15 when contested), and replays
-    # of six blocks each (what decides at 95 %).
+    # of six blocks each (what decides at 95 %), up to 15 while a replay cannot decide.
     assert 'id="forecast"' in page and 'id="forecast-writers">32<' in page
-    assert 'id="forecast-gates">36–72<' in page and 'id="forecast-trials">252–756<' in page
+    assert 'id="forecast-gates">36–72<' in page and 'id="forecast-trials">252–810<' in page
     # deepseek-v4-flash by the price table and the stated assumption, beside the budget.
     assert "<strong>about $1.28</strong> · budget $5.00, 10,000,000 tokens" in page
     assert "Unknown: no finished search of this repository yet." in page
