@@ -51,6 +51,7 @@ FORWARDER_SOURCE = Path(__file__).resolve().parent / "egress_forwarder.py"
 MAX_REQUEST_BYTES = 32 << 20
 MAX_JSON_RESPONSE_BYTES = 64 << 20  # a non-streaming answer is read whole to check it and its usage
 UPSTREAM_TIMEOUT_SECONDS = 600.0
+RECORDS_KEPT = 1000  # per receipt; the totals count every request
 _CHUNK = 65536
 # Paths relative to the upstream base URL, by provider kind. A client may also send them under
 # "/v1/" (an OpenAI SDK's base URL ends in /v1); the upstream gets base URL + "/" + path.
@@ -145,7 +146,9 @@ class _Meter:
 
     def feed_events(self, chunk: bytes) -> None:
         """SSE bytes as they arrive; complete events are read, the rest waits for more."""
-        self._pending += chunk.replace(b"\r\n", b"\n")
+        self._pending += chunk
+        if b"\r" in self._pending:  # CRLF lines, even when a chunk ends between the two
+            self._pending[:] = self._pending.replace(b"\r\n", b"\n")
         while (end := self._pending.find(b"\n\n")) >= 0:
             event = bytes(self._pending[:end])
             del self._pending[: end + 2]
@@ -323,9 +326,11 @@ class EgressProxy:
 
     def describe(self, mark: int = 0) -> dict[str, Any]:
         """The receipt's view of this proxy: where it led, what it allowed, what passed (after `mark`)."""
+        records = self.records_since(mark)
         return {"kind": self.kind, "upstream": self.upstream, "account": self.account,
                 "key_variable": self.key_variable or "", "allowed": self.allowed(),
-                "records": self.records_since(mark), "usage": self.usage(mark)}
+                "records": records[:RECORDS_KEPT], "usage": self.usage(mark),
+                **({"records_not_kept": len(records) - RECORDS_KEPT} if len(records) > RECORDS_KEPT else {})}
 
     def allowed(self) -> list[str]:
         return sorted(f"{method} /{path}" for method, path in self.rules)
@@ -417,6 +422,7 @@ def _error_body(kind: str, message: str) -> bytes:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = UPSTREAM_TIMEOUT_SECONDS  # a client connection idle this long is closed
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:

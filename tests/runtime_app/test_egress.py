@@ -375,3 +375,43 @@ def test_the_command_s_exit_code_and_fatal_signal_come_through_the_forwarder(
     assert killed.signal == 15
     assert exited.detail["egress"]["forwarder"]["port"] == 8787 and exited.detail["egress"]["records"] == []
     assert results[0]["status"] == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_calls_in_flight_keep_to_the_account_s_concurrency(key, anthropic_fake, data_dir):
+    anthropic_fake.fail_next(("slow", 1.0), ("slow", 1.0))
+    statuses: list[int] = []
+    with _anthropic(anthropic_fake, account="egress-test", account_limit=1) as proxy:
+        started = time.monotonic()
+        calls = [threading.Thread(target=lambda: statuses.append(
+            _unix_post(proxy, "/v1/messages", _message()["body"])[0])) for _ in range(2)]
+        for call in calls:
+            call.start()
+        for call in calls:
+            call.join()
+    assert statuses == [200, 200] and time.monotonic() - started >= 2.0  # one after the other
+
+
+def test_usage_is_read_from_every_answer_shape():
+    from runtime_app.egress import _Meter
+
+    meter = _Meter()
+    start = {"type": "message_start", "message": {"model": "claude-x", "usage": {
+        "input_tokens": 10, "output_tokens": 1, "cache_read_input_tokens": 70,
+        "cache_creation_input_tokens": 5}}}
+    delta = {"type": "message_delta", "usage": {"output_tokens": 42}}
+    stream = f"event: message_start\r\ndata: {json.dumps(start)}\r\n\r\nevent: message_delta\r\ndata: "
+    meter.feed_events(stream.encode())
+    meter.feed_events(f"{json.dumps(delta)}\r".encode())  # an event split across chunks, even its CRLF
+    meter.feed_events(b"\n\r\n")
+    assert meter.usage().__dict__ == {"input_tokens": 10, "output_tokens": 42, "cache_write_tokens": 5,
+                                      "cache_read_tokens": 70} and meter.resolved_model == "claude-x"
+    meter = _Meter()
+    meter.feed_events(b'data: {"type": "response.completed", "response": {"model": "gpt-5", "usage": '
+                      b'{"input_tokens": 100, "output_tokens": 7, '
+                      b'"input_tokens_details": {"cached_tokens": 60}}}}\n\ndata: [DONE]\n\n')
+    assert (meter.input_tokens, meter.cache_read_tokens, meter.output_tokens) == (40, 60, 7)
+    meter = _Meter()
+    meter.document({"object": "chat.completion", "model": "m", "choices": [], "usage": {
+        "prompt_tokens": 30, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 0}}})
+    assert (meter.input_tokens, meter.output_tokens, meter.seen) == (30, 3, True)
