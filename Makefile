@@ -32,6 +32,7 @@ bench: setup
 	$(PY) bench/worktree_creation.py
 	$(PY) bench/compare_trees.py
 	$(PY) bench/sandbox_overhead.py
+	$(PY) bench/egress_overhead.py
 	$(PY) bench/search_orchestration.py
 	$(PY) bench/selection_accuracy.py
 	$(PY) bench/llm_tool_loop.py

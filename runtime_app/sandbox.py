@@ -59,6 +59,7 @@ from runtime_app.lane import SHARED, lane_hold
 from runtime_app.models import Receipt
 
 if TYPE_CHECKING:
+    from runtime_app.egress import EgressProxy
     from runtime_app.tails import Tail
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,10 @@ SANDBOX_HOME = "/tmp/home"  # noqa: S108  (inside the sandbox's private tmpfs)
 # Where a score command finds $CRUCIBLE_METRICS_FILE under bubblewrap (outside its tree).
 METRICS_DIR_INSIDE = "/run/crucible"
 METRICS_NAME = "metrics.json"
+# Where the egress proxy's folder (its socket and forwarder) is bound under bubblewrap, and the
+# port its forwarder listens on in the sandbox's own loopback (runtime_app.egress).
+EGRESS_DIR_INSIDE = "/run/crucible-egress"
+EGRESS_PORT = 8787
 # The host's system directories every command may read (merged-/usr links are kept as links).
 SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Runtime-owned variables whose names look secret-like but carry no secret.
@@ -725,7 +730,7 @@ def _reachable(path: Path, uid: int, gid: int) -> bool:
 
 
 def _view_argv(tree: Path, source: Path, writable: bool, readable: Sequence[Path], read_only: Sequence[str],
-               metrics_path: Path | None, stage: _Stage, limits: Limits
+               metrics_path: Path | None, stage: _Stage, limits: Limits, egress_dir: Path | None = None
                ) -> tuple[list[str], list[dict[str, str | int]]]:
     """bubblewrap's mount arguments for an allow-list view, and the mounts as a receipt lists them.
     `source` is where the tree's content comes from (the tree, a fresh copy, or a stage slot)."""
@@ -762,6 +767,8 @@ def _view_argv(tree: Path, source: Path, writable: bool, readable: Sequence[Path
         bind(source / relative, tree / relative, "ro", tree / relative)
     if metrics_path is not None:  # one file, written in place: no folder to fill
         bind(stage.source(metrics_path), Path(METRICS_DIR_INSIDE) / METRICS_NAME, "rw", metrics_path)
+    if egress_dir is not None:  # the proxy's socket is the one way out; read-only still connects
+        bind(stage.source(egress_dir), Path(EGRESS_DIR_INSIDE), "ro", egress_dir)
     # bubblewrap's own root and /dev are tmpfs too, unsized: nothing may be written there.
     argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
     return argv, mounts
@@ -936,7 +943,8 @@ class _Scratch:
 
 def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[str, str] | None,
           limits: Limits, readable: list[Path], read_only: list[str], writable: bool, fresh: bool,
-          metrics: bool, accounting: bool, joins: Sequence[str], join_late: Sequence[str]) -> _Plan:
+          metrics: bool, accounting: bool, joins: Sequence[str], join_late: Sequence[str],
+          egress_dir: Path | None = None) -> _Plan:
     prlimit = shutil.which("prlimit")
     if not prlimit:
         raise SandboxError("prlimit (util-linux) is not installed; commands cannot be limited")
@@ -944,7 +952,8 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
     try:
         return _plan_in(scratch, prlimit, argv, chosen=chosen, tree=tree, cwd=cwd, env=env,
                         limits=limits, readable=readable, read_only=read_only, writable=writable,
-                        fresh=fresh, metrics=metrics, accounting=accounting, joins=joins, join_late=join_late)
+                        fresh=fresh, metrics=metrics, accounting=accounting, joins=joins, join_late=join_late,
+                        egress_dir=egress_dir)
     except BaseException:
         scratch.remove()  # a refused run leaves nothing behind
         raise
@@ -953,7 +962,7 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
 def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, tree: Path, cwd: Path,
              env: Mapping[str, str] | None, limits: Limits, readable: list[Path], read_only: list[str],
              writable: bool, fresh: bool, metrics: bool, accounting: bool, joins: Sequence[str],
-             join_late: Sequence[str]) -> _Plan:
+             join_late: Sequence[str], egress_dir: Path | None = None) -> _Plan:
     metrics_path = scratch.file(".json") if metrics else None
     if chosen != BUBBLEWRAP:
         home = scratch.dir() / "home"
@@ -1003,7 +1012,7 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
     else:
         source = stage.source(tree)
     view, mounts = _view_argv(tree, source, writable or fresh, readable, read_only, metrics_path, stage,
-                              limits)
+                              limits, egress_dir)
     bwrap = [shutil.which("bwrap") or "bwrap", *view, *_FLAGS]
     if not accounting:
         bwrap.append("--as-pid-1")  # no cgroup to count the tree: rusage must reach the command itself
@@ -1046,6 +1055,7 @@ def run(
     metrics_file: str | Path | None = None,
     lane: str = SHARED,
     tail: Tail | None = None,
+    egress: EgressProxy | None = None,
 ) -> Receipt:
     """Run `command` (argv list, or a shell line for /bin/sh) contained, and describe it.
 
@@ -1058,7 +1068,10 @@ def run(
     what it writes there is copied to `metrics_file` afterwards. `lane` is the measurement lane
     mode held while the command runs (`exclusive` for timing trials). Setting `cancel` stops the
     command like a timeout. A `tail` (runtime_app.tails) gets its combined output while it runs,
-    redacted as the receipt is. Returns an unsaved Receipt; `services.receipt_record` writes it.
+    redacted as the receipt is. With a started `egress` proxy (runtime_app.egress) the command
+    runs under its forwarder, which serves the proxy on the sandbox's own 127.0.0.1 (the URL is in
+    `$CRUCIBLE_EGRESS_URL`); the proxy's records and totals go into the receipt.
+    Returns an unsaved Receipt; `services.receipt_record` writes it.
     """
     limits = limits or Limits()
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
@@ -1079,7 +1092,9 @@ def run(
             raise SandboxError(f"read-only path {relative!r} must lie inside the tree")
     readable_paths = [Path(path).resolve() for path in readable]
     chosen = isolation_choose(isolation)
-    secrets = secret_values(redact_values)
+    secrets = secret_values([*redact_values, *(egress.redact_values() if egress else ())])
+    run_argv, egress_view = (argv, None) if egress is None else _egress_argv(argv, egress, chosen)
+    egress_mark = len(egress.records) if egress is not None else 0  # a proxy may serve several commands
     parents = cgroup_parents()
     # The tree's copy and its removal are work on this host too: a trial never runs beside them.
     with lane_hold(lane) as lane_wait:
@@ -1097,10 +1112,11 @@ def run(
                 late_fds = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in cgroups.late]
             join_late = ["/bin/sh", "-c", _JOIN_LATE, "sh", *(f"/proc/self/fd/{fd}" for fd in late_fds),
                          "--"] if late_fds else []
-            plan = _plan(argv, chosen=chosen, tree=tree_path, cwd=cwd_path, env=env, limits=limits,
+            plan = _plan(run_argv, chosen=chosen, tree=tree_path, cwd=cwd_path, env=env, limits=limits,
                          readable=readable_paths, read_only=list(read_only), writable=writable, fresh=fresh,
                          metrics=metrics_file is not None, accounting=accounting,
-                         joins=cgroups.early if cgroups else [], join_late=join_late)
+                         joins=cgroups.early if cgroups else [], join_late=join_late,
+                         egress_dir=egress.socket_path.parent if egress and chosen == BUBBLEWRAP else None)
         except BaseException:
             for fd in late_fds:
                 os.close(fd)
@@ -1166,6 +1182,15 @@ def run(
                    "sys_cpu_seconds": rusage.ru_stime if rusage else None,
                    "max_rss_kib": rusage.ru_maxrss if rusage else None}
     measured_by = "cgroup" if accounting and figures is not None and cgroups is not None else "rusage"
+    totals: dict = {}
+    if egress is not None:  # what its model calls through the proxy used and cost
+        spent = egress.usage(egress_mark)
+        totals = {name: spent[name] for name in ("input_tokens", "output_tokens", "cache_write_tokens",
+                                                  "cache_read_tokens", "cost_microusd")}
+        totals["price_table_version"] = "+".join(spent["price_table_versions"])[:64]
+        if chosen == BUBBLEWRAP:
+            plan.view["network"] = (f"only the egress proxy (to {egress.upstream}), "
+                                    f"at 127.0.0.1:{egress_view['port']}")
     return Receipt(
         kind=kind,
         argv=[redact(part, secrets) for part in argv],
@@ -1200,8 +1225,26 @@ def run(
             "lane": {"mode": lane, "waited_seconds": round(lane_wait, 6)},
             **({} if metrics_file is None else
                {"metrics_file": "written" if metrics_copied else "not written"}),
+            **({} if egress is None else
+               {"egress": {**egress.describe(egress_mark), "forwarder": egress_view}}),
         },
+        **totals,
     )
+
+
+def _egress_argv(argv: list[str], egress: EgressProxy, chosen: str) -> tuple[list[str], dict]:
+    """`argv` under the egress forwarder, and how the receipt describes it: under bubblewrap the
+    proxy's folder is bound at EGRESS_DIR_INSIDE and the port is fixed (the sandbox's own loopback);
+    with rlimits only the forwarder takes a free port of the host's loopback."""
+    from runtime_app.egress import FORWARDER_NAME, SOCKET_NAME
+
+    folder = Path(EGRESS_DIR_INSIDE) if chosen == BUBBLEWRAP else egress.socket_path.parent
+    port = egress.port or (EGRESS_PORT if chosen == BUBBLEWRAP else 0)
+    # -I -S: the forwarder is standard library only, and no variable or site file may change it.
+    forwarder = [sys.executable, "-I", "-S", str(folder / FORWARDER_NAME),
+                 "--socket", str(folder / SOCKET_NAME), "--port", str(port), "--"]
+    return [*forwarder, *argv], {"port": port, "socket": str(folder / SOCKET_NAME),
+                                 "url_variable": "CRUCIBLE_EGRESS_URL"}
 
 
 def _wait(process: subprocess.Popen, captures: dict[int, _Capture], stdin: bytes, deadline: float,

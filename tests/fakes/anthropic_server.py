@@ -7,7 +7,10 @@ tools and system blocks up to the last `cache_control` — is written to its cac
 sight and read from it afterwards), and a `request-id` header. Queue
 faults with `fail_next`: ("429", retry_after), ("529",) or ("529", retry_after), ("malformed",),
 ("slow", seconds). Requests' headers are kept in `request_headers` (the key arrives as
-`x-api-key` or `authorization: Bearer`, depending on the SDK version).
+`x-api-key` or `authorization: Bearer`, depending on the SDK version). A request with
+`"stream": true` gets the answer as server-sent events (message_start with the input usage,
+one text delta per content block, message_delta with the output usage), `stream_pause`
+seconds apart after the first.
 
 The default script edits files: on the first turn of a conversation it asks the `editor`
 tool to create or replace the file named in `plan[candidate]` (the candidate id is read from
@@ -42,6 +45,7 @@ class FakeAnthropic:
         self.review_verdict = "approve"
         self.draft_toml = ""
         self.resolved_suffix = resolved_suffix
+        self.stream_pause = 0.0
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
         self.faults: list[tuple] = []
@@ -191,6 +195,37 @@ class FakeAnthropic:
                     return
                 if fault and fault[0] == "slow":
                     time.sleep(fault[1])
+                if request.get("stream"):
+                    self._stream(fake._respond(request), request_id)
+                    return
                 self._send(200, json.dumps(fake._respond(request)).encode(), request_id)
+
+            def _stream(self, message: dict[str, Any], headers: dict[str, str]) -> None:
+                usage = message["usage"]
+                start = {**message, "content": [], "stop_reason": None,
+                         "usage": {**usage, "output_tokens": 1}}
+                events = [("message_start", {"type": "message_start", "message": start})]
+                for index, block in enumerate(message["content"]):
+                    text = block.get("text", json.dumps(block.get("input", {})))
+                    events += [
+                        ("content_block_start", {"type": "content_block_start", "index": index,
+                                                 "content_block": {"type": "text", "text": ""}}),
+                        ("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                 "delta": {"type": "text_delta", "text": text}}),
+                        ("content_block_stop", {"type": "content_block_stop", "index": index})]
+                events += [("message_delta", {"type": "message_delta",
+                                              "delta": {"stop_reason": message["stop_reason"]},
+                                              "usage": {"output_tokens": usage["output_tokens"]}}),
+                           ("message_stop", {"type": "message_stop"})]
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()  # HTTP/1.0: the stream ends when the connection closes
+                for number, (name, data) in enumerate(events):
+                    if number and fake.stream_pause:
+                        time.sleep(fake.stream_pause)
+                    self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                    self.wfile.flush()
 
         return Handler

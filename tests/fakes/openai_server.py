@@ -5,6 +5,10 @@ It mirrors tests/fakes/anthropic_server.py: on a conversation's first turn it ca
 `editor` function to create the file `plan[candidate]` names, then answers in text once it
 sees a tool message. Usage reports `prompt_tokens_details.cached_tokens` for a system prompt
 (and tools) it has seen before. Faults: ("429", retry_after), ("500",), ("malformed",).
+`"stream": true` answers as server-sent chunks (with a last chunk carrying the usage when
+`stream_options.include_usage` asks for it, then `[DONE]`). POST /v1/responses answers a
+Responses API call (`input` text), streamed (ending in `response.completed`) or not, with
+`input_tokens_details.cached_tokens` for an `instructions` text it has seen before.
 """
 
 from __future__ import annotations
@@ -81,6 +85,25 @@ class FakeOpenAI:
             },
         }
 
+    def _respond_responses(self, request: dict[str, Any]) -> dict[str, Any]:
+        instructions = request.get("instructions") or ""
+        digest = hashlib.sha256(instructions.encode()).hexdigest()
+        with self.lock:
+            cached = tokens_of(instructions) if instructions and digest in self.seen else 0
+            self.seen.add(digest)
+            number = self.counter
+        text = "done."
+        prompt = (tokens_of(instructions) if instructions else 0) + tokens_of(request.get("input", ""))
+        return {
+            "id": f"resp_{number:05d}", "object": "response", "created_at": 1764633600, "status": "completed",
+            "model": request["model"] + "-2026-12-01", "output_text": text,
+            "output": [{"type": "message", "role": "assistant",
+                        "content": [{"type": "output_text", "text": text}]}],
+            "usage": {"input_tokens": prompt, "output_tokens": tokens_of(text), "total_tokens": prompt + 2,
+                      "input_tokens_details": {"cached_tokens": cached},
+                      "output_tokens_details": {"reasoning_tokens": 0}},
+        }
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
@@ -104,7 +127,7 @@ class FakeOpenAI:
                     fault = fake.faults.pop(0) if fake.faults else None
                     fake.request_headers.append({k.lower(): v for k, v in self.headers.items()})
                     headers = {"x-request-id": f"req_oai_{fake.counter:05d}"}
-                if self.path.rstrip("/") != "/v1/chat/completions":
+                if self.path.rstrip("/") not in ("/v1/chat/completions", "/v1/responses"):
                     self._send(404, b'{"error": {"message": "no such route"}}', headers)
                     return
                 request = json.loads(body)
@@ -120,6 +143,41 @@ class FakeOpenAI:
                 if fault and fault[0] == "malformed":
                     self._send(200, b'{"id": "chatcmpl-broken", "choices": [', headers)
                     return
-                self._send(200, json.dumps(fake._respond(request)).encode(), headers)
+                if self.path.rstrip("/") == "/v1/responses":
+                    response = fake._respond_responses(request)
+                    if request.get("stream"):
+                        self._events(headers, [
+                            {"type": "response.created", "response": {**response, "status": "in_progress",
+                                                                      "output": [], "usage": None}},
+                            {"type": "response.output_text.delta", "delta": response["output_text"]},
+                            {"type": "response.completed", "response": response}])
+                        return
+                    self._send(200, json.dumps(response).encode(), headers)
+                    return
+                completion = fake._respond(request)
+                if request.get("stream"):
+                    chunk = {"id": completion["id"], "object": "chat.completion.chunk",
+                             "created": completion["created"], "model": completion["model"]}
+                    choice = completion["choices"][0]
+                    chunks = [{**chunk, "choices": [{"index": 0, "delta": choice["message"],
+                                                      "finish_reason": None}]},
+                              {**chunk, "choices": [{"index": 0, "delta": {},
+                                                      "finish_reason": choice["finish_reason"]}]}]
+                    if (request.get("stream_options") or {}).get("include_usage"):
+                        chunks.append({**chunk, "choices": [], "usage": completion["usage"]})
+                    self._events(headers, [*chunks, "[DONE]"])
+                    return
+                self._send(200, json.dumps(completion).encode(), headers)
+
+            def _events(self, headers: dict[str, str], events: list[Any]) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()  # HTTP/1.0: the stream ends when the connection closes
+                for event in events:
+                    data = event if isinstance(event, str) else json.dumps(event)
+                    self.wfile.write(f"data: {data}\n\n".encode())
+                    self.wfile.flush()
 
         return Handler
