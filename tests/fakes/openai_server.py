@@ -243,13 +243,13 @@ def codex_script(path: str, old: str, new: str) -> ResponsesScript:
 
 
 def aider_script(path: str, old: str, new: str) -> TextScript:
-    """aider's diff edit format: one SEARCH/REPLACE block for `path` on the first request, and a
-    plain reply to any later one (aider asks again only when a block fails to apply)."""
+    """aider's diff edit format: one SEARCH/REPLACE block for `path`, and a plain reply when the
+    last message is aider's report of a block that failed to apply. (The conversation holds
+    other blocks anyway: aider's rules and, for some models, few-shot turns.)"""
     block = f"{path}\n```\n<<<<<<< SEARCH\n{old}\n=======\n{new}\n>>>>>>> REPLACE\n```\n"
 
     def script(request: dict[str, Any]) -> str:
-        replied = any(message["role"] == "assistant" and "<<<<<<< SEARCH" in str(message.get("content"))
-                      for message in request["messages"])
-        return "Done." if replied else f"I will change {path}.\n\n{block}"
+        failed = "SearchReplaceNoExactMatch" in str(request["messages"][-1].get("content"))
+        return "Done." if failed else f"I will change {path}.\n\n{block}"
 
     return script

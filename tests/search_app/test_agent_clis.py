@@ -22,12 +22,13 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import REPO_ROOT, service_missing
-from tests.fakes.anthropic_server import FakeAnthropic, claude_code_script, tool_results
-from tests.fakes.openai_server import FakeOpenAI, aider_script, codex_script, tool_outputs
+from tests.fakes.anthropic_server import FakeAnthropic, Script, claude_code_script, tool_results
+from tests.fakes.openai_server import FakeOpenAI, TextScript, aider_script, codex_script, tool_outputs
 
 CLI_DIR = Path(os.environ.get("AGENT_CLI_DIR") or REPO_ROOT / "var" / "agent-clis")
 PROMPT = "Change the greeting in greeting.txt from hello to goodbye.\n"
@@ -184,8 +185,24 @@ def test_codex_edits_a_file_with_apply_patch(repo: Path, tmp_path: Path, proxy: 
     assert proxy.seen == []
 
 
-def test_aider_edits_a_file_with_a_search_replace_block(repo: Path, tmp_path: Path,
-                                                        proxy: RecordingProxy) -> None:
+def text_of(message: dict[str, Any]) -> str:
+    content = message["content"]
+    return content if isinstance(content, str) else "".join(block.get("text", "") for block in content)
+
+
+def as_anthropic(text_script: TextScript) -> Script:
+    """An aider text script served by the Anthropic fake: blocks flattened to text, one text reply."""
+
+    def script(request: dict[str, Any], candidate: str) -> list[dict[str, Any]]:
+        messages = [{"role": message["role"], "content": text_of(message)} for message in request["messages"]]
+        return [{"type": "text", "text": text_script({"messages": messages})}]
+
+    return script
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_aider_edits_a_file_with_a_search_replace_block(repo: Path, tmp_path: Path, proxy: RecordingProxy,
+                                                        provider: str) -> None:
     aider = installed("aider/bin/aider")
     home = tmp_path / "home"
     # aider fetches litellm's model table from GitHub unless its cache holds one: seed the cache
@@ -194,12 +211,21 @@ def test_aider_edits_a_file_with_a_search_replace_block(repo: Path, tmp_path: Pa
         "lib/python3*/site-packages/litellm/model_prices_and_context_window_backup.json")
     (home / ".aider" / "caches").mkdir(parents=True)
     shutil.copy(table, home / ".aider" / "caches" / "model_prices_and_context_window.json")
-    with FakeOpenAI(text_script=aider_script("greeting.txt", "hello world", "goodbye world")) as fake:
-        env = base_env(home, proxy, OPENAI_API_BASE=fake.base_url, OPENAI_API_KEY="sk-test-dummy",
-                       LITELLM_LOCAL_MODEL_COST_MAP="True")
+    edit = aider_script("greeting.txt", "hello world", "goodbye world")
+    if provider == "openai":
+        fake: FakeOpenAI | FakeAnthropic = FakeOpenAI(text_script=edit)
+        model, path, served = "gpt-4o", "/v1/chat/completions", "gpt-4o"
+        server = {"OPENAI_API_BASE": fake.base_url, "OPENAI_API_KEY": "sk-test-dummy"}
+    else:
+        fake = FakeAnthropic(script=as_anthropic(edit))
+        model, path, served = "claude-sonnet-4-5", "/v1/messages", "claude-sonnet-4-5"
+        server = {"ANTHROPIC_API_BASE": fake.base_url, "ANTHROPIC_API_KEY": "sk-test-dummy"}
+    with fake:
+        # litellm fetches the same table at import unless told to use its own copy.
+        env = base_env(home, proxy, LITELLM_LOCAL_MODEL_COST_MAP="True", **server)
         process = run([
-            str(aider), "--model", "openai/gpt-4o", "--weak-model", "openai/gpt-4o", "--edit-format", "diff",
-            "--message-file", "/dev/stdin", "--yes-always",
+            str(aider), "--model", f"{provider}/{model}", "--weak-model", f"{provider}/{model}",
+            "--edit-format", "diff", "--message-file", "/dev/stdin", "--yes-always",
             "--no-auto-commits", "--no-dirty-commits", "--no-gitignore", "--map-tokens", "0",
             "--chat-history-file", str(home / "chat.md"), "--input-history-file", str(home / "input.txt"),
             "--no-check-update", "--no-analytics", "--no-show-release-notes", "--no-pretty",
@@ -207,9 +233,9 @@ def test_aider_edits_a_file_with_a_search_replace_block(repo: Path, tmp_path: Pa
     assert (repo / "greeting.txt").read_text() == "goodbye world\n"
     assert changed_files(repo) == ["greeting.txt"]
     assert "Applied edit to greeting.txt" in process.stdout
-    assert fake.calls == [("POST", "/v1/chat/completions")]
+    assert fake.calls == [("POST", path)]
     [request] = fake.requests
-    assert request["stream"] is True and request["model"] == "gpt-4o"
+    assert request["stream"] is True and request["model"] == served
     assert fake.keys_seen() == {"sk-test-dummy"}
-    assert any(message["content"] == PROMPT for message in request["messages"] if message["role"] == "user")
+    assert any(PROMPT in text_of(message) for message in request["messages"] if message["role"] == "user")
     assert proxy.seen == []
