@@ -97,7 +97,9 @@ def repo(tmp_path: Path) -> Path:
 def base_env(home: Path, proxy: RecordingProxy, **extra: str) -> dict[str, str]:
     """No inherited keys or config: PATH, a fresh HOME, the recording proxy, and `extra`."""
     home.mkdir(parents=True, exist_ok=True)
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
+    node = shutil.which("node")  # codex's npm entry point is a node script
+    path = ":".join([*([str(Path(node).parent)] if node else []), "/usr/local/bin", "/usr/bin", "/bin"])
+    return {"PATH": path, "HOME": str(home), "LANG": "C.UTF-8",
             "HTTPS_PROXY": proxy.url, "HTTP_PROXY": proxy.url, "NO_PROXY": "127.0.0.1,localhost", **extra}
 
 
