@@ -165,7 +165,7 @@ def test_codex_edits_a_file_with_apply_patch(repo: Path, tmp_path: Path, proxy: 
             "model_providers.crucible.wire_api": "responses",
             "model_providers.crucible.request_max_retries": "0",
             "model_providers.crucible.stream_max_retries": "0",
-            # Without these three Codex reaches out to chatgpt.com, ab.chatgpt.com and GitHub.
+            # Without these, Codex reaches ab.chatgpt.com (analytics), chatgpt.com and GitHub (plugins).
             "analytics.enabled": "false",
             "check_for_update_on_startup": "false",
             "features.plugins": "false",
