@@ -336,11 +336,20 @@ class EgressProxy:
         return sorted(f"{method} /{path}" for method, path in self.rules)
 
     def _record(self, entry: dict[str, Any]) -> None:
+        charged = entry.pop("_charged", False)
         with self._lock:
             self._records.append(entry)
+        if not charged:
+            self._charge(entry)
+
+    def _charge(self, entry: dict[str, Any]) -> None:
+        """Count a call against the budget; done before the client sees the end of its answer, so
+        a client that waits for one answer before the next call can never slip past the budget."""
+        with self._lock:
             self._spent_cost += entry.get("cost_microusd", 0)
             self._spent_tokens += sum(entry.get(name, 0) for name in (
                 "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"))
+        entry["_charged"] = True
 
     def _budget_spent(self) -> str:
         with self._lock:
@@ -625,6 +634,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.wfile.flush()
                     entry["bytes_out"] += len(chunk)
                 else:
+                    self._usage_apply(proxy, entry, meter, response.status)
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
                     connection._crucible_reusable = not response.will_close  # type: ignore[attr-defined]
@@ -654,10 +664,17 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 meter.document(parsed)
             connection._crucible_reusable = not response.will_close  # type: ignore[attr-defined]
+            self._usage_apply(proxy, entry, meter, response.status)
             self._answer(response.status, data, [(n, v) for n, v in headers if n.lower() != "content-type"])
             entry["bytes_out"] = len(data)
             if ok and "json" not in content_type:
                 entry["content_type"] = content_type[:100]
+        if not entry.get("_charged"):
+            self._usage_apply(proxy, entry, meter, response.status)
+
+    @staticmethod
+    def _usage_apply(proxy: EgressProxy, entry: dict[str, Any], meter: _Meter, status: int) -> None:
+        """The call's usage and cost from what the provider answered, charged to the budget."""
         if meter.seen:
             usage = meter.usage()
             entry.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
@@ -670,5 +687,6 @@ class _Handler(BaseHTTPRequestHandler):
             entry["cost_microusd"] = cost
             if version:
                 entry["price_table_version"] = version
-        elif 200 <= response.status < 300 and not entry.get("refused"):
+        elif 200 <= status < 300 and not entry.get("refused"):
             entry["usage_missing"] = True
+        proxy._charge(entry)

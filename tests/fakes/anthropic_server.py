@@ -7,10 +7,14 @@ tools and system blocks up to the last `cache_control` — is written to its cac
 sight and read from it afterwards), and a `request-id` header. Queue
 faults with `fail_next`: ("429", retry_after), ("529",) or ("529", retry_after), ("malformed",),
 ("slow", seconds). Requests' headers are kept in `request_headers` (the key arrives as
-`x-api-key` or `authorization: Bearer`, depending on the SDK version). A request with
-`"stream": true` gets the answer as server-sent events (message_start with the input usage,
-one text delta per content block, message_delta with the output usage), `stream_pause`
-seconds apart after the first.
+`x-api-key` or `authorization: Bearer`, depending on the SDK version), and every request's
+method and path (query string dropped) in `calls`.
+
+A request with `"stream": true` gets the same message as server-sent events (message_start,
+content_block_start/delta/stop with text_delta and input_json_delta, message_delta with the
+stop reason and usage, message_stop), which is how Claude Code calls the API;
+`claude_code_script` makes Claude Code edit a file with its own Read and Edit tools.
+Events go out `stream_pause` seconds apart after the first.
 
 The default script edits files: on the first turn of a conversation it asks the `editor`
 tool to create or replace the file named in `plan[candidate]` (the candidate id is read from
@@ -48,6 +52,7 @@ class FakeAnthropic:
         self.stream_pause = 0.0
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
+        self.calls: list[tuple[str, str]] = []
         self.faults: list[tuple] = []
         self.cached_prefixes: set[str] = set()
         self.lock = threading.Lock()
@@ -146,6 +151,35 @@ class FakeAnthropic:
             "stop_sequence": None, "usage": usage,
         }
 
+    def _events(self, message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """The message as the streaming API sends it: empty blocks first, then their deltas."""
+        usage = message["usage"]
+        start = {**message, "content": [], "stop_reason": None,
+                 "usage": {**usage, "output_tokens": 1}}
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("message_start", {"type": "message_start", "message": start})]
+        for index, block in enumerate(message["content"]):
+            if block["type"] == "tool_use":
+                empty = {**block, "input": {}}
+                text = json.dumps(block["input"])
+                # Split the JSON so the client has to join partial_json fragments, as with the API.
+                pieces = [text[i:i + 40] for i in range(0, len(text), 40)]
+                deltas = [{"type": "input_json_delta", "partial_json": piece} for piece in pieces]
+            else:
+                empty = {"type": "text", "text": ""}
+                deltas = [{"type": "text_delta", "text": block["text"]}]
+            events.append(("content_block_start",
+                           {"type": "content_block_start", "index": index, "content_block": empty}))
+            events += [("content_block_delta",
+                        {"type": "content_block_delta", "index": index, "delta": delta}) for delta in deltas]
+            events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        events.append(("message_delta", {
+            "type": "message_delta",
+            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+            "usage": {"output_tokens": usage["output_tokens"]}}))
+        events.append(("message_stop", {"type": "message_stop"}))
+        return events
+
     # --- HTTP -----------------------------------------------------------------------------
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -164,6 +198,25 @@ class FakeAnthropic:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _send_events(self, events: list[tuple[str, dict[str, Any]]], headers: dict[str, str]) -> None:
+                # HTTP/1.0 without content-length: the stream ends when the connection closes.
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("cache-control", "no-cache")
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                for number, (name, data) in enumerate(events):
+                    if number and fake.stream_pause:
+                        time.sleep(fake.stream_pause)
+                    self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                    self.wfile.flush()
+
+            def do_GET(self) -> None:
+                with fake.lock:
+                    fake.calls.append(("GET", self.path.split("?", 1)[0]))
+                self._send(404, b'{"type":"error","error":{"type":"not_found_error","message":"no"}}')
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 with fake.lock:
@@ -171,9 +224,11 @@ class FakeAnthropic:
                     number = fake.counter
                     fault = fake.faults.pop(0) if fake.faults else None
                     fake.request_headers.append({k.lower(): v for k, v in self.headers.items()})
+                    path = self.path.split("?", 1)[0]  # Claude Code adds ?beta=true
+                    fake.calls.append(("POST", path))
                 request_id = {"request-id": f"req_fake_{number:05d}"}
-                bedrock = re.fullmatch(r"/model/([^/]+)/invoke", self.path)
-                if self.path.rstrip("/") != "/v1/messages" and not bedrock:
+                bedrock = re.fullmatch(r"/model/([^/]+)/invoke", path)
+                if path.rstrip("/") != "/v1/messages" and not bedrock:
                     self._send(404, b'{"type":"error","error":{"type":"not_found_error","message":"no"}}')
                     return
                 request = json.loads(body)
@@ -196,36 +251,36 @@ class FakeAnthropic:
                 if fault and fault[0] == "slow":
                     time.sleep(fault[1])
                 if request.get("stream"):
-                    self._stream(fake._respond(request), request_id)
+                    self._send_events(fake._events(fake._respond(request)), request_id)
                     return
                 self._send(200, json.dumps(fake._respond(request)).encode(), request_id)
 
-            def _stream(self, message: dict[str, Any], headers: dict[str, str]) -> None:
-                usage = message["usage"]
-                start = {**message, "content": [], "stop_reason": None,
-                         "usage": {**usage, "output_tokens": 1}}
-                events = [("message_start", {"type": "message_start", "message": start})]
-                for index, block in enumerate(message["content"]):
-                    text = block.get("text", json.dumps(block.get("input", {})))
-                    events += [
-                        ("content_block_start", {"type": "content_block_start", "index": index,
-                                                 "content_block": {"type": "text", "text": ""}}),
-                        ("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                 "delta": {"type": "text_delta", "text": text}}),
-                        ("content_block_stop", {"type": "content_block_stop", "index": index})]
-                events += [("message_delta", {"type": "message_delta",
-                                              "delta": {"stop_reason": message["stop_reason"]},
-                                              "usage": {"output_tokens": usage["output_tokens"]}}),
-                           ("message_stop", {"type": "message_stop"})]
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.end_headers()  # HTTP/1.0: the stream ends when the connection closes
-                for number, (name, data) in enumerate(events):
-                    if number and fake.stream_pause:
-                        time.sleep(fake.stream_pause)
-                    self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-                    self.wfile.flush()
-
         return Handler
+
+
+def tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every tool_result block the conversation so far carries."""
+    return [block for message in request["messages"] if message["role"] == "user"
+            and isinstance(message["content"], list)
+            for block in message["content"] if block.get("type") == "tool_result"]
+
+
+def claude_code_script(path: str, old: str, new: str) -> Script:
+    """Claude Code edits `path` (absolute) with its own tools: Read first, because its Edit refuses
+    a file it has not read, then Edit `old` into `new`, then end the turn. Requests without the
+    Edit tool (side calls such as titles) get plain text."""
+
+    def script(request: dict[str, Any], candidate: str) -> list[dict[str, Any]]:
+        if "Edit" not in {tool.get("name") for tool in request.get("tools", [])}:
+            return [{"type": "text", "text": "ok"}]
+        done = tool_results(request)
+        if not done:
+            return [{"type": "text", "text": f"Reading {path}."},
+                    {"type": "tool_use", "id": "toolu_fake_read", "name": "Read",
+                     "input": {"file_path": path}}]
+        if len(done) == 1:
+            return [{"type": "tool_use", "id": "toolu_fake_edit", "name": "Edit",
+                     "input": {"file_path": path, "old_string": old, "new_string": new}}]
+        return [{"type": "text", "text": f"Edited {path}."}]
+
+    return script

@@ -297,7 +297,7 @@ def test_once_the_step_s_budget_is_spent_the_next_call_is_refused_and_recorded(
         tree, key, anthropic_fake, bubblewrap):
     with _anthropic(anthropic_fake, max_tokens=10) as proxy:
         receipt, results = _client(tree, proxy, [_message(), _message()], bubblewrap)
-    assert [result["status"] for result in results] == [200, 429]
+    assert [result["status"] for result in results] == [200, 429], receipt.detail["egress"]
     assert "the step's budget is spent" in results[1]["json"]["error"]["message"]
     assert len(anthropic_fake.requests) == 1
     records = receipt.detail["egress"]["records"]
