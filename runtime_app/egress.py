@@ -182,12 +182,15 @@ class EgressProxy:
     Authorization: Bearer); `key_variable=None` sends none (a local model server). `allow`
     replaces the kind's (method, path) rules. `account`/`account_limit` are the provider account
     whose concurrency `llm.account_slot` bounds; `price_model` prices every call as that model.
+    `client_env` is set by the forwarder for the command ("{url}" becomes its URL): a CLI's base-URL
+    variable and placeholder key, whose names the sandbox's env allow-list refuses; never a key.
     """
 
     def __init__(self, kind: str, base_url: str, *, key_variable: str | None, account: str = "",
                  account_limit: int = 0, max_cost_microusd: int | None = None, max_tokens: int | None = None,
                  cancel: threading.Event | None = None, allow: Sequence[tuple[str, str]] | None = None,
-                 price_model: str = "", max_attempts: int = llm.MAX_ATTEMPTS, port: int = 0) -> None:
+                 price_model: str = "", max_attempts: int = llm.MAX_ATTEMPTS, port: int = 0,
+                 client_env: dict[str, str] | None = None) -> None:
         if kind not in RULES:
             raise EgressError(f"provider kind {kind!r}; use one of {', '.join(RULES)}")
         parts = urlsplit(base_url)
@@ -207,6 +210,10 @@ class EgressProxy:
         self.price_model = price_model
         self.max_attempts = max(1, max_attempts)
         self.port = port  # the forwarder's port inside the sandbox (0: any free one)
+        self.client_env = dict(client_env or {})
+        for name, value in self.client_env.items():
+            if not name.isidentifier() or "=" in name or "\0" in value:
+                raise EgressError(f"client environment {name!r} is not a valid variable")
         self.directory: Path | None = None
         self._key: str | None = None
         self._lock = threading.Lock()
@@ -238,6 +245,8 @@ class EgressProxy:
             self._key = provider_key(self.key_variable)
             if not self._key:
                 raise EgressError(f"no provider key: set {self.key_variable} in the server's environment")
+            if any(self._key in value for value in self.client_env.values()):
+                raise EgressError("the client environment may not carry the provider key")
         identity = sandbox_identity()
         # Its own directory, listable by no one else: only the socket and the forwarder are in it.
         self.directory = Path(tempfile.mkdtemp(prefix="crucible-egress-"))
@@ -329,6 +338,7 @@ class EgressProxy:
         records = self.records_since(mark)
         return {"kind": self.kind, "upstream": self.upstream, "account": self.account,
                 "key_variable": self.key_variable or "", "allowed": self.allowed(),
+                "client_env": sorted(self.client_env),
                 "records": records[:RECORDS_KEPT], "usage": self.usage(mark),
                 **({"records_not_kept": len(records) - RECORDS_KEPT} if len(records) > RECORDS_KEPT else {})}
 

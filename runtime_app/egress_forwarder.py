@@ -1,10 +1,11 @@
 """Inside the sandbox: a TCP port on the sandbox's own loopback that leads to the egress proxy.
 
-    python egress_forwarder.py --socket PATH --port N -- CMD ARGS...
+    python egress_forwarder.py --socket PATH --port N [--env NAME=VALUE ...] -- CMD ARGS...
 
 Listens on 127.0.0.1:N (N=0 picks a free port), copies every connection's bytes both ways to
 the Unix socket PATH (runtime_app.egress, outside the sandbox), starts CMD with
-`CRUCIBLE_EGRESS_URL=http://127.0.0.1:<port>` added to its environment, and exits with CMD's
+`CRUCIBLE_EGRESS_URL=http://127.0.0.1:<port>` (and each `--env`, "{url}" in its value replaced
+by that URL) added to its environment, and exits with CMD's
 exit code (128 + N if a signal ended it). Standard library only: it runs under whatever Python
 the sandbox can see, before anything else of the command.
 """
@@ -74,6 +75,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="egress_forwarder.py")
     parser.add_argument("--socket", required=True, help="the egress proxy's Unix socket")
     parser.add_argument("--port", type=int, default=0, help="the loopback port to listen on")
+    parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the command")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     options = parser.parse_args(argv)
     command = options.command[1:] if options.command[:1] == ["--"] else options.command
@@ -89,7 +91,10 @@ def main(argv: list[str]) -> int:
     listener.listen(64)
     port = listener.getsockname()[1]
     threading.Thread(target=_accept, args=(listener, options.socket), daemon=True).start()
-    env = {**os.environ, "CRUCIBLE_EGRESS_URL": f"http://127.0.0.1:{port}"}
+    url = f"http://127.0.0.1:{port}"
+    extra = dict(item.partition("=")[::2] for item in options.env)
+    env = {**os.environ, **{name: value.replace("{url}", url) for name, value in extra.items()},
+           "CRUCIBLE_EGRESS_URL": url}
     try:
         child = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent)
     except OSError as error:

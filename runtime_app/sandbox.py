@@ -1241,8 +1241,9 @@ def _egress_argv(argv: list[str], egress: EgressProxy, chosen: str) -> tuple[lis
     folder = Path(EGRESS_DIR_INSIDE) if chosen == BUBBLEWRAP else egress.socket_path.parent
     port = egress.port or (EGRESS_PORT if chosen == BUBBLEWRAP else 0)
     # -I -S: the forwarder is standard library only, and no variable or site file may change it.
+    client_env = [f"--env={name}={value}" for name, value in egress.client_env.items()]
     forwarder = [sys.executable, "-I", "-S", str(folder / FORWARDER_NAME),
-                 "--socket", str(folder / SOCKET_NAME), "--port", str(port), "--"]
+                 "--socket", str(folder / SOCKET_NAME), "--port", str(port), *client_env, "--"]
     return [*forwarder, *argv], {"port": port, "socket": str(folder / SOCKET_NAME),
                                  "url_variable": "CRUCIBLE_EGRESS_URL"}
 
