@@ -61,6 +61,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_LANE_DIR", "where the measurement-lane lock lives; workers on one host must share it "
              "(default: the data dir's locks/)"),
     Variable("CRUCIBLE_STEP_LEASE_SECONDS", "how long a worker's claim on a step lasts unrenewed", "60"),
+    Variable("CRUCIBLE_AGENT_CLI_DIR", "where scripts/install_agent_clis.sh put the coding-agent CLIs the "
+             "claude-code and codex presets run", "var/agent-clis"),
     Variable("CRUCIBLE_PROVIDER_CONCURRENCY", "model calls in flight per provider account, machine-wide",
              "8"),
     Variable("CRUCIBLE_REQUIRED_APPROVALS", "approvals a winner needs before it can be merged", "1"),
@@ -111,6 +113,7 @@ class Config:
     sandbox_uid: int
     sandbox_toolchain: list[Path]
     lane_dir: Path | None
+    agent_cli_dir: Path
     step_lease_seconds: int
     provider_concurrency: int
     required_approvals: int
@@ -292,6 +295,9 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         sandbox_uid=_integer("CRUCIBLE_SANDBOX_UID", get("CRUCIBLE_SANDBOX_UID") or "", 1, 2**31 - 2),
         sandbox_toolchain=_directories("CRUCIBLE_SANDBOX_TOOLCHAIN", get("CRUCIBLE_SANDBOX_TOOLCHAIN") or ""),
         lane_dir=_directory("CRUCIBLE_LANE_DIR", get("CRUCIBLE_LANE_DIR") or ""),
+        # Relative to the checkout (not the working directory), where CI installs them.
+        agent_cli_dir=Path(__file__).resolve().parent.parent
+        / (get("CRUCIBLE_AGENT_CLI_DIR") or "var/agent-clis"),
         draft_model=_draft_model(get("CRUCIBLE_DRAFT_MODEL") or ""),
         provider_concurrency=_integer(
             "CRUCIBLE_PROVIDER_CONCURRENCY", get("CRUCIBLE_PROVIDER_CONCURRENCY") or "", 1, 256

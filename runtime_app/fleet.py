@@ -8,6 +8,7 @@ when the provider's model listing is not reachable.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 EFFORTS = ("off", "low", "medium", "high", "max")  # what `reasoning_effort` may say
 
@@ -15,7 +16,7 @@ EFFORTS = ("off", "low", "medium", "high", "max")  # what `reasoning_effort` may
 @dataclass(frozen=True)
 class Preset:
     name: str
-    kind: str  # anthropic | bedrock | openai-compatible | command
+    kind: str  # anthropic | bedrock | openai-compatible | command | agent-cli
     description: str
     pinned_models: dict[str, str] = field(default_factory=dict)
     needs_command: bool = False
@@ -27,12 +28,33 @@ class Preset:
     price_model: str = ""  # the price-table entry to charge by, if not the model id
     efforts: tuple[str, ...] = ()  # reasoning effort per round when a spec sets none; the last repeats
     managed: bool = False  # an administrator's preset (runtime_app.ProviderPreset)
+    # An agent-cli preset: a coding-agent CLI run in the sandbox, its calls through the egress proxy.
+    api: str = ""  # the API it speaks, the egress proxy's kind (runtime_app.egress.RULES)
+    cli: str = ""  # its executable, relative to CRUCIBLE_AGENT_CLI_DIR
+    argv: tuple[str, ...] = ()  # its command line; "{cli}" and "{model}" are filled in
+    env: dict[str, str] = field(default_factory=dict)  # plain settings, through the sandbox's env
+    # Set by the egress forwarder inside the sandbox ("{url}" is its URL): the base URL and the
+    # placeholder key a CLI insists on, whose names the sandbox's env allow-list refuses.
+    egress_env: dict[str, str] = field(default_factory=dict)
 
     def base_url(self) -> str | None:
         import os
 
         return (os.environ.get(self.base_url_variable) if self.base_url_variable else None) or \
             self.default_base_url or None
+
+    def cli_path(self) -> Path:
+        """The agent CLI's executable with every symlink resolved (the sandbox sees real paths)."""
+        from django.conf import settings
+
+        return (Path(settings.CONFIG.agent_cli_dir) / self.cli).resolve()
+
+    def cli_argv(self, model: str) -> list[str]:
+        return [part.replace("{cli}", str(self.cli_path())).replace("{model}", model) for part in self.argv]
+
+
+# What an agent CLI sends as its key: the egress proxy strips it and injects the real one.
+PLACEHOLDER_KEY = "crucible-egress-placeholder"
 
 
 PRESETS: dict[str, Preset] = {
@@ -52,6 +74,16 @@ PRESETS: dict[str, Preset] = {
                default_base_url="http://127.0.0.1:8080/v1"),
         Preset("command", "command", "any agent CLI run in the sandboxed worktree",
                needs_command=True),
+        Preset("claude-code", "agent-cli", "Claude Code in the sandbox, its calls through the egress proxy "
+               "to Anthropic's API", key_variable="ANTHROPIC_API_KEY", base_url_variable="ANTHROPIC_BASE_URL",
+               default_base_url="https://api.anthropic.com", api="anthropic", cli="node_modules/.bin/claude",
+               argv=("{cli}", "-p", "--output-format", "stream-json", "--verbose", "--model", "{model}",
+                     "--dangerously-skip-permissions"),
+               # No telemetry or update checks (they would bypass the base URL); IS_SANDBOX: as root
+               # (rlimits-only) it refuses to skip permissions otherwise, and the sandbox is the boundary.
+               env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+                    "IS_SANDBOX": "1"},
+               egress_env={"ANTHROPIC_BASE_URL": "{url}", "ANTHROPIC_API_KEY": PLACEHOLDER_KEY}),
     )
 }
 

@@ -16,9 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from runtime_app import services as runtime_services
+from runtime_app.egress import EgressError, EgressProxy
 from runtime_app.fleet import preset_get
 from runtime_app.git import GitError
 from runtime_app.lane import EXCLUSIVE, SHARED
@@ -143,7 +145,7 @@ def _run(step: Step, command: Sequence[str] | str, label: str, *, cwd: Path, tim
          writable: bool = True, readable: Sequence[Path] = (), kind: str = "command",
          limits: Limits | None = None, fresh: bool = False, read_only: Sequence[str] = (),
          metrics_file: Path | None = None, lane: str = SHARED, subject: int | None = None,
-         note: dict[str, Any] | None = None) -> Receipt:
+         note: dict[str, Any] | None = None, egress: EgressProxy | None = None) -> Receipt:
     """A command in the sandbox for this step, with its receipt on the candidate's page (or on
     `subject`'s, the candidate a measurement trial is for); `note` is added to its detail."""
     repo_git = Path(step.search.repository_path) / ".git"
@@ -153,7 +155,7 @@ def _run(step: Step, command: Sequence[str] | str, label: str, *, cwd: Path, tim
             command, cwd=cwd, timeout=timeout, env=env, stdin=stdin, writable=writable, kind=kind,
             readable=[repo_git, *readable], cancel=cancel, limits=limits, project=step.search.project,
             subject=("candidate", subject_pk), label=label, fresh=fresh, read_only=read_only,
-            metrics_file=metrics_file, lane=lane, note=note,
+            metrics_file=metrics_file, lane=lane, note=note, egress=egress,
         )
     except SandboxError as error:  # refused before it ran (e.g. bubblewrap required): say so
         now = timezone.now()
@@ -257,6 +259,9 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
             if failure:
                 return {**failure.result(), "receipts": receipts + written["receipts"],
                         "usage": written["usage"]}
+        elif kind == "agent-cli":
+            written = agent_cli_write(step, spec, worktree, cancel, env, refining)
+            writer = written.pop("receipt")
         else:
             return {"eliminated": f"provider kind {kind!r} has no writer in this version of Crucible "
                                   "(anthropic and command workers run today)"}
@@ -685,3 +690,104 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
                                              "cache_read_tokens"))
     return {"receipt": last, "receipts": receipts, "stop": stop, "transcript": chat.transcript(),
             "usage": {"cost_microusd": totals["cost_microusd"], "tokens": tokens, **totals}}
+
+
+# ---------------------------------------------------------------------------- agent-CLI writers
+
+AGENT_CLI_OUTPUT_BYTES = 256 << 10  # kept of its stdout: the transcript is read from it
+TRANSCRIPT_ENTRIES = 400
+TRANSCRIPT_TEXT = 4000
+
+
+def agent_cli_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
+                    env: dict[str, str], refining: str = "") -> dict[str, Any]:
+    """A coding-agent CLI (an `agent-cli` preset) as the writer: the prompt on its stdin, in the
+    sandbox, its model calls only through a key-injecting egress proxy for this step.
+
+    Usage and cost are the proxy's records (the receipt's token and cost fields), never what the
+    CLI prints; the proxy refuses calls once the step's reservation is spent.
+    """
+    search, candidate = step.search, step.candidate
+    preset = preset_get(spec.worker.provider)
+    label = f"{candidate.candidate_id} writer"
+    model = search.resolved_model_id or spec.worker.model
+    argv = preset.cli_argv(model)
+    cli = preset.cli_path()
+    prompt = writer_prompt(search, spec, candidate.candidate_id, step.round, refining)
+    cli_dir = Path(settings.CONFIG.agent_cli_dir).resolve()
+    if not cli.is_file():
+        return _writer_refused(step, argv, label, f"{preset.name}: {cli} is not installed (run "
+                               f"scripts/install_agent_clis.sh {cli_dir}, or set CRUCIBLE_AGENT_CLI_DIR)")
+    proxy = EgressProxy(preset.api, preset.base_url() or "", key_variable=preset.key_variable or None,
+                        account=preset.name, account_limit=preset.concurrency,
+                        max_cost_microusd=step.reserved_cost_microusd or None,
+                        max_tokens=step.reserved_tokens or MAX_TOKENS_PER_WRITER, cancel=cancel,
+                        price_model=preset.price_model, client_env=preset.egress_env)
+    try:
+        proxy.start()
+    except EgressError as error:
+        return _writer_refused(step, argv, label, f"the egress proxy could not start: {error}")
+    try:
+        writer = _run(step, argv, label, cwd=worktree, timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel,
+                      env={**env, **preset.env}, stdin=prompt.encode(),
+                      readable=[*readable_for(spec, "worker"), cli_dir],
+                      limits=Limits(output_bytes=AGENT_CLI_OUTPUT_BYTES), egress=proxy)
+    finally:
+        proxy.close()
+    totals = {name: getattr(writer, name) or 0 for name in (
+        "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens", "cost_microusd")}
+    tokens = sum(totals[name] for name in ("input_tokens", "output_tokens", "cache_write_tokens",
+                                             "cache_read_tokens"))
+    calls = writer.detail.get("egress", {}).get("usage", {}).get("requests", 0)
+    return {"receipt": writer, "receipts": [writer.pk], "usage": {**totals, "tokens": tokens},
+            "stop": f"the CLI {writer.outcome} after {calls} model call{'s' if calls != 1 else ''}",
+            "transcript": stream_json_transcript(writer.stdout_excerpt)}
+
+
+def _writer_refused(step: Step, argv: list[str], label: str, error: str) -> dict[str, Any]:
+    """A writer that could not start: a receipt saying why, and no usage."""
+    now = timezone.now()
+    receipt = _record(Receipt(kind="command", argv=argv, started_at=now, finished_at=now,
+                              duration_seconds=0, error=error), step, label)
+    return {"receipt": receipt, "receipts": [receipt.pk], "usage": {}, "stop": error}
+
+
+def stream_json_transcript(stdout: str) -> list[dict[str, str]]:
+    """Claude Code's `--output-format stream-json` lines as the transcript LLM writers keep:
+    [{"role": "assistant" | "thinking" | "tool_call" | "tool_result", "text": ...}], bounded."""
+    entries: list[dict[str, str]] = []
+
+    def add(role: str, text: Any) -> None:
+        text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+        entries.append({"role": role, "text": text if len(text) <= TRANSCRIPT_TEXT
+                        else text[:TRANSCRIPT_TEXT] + " …"})
+
+    for line in stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # the excerpt's cut, or a line that is not an event
+        if not isinstance(event, dict) or event.get("type") not in ("assistant", "user"):
+            continue
+        content = (event.get("message") or {}).get("content")
+        if isinstance(content, str):
+            add("assistant" if event["type"] == "assistant" else "tool_result", content)
+            continue
+        for block in content if isinstance(content, list) else []:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "text" and event["type"] == "assistant":
+                add("assistant", block.get("text", ""))
+            elif kind == "thinking":
+                add("thinking", block.get("thinking", ""))
+            elif kind == "tool_use":
+                add("tool_call", {"tool": block.get("name"), "input": block.get("input")})
+            elif kind == "tool_result":
+                result = block.get("content", "")
+                if isinstance(result, list):
+                    result = "\n".join(part.get("text", "") for part in result if isinstance(part, dict))
+                add("tool_result", ("ERROR: " if block.get("is_error") else "") + str(result))
+    if len(entries) > TRANSCRIPT_ENTRIES:
+        dropped = len(entries) - TRANSCRIPT_ENTRIES
+        cut = {"role": "assistant", "text": f"… {dropped} entries not kept …"}
+        entries = [*entries[:TRANSCRIPT_ENTRIES // 2], cut, *entries[-TRANSCRIPT_ENTRIES // 2:]]
+    return entries

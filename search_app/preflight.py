@@ -629,6 +629,10 @@ def provider_problems(provider: str) -> list[str]:
     preset = preset_get(provider)
     if preset is None or preset.kind == "command":
         return []
+    if preset.kind == "agent-cli" and not preset.cli_path().is_file():
+        return [f"worker.provider `{provider}`: {preset.cli_path()} is not installed: run "
+                "scripts/install_agent_clis.sh DIR with DIR at CRUCIBLE_AGENT_CLI_DIR; until then every "
+                "writer fails and each candidate ends as \"changed nothing\"."]
     base_url = preset.base_url() or ""
     parsed = urlparse(base_url)
     if parsed.hostname and _local_host(parsed.hostname):

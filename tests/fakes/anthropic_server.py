@@ -284,3 +284,22 @@ def claude_code_script(path: str, old: str, new: str) -> Script:
         return [{"type": "text", "text": f"Edited {path}."}]
 
     return script
+
+
+def claude_code_plan_script(plan: dict[str, tuple[str, str, str]], final: str = "") -> Script:
+    """Claude Code as a search's writer: each candidate (read from the prompt) Reads then Edits
+    `path` (relative to the working directory its prompt's environment section names) from `old` to `new`, as
+    `plan[candidate]` says, then ends its turn with `final` (or "done"). A candidate without a
+    plan only talks."""
+
+    def script(request: dict[str, Any], candidate: str) -> list[dict[str, Any]]:
+        if "Edit" not in {tool.get("name") for tool in request.get("tools", [])}:
+            return [{"type": "text", "text": "ok"}]
+        found = re.search(r"[Ww]orking directory: ([^\s\\\\\"]+)", json.dumps(request))
+        if candidate not in plan or not found:
+            return [{"type": "text", "text": final or f"{candidate}: nothing to do."}]
+        path, old, new = plan[candidate]
+        return claude_code_script(f"{found.group(1)}/{path}", old, new)(request, candidate) \
+            if len(tool_results(request)) < 2 else [{"type": "text", "text": final or "done"}]
+
+    return script
