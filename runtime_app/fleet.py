@@ -84,6 +84,24 @@ PRESETS: dict[str, Preset] = {
                env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
                     "IS_SANDBOX": "1"},
                egress_env={"ANTHROPIC_BASE_URL": "{url}", "ANTHROPIC_API_KEY": PLACEHOLDER_KEY}),
+        Preset("codex", "agent-cli", "Codex CLI in the sandbox, its calls through the egress proxy to "
+               "OpenAI's Responses API", key_variable="OPENAI_API_KEY", base_url_variable="OPENAI_BASE_URL",
+               default_base_url="https://api.openai.com/v1", api="openai", cli="node_modules/.bin/codex",
+               # Codex takes its provider's URL only from its config: the shell adds the forwarder's.
+               argv=("/bin/sh", "-c", 'mkdir -p "$HOME/.codex" && exec "$0" "$@" '
+                     '-c "model_providers.crucible.base_url=$CRUCIBLE_EGRESS_URL/v1" -',
+                     "{cli}", "exec", "--json", "--ephemeral", "--skip-git-repo-check",
+                     "--dangerously-bypass-approvals-and-sandbox", "-m", "{model}",
+                     "-c", "model_provider=crucible", "-c", "model_providers.crucible.name=crucible",
+                     "-c", "model_providers.crucible.env_key=CRUCIBLE_PROVIDER_KEY",
+                     "-c", "model_providers.crucible.wire_api=responses",
+                     # The egress proxy retries 429/5xx itself; Codex's own retries would multiply them.
+                     "-c", "model_providers.crucible.request_max_retries=0",
+                     "-c", "model_providers.crucible.stream_max_retries=0",
+                     # Without these it reaches ab.chatgpt.com (analytics), chatgpt.com and GitHub.
+                     "-c", "analytics.enabled=false", "-c", "check_for_update_on_startup=false",
+                     "-c", "features.plugins=false"),
+               egress_env={"CRUCIBLE_PROVIDER_KEY": PLACEHOLDER_KEY}),
     )
 }
 

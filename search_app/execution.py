@@ -741,7 +741,7 @@ def agent_cli_write(step: Step, spec: SearchSpec, worktree: Path, cancel: thread
     calls = writer.detail.get("egress", {}).get("usage", {}).get("requests", 0)
     return {"receipt": writer, "receipts": [writer.pk], "usage": {**totals, "tokens": tokens},
             "stop": f"the CLI {writer.outcome} after {calls} model call{'s' if calls != 1 else ''}",
-            "transcript": stream_json_transcript(writer.stdout_excerpt)}
+            "transcript": agent_transcript(writer.stdout_excerpt)}
 
 
 def _writer_refused(step: Step, argv: list[str], label: str, error: str) -> dict[str, Any]:
@@ -752,9 +752,10 @@ def _writer_refused(step: Step, argv: list[str], label: str, error: str) -> dict
     return {"receipt": receipt, "receipts": [receipt.pk], "usage": {}, "stop": error}
 
 
-def stream_json_transcript(stdout: str) -> list[dict[str, str]]:
-    """Claude Code's `--output-format stream-json` lines as the transcript LLM writers keep:
-    [{"role": "assistant" | "thinking" | "tool_call" | "tool_result", "text": ...}], bounded."""
+def agent_transcript(stdout: str) -> list[dict[str, str]]:
+    """An agent CLI's JSON lines (Claude Code's `stream-json` events, Codex's `exec --json` items) as
+    the transcript LLM writers keep: [{"role": "assistant" | "thinking" | "tool_call" |
+    "tool_result", "text": ...}], bounded."""
     entries: list[dict[str, str]] = []
 
     def add(role: str, text: Any) -> None:
@@ -767,6 +768,9 @@ def stream_json_transcript(stdout: str) -> list[dict[str, str]]:
             event = json.loads(line)
         except ValueError:
             continue  # the excerpt's cut, or a line that is not an event
+        if isinstance(event, dict) and event.get("type") == "item.completed":
+            _codex_item(event.get("item"), add)
+            continue
         if not isinstance(event, dict) or event.get("type") not in ("assistant", "user"):
             continue
         content = (event.get("message") or {}).get("content")
@@ -791,3 +795,22 @@ def stream_json_transcript(stdout: str) -> list[dict[str, str]]:
         cut = {"role": "assistant", "text": f"… {dropped} entries not kept …"}
         entries = [*entries[:TRANSCRIPT_ENTRIES // 2], cut, *entries[-TRANSCRIPT_ENTRIES // 2:]]
     return entries
+
+
+def _codex_item(item: Any, add: Any) -> None:
+    """One finished Codex item: its message, reasoning, command (and output) or file change."""
+    if not isinstance(item, dict):
+        return
+    kind = item.get("type")
+    if kind == "agent_message":
+        add("assistant", item.get("text", ""))
+    elif kind == "reasoning":
+        add("thinking", item.get("text", ""))
+    elif kind == "command_execution":
+        add("tool_call", {"tool": "shell", "input": item.get("command")})
+        add("tool_result", str(item.get("aggregated_output", "")))
+    elif kind == "file_change":
+        add("tool_call", {"tool": "apply_patch", "input": item.get("changes")})
+        add("tool_result", str(item.get("status", "")))
+    else:
+        add("tool_call", {key: value for key, value in item.items() if key != "id"})

@@ -284,3 +284,18 @@ def aider_script(path: str, old: str, new: str) -> TextScript:
         return "Done." if failed else f"I will change {path}.\n\n{block}"
 
     return script
+
+
+def codex_plan_script(plan: dict[str, tuple[str, str, str]], final: str = "") -> ResponsesScript:
+    """Codex CLI as a search's writer: each candidate (read from the prompt) patches `path` from
+    `old` to `new` as `plan[candidate]` says, then ends its turn with `final` (or "done"). A
+    candidate without a plan only talks."""
+
+    def script(request: dict[str, Any]) -> list[dict[str, Any]]:
+        found = re.search(r"You are (cand_\d+)", json.dumps(request.get("input", "")))
+        candidate = found.group(1) if found else "unknown"
+        if candidate not in plan or tool_outputs(request):
+            return [message_item(final or f"{candidate}: done.")]
+        return codex_script(*plan[candidate])(request)
+
+    return script
