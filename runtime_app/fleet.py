@@ -102,6 +102,25 @@ PRESETS: dict[str, Preset] = {
                      "-c", "analytics.enabled=false", "-c", "check_for_update_on_startup=false",
                      "-c", "features.plugins=false"),
                egress_env={"CRUCIBLE_PROVIDER_KEY": PLACEHOLDER_KEY}),
+        Preset("aider", "agent-cli", "aider in the sandbox, its calls through the egress proxy to an "
+               "OpenAI-compatible chat completions API", key_variable="OPENAI_API_KEY",
+               base_url_variable="OPENAI_BASE_URL", default_base_url="https://api.openai.com/v1",
+               api="openai", cli="aider/bin/aider",
+               # litellm's bundled price table seeds aider's cache, or both fetch it from GitHub;
+               # the history files go to HOME, not the worktree.
+               argv=("/bin/sh", "-c", 'mkdir -p "$HOME/.aider/caches" && '
+                     'cp "$(dirname "$0")"/../lib/python3*/site-packages/litellm/'
+                     'model_prices_and_context_window_backup.json '
+                     '"$HOME/.aider/caches/model_prices_and_context_window.json" && exec "$0" "$@" '
+                     '--chat-history-file "$HOME/chat.md" --input-history-file "$HOME/input.txt"',
+                     "{cli}", "--model", "openai/{model}", "--weak-model", "openai/{model}",
+                     "--edit-format", "diff", "--message-file", "/dev/stdin", "--yes-always", "--no-git",
+                     "--no-auto-commits", "--no-dirty-commits", "--no-gitignore", "--map-tokens", "0",
+                     "--no-check-update", "--no-analytics", "--no-show-release-notes", "--no-pretty",
+                     "--no-fancy-input", "--no-detect-urls", "--disable-playwright",
+                     "--no-show-model-warnings"),
+               env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+               egress_env={"OPENAI_API_BASE": "{url}/v1", "OPENAI_API_KEY": PLACEHOLDER_KEY}),
     )
 }
 

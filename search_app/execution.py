@@ -753,9 +753,9 @@ def _writer_refused(step: Step, argv: list[str], label: str, error: str) -> dict
 
 
 def agent_transcript(stdout: str) -> list[dict[str, str]]:
-    """An agent CLI's JSON lines (Claude Code's `stream-json` events, Codex's `exec --json` items) as
-    the transcript LLM writers keep: [{"role": "assistant" | "thinking" | "tool_call" |
-    "tool_result", "text": ...}], bounded."""
+    """An agent CLI's JSON lines (Claude Code's `stream-json` events, Codex's `exec --json` items), or
+    the end of its plain output (aider), as the transcript LLM writers keep:
+    [{"role": "assistant" | "thinking" | "tool_call" | "tool_result", "text": ...}], bounded."""
     entries: list[dict[str, str]] = []
 
     def add(role: str, text: Any) -> None:
@@ -790,6 +790,8 @@ def agent_transcript(stdout: str) -> list[dict[str, str]]:
                 if isinstance(result, list):
                     result = "\n".join(part.get("text", "") for part in result if isinstance(part, dict))
                 add("tool_result", ("ERROR: " if block.get("is_error") else "") + str(result))
+    if not entries and stdout.strip():  # a CLI that prints only text (aider): its output, once
+        add("assistant", stdout.strip()[-TRANSCRIPT_TEXT:])
     if len(entries) > TRANSCRIPT_ENTRIES:
         dropped = len(entries) - TRANSCRIPT_ENTRIES
         cut = {"role": "assistant", "text": f"… {dropped} entries not kept …"}

@@ -299,3 +299,19 @@ def codex_plan_script(plan: dict[str, tuple[str, str, str]], final: str = "") ->
         return codex_script(*plan[candidate])(request)
 
     return script
+
+
+def aider_plan_script(plan: dict[str, tuple[str, str, str]], final: str = "") -> TextScript:
+    """aider as a search's writer: each candidate (the last "You are cand_N" in the conversation)
+    gets one SEARCH/REPLACE block for `path` from `old` to `new`, as `plan[candidate]` says, and
+    `final` after it. A candidate without a plan only talks."""
+
+    def script(request: dict[str, Any]) -> str:
+        found = re.findall(r"You are (cand_\d+)", json.dumps(request.get("messages", [])))
+        candidate = found[-1] if found else "unknown"
+        if candidate not in plan:
+            return final or f"{candidate}: nothing to do."
+        reply = aider_script(*plan[candidate])(request)
+        return f"{reply}\n{final}" if final else reply
+
+    return script

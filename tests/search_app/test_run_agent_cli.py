@@ -1,4 +1,4 @@
-"""A full search whose writers are a real coding-agent CLI (the `claude-code` and `codex` presets):
+"""A full search whose writers are a real coding-agent CLI (the `claude-code`, `codex` and `aider` presets):
 the CLI runs in the sandbox (bubblewrap), edits the candidate's worktree with its own tools, and
 reaches the loopback fake only through the step's egress proxy, which injects the key and meters
 usage.
@@ -24,7 +24,7 @@ from search_app import services
 from search_app.execution import agent_transcript
 from tests.conftest import service_missing
 from tests.fakes.anthropic_server import FakeAnthropic, claude_code_plan_script
-from tests.fakes.openai_server import FakeOpenAI, codex_plan_script
+from tests.fakes.openai_server import FakeOpenAI, aider_plan_script, codex_plan_script
 from tests.search_app.runs import plan_repo, spec_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,6 +51,8 @@ CASES = {
                         ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"], "/v1/messages", 3),
     "codex": Case("gpt-5.5", "OPENAI_API_KEY", "OPENAI_BASE_URL", "openai", ["CRUCIBLE_PROVIDER_KEY"],
                   "/v1/responses", 2),
+    "aider": Case("fake-gpt", "OPENAI_API_KEY", "OPENAI_BASE_URL", "openai",
+                  ["OPENAI_API_BASE", "OPENAI_API_KEY"], "/v1/chat/completions", 1),
 }
 PLAN = {"cand_001": ("code/answer.py", "    return 2", "    return 5"),
         "cand_002": ("code/answer.py", "    return 2", "    return 9")}
@@ -85,8 +87,10 @@ def fake(monkeypatch, tmp_path, settings, provider):
     server: FakeAnthropic | FakeOpenAI
     if provider == "claude-code":
         server = FakeAnthropic(script=claude_code_plan_script(PLAN, final=FAKE_USAGE))
-    else:
+    elif provider == "codex":
         server = FakeOpenAI(responses_script=codex_plan_script(PLAN, final=FAKE_USAGE))
+    else:
+        server = FakeOpenAI(text_script=aider_plan_script(PLAN, final=FAKE_USAGE))
     with server:
         monkeypatch.setenv(case.url_variable, server.base_url)
         yield server
@@ -134,10 +138,14 @@ def test_an_agent_cli_writes_in_the_sandbox_through_the_egress_proxy(personas, t
         writer = next(w for w in writers if w.label.startswith(candidate.candidate_id))
         assert candidate.cost_microusd == writer.cost_microusd != 987654321
         step = search.steps.get(candidate=candidate, kind="generate")
-        roles = [entry["role"] for entry in step.result["transcript"]]
-        assert "tool_call" in roles and "tool_result" in roles
+        transcript = step.result["transcript"]
         # The CLI ended by saying a usage line; it is in the transcript, and counted nowhere.
-        assert step.result["transcript"][-1]["text"] == FAKE_USAGE
+        if provider == "aider":  # plain text: its output is the transcript
+            assert FAKE_USAGE in transcript[-1]["text"]
+            continue
+        roles = [entry["role"] for entry in transcript]
+        assert "tool_call" in roles and "tool_result" in roles
+        assert transcript[-1]["text"] == FAKE_USAGE
     run.refresh_from_db()
     assert run.spent_cost_microusd == sum(w.cost_microusd for w in writers)
 

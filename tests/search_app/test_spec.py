@@ -174,7 +174,7 @@ def only_error(text: str | bytes) -> SpecError:
          "only `review_only`: a winner is merged only after a person approves it"),
         ({"provider": 'provider = "anthropix"'}, "worker.provider", (9, 1),
          "one of the fleet presets: anthropic, bedrock, openai, deepseek, local, command, claude-code, "
-         "codex"),
+         "codex, aider"),
         ({"model": None}, "worker.model", (8, 1), 'worker.model, e.g. "deepseek-v4-flash"'),
         ({"reasoning_effort": 'reasoning_effort = ["off", "low", "high"]'}, "worker.reasoning_effort",
          (11, 1), "one effort, or exactly one per round"),
