@@ -62,7 +62,7 @@ VARIABLES: tuple[Variable, ...] = (
              "(default: the data dir's locks/)"),
     Variable("CRUCIBLE_STEP_LEASE_SECONDS", "how long a worker's claim on a step lasts unrenewed", "60"),
     Variable("CRUCIBLE_AGENT_CLI_DIR", "where scripts/install_agent_clis.sh put the coding-agent CLIs the "
-             "claude-code and codex presets run", "var/agent-clis"),
+             "claude-code, codex and aider presets run", "var/agent-clis"),
     Variable("CRUCIBLE_PROVIDER_CONCURRENCY", "model calls in flight per provider account, machine-wide",
              "8"),
     Variable("CRUCIBLE_REQUIRED_APPROVALS", "approvals a winner needs before it can be merged", "1"),
