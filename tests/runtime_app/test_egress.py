@@ -378,6 +378,23 @@ def test_the_command_s_exit_code_and_fatal_signal_come_through_the_forwarder(
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_forwarder_sets_the_client_env_with_its_own_url_which_the_env_allow_list_would_refuse(
+        tree, key, anthropic_fake, bubblewrap):
+    client_env = {"ANTHROPIC_BASE_URL": "{url}", "ANTHROPIC_API_KEY": "placeholder"}
+    command = 'echo "$ANTHROPIC_BASE_URL $ANTHROPIC_API_KEY"'
+    with _anthropic(anthropic_fake, client_env=client_env) as proxy:
+        inside = sandbox.run(command, cwd=tree, timeout=30, isolation=bubblewrap, egress=proxy)
+        plain = sandbox.run(command, cwd=tree, timeout=30, isolation=bubblewrap,
+                            env={"ANTHROPIC_BASE_URL": "x"})
+    assert inside.stdout_excerpt == "http://127.0.0.1:8787 placeholder\n"
+    assert inside.detail["egress"]["client_env"] == ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"]
+    assert plain.env_refused == ["ANTHROPIC_BASE_URL"] and plain.stdout_excerpt == " \n"
+    # A client environment that would carry the provider key refuses to start.
+    with pytest.raises(EgressError, match="may not carry the provider key"):
+        _anthropic(anthropic_fake, client_env={"TOKEN": f"x{key}"}).start()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_calls_in_flight_keep_to_the_account_s_concurrency(key, anthropic_fake, data_dir):
     anthropic_fake.fail_next(("slow", 1.0), ("slow", 1.0))
     statuses: list[int] = []

@@ -51,6 +51,23 @@ def test_a_cloud_provider_without_its_key_is_named_with_the_variable_to_set(monk
     assert provider_problems("command") == []
 
 
+def test_an_agent_cli_preset_needs_its_cli_installed_and_its_provider_s_key(monkeypatch, settings, tmp_path):
+    import dataclasses
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-0123456789")
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, agent_cli_dir=tmp_path / "clis")
+    [problem] = provider_problems("claude-code")
+    assert f"{tmp_path / 'clis'}/node_modules/.bin/claude is not installed" in problem
+    assert "scripts/install_agent_clis.sh" in problem and "CRUCIBLE_AGENT_CLI_DIR" in problem
+    claude = tmp_path / "clis" / "node_modules" / ".bin" / "claude"
+    claude.parent.mkdir(parents=True)
+    claude.write_text("#!/bin/sh\n")
+    assert provider_problems("claude-code") == []
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    [problem] = provider_problems("claude-code")
+    assert "no ANTHROPIC_API_KEY is set" in problem
+
+
 def test_a_local_server_must_answer_a_connect_and_needs_no_key(monkeypatch):
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     monkeypatch.setenv("LOCAL_LLM_BASE_URL", url)
