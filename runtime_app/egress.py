@@ -492,10 +492,11 @@ class _Handler(BaseHTTPRequestHandler):
             entry["latency_seconds"] = round(time.monotonic() - started, 6)
             proxy._record(entry)
 
-    def _refuse(self, entry: dict[str, Any], status: int, kind: str, reason: str) -> None:
+    def _refuse(self, entry: dict[str, Any], status: int, kind: str, reason: str,
+                headers: Sequence[tuple[str, str]] = ()) -> None:
         entry.update(status=status, refused=reason)
         body = _error_body(kind, reason)
-        self._answer(status, body)
+        self._answer(status, body, headers)
         entry["bytes_out"] = len(body)
 
     def _answer(self, status: int, body: bytes, headers: Sequence[tuple[str, str]] = ()) -> None:
@@ -554,7 +555,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(entry, 503, "cancelled", "the step was cancelled")
             return
         if spent := proxy._budget_spent():
-            self._refuse(entry, 429, "budget_exceeded", spent)
+            # The Anthropic and OpenAI SDKs (so Claude Code) honour x-should-retry: a spent budget
+            # does not come back, so a client need not back off and ask again.
+            self._refuse(entry, 429, "budget_exceeded", spent, [("x-should-retry", "false")])
             return
         headers = {name: value for name, value in self.headers.items() if name.lower() not in _DROP_REQUEST}
         if any(name.lower() in ("authorization", "x-api-key", "api-key", "cookie") for name in self.headers):

@@ -177,3 +177,27 @@ def test_the_agent_transcript_is_the_llm_writers_shape_and_bounded():
         {"role": "tool_result", "text": "1 def a()"}]
     many = "\n".join(['{"type": "assistant", "message": {"content": "x"}}'] * 1000)
     assert len(agent_transcript(many)) == 401
+
+
+def test_an_agent_cli_writer_stops_at_its_budget_reservation(personas, tmp_path, provider, fake):
+    """The proxy refuses the call after the one that spent the step's reservation; the CLI's work
+    stops there, and the search is charged at most the reservation."""
+    if provider != "claude-code":
+        pytest.skip("one CLI is enough to show the proxy's refusal reaches the writer")
+    budget = "[budget]\nmax_cost_microusd = 20000\n"  # less than Claude Code's first call
+    repo = plan_repo(tmp_path / "repo", {})
+    search = services.search_freeze(personas.owner, personas.alpha,
+                                    agent_spec(provider, population=2, rounds=[2, 1], budget=budget), "HEAD",
+                                    repository_path=str(repo))
+    services.search_start(personas.owner, search, enqueue=False)
+    run = services.search_run_inline(search)
+    writers = list(Receipt.objects.filter(label__endswith=" writer"))
+    assert writers
+    for writer in writers:
+        records = writer.detail["egress"]["records"]
+        assert records[0]["status"] == 200 and records[-1]["status"] == 429
+        assert "budget is spent" in records[-1]["refused"]
+        assert writer.cost_microusd == records[0]["cost_microusd"]  # refused calls cost nothing
+    run.refresh_from_db()
+    assert run.spent_cost_microusd <= 20000
+    assert all("changed nothing" in c.reason for c in search.candidates.exclude(number=0))
