@@ -286,19 +286,23 @@ def claude_code_script(path: str, old: str, new: str) -> Script:
     return script
 
 
-def claude_code_plan_script(plan: dict[str, tuple[str, str, str]], final: str = "") -> Script:
+def claude_code_plan_script(plan: dict[str, tuple[str, str, str]], final: str = "",
+                            refined: dict[str, tuple[str, str, str]] | None = None) -> Script:
     """Claude Code as a search's writer: each candidate (read from the prompt) Reads then Edits
-    `path` (relative to the working directory its prompt's environment section names) from `old` to `new`, as
-    `plan[candidate]` says, then ends its turn with `final` (or "done"). A candidate without a
-    plan only talks."""
+    `path` (relative to the working directory its prompt's environment section names) from `old`
+    to `new`, as `plan[candidate]` says (`refined[candidate]` when the prompt says its patch is
+    already applied), then ends its turn with `final` (or "done"). A candidate without a plan
+    only talks."""
 
     def script(request: dict[str, Any], candidate: str) -> list[dict[str, Any]]:
         if "Edit" not in {tool.get("name") for tool in request.get("tools", [])}:
             return [{"type": "text", "text": "ok"}]
         found = re.search(r"[Ww]orking directory: ([^\s\\\\\"]+)", json.dumps(request))
-        if candidate not in plan or not found:
+        refining = "is already applied in your working directory" in json.dumps(request["messages"][0])
+        plan_now = (refined or {}) if refining else plan
+        if candidate not in plan_now or not found:
             return [{"type": "text", "text": final or f"{candidate}: nothing to do."}]
-        path, old, new = plan[candidate]
+        path, old, new = plan_now[candidate]
         return claude_code_script(f"{found.group(1)}/{path}", old, new)(request, candidate) \
             if len(tool_results(request)) < 2 else [{"type": "text", "text": final or "done"}]
 

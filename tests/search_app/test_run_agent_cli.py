@@ -201,3 +201,28 @@ def test_an_agent_cli_writer_stops_at_its_budget_reservation(personas, tmp_path,
     run.refresh_from_db()
     assert run.spent_cost_microusd <= 20000
     assert all("changed nothing" in c.reason for c in search.candidates.exclude(number=0))
+
+
+def test_a_promoted_candidate_s_agent_cli_refines_its_own_patch(personas, tmp_path, settings, monkeypatch,
+                                                                 provider):
+    """In a later round the CLI runs on the worktree with the candidate's patch applied, told so."""
+    if provider != "claude-code":
+        pytest.skip("one CLI is enough for the refinement path")
+    settings.DATA_DIR = tmp_path / "data"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    refined = {"cand_002": ("code/answer.py", "    return 9", "    return 11")}
+    with FakeAnthropic(script=claude_code_plan_script(PLAN, refined=refined)) as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        repo = plan_repo(tmp_path / "repo", {})
+        search = services.search_freeze(personas.owner, personas.alpha,
+                                        agent_spec(provider, population=2, rounds=[2, 1], refine=True),
+                                        "HEAD", repository_path=str(repo))
+        services.search_start(personas.owner, search, enqueue=False)
+        run = services.search_run_inline(search)
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_002"
+    winner = search.candidates.get(candidate_id="cand_002")
+    assert b"+    return 11" in bytes(winner.patch) and winner.patch_round == 1
+    refining = search.steps.get(candidate=winner, kind="generate", round=1)
+    assert refining.result["refining"].startswith("Your patch from round 0 is already applied")
+    writer = Receipt.objects.get(label="cand_002 writer", pk__in=refining.result["receipts"])
+    assert writer.detail["egress"]["records"] and writer.cost_microusd > 0
