@@ -179,11 +179,10 @@ def test_the_agent_transcript_is_the_llm_writers_shape_and_bounded():
     assert len(agent_transcript(many)) == 401
 
 
+@pytest.mark.parametrize("provider", ["claude-code"], indirect=True)  # one CLI shows the refusal reaches it
 def test_an_agent_cli_writer_stops_at_its_budget_reservation(personas, tmp_path, provider, fake):
     """The proxy refuses the call after the one that spent the step's reservation; the CLI's work
     stops there, and the search is charged at most the reservation."""
-    if provider != "claude-code":
-        pytest.skip("one CLI is enough to show the proxy's refusal reaches the writer")
     budget = "[budget]\nmax_cost_microusd = 20000\n"  # less than Claude Code's first call
     repo = plan_repo(tmp_path / "repo", {})
     search = services.search_freeze(personas.owner, personas.alpha,
@@ -203,11 +202,10 @@ def test_an_agent_cli_writer_stops_at_its_budget_reservation(personas, tmp_path,
     assert all("changed nothing" in c.reason for c in search.candidates.exclude(number=0))
 
 
+@pytest.mark.parametrize("provider", ["claude-code"], indirect=True)  # the same generate path for each CLI
 def test_a_promoted_candidate_s_agent_cli_refines_its_own_patch(personas, tmp_path, settings, monkeypatch,
                                                                  provider):
     """In a later round the CLI runs on the worktree with the candidate's patch applied, told so."""
-    if provider != "claude-code":
-        pytest.skip("one CLI is enough for the refinement path")
     settings.DATA_DIR = tmp_path / "data"
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     refined = {"cand_002": ("code/answer.py", "    return 9", "    return 11")}
