@@ -730,7 +730,7 @@ def agent_cli_write(step: Step, spec: SearchSpec, worktree: Path, cancel: thread
     try:
         writer = _run(step, argv, label, cwd=worktree, timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel,
                       env={**env, **preset.env}, stdin=prompt.encode(),
-                      readable=[*readable_for(spec, "worker"), cli_dir],
+                      readable=[*readable_for(spec, "worker"), cli_dir, *_venv_bases(cli_dir)],
                       limits=Limits(output_bytes=AGENT_CLI_OUTPUT_BYTES), egress=proxy)
     finally:
         proxy.close()
@@ -742,6 +742,22 @@ def agent_cli_write(step: Step, spec: SearchSpec, worktree: Path, cancel: thread
     return {"receipt": writer, "receipts": [writer.pk], "usage": {**totals, "tokens": tokens},
             "stop": f"the CLI {writer.outcome} after {calls} model call{'s' if calls != 1 else ''}",
             "transcript": agent_transcript(writer.stdout_excerpt)}
+
+
+def _venv_bases(cli_dir: Path) -> list[Path]:
+    """The Python installations the Python venvs under `cli_dir` (aider's) were made from: their
+    interpreters are symlinks there, so the sandbox must show them too."""
+    from runtime_app.sandbox import SYSTEM_DIRS
+
+    bases = []
+    for config in cli_dir.glob("*/pyvenv.cfg"):
+        for line in config.read_text(errors="replace").splitlines():
+            name, _, value = line.partition("=")
+            if name.strip() == "home" and value.strip():
+                base = Path(value.strip()).resolve().parent
+                if base.is_dir() and not any(Path(root) in (base, *base.parents) for root in SYSTEM_DIRS):
+                    bases.append(base)
+    return bases
 
 
 def _writer_refused(step: Step, argv: list[str], label: str, error: str) -> dict[str, Any]:
