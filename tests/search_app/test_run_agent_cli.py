@@ -224,3 +224,20 @@ def test_a_promoted_candidate_s_agent_cli_refines_its_own_patch(personas, tmp_pa
     assert refining.result["refining"].startswith("Your patch from round 0 is already applied")
     writer = Receipt.objects.get(label="cand_002 writer", pk__in=refining.result["receipts"])
     assert writer.detail["egress"]["records"] and writer.cost_microusd > 0
+
+
+@pytest.mark.parametrize("provider", ["claude-code"], indirect=True)
+def test_without_the_provider_s_key_no_cli_runs_and_the_receipt_says_why(personas, tmp_path, settings,
+                                                                          monkeypatch, provider):
+    settings.DATA_DIR = tmp_path / "data"
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    repo = plan_repo(tmp_path / "repo", {})
+    search = services.search_freeze(personas.owner, personas.alpha,
+                                    agent_spec(provider, population=2, rounds=[2, 1]), "HEAD",
+                                    repository_path=str(repo))
+    services.search_start(personas.owner, search, enqueue=False)  # started anyway
+    run = services.search_run_inline(search)
+    assert run.outcome != "winner"
+    writers = list(Receipt.objects.filter(label__endswith=" writer"))
+    assert len(writers) == 2 and all("no provider key: set ANTHROPIC_API_KEY" in w.error for w in writers)
+    assert all("changed nothing" in c.reason for c in search.candidates.exclude(number=0))
