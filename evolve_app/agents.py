@@ -343,7 +343,7 @@ class ReferenceLLMAgent(BaseAgent):
         effort = str(self._setting("effort", "off"))
         model = self._setting("model") or (preset.default_model if preset else "")
         problem = ""
-        if preset is None or preset.kind == "command":
+        if preset is None or preset.kind in ("command", "agent-cli"):  # this agent runs its own tool loop
             problem = f"preset {preset_name!r} is not a model provider (use anthropic, bedrock, openai, ...)"
         elif not model:
             problem = "no model: set agent.model in manifest.yaml"

@@ -1572,7 +1572,7 @@ def spec_draft_write(user: Any, project: Project, description: str) -> tuple[str
                                               "and the provider's key."})
     preset_name, model = configured.split(":", 1)
     preset = PRESETS.get(preset_name)
-    if preset is None or preset.kind == "command":
+    if preset is None or preset.kind in ("command", "agent-cli"):  # drafting calls the model itself
         raise ValidationError({"description": f"CRUCIBLE_DRAFT_MODEL names {preset_name!r}, "
                                               "not an LLM preset."})
     prefix = (DRAFT_INSTRUCTIONS + "\n# The spec reference\n\n" + spec_reference_markdown()

@@ -232,6 +232,8 @@ def test_a_failed_model_call_is_the_trajectory_s_error_without_the_key(reference
     assert KEY not in json.dumps(asdict(trajectory))
     not_a_provider = ReferenceLLMAgent(reference, preset="command").solve(Task("t-1", "x"))
     assert "preset 'command' is not a model provider" in not_a_provider.error
+    a_cli = ReferenceLLMAgent(reference, preset="claude-code", model="x").solve(Task("t-1", "x"))
+    assert "preset 'claude-code' is not a model provider" in a_cli.error
 
 
 @pytest.mark.django_db
