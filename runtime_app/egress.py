@@ -217,6 +217,8 @@ class EgressProxy:
         self.directory: Path | None = None
         self._key: str | None = None
         self._lock = threading.Lock()
+        self._quiet = threading.Condition(self._lock)
+        self._serving_count = 0  # requests being served: their records are not written yet
         self._records: list[dict[str, Any]] = []
         self._spent_cost = self._spent_tokens = 0
         self._idle: list[http.client.HTTPConnection] = []
@@ -352,6 +354,17 @@ class EgressProxy:
         if not charged:
             self._charge(entry)
 
+    def _serving(self, change: int) -> None:
+        with self._quiet:
+            self._serving_count += change
+            self._quiet.notify_all()
+
+    def settle(self, timeout: float = 10.0) -> bool:
+        """Wait until no request is being served, so the records are whole: a client that has
+        read its last answer can exit before the proxy has written that call's record."""
+        with self._quiet:
+            return self._quiet.wait_for(lambda: self._serving_count == 0, timeout)
+
     def _charge(self, entry: dict[str, Any]) -> None:
         """Count a call against the budget; done before the client sees the end of its answer, so
         a client that waits for one answer before the next call can never slip past the budget."""
@@ -478,6 +491,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _proxy(self) -> None:
         proxy = self.server.proxy
+        proxy._serving(+1)
+        try:
+            self._proxy_serve(proxy)
+        finally:
+            proxy._serving(-1)
+
+    def _proxy_serve(self, proxy: EgressProxy) -> None:
         started = time.monotonic()
         entry: dict[str, Any] = {"method": self.command, "path": self.path.partition("?")[0][:300],
                                  "status": 0, "bytes_in": 0, "bytes_out": 0, "model": "",

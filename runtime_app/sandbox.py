@@ -1184,6 +1184,7 @@ def run(
     measured_by = "cgroup" if accounting and figures is not None and cgroups is not None else "rusage"
     totals: dict = {}
     if egress is not None:  # what its model calls through the proxy used and cost
+        egress.settle()  # the last call's record may still be being written
         spent = egress.usage(egress_mark)
         totals = {name: spent[name] for name in ("input_tokens", "output_tokens", "cache_write_tokens",
                                                   "cache_read_tokens", "cost_microusd")}
