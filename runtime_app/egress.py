@@ -315,13 +315,14 @@ class EgressProxy:
 
     @property
     def records(self) -> list[dict[str, Any]]:
-        """One entry per request so far, in the order they ended."""
+        """One entry per request so far, in the order they arrived."""
         return self.records_since(0)
 
     def records_since(self, mark: int) -> list[dict[str, Any]]:
         """The entries after the first `mark` (a command's own, with `mark = len(proxy.records)`)."""
-        with self._lock:
-            return [dict(record) for record in self._records[mark:]]
+        with self._lock:  # a call still being served shows what is known of it so far
+            return [{key: value for key, value in record.items() if not key.startswith("_")}
+                    for record in self._records[mark:]]
 
     def usage(self, mark: int = 0) -> dict[str, Any]:
         """Totals over the requests (after `mark`): counts, tokens, cost, and the price tables used."""
@@ -347,11 +348,14 @@ class EgressProxy:
     def allowed(self) -> list[str]:
         return sorted(f"{method} /{path}" for method, path in self.rules)
 
-    def _record(self, entry: dict[str, Any]) -> None:
-        charged = entry.pop("_charged", False)
+    def _open(self, entry: dict[str, Any]) -> None:
+        """A call's record takes its place when the call arrives, so records keep the calls' order
+        (a refusal answered at once must not come before the call that spent the budget)."""
         with self._lock:
             self._records.append(entry)
-        if not charged:
+
+    def _record(self, entry: dict[str, Any]) -> None:
+        if not entry.pop("_charged", False):
             self._charge(entry)
 
     def _serving(self, change: int) -> None:
@@ -503,6 +507,7 @@ class _Handler(BaseHTTPRequestHandler):
                                  "status": 0, "bytes_in": 0, "bytes_out": 0, "model": "",
                                  "input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0,
                                  "cache_write_tokens": 0, "cost_microusd": 0, "retries": 0}
+        proxy._open(entry)
         try:
             self._handle(proxy, entry)
         except (BrokenPipeError, ConnectionResetError):
