@@ -5,11 +5,8 @@ same service from the page, the API and the CLI."""
 
 from __future__ import annotations
 
-import io
-
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.management import call_command
 
 from runtime_app import roles
 from runtime_app.models import AuditEntry, ProjectMembership, Receipt
@@ -17,6 +14,7 @@ from search_app import selectors, services
 from search_app.models import SearchRun, Step
 from tests.conftest import login, make_user, text_of
 from tests.search_app.runs import fates, frozen, run_inline
+from tests.search_app.test_review_api import cli
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -179,16 +177,6 @@ def test_a_search_with_no_winner_cannot_be_sent_back(personas, tmp_path, data_di
         services.search_revise(personas.owner, search, enqueue=False)
 
 
-def _cli(user, *args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        call_command("search", *args, "--user", user.username, stdout=out, stderr=err)
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    return code, out.getvalue(), err.getvalue()
-
-
 def test_page_api_and_cli_send_it_back_through_the_same_service_with_the_same_refusals(
         personas, approver, tmp_path, data_dir):
     search, winner = _finished(personas, tmp_path, 11)
@@ -198,8 +186,8 @@ def test_page_api_and_cli_send_it_back_through_the_same_service_with_the_same_re
     assert refusal in text_of(page)
     answer = login(personas.member).post(api_url, {"note": ""}, content_type="application/json")
     assert answer.status_code == 400 and refusal in answer.json()["detail"]
-    code, _, err = _cli(personas.member, "revise", search.search_id)
-    assert code == 1 and refusal in err
+    done = cli(personas.member, "revise", search.search_id)
+    assert done.code == 1 and refusal in done.err
     viewer = make_user("viewer")
     ProjectMembership.objects.create(project=personas.alpha, user=viewer, role=roles.VIEWER)
     assert login(viewer).post(api_url, {}, content_type="application/json").status_code == 403
@@ -226,9 +214,9 @@ def test_page_api_and_cli_send_it_back_through_the_same_service_with_the_same_re
 def test_the_cli_sends_it_back_and_runs_the_revision_to_its_end(personas, approver, tmp_path, data_dir):
     search, winner = _finished(personas, tmp_path, 11)
     _changes_requested(search, winner, approver, personas)
-    code, out, _ = _cli(personas.member, "revise", search.search_id, "--note", "Aim for 11.")
-    assert code == 0, out
-    assert f"{search.search_id}: revision 1: its writer answers the changes requested" in out
+    done = cli(personas.member, "revise", search.search_id, "--note", "Aim for 11.")
+    assert done.code == 0, done.err
+    assert f"{search.search_id}: revision 1: its writer answers the changes requested" in done.out
     winner.refresh_from_db()
     assert "+    return 11" in _answer(winner) and winner.state == "winner"
     revision = selectors.revisions_of(search)[0]
