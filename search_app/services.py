@@ -1353,7 +1353,6 @@ def _replay_verdict(step: Any, candidate: Any, result: dict) -> tuple[bool | Non
     from search_app.execution import search_spec
     from search_app.measurement import (
         median_interval,
-        min_blocks,
         paired_ratios,
         replay_consistent,
         replay_undecided,
@@ -1381,7 +1380,7 @@ def _replay_verdict(step: Any, candidate: Any, result: dict) -> tuple[bool | Non
         ceiling = spec.score.trials_ceiling
         if not passed and replay_undecided(won, replayed, direction) and len(values) < ceiling:
             # As at a round's cut: the noise decides nothing; more blocks do, within the ceiling.
-            more = min(ceiling - len(values), max(spec.score.trials, min_blocks(spec.score.confidence)))
+            more = _replay_more_blocks(spec, len(values))
             return None, why.replace("the replay no longer beats the baseline",
                                      f"not yet told apart from the baseline; {more} more block(s)"), more
         return passed, why, 0
@@ -1392,6 +1391,14 @@ def _replay_verdict(step: Any, candidate: Any, result: dict) -> tuple[bool | Non
     return (*replay_within_band(earlier, statistics.median(values.values()), spec.score.replay_tolerance), 0)
 
 
+def _replay_more_blocks(spec: Any, have: int) -> int:
+    """Blocks to add to a replay that cannot decide yet: enough to decide at its confidence, in
+    steps of `trials`, never past the ceiling."""
+    from search_app.measurement import min_blocks
+
+    return min(spec.score.trials_ceiling - have, max(spec.score.trials, min_blocks(spec.score.confidence)))
+
+
 def _revision_verdict(spec: Any, values: dict[int, float], base: dict[int, float], paired: bool
                       ) -> tuple[bool | None, str, int]:
     """(passed, why, more blocks) for a revised patch: it must beat the baseline it ran beside,
@@ -1399,7 +1406,6 @@ def _revision_verdict(spec: Any, values: dict[int, float], base: dict[int, float
     `absolute` scoring, by its median."""
     from search_app.measurement import (
         median_interval,
-        min_blocks,
         paired_ratios,
         revision_beats,
         revision_beats_absolute,
@@ -1412,7 +1418,7 @@ def _revision_verdict(spec: Any, values: dict[int, float], base: dict[int, float
         revised = median_interval(paired_ratios(values, base), spec.score.confidence)
         passed, why = revision_beats(revised, direction)
         if not passed and revised.low <= 1.0 <= revised.high and len(values) < ceiling:
-            more = min(ceiling - len(values), max(spec.score.trials, min_blocks(spec.score.confidence)))
+            more = _replay_more_blocks(spec, len(values))
             return None, f"{why} yet; {more} more block(s)", more
         return passed, why, 0
     return (*revision_beats_absolute(list(values.values()), list(base.values()), direction), 0)
