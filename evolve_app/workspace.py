@@ -73,6 +73,11 @@ _OPTIONAL_KEYS = ("name", "version", "contract_version")
 _MAX_YAML_BYTES = 256 * 1024
 _MAX_YAML_NODES = 20_000  # an alias "billion laughs" stops here instead of exhausting memory
 _GITLINK = 0o160000
+# Size limits (import, engines and pages): a workspace is prompts, skills and memory, not data.
+MAX_FILE_BYTES = 4 * 1024 * 1024  # any one file
+MAX_WORKSPACE_BYTES = 64 * 1024 * 1024  # all files outside evolution/
+MAX_MEMORY_LINES = 100_000  # one memory/<category>.jsonl
+PAGE_FILE_CHARS = 200_000  # what a page shows of a file before it offers the download
 
 
 class WorkspaceError(ValueError):
