@@ -67,8 +67,36 @@ class EvolutionEngine:
     def step(self, workspace: Any, observations: list[Observation], history: Any, trial: Any) -> StepResult:
         raise NotImplementedError
 
-    def on_cycle_end(self, accepted: bool) -> None:  # optional callback
+    def on_cycle_end(self, accepted: bool, score: float = 0.0) -> None:
+        """Optional: called once each cycle is decided (not while it waits for review), with
+        whether its mutation was kept and the cycle's train score (A-Evolve's signature)."""
         return None
+
+
+def cycle_end_takes_score(engine: Any) -> bool:
+    """Whether `engine.on_cycle_end` takes the score too (A-Evolve's `(accepted, score)`), or
+    only `accepted` (engines written before): its signature, inspected once."""
+    method = getattr(engine, "on_cycle_end", None)
+    if method is None:
+        return False
+    try:
+        parameters = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    positional = [p for p in parameters
+                  if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
+
+
+def cycle_end_call(engine: Any, accepted: bool, score: float, takes_score: bool | None = None) -> None:
+    """`engine.on_cycle_end(accepted, score)`, or `(accepted)` for an engine whose callback takes
+    one argument; nothing for an engine without one."""
+    if not hasattr(engine, "on_cycle_end"):
+        return
+    if takes_score if takes_score is not None else cycle_end_takes_score(engine):
+        engine.on_cycle_end(accepted, score)
+    else:
+        engine.on_cycle_end(accepted)
 
 
 class TextbookEngine(EvolutionEngine):
@@ -707,8 +735,8 @@ class AdaptiveEvolutionEngine(EvolutionEngine):
                    f"via {self.inner_name}: {result.summary}")
         return StepResult(result.mutated, summary[:500], metadata)
 
-    def on_cycle_end(self, accepted: bool) -> None:
-        self.inner.on_cycle_end(accepted)
+    def on_cycle_end(self, accepted: bool, score: float = 0.0) -> None:
+        cycle_end_call(self.inner, accepted, score)
 
 
 # ---------------------------------------------------------------------------------------- adaptive skill

@@ -2,14 +2,18 @@
 
 What lives in git is answered here: diffs between snapshots, a file at a snapshot, the log of
 `evo-N` / `pre-evo-N` tags, what each cycle changed per layer, and rollback (a new commit, never
-a rewrite). What lives in the database (observations, the score curve) is not: the seed's
-`get_observations` and `get_score_curve` are the evolution run's selectors, and
-`score_curve(cycles)` below only shapes records a caller already loaded.
+a rewrite). Observations come from the JSONL batches every cycle writes before its engine runs
+(`evolution/observations/batch_<cycle>.jsonl`, by the Python Evolver and the services alike), so
+`get_observations(last_n_cycles=2)` during cycle N holds cycles N-1 and N, as in A-Evolve; the
+score curve comes from the run's recorded cycles. A-Evolve's other calls are here too:
+`latest_cycle`, `list_versions`, `get_version_log`, `get_summary_stats`.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import statistics
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -20,6 +24,7 @@ from dulwich.objects import Commit, Tag
 from evolve_app.workspace import (
     DEFAULT_AUTHOR,
     DRAFTS_DIR,
+    EXCLUDED_DIR,
     WorkspaceError,
     _ref,
     _repo,
@@ -32,6 +37,7 @@ from evolve_app.workspace import (
 from runtime_app.git import file_at
 
 _SNAPSHOT_TAG = re.compile(r"(pre-)?evo-(\d{1,9})")
+_BATCH_FILE = re.compile(r"batch_(\d{1,9})(?:_(\d{1,9}))?\.jsonl")  # batch_<cycle> (or <run>_<cycle>)
 _SKILL_FILE = re.compile(r"skills/([^/]+)/SKILL\.md")
 _DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-color", "--no-renames", "--src-prefix=a/",
                  "--dst-prefix=b/", "--unified=3", "--submodule=short")
@@ -154,23 +160,81 @@ class EvolutionHistory:
         return sorted(points)
 
     def get_observations(self, last_n_cycles: int | None = None, only_failures: bool = False) -> list[dict]:
-        """Observations recorded for this workspace's agent (seed format), newest cycles last."""
-        from evolve_app.models import Cycle, ObservationRecord
-
-        cycles = Cycle.objects.filter(run__agent__path=str(self.root)).order_by("-run_id", "-number")
+        """Observation records (seed format) of the last `last_n_cycles` cycles that wrote a batch
+        (all when None), oldest cycle first; during a cycle its own batch is already there."""
+        batches = self._batches()
         if last_n_cycles is not None:
-            cycles = cycles[:last_n_cycles]
-        records = ObservationRecord.objects.filter(cycle__in=list(cycles), split="train")
-        if only_failures:
-            records = records.filter(success=False)
-        return [record.as_record() for record in records.order_by("cycle__run_id", "cycle__number", "id")]
+            batches = batches[-last_n_cycles:] if last_n_cycles > 0 else []
+        records = []
+        for _, batch in batches:
+            for line in batch.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(record, dict) and not (only_failures and record.get("success")):
+                    records.append(record)
+        return records
+
+    def get_summary_stats(self) -> dict[str, Any]:
+        """{total, success_rate, avg_score} over every recorded observation (A-Evolve's call)."""
+        records = self.get_observations()
+        if not records:
+            return {"total": 0, "success_rate": 0.0, "avg_score": 0.0}
+        scores = [float(r.get("score") or 0.0) for r in records]
+        successes = sum(1 for r in records if r.get("success"))
+        return {"total": len(records), "success_rate": successes / len(records),
+                "avg_score": statistics.fmean(scores)}
 
     def get_score_curve(self) -> list[tuple[int, float]]:
-        """(cycle, train score) of this agent's latest run."""
+        """(cycle, train score) of this agent's latest recorded run; without one (e.g. the Python
+        Evolver alone), of every cycle that wrote an observation batch."""
         from evolve_app.models import Cycle
 
         latest = Cycle.objects.filter(run__agent__path=str(self.root)).order_by("-run_id").first()
-        return self.score_curve(Cycle.objects.filter(run_id=latest.run_id)) if latest else []
+        if latest is not None:
+            return self.score_curve(Cycle.objects.filter(run_id=latest.run_id))
+        curve = []
+        for number, batch in self._batches():
+            scores = []
+            for line in batch.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    scores.append(float(json.loads(line).get("score") or 0.0))
+                except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
+                    continue
+            if scores:
+                curve.append((number, round(statistics.fmean(scores), 6)))
+        return curve
+
+    @property
+    def latest_cycle(self) -> int:
+        """The highest cycle with an `evo-N` snapshot (0 before any): during cycle N, N-1."""
+        return max((v["cycle"] for v in self.version_log() if v["kind"] == "post"), default=0)
+
+    def list_versions(self) -> list[str]:
+        """The `evo-N` tags, newest first (A-Evolve's call)."""
+        return [v["tag"] for v in reversed(self.version_log()) if v["kind"] == "post"]
+
+    def get_version_log(self, n: int = 30) -> str:
+        """`git log --oneline` of the workspace, its last `n` commits (A-Evolve's call)."""
+        out = workspace_git(self.root, ["log", "--oneline", "--no-decorate", f"-n{max(1, int(n))}"])
+        return out.decode("utf-8", "replace")
+
+    def _batches(self) -> list[tuple[int, Path]]:
+        """(cycle, file) of each observation batch, by cycle; a cycle's batch_<cycle>.jsonl wins
+        over an older batch_<run>_<cycle>.jsonl."""
+        folder = self.root / EXCLUDED_DIR / "observations"
+        found: dict[int, tuple[bool, Path]] = {}
+        if folder.is_dir() and not folder.is_symlink():
+            for entry in folder.iterdir():
+                match = _BATCH_FILE.fullmatch(entry.name)
+                if not match or entry.is_symlink() or not entry.is_file():
+                    continue
+                number = int(match.group(2) or match.group(1))
+                newest = match.group(2) is None
+                if number not in found or (newest and not found[number][0]):
+                    found[number] = (newest, entry)
+        return [(number, found[number][1]) for number in sorted(found)]
 
     def head(self) -> dict[str, Any]:
         """The commit HEAD names: its sha, its subject, and the ref a rollback commit restored

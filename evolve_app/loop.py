@@ -5,15 +5,24 @@ lets the engine mutate the workspace (with a trial runner), reverts edits outsid
 records the cycle, reloads the agent and checks convergence.
 
 What upstream leaves undone is done here: convergence really uses `egl_threshold`, the
-evolvable layers are enforced, a holdout gate can roll a mutation back, and a failed engine
-or cycle leaves the workspace at `pre-evo-N` while the run goes on.
+evolvable layers are enforced (and symlinks, special files and oversized files are reverted
+wherever an engine writes them), a holdout gate can roll a mutation back, and a failed engine
+or cycle leaves the workspace's files at `pre-evo-N` (HEAD agreeing) while the run goes on.
+
+Each cycle's train observations are written, before the engine runs, as the JSONL batch
+`evolution/observations/batch_<cycle>.jsonl` (A-Evolve's place and record format): by the
+Python Evolver and by the services alike, and `EvolutionHistory.get_observations` reads them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import re
+import stat
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +30,24 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evolve_app.agents import BaseAgent, agent_for
+from evolve_app.benchmarks import benchmark_get
+from evolve_app.engines import cycle_end_call, cycle_end_takes_score, engine_get
+from evolve_app.history import EvolutionHistory
 from evolve_app.types import Feedback, Observation, Task, Trajectory
+from evolve_app.workspace import (
+    EXCLUDED_DIR,
+    MAX_FILE_BYTES,
+    MAX_MEMORY_LINES,
+    AgentWorkspace,
+    _empty_dirs_remove,
+    workspace_changes,
+    workspace_git,
+    workspace_import,
+    workspace_restore,
+    workspace_rollback,
+    workspace_snapshot,
+)
 
 logger = logging.getLogger(__name__)
 LAYERS = ("prompts", "skills", "memory", "tools")
@@ -39,7 +65,7 @@ class EvolveConfig(BaseModel):
     egl_window: int = Field(3, ge=2, le=100, description="cycles in the convergence window")
     concurrency: int = Field(4, ge=1, le=16, description="tasks solved at once")
     review_mode: bool = Field(False, description="each mutation waits for an approver")
-    engine_options: dict[str, str | int | float] = Field(
+    engine_options: dict[str, str | bool | int | float] = Field(
         default_factory=dict, description="the engine's own settings, e.g. {preset, model} for skillforge")
 
 
@@ -63,6 +89,7 @@ class CycleResult:
     reason: str = ""
     observations: list[Observation] = field(default_factory=list)
     holdout_observations: list[Observation] = field(default_factory=list)
+    stop: bool = False  # the engine asked to end the run after this cycle
 
 
 @dataclass
@@ -71,28 +98,67 @@ class EvolutionResult:
     converged: bool
     reason: str
     paused_for_review: bool = False
+    stopped: bool = False  # the engine asked to stop (StepResult.stop)
 
     @property
     def score_curve(self) -> list[tuple[int, float | None]]:
         return [(cycle.number, cycle.score) for cycle in self.cycles]
 
 
+OBSERVATIONS_DIR = f"{EXCLUDED_DIR}/observations"
+STOP_REASON = "the engine asked to stop"
+_TAG = re.compile(r"(?:pre-)?evo-(\d{1,9})")
+
+
+def observations_write(path: str | Path, number: int, observations: list[Observation]) -> Path:
+    """Cycle `number`'s train observations as `evolution/observations/batch_<number>.jsonl`, one
+    seed-format record a line (Observation.as_record); the one writer the Python Evolver and the
+    services share. Outside the workspace's git history. Returns the file."""
+    folder = Path(path) / OBSERVATIONS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    batch = folder / f"batch_{number:04d}.jsonl"
+    lines = (json.dumps(o.as_record(), ensure_ascii=False, default=str) + "\n" for o in observations)
+    temporary = batch.with_name(f".{batch.name}.tmp")
+    temporary.write_text("".join(lines))
+    os.replace(temporary, batch)
+    return batch
+
+
+def next_cycle_number(path: str | Path) -> int:
+    """One past the highest pre-evo-N or evo-N tag of the workspace (a crashed cycle's tag counts
+    too): cycle numbers run on across runs, and a tag is never made twice."""
+    numbers = [int(match.group(1)) for name in workspace_git(Path(path), ["tag", "--list"]).decode(
+        "utf-8", "replace").split() if (match := _TAG.fullmatch(name))]
+    return max(numbers, default=0) + 1
+
+
 class TrialRunner:
     """Solves chosen tasks against the workspace as it is now (e.g. mutated, not yet committed).
     The agent is chosen from the manifest again, with the run's trust: an engine that rewrote
-    manifest.yaml cannot make it name a class nobody allowed."""
+    manifest.yaml cannot make it name a class nobody allowed.
+
+    `run(tasks)` gives (trajectory, feedback) pairs; A-Evolve's calls are here too:
+    `run_tasks(tasks)` (observations), `run_single(task)` and `get_tasks(split, limit)`."""
 
     def __init__(self, workspace_path: Path, benchmark: Any, concurrency: int = 4, *,
                  trusted: bool = False) -> None:
         self.workspace_path, self.benchmark, self.concurrency = workspace_path, benchmark, concurrency
         self.trusted = trusted
 
-    def run(self, tasks: list[Task]) -> list[tuple[Trajectory, Feedback]]:
-        from evolve_app.agents import agent_for
-
+    def run_tasks(self, tasks: list[Task]) -> list[Observation]:
+        """Solve and evaluate `tasks`; one observation each (a failure is a failed observation)."""
         agent = agent_for(self.workspace_path, trusted=self.trusted)
-        solved = solve_batch(agent, self.benchmark, tasks, self.concurrency)
-        return [(o.trajectory, o.feedback) for o in solved]
+        return solve_batch(agent, self.benchmark, list(tasks), self.concurrency)
+
+    def run(self, tasks: list[Task]) -> list[tuple[Trajectory, Feedback]]:
+        return [(o.trajectory, o.feedback) for o in self.run_tasks(tasks)]
+
+    def run_single(self, task: Task) -> Observation:
+        return self.run_tasks([task])[0]
+
+    def get_tasks(self, split: str = "train", limit: int = 5) -> list[Task]:
+        """Tasks of the run's benchmark (A-Evolve's trial.get_tasks)."""
+        return list(self.benchmark.get_tasks(split, limit))
 
 
 def solve_batch(agent: Any, benchmark: Any, tasks: list[Task], concurrency: int) -> list[Observation]:
@@ -124,16 +190,13 @@ class Evolver:
 
     Names (an agent type in the manifest, a benchmark, an engine) are resolved as the web and
     API may name them; `trusted=True` (the CLI, or your own Python code) also honours dotted
-    paths. The check is made here again, whatever checked the run before."""
+    paths. The check is made here again, whatever checked the run before. Cycles are numbered
+    from `first_cycle`, by default one past the workspace's highest `pre-evo-N`/`evo-N` tag."""
 
     def __init__(self, agent: Any, benchmark: Any, config: EvolveConfig | dict | None = None, *,
                  engine: Any = "textbook", on_cycle: Callable[[CycleResult], None] | None = None,
-                 should_stop: Callable[[], bool] | None = None, first_cycle: int = 1,
+                 should_stop: Callable[[], bool] | None = None, first_cycle: int | None = None,
                  trusted: bool = False) -> None:
-        from evolve_app.agents import BaseAgent, agent_for
-        from evolve_app.benchmarks import benchmark_get
-        from evolve_app.engines import engine_get
-
         self.trusted = trusted
         self.agent = agent if isinstance(agent, BaseAgent) else agent_for(Path(agent), trusted=trusted)
         self.path = Path(self.agent.workspace_path)
@@ -142,16 +205,16 @@ class Evolver:
         self.config = config if isinstance(config, EvolveConfig) else EvolveConfig(**(config or {}))
         self.engine = engine_get(engine, trusted=trusted, **self.config.engine_options) \
             if isinstance(engine, str) else engine
+        self._takes_score = cycle_end_takes_score(self.engine)
         self.on_cycle = on_cycle or (lambda result: None)
         self.should_stop = should_stop or (lambda: False)
         self.first_cycle = first_cycle
 
     def run(self, cycles: int) -> EvolutionResult:
-        from evolve_app.workspace import workspace_import
-
         workspace_import(self.path)  # a git repo with evo-0, whatever state it came in
+        first = self.first_cycle if self.first_cycle is not None else next_cycle_number(self.path)
         done: list[CycleResult] = []
-        for number in range(self.first_cycle, self.first_cycle + cycles):
+        for number in range(first, first + cycles):
             if self.should_stop():
                 return EvolutionResult(done, False, "cancelled")
             result = self.cycle(number)
@@ -162,6 +225,8 @@ class Evolver:
             converged, why = self.converged(done)
             if converged:
                 return EvolutionResult(done, True, why)
+            if result.stop:
+                return EvolutionResult(done, False, STOP_REASON, stopped=True)
         return EvolutionResult(done, False, f"{cycles} cycle{'s' if cycles != 1 else ''} done")
 
     def converged(self, done: list[CycleResult]) -> tuple[bool, str]:
@@ -176,13 +241,16 @@ class Evolver:
         return False, ""
 
     def cycle(self, number: int) -> CycleResult:
-        from evolve_app.workspace import AgentWorkspace, workspace_restore, workspace_snapshot
-
+        """One cycle, always decided: a failure anywhere after `pre-evo-N` (the engine, the
+        checks, the `evo-N` snapshot, reading what it changed, reloading the agent, the
+        engine's on_cycle_end) records the cycle as failed with its reason, its files back at
+        `pre-evo-N` and HEAD agreeing with them."""
         result = CycleResult(number)
         tasks = self.benchmark.get_tasks("train", self.config.batch_size)
         concurrency = self.config.concurrency
         result.observations = solve_batch(self.agent, self.benchmark, tasks, concurrency)
         result.score = _mean(result.observations)
+        observations_write(self.path, number, result.observations)  # before the engine, as upstream
         size = self.config.holdout_size
         holdout = self.benchmark.get_tasks("holdout", size) if size else []
         if holdout:
@@ -194,21 +262,42 @@ class Evolver:
         # The layers come from the manifest as committed, before the engine could touch it.
         allowed = set(workspace.manifest.evolvable_layers) & set(LAYERS)
         try:
-            return self._evolve(number, result, workspace, allowed, holdout)
+            self._evolve(number, result, workspace, allowed, holdout)
         except Exception as error:  # the cycle failed, not only the engine: back to pre-evo-N
-            logger.warning("cycle %s failed: %s", number, error)
-            workspace_restore(self.path, f"pre-evo-{number}")
-            result.status, result.mutated = "failed", False
-            result.reason = result.reason or f"the cycle failed: {type(error).__name__}: {error}"
-            result.post_commit = workspace_snapshot(self.path, f"evo-{number}", f"Cycle {number}: none")
-            self.agent.reload_from_fs()
+            self._failed(result, error)
             return result
+        if result.status == "awaiting_review":
+            return result  # decided later by an approver, with an engine made then
+        try:
+            cycle_end_call(self.engine, result.status == "accepted", result.score or 0.0, self._takes_score)
+        except Exception as error:
+            result.reason = f"the engine's on_cycle_end failed: {type(error).__name__}: {error}"
+            self._failed(result, error)
+        return result
+
+    def _failed(self, result: CycleResult, error: Exception) -> None:
+        """Record the cycle as failed and put its files back at pre-evo-N: before `evo-N` exists,
+        by restoring them and snapshotting `evo-N`; after, by a rollback commit on top of `evo-N`
+        (a tag is never made twice, and HEAD always matches the files)."""
+        number = result.number
+        logger.warning("cycle %s failed: %s", number, error)
+        result.status, result.mutated = "failed", False
+        result.reason = result.reason or f"the cycle failed: {type(error).__name__}: {error}"
+        result.skills_added, result.skills_modified, result.skills_deleted = [], [], []
+        result.prompt_size_change = 0
+        if not self._tag_exists(f"evo-{number}"):
+            workspace_restore(self.path, f"pre-evo-{number}")
+            result.post_commit = workspace_snapshot(self.path, f"evo-{number}", f"Cycle {number}: failed")
+        else:
+            result.post_commit = workspace_rollback(self.path, f"pre-evo-{number}", force=True)
+            result.reason += f"; evo-{number} was already made, so a new commit rolled its changes back"
+        self.agent.reload_from_fs()
+
+    def _tag_exists(self, tag: str) -> bool:
+        return bool(workspace_git(self.path, ["tag", "--list", tag]).strip())
 
     def _evolve(self, number: int, result: CycleResult, workspace: Any, allowed: set[str],
-                holdout: list[Task]) -> CycleResult:
-        from evolve_app.history import EvolutionHistory
-        from evolve_app.workspace import workspace_restore
-
+                holdout: list[Task]) -> None:
         trial = TrialRunner(self.path, self.benchmark, self.config.concurrency, trusted=self.trusted)
         try:
             step = self.engine.step(workspace, result.observations, EvolutionHistory(self.path), trial)
@@ -216,9 +305,14 @@ class Evolver:
             result.reason = f"the engine failed: {type(error).__name__}: {error}"
             raise
         result.summary, result.engine_metadata = step.summary, dict(step.metadata)
-        result.reverted_paths = self._layers_enforce(number, allowed)
-        if result.reverted_paths:
-            result.reason = f"reverted edits outside evolvable_layers: {', '.join(result.reverted_paths)}"
+        result.stop = bool(getattr(step, "stop", False) or result.engine_metadata.get("stop") is True)
+        reverted = unsafe_files_revert(self.path, f"pre-evo-{number}")
+        for path in self._layers_enforce(number, allowed):
+            reverted.setdefault(path, "outside evolvable_layers")
+        _empty_dirs_remove(self.path)  # a reverted or deleted skill leaves no empty folder
+        result.reverted_paths = sorted(reverted)
+        if reverted:
+            result.reason = "reverted " + "; ".join(f"{rel} ({why})" for rel, why in sorted(reverted.items()))
         if holdout and self._changed_since(f"pre-evo-{number}"):
             after = TrialRunner(self.path, self.benchmark, self.config.concurrency,
                                 trusted=self.trusted).run(holdout)
@@ -230,18 +324,21 @@ class Evolver:
                 result.reason = (f"holdout fell from {result.holdout_score:.3f} to "
                                  f"{result.holdout_after:.3f} (more than the tolerance "
                                  f"{self.config.holdout_tolerance}): rolled back")
-        result.mutated = result.status == "accepted" and self._changed_since(f"pre-evo-{number}")
+        changes = workspace_changes(self.path, f"pre-evo-{number}")
+        result.mutated = result.status == "accepted" and bool(changes)
+        if reverted and result.status == "accepted":
+            # The engine's summary may name what was reverted: say what will be committed (its
+            # own words stay in the metadata).
+            result.engine_metadata.setdefault("engine_summary", result.summary)
+            result.summary = (f"{changes_summary(changes)}; {len(reverted)} "
+                              f"path{'s' if len(reverted) != 1 else ''} reverted")
         if result.mutated and self.config.review_mode:
             result.status = "awaiting_review"
-            return result  # evo-N is made when an approver decides (cycle_decide)
+            return  # evo-N is made when an approver decides (cycle_decide)
         self.finish(result)
-        return result
 
     def finish(self, result: CycleResult) -> None:
         """Snapshot evo-N and record what the cycle changed; reload the agent."""
-        from evolve_app.history import EvolutionHistory
-        from evolve_app.workspace import workspace_snapshot
-
         number = result.number
         message = f"Cycle {number}: {result.summary or ('no mutation' if not result.mutated else 'mutation')}"
         result.post_commit = workspace_snapshot(self.path, f"evo-{number}", message)
@@ -251,17 +348,12 @@ class Evolver:
         result.skills_deleted = changes.get("skills_deleted", [])
         result.prompt_size_change = changes.get("prompt_size_change", 0)
         self.agent.reload_from_fs()
-        self.engine.on_cycle_end(result.status == "accepted")
 
     def _changed_since(self, ref: str) -> bool:
-        from evolve_app.workspace import workspace_changes
-
         return bool(workspace_changes(self.path, ref))
 
     def _layers_enforce(self, number: int, allowed: set[str]) -> list[str]:
         """Edits outside the manifest's evolvable_layers go back to how pre-evo-N had them."""
-        from evolve_app.workspace import workspace_changes, workspace_git
-
         ref = f"pre-evo-{number}"
         reverted = []
         for status, path in workspace_changes(self.path, ref):
@@ -275,3 +367,92 @@ class Evolver:
                 target.write_bytes(workspace_git(self.path, ["cat-file", "blob", f"{ref}:{path}"]))
             reverted.append(path)
         return reverted
+
+
+def changes_summary(changes: list[tuple[str, str]]) -> str:
+    """What (status, path) changes commit, in words: skills added, changed and deleted, the
+    prompt, other files."""
+    added, changed, deleted, others = set(), set(), set(), 0
+    for status, path in changes:
+        parts = path.split("/")
+        if parts[0] == "skills" and len(parts) >= 3 and not parts[1].startswith("_"):
+            if parts[2] == "SKILL.md" and status in ("A", "D"):
+                (added if status == "A" else deleted).add(parts[1])
+            else:
+                changed.add(parts[1])
+        else:
+            others += 1
+    words = [f"{verb} skill {', '.join(sorted(names))}" for verb, names in
+             (("added", added), ("changed", changed - added - deleted), ("deleted", deleted)) if names]
+    if others:
+        words.append(f"{others} other file{'s' if others != 1 else ''} changed")
+    return "; ".join(words) or "nothing left to commit"
+
+
+def _entries(root: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """(relative path, lstat) of every entry under root that is not a real directory (symlinks
+    to folders included, never followed), skipping .git and the top-level evolution/."""
+    pending = [root]
+    while pending:
+        folder = pending.pop()
+        with os.scandir(folder) as listing:
+            for entry in listing:
+                rel = Path(entry.path).relative_to(root).as_posix()
+                if entry.name == ".git" or rel == EXCLUDED_DIR:
+                    continue
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append(Path(entry.path))
+                else:
+                    yield rel, info
+
+
+def _lines_over(path: Path, limit: int) -> bool:
+    count = 0
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            count += chunk.count(b"\n")
+            if count > limit:
+                return True
+    return False
+
+
+def unsafe_files_revert(path: str | Path, ref: str) -> dict[str, str]:
+    """Put back (as `ref` had them) or remove the files an engine may not leave, wherever they
+    are: symlinks, special files (fifos, sockets, devices), files over workspace.MAX_FILE_BYTES
+    and memory/*.jsonl files over MAX_MEMORY_LINES lines. Checked with lstat; nothing is followed,
+    and an oversized file is never read. A file exactly as `ref` committed it (same path, same
+    size) is left alone. Returns {path: why}."""
+    root = Path(path)
+    listing = workspace_git(root, ["ls-tree", "-r", "-l", "-z", ref]).split(b"\0")
+    committed: dict[str, tuple[str, int | None]] = {}
+    for line in filter(None, listing):
+        meta, name = line.split(b"\t", 1)
+        mode, _, _, size = meta.split()
+        rel = name.decode("utf-8", "surrogateescape")
+        committed[rel] = (mode.decode(), None if size == b"-" else int(size))
+    reverted: dict[str, str] = {}
+    for rel, info in _entries(root):
+        mode = info.st_mode
+        if stat.S_ISLNK(mode):
+            why = "a symlink"
+        elif not stat.S_ISREG(mode):
+            why = "a special file (fifo, socket or device)"
+        elif committed.get(rel, ("", None))[1] == info.st_size:
+            continue  # as ref has it (a file imported before the limits applied)
+        elif info.st_size > MAX_FILE_BYTES:
+            why = f"{info.st_size} bytes, over the {MAX_FILE_BYTES}-byte limit per file"
+        elif rel.startswith("memory/") and rel.endswith(".jsonl") \
+                and _lines_over(root / rel, MAX_MEMORY_LINES):
+            why = f"over the {MAX_MEMORY_LINES}-line limit per memory file"
+        else:
+            continue
+        target = root / rel
+        target.unlink()
+        mode_at_ref, size_at_ref = committed.get(rel, ("", None))
+        if mode_at_ref in ("100644", "100755") and (size_at_ref or 0) <= MAX_FILE_BYTES:
+            data = workspace_git(root, ["cat-file", "blob", f"{ref}:{rel}"])
+            target.write_bytes(data)
+            target.chmod(0o755 if mode_at_ref == "100755" else 0o644)
+        reverted[rel] = why
+    return reverted

@@ -3,7 +3,6 @@ evolution. Views, API, CLI and tasks all come through here."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -228,7 +227,6 @@ def _run_execute(run: Any) -> Any:
 
     agent = run.agent
     remaining = run.cycles_planned - Cycle.objects.filter(run=run).count()
-    next_cycle = _next_cycle_number(agent)
     _agent_event(agent, "evolution.running",
                  f"{agent.name}: run {run.number} running, {remaining} cycles to go", run=run.pk)
 
@@ -237,8 +235,7 @@ def _run_execute(run: Any) -> Any:
 
     try:
         evolver = Evolver(agent.path, run.benchmark, run.config, engine=run.engine, trusted=run.trusted,
-                          on_cycle=lambda result: cycle_record(run, result), should_stop=cancelled,
-                          first_cycle=next_cycle)
+                          on_cycle=lambda result: cycle_record(run, result), should_stop=cancelled)
         result = evolver.run(cycles=remaining) if remaining > 0 else None
     except Exception as error:
         logger.exception("evolution run %s failed", run.pk)
@@ -258,25 +255,17 @@ def _run_execute(run: Any) -> Any:
         run.converged = bool(result and result.converged)
         # Counted over the whole run: a run resumed after a review ran only its last cycles here.
         done = Cycle.objects.filter(run=run).count()
-        run.reason = result.reason if run.converged else f"{done} cycle{'s' if done != 1 else ''} done"
+        stopped = bool(result and (result.converged or result.stopped))
+        run.reason = result.reason if stopped else f"{done} cycle{'s' if done != 1 else ''} done"
         run.save(update_fields=["status", "finished_at", "converged", "reason"])
     _agent_event(agent, f"evolution.{run.status}",
                  f"{agent.name}: run {run.number} {run.status}: {run.reason}", run=run.pk)
     return run
 
 
-def _next_cycle_number(agent: Any) -> int:
-    """Cycle numbers run on across an agent's runs, as its workspace's tags do: one past the
-    highest pre-evo-N or evo-N tag (a crashed cycle's tag counts too)."""
-    from evolve_app.history import EvolutionHistory
-
-    numbers = [entry["cycle"] for entry in EvolutionHistory(agent.path).version_log() if entry.get("cycle")]
-    return max(numbers, default=0) + 1
-
-
 def cycle_record(run: Any, result: Any) -> Any:
-    """Write a decided cycle, its observations (in the database and as a JSONL batch outside the
-    workspace's history), and announce it."""
+    """Write a decided cycle and its observations in the database, and announce it (the loop
+    wrote the cycle's JSONL batch before its engine ran: evolve_app.loop.observations_write)."""
     from evolve_app.models import Cycle, ObservationRecord
 
     fields = {name: getattr(result, name) for name in (
@@ -295,16 +284,7 @@ def cycle_record(run: Any, result: Any) -> Any:
         _agent_event(run.agent, "cycle.recorded", f"{run.agent.name}: cycle {result.number} {result.status}, "
                      f"score {score}{': ' + result.summary if result.summary else ''}", run=run.pk,
                      cycle=result.number)
-    _observations_export(run, result)
     return cycle
-
-
-def _observations_export(run: Any, result: Any) -> None:
-    folder = Path(run.agent.path) / "evolution" / "observations"
-    folder.mkdir(parents=True, exist_ok=True)
-    batch = folder / f"batch_{run.pk:04d}_{result.number:04d}.jsonl"
-    lines = (json.dumps(o.as_record(), ensure_ascii=False) + "\n" for o in result.observations)
-    batch.write_text("".join(lines))
 
 
 def cycle_decide(user: Any, cycle: Any, approve: bool) -> Any:

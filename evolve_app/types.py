@@ -7,14 +7,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Task:
-    """One benchmark task: an id, the input the agent sees, and whatever its checker needs."""
+    """One benchmark task: an id, the input the agent sees, and whatever its checker needs.
+
+    `task.id` is `task.task_id` (A-Evolve's name), and `Task(id=..., input=...)` builds one as
+    A-Evolve's engines and benchmarks do."""
 
     task_id: str
     input: str
     category: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __init__(self, task_id: str | None = None, input: str = "", category: str = "",
+                 metadata: dict[str, Any] | None = None, *, id: str | None = None) -> None:
+        if task_id is None and id is None:
+            raise TypeError("Task needs a task_id (or id)")
+        if task_id is not None and id is not None and task_id != id:
+            raise TypeError(f"Task: task_id {task_id!r} and id {id!r} differ; give one")
+        object.__setattr__(self, "task_id", task_id if task_id is not None else id)
+        object.__setattr__(self, "input", input)
+        object.__setattr__(self, "category", category)
+        object.__setattr__(self, "metadata", {} if metadata is None else metadata)
+
+    @property
+    def id(self) -> str:
+        """A-Evolve's name for task_id."""
+        return self.task_id
 
 
 @dataclass
@@ -66,8 +85,15 @@ class SkillMeta:
 
 @dataclass
 class StepResult:
-    """What an engine's step did: whether it mutated the workspace, a summary, and its metadata."""
+    """What an engine's step did: whether it mutated the workspace, a summary, and its metadata.
+    `stop=True` (or `metadata["stop"]` true) ends the run once this cycle is recorded."""
 
     mutated: bool
     summary: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    stop: bool = False
+
+    @property
+    def wants_stop(self) -> bool:
+        metadata = self.metadata if isinstance(self.metadata, dict) else {}
+        return bool(self.stop or metadata.get("stop") is True)

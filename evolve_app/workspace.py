@@ -637,6 +637,10 @@ class AgentWorkspace:
 
     def __init__(self, path: str | Path):
         self.root = _root(path)
+        # A-Evolve's folder attributes, which its engines use.
+        self.prompts_dir, self.skills_dir = self.root / "prompts", self.root / "skills"
+        self.drafts_dir, self.tools_dir = self.root / "skills" / DRAFTS_DIR, self.root / "tools"
+        self.memory_dir, self.evolution_dir = self.root / "memory", self.root / EXCLUDED_DIR
 
     def __repr__(self) -> str:
         return f"AgentWorkspace({str(self.root)!r})"
@@ -715,6 +719,12 @@ class AgentWorkspace:
 
     def write_draft(self, name: str, content: str) -> None:
         self._write(f"skills/{DRAFTS_DIR}/{_name(name, 'draft')}.md", content)
+
+    def clear_drafts(self) -> None:
+        """Delete every skills/_drafts/<name>.md (A-Evolve's call after drafts are reviewed)."""
+        for rel in _dir_files(self.root, f"skills/{DRAFTS_DIR}"):
+            if rel.endswith(".md"):
+                self._path(rel).unlink(missing_ok=True)
 
     def delete_draft(self, name: str) -> None:
         path = self._path(f"skills/{DRAFTS_DIR}/{_name(name, 'draft')}.md")

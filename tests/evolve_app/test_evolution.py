@@ -68,7 +68,7 @@ def test_the_demo_agent_really_improves_over_cycles_and_its_tags_are_in_git(pers
     assert "skills/string-transforms/SKILL.md" in git(path, "diff", "--name-only", "pre-evo-2", "evo-2")
     # Observations: in the database and as JSONL batches, never in the workspace's history.
     assert ObservationRecord.objects.filter(cycle__run=run, split="train").count() == 4 * 12
-    batch = json.loads((path / "evolution" / "observations" / f"batch_{run.pk:04d}_0001.jsonl")
+    batch = json.loads((path / "evolution" / "observations" / "batch_0001.jsonl")
                        .read_text().splitlines()[0])
     assert set(batch) == {"task_id", "task_input", "agent_output", "steps", "success", "score",
                           "feedback_detail"}
