@@ -4,7 +4,8 @@
     evolve demo [--project demo] [--user admin] [--json]       a fresh copy of the offline demo agent
     evolve run AGENT_ID_OR_PATH [--benchmark demo] [--engine textbook] [--cycles 5]
                [--batch-size N] [--holdout-size N] [--egl-threshold X] [--egl-window N]
-               [--review-mode] [--json]                        run here, cycle by cycle, to the end
+               [--review-mode] [--option KEY=VALUE ...] [--options FILE.toml|FILE.json] [--json]
+                                                               run here, cycle by cycle, to the end
     evolve status RUN_ID [--json]
     evolve history AGENT_ID [--json]                           version log and score curve
     evolve rollback AGENT_ID evo-K
@@ -13,6 +14,10 @@
 The local administrator's CLI: a PATH is trusted (no CRUCIBLE_REPO_ROOTS check), a path given
 to `run` is imported first (or its agent found), and `run` may name engines, benchmarks and agent
 classes by dotted path (the web and API only registered ones or CRUCIBLE_ALLOWED_EXTENSIONS).
+The engine's options (EvolveConfig.engine_options) come from `--options FILE` (a TOML or JSON
+table, by extension) and then `--option KEY=VALUE` (repeatable, winning over the file; a value
+reads as true/false, a whole number, a number, or else text); they are checked with the engine
+before anything is imported or run.
 Exit codes: 0 done (a run that finished or waits for review), 1 refused, a run that failed or was
 cancelled, or an error, each reported as one line (an import's workspace problems as one
 `file:line: message` line each); 130 when interrupted (the run is cancelled first).
@@ -22,9 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import threading
 import time
+import tomllib
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -98,6 +106,11 @@ class Command(BaseCommand):
                          help="converged when the window's scores differ by less")
         run.add_argument("--egl-window", type=int, default=None, help="cycles in the convergence window")
         run.add_argument("--review-mode", action="store_true", help="each mutation waits for an approver")
+        run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                         help="an engine option, e.g. --option model=claude-sonnet-4-5 (repeatable; "
+                              "true/false, numbers and text are read as such)")
+        run.add_argument("--options", default=None, metavar="FILE",
+                         help="engine options from a TOML (.toml) or JSON (.json) file; --option wins")
         run.add_argument("--json", action="store_true", help="print the run as JSON, no live display")
         who(run)
         for name, text, arg in (("status", "a run's state and cycles", "run_id"),
@@ -216,9 +229,15 @@ class Command(BaseCommand):
     # --- run ------------------------------------------------------------------------------
 
     def _run(self, user: Any, options: dict[str, Any]) -> None:
+        from evolve_app.engines import EngineError, engine_check
         from evolve_app.selectors import run_report
         from evolve_app.services import evolution_run_start
 
+        engine_options = self._engine_options(options["options"], options["option"])
+        try:  # before anything is imported or run
+            engine_check(options["engine"], engine_options, trusted=True)
+        except EngineError as error:
+            self._fail([f"engine: {error}"])
         target = options["agent"]
         if target.isdigit():
             agent = self._agent_get(user, int(target))
@@ -228,6 +247,8 @@ class Command(BaseCommand):
                   if options[key] is not None}
         if options["review_mode"]:
             config["review_mode"] = True
+        if engine_options:
+            config["engine_options"] = engine_options
         run = self._guarded(lambda: evolution_run_start(
             user, agent, benchmark=options["benchmark"], engine=options["engine"], cycles=options["cycles"],
             config=config, enqueue=False, trusted=True))
@@ -240,6 +261,19 @@ class Command(BaseCommand):
         if options["json"]:
             self._json(run_report(run))
         self._run_end(run)
+
+    def _engine_options(self, file: str | None, pairs: list[str]) -> dict[str, Any]:
+        """--options FILE, then each --option KEY=VALUE over it; a bad one is exit 1 with its
+        place (`file:line:column: message` for a file that does not parse)."""
+        options: dict[str, Any] = {}
+        if file:
+            options.update(_options_file(file, self._fail))
+        for pair in pairs:
+            key, equals, value = pair.partition("=")
+            if not equals or not key.strip():
+                self._fail([f"--option {pair!r}: give KEY=VALUE, e.g. --option model=claude-sonnet-4-5"])
+            options[key.strip()] = option_value(value)
+        return options
 
     def _execute(self, user: Any, run: Any, *, as_json: bool) -> Any:
         """Execute the run in a worker thread while this one shows each cycle as it is recorded
@@ -381,6 +415,50 @@ class Command(BaseCommand):
 
         run = self._guarded(lambda: evolution_run_cancel(user, run))
         self.stdout.write(f"run {run.number}: {run.status}")
+
+
+def option_value(text: str) -> bool | int | float | str:
+    """A --option value: true/false (any case), a whole number, a number, or the text itself."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            number = kind(text.strip())
+        except ValueError:
+            continue
+        if math.isfinite(number):  # "nan" and "inf" stay text
+            return number
+    return text
+
+
+def _options_file(file: str, fail: Any) -> dict[str, Any]:
+    """The table a .toml or .json file holds; `fail` gets one line naming the problem and, for a
+    file that does not parse, its line and column."""
+    path = Path(file).expanduser()
+    kind = path.suffix.lower()
+    if kind not in (".toml", ".json"):
+        fail([f"{file}: --options takes a .toml or .json file"])
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        fail([f"{file}: cannot be read ({error.strerror})"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        fail([f"{file}: not UTF-8 text"])
+    try:
+        data = tomllib.loads(text) if kind == ".toml" else json.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        where = re.search(r"\(at line (\d+), column (\d+)\)$", str(error))
+        message = re.sub(r"\s*\(at (?:line \d+, column \d+|end of document)\)$", "", str(error))
+        place = f"{where.group(1)}:{where.group(2)}" if where else str(text.count("\n") + 1)
+        fail([f"{file}:{place}: {message}"])
+    except json.JSONDecodeError as error:
+        fail([f"{file}:{error.lineno}:{error.colno}: {error.msg}"])
+    if not isinstance(data, dict):
+        fail([f"{file}: give a table of options (key = value), not {type(data).__name__}"])
+    return data
 
 
 def _console(out: Any) -> Any:
