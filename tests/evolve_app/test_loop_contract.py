@@ -122,32 +122,23 @@ def test_an_a_evolve_style_engine_runs_through_the_services(personas, demo_agent
     assert len(aevolve_style.ends) == 2 and consistent(demo_agent.path)
 
 
-class OldCallback(EvolutionEngine):
-    """An engine written before: on_cycle_end takes only `accepted`."""
+class StopByMetadata(EvolutionEngine):
+    """An engine written before A-Evolve's signature: on_cycle_end takes only `accepted`."""
 
     seen: list[bool] = []
 
     def step(self, workspace, observations, history, trial):
-        return StepResult(False, "nothing")
+        return StepResult(False, "done", {"stop": len(type(self).seen) >= 1})
 
     def on_cycle_end(self, accepted):
         type(self).seen.append(accepted)
 
 
-def test_an_engine_whose_callback_takes_only_accepted_still_gets_it(personas, tmp_path):
-    OldCallback.seen = []
-    Evolver(demo_copy(tmp_path), "demo", {}, engine=OldCallback()).run(cycles=2)
-    assert OldCallback.seen == [True, True]
-
-
-class StopByMetadata(EvolutionEngine):
-    def step(self, workspace, observations, history, trial):
-        return StepResult(False, "done", {"stop": True})
-
-
-def test_an_engine_may_ask_to_stop_through_its_metadata(personas, tmp_path):
+def test_an_engine_may_ask_to_stop_through_its_metadata_and_an_old_callback_still_works(personas, tmp_path):
+    StopByMetadata.seen = []
     result = Evolver(demo_copy(tmp_path), "demo", {}, engine=StopByMetadata()).run(cycles=4)
-    assert len(result.cycles) == 1 and result.reason == "the engine asked to stop"
+    assert len(result.cycles) == 2 and result.reason == "the engine asked to stop"
+    assert StopByMetadata.seen == [True, True]
 
 
 # ------------------------------------------------------------------- failures after the snapshot
@@ -157,9 +148,11 @@ class FailsAtCycleEnd(EvolutionEngine):
     """Writes a skill, then its on_cycle_end raises the first time: after evo-N was made."""
 
     raised = 0
+    steps = 0
 
     def step(self, workspace, observations, history, trial):
-        name = f"tried-{history.latest_cycle + 1}"
+        type(self).steps += 1
+        name = f"tried-{type(self).steps}"
         workspace.write_skill(name, SKILL.format(name=name))
         return StepResult(True, f"added skill {name}")
 
@@ -171,7 +164,7 @@ class FailsAtCycleEnd(EvolutionEngine):
 
 def test_a_failure_after_the_snapshot_records_the_cycle_failed_and_keeps_head_and_files_agreeing(
         personas, demo_agent):
-    FailsAtCycleEnd.raised = 0
+    FailsAtCycleEnd.raised = FailsAtCycleEnd.steps = 0
     path = Path(demo_agent.path)
     run = run_inline(personas.owner, demo_agent, cycles=2, engine=f"{__name__}.FailsAtCycleEnd")
     assert run.status == "finished", run.reason
@@ -187,14 +180,18 @@ def test_a_failure_after_the_snapshot_records_the_cycle_failed_and_keeps_head_an
 
 
 class AddsSkill(EvolutionEngine):
+    steps = 0
+
     def step(self, workspace, observations, history, trial):
-        name = f"kept-{history.latest_cycle + 1}"
+        type(self).steps += 1
+        name = f"kept-{type(self).steps}"
         workspace.write_skill(name, SKILL.format(name=name))
         return StepResult(True, f"added skill {name}")
 
 
 def test_a_failure_reading_what_the_cycle_changed_is_recorded_and_the_next_cycle_works(
         personas, demo_agent, monkeypatch):
+    AddsSkill.steps = 0
     real = EvolutionHistory.layer_changes
     failures = iter([True])
 
