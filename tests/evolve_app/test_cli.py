@@ -263,3 +263,80 @@ def test_interrupting_a_run_cancels_it_between_cycles_and_exits_130(demo_agent):
     tags = set(git(demo_agent.path, "tag").split())
     assert {f"evo-{n}" for n in range(1, run.cycles.count() + 1)} <= tags
     assert git(demo_agent.path, "status", "--porcelain") == ""
+
+
+class OptionsEngine(EvolutionEngine):
+    """Says which options it was made with."""
+
+    def __init__(self, model: str = "", preset: str = "", rounds: int = 0, careful: bool = False,
+                 temperature: float = 0.0) -> None:
+        self.options = {"model": model, "preset": preset, "rounds": rounds, "careful": careful,
+                        "temperature": temperature}
+
+    def step(self, workspace, observations, history, trial):
+        return StepResult(False, json.dumps(self.options, sort_keys=True), {})
+
+
+def test_engine_options_come_from_a_file_and_from_option_flags_which_win(demo_agent, tmp_path):
+    options = tmp_path / "engine.toml"
+    options.write_text('model = "from-file"\npreset = "anthropic"\nrounds = 2\n')
+    done = evolve("run", str(demo_agent.pk), "--cycles", "1", "--json", "--engine",
+                  "tests.evolve_app.test_cli.OptionsEngine", "--options", str(options),
+                  "--option", "model=claude-x", "--option", "careful=true", "--option", "temperature=0.5")
+    assert done.returncode == 0, done.stderr
+    run = EvolutionRun.objects.get()
+    expected = {"model": "claude-x", "preset": "anthropic", "rounds": 2, "careful": True, "temperature": 0.5}
+    assert run.config["engine_options"] == expected
+    assert json.loads(run.cycles.get().summary) == expected
+    as_json = tmp_path / "engine.json"
+    as_json.write_text('{"rounds": 3, "careful": false}')
+    done = evolve("run", str(demo_agent.pk), "--cycles", "1", "--json", "--engine",
+                  "tests.evolve_app.test_cli.OptionsEngine", "--options", str(as_json))
+    assert done.returncode == 0, done.stderr
+    latest = EvolutionRun.objects.order_by("-pk").first()
+    assert latest.config["engine_options"] == {"rounds": 3, "careful": False}
+
+
+def test_bad_engine_options_are_refused_before_anything_runs(demo, data_dir, demo_agent, tmp_path):  # noqa: F811
+    bad = evolve("run", str(demo_agent.pk), "--engine", "textbook", "--option", "per_cycle=many")
+    assert (bad.returncode, bad.stderr.strip()) == (
+        1, "engine: textbook: option per_cycle must be a whole number, got 'many'")
+    folder = tmp_path / "not-yet-imported"
+    shutil.copytree(SEED_WORKSPACE, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    unknown = evolve("run", str(folder), "--engine", "textbook", "--option", "colour=red")
+    assert unknown.returncode == 1 and unknown.stderr.startswith("engine: textbook has no option 'colour'")
+    assert not (folder / ".git").exists() and not Agent.objects.filter(path=str(folder)).exists()
+    toml = tmp_path / "broken.toml"
+    toml.write_text('model = "x"\n[section\nrounds = 2\n')
+    broken = evolve("run", str(demo_agent.pk), "--options", str(toml))
+    assert broken.returncode == 1 and broken.stderr.startswith(f"{toml}:2:9: ")
+    json_file = tmp_path / "broken.json"
+    json_file.write_text('{\n  "model": "x",\n  "rounds": \n}\n')
+    broken = evolve("run", str(demo_agent.pk), "--options", str(json_file))
+    assert broken.returncode == 1 and broken.stderr.startswith(f"{json_file}:4:1: Expecting value")
+    for args, message in ((("--option", "novalue"), "--option 'novalue': give KEY=VALUE"),
+                          (("--options", str(tmp_path / "x.yaml")), "takes a .toml or .json file")):
+        refused = evolve("run", str(demo_agent.pk), *args)
+        assert refused.returncode == 1 and message in refused.stderr
+    assert not EvolutionRun.objects.exists()
+
+
+def test_skillforge_runs_with_a_model_and_preset_given_as_options(demo_agent):
+    from django.conf import settings
+
+    from tests.fakes.anthropic_server import FakeAnthropic
+
+    def script(request, _candidate):
+        return [{"type": "text", "text": "The workspace is fine as it is."}]
+
+    with FakeAnthropic(script=script) as fake:
+        done = subprocess.run(
+            [sys.executable, "manage.py", "evolve", "run", str(demo_agent.pk), "--cycles", "1", "--json",
+             "--engine", "skillforge", "--option", "preset=anthropic", "--option", "model=fake-sonnet",
+             "--option", "effort=off"],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+            env=subprocess_env(CRUCIBLE_DATA_DIR=str(settings.DATA_DIR), ANTHROPIC_BASE_URL=fake.base_url,
+                               ANTHROPIC_API_KEY="sk-ant-cli-options-0123456789"))
+    assert done.returncode == 0, done.stderr
+    cycle = EvolutionRun.objects.get().cycles.get()
+    assert cycle.status == "accepted" and cycle.summary.startswith("The workspace is fine"), cycle.reason

@@ -234,11 +234,12 @@ class Command(BaseCommand):
         from evolve_app.services import evolution_run_start
 
         engine_options = self._engine_options(options["options"], options["option"])
-        try:  # before anything is imported or run
-            engine_check(options["engine"], engine_options, trusted=True)
-        except EngineError as error:
-            self._fail([f"engine: {error}"])
         target = options["agent"]
+        if not target.isdigit():  # checked before a folder is imported (evolution_run_start checks again)
+            try:
+                engine_check(options["engine"], engine_options, trusted=True)
+            except EngineError as error:
+                self._fail([f"engine: {error}"])
         if target.isdigit():
             agent = self._agent_get(user, int(target))
         else:
