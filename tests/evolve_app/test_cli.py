@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -340,3 +341,15 @@ def test_skillforge_runs_with_a_model_and_preset_given_as_options(demo_agent):
     assert done.returncode == 0, done.stderr
     cycle = EvolutionRun.objects.get().cycles.get()
     assert cycle.status == "accepted" and cycle.summary.startswith("The workspace is fine"), cycle.reason
+
+
+def test_an_a_evolve_style_engine_runs_from_the_cli_until_it_asks_to_stop(demo_agent):
+    done = evolve("run", str(demo_agent.pk), "--cycles", "5", "--json",
+                  "--engine", "tests.evolve_app.test_loop_contract.AEvolveStyle")
+    assert done.returncode == 0, done.stderr
+    run = EvolutionRun.objects.get()
+    assert (run.status, run.reason) == ("finished", "the engine asked to stop")
+    assert list(run.cycles.order_by("number").values_list("number", "status")) == [
+        (1, "accepted"), (2, "accepted")]
+    assert sorted(p.name for p in (Path(demo_agent.path) / "evolution" / "observations").iterdir()) == [
+        "batch_0001.jsonl", "batch_0002.jsonl"]
