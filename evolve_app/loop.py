@@ -132,6 +132,16 @@ def next_cycle_number(path: str | Path) -> int:
     return max(numbers, default=0) + 1
 
 
+def as_task(task: Any) -> Task:
+    """`task` as Crucible's Task: itself, or one made from an object with A-Evolve's `id`,
+    `input` and `metadata` (its metadata's `category`, if any, kept as the category)."""
+    if isinstance(task, Task):
+        return task
+    metadata = dict(getattr(task, "metadata", None) or {})
+    return Task(id=str(task.id), input=str(getattr(task, "input", "")),
+                category=str(metadata.get("category", "") or ""), metadata=metadata)
+
+
 class TrialRunner:
     """Solves chosen tasks against the workspace as it is now (e.g. mutated, not yet committed).
     The agent is chosen from the manifest again, with the run's trust: an engine that rewrote
@@ -145,10 +155,11 @@ class TrialRunner:
         self.workspace_path, self.benchmark, self.concurrency = workspace_path, benchmark, concurrency
         self.trusted = trusted
 
-    def run_tasks(self, tasks: list[Task]) -> list[Observation]:
-        """Solve and evaluate `tasks`; one observation each (a failure is a failed observation)."""
+    def run_tasks(self, tasks: list[Any]) -> list[Observation]:
+        """Solve and evaluate `tasks`; one observation each (a failure is a failed observation).
+        A task of A-Evolve's own type (`id`, `input`, `metadata`) is taken as Crucible's Task."""
         agent = agent_for(self.workspace_path, trusted=self.trusted)
-        return solve_batch(agent, self.benchmark, list(tasks), self.concurrency)
+        return solve_batch(agent, self.benchmark, [as_task(task) for task in tasks], self.concurrency)
 
     def run(self, tasks: list[Task]) -> list[tuple[Trajectory, Feedback]]:
         return [(o.trajectory, o.feedback) for o in self.run_tasks(tasks)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from evolve_app.benchmarks import benchmark_get
 from evolve_app.demo import SEED_WORKSPACE
 from evolve_app.engines import EvolutionEngine
 from evolve_app.history import EvolutionHistory
-from evolve_app.loop import Evolver, observations_write
+from evolve_app.loop import Evolver, as_task, observations_write
 from evolve_app.models import Cycle, ObservationRecord
 from evolve_app.types import Feedback, Observation, StepResult, Task, Trajectory
 from evolve_app.workspace import MAX_FILE_BYTES, MAX_MEMORY_LINES
@@ -95,6 +96,25 @@ def test_tasks_have_a_evolves_id_and_can_be_made_with_it():
     assert Task("t-2", "x", "cat").id == "t-2" and Task(task_id="t-3", input="y").id == "t-3"
     with pytest.raises(TypeError):
         Task(input="no id")
+
+    @dataclass
+    class UpstreamTask:  # agent_evolve.types.Task
+        id: str
+        input: str
+        metadata: dict = field(default_factory=dict)
+
+    assert as_task(UpstreamTask("u-1", "in", {"category": "dates"})) == Task(
+        "u-1", "in", "dates", {"category": "dates"})
+
+
+def test_the_history_answers_a_evolves_questions_for_a_python_run(personas, tmp_path):
+    root = demo_copy(tmp_path)
+    Evolver(root, "demo", {}, engine="textbook").run(cycles=2)
+    history = EvolutionHistory(root)
+    assert history.latest_cycle == 2 and history.list_versions() == ["evo-2", "evo-1", "evo-0"]
+    assert history.get_summary_stats() == {"total": 24, "success_rate": 0.375, "avg_score": 0.375}
+    assert len(history.get_observations(last_n_cycles=1, only_failures=True)) == 6
+    assert "Cycle 2: added skill string-transforms" in history.get_version_log(5)
 
 
 def test_an_a_evolve_style_engine_runs_through_the_python_evolver(personas, tmp_path, aevolve_style):
