@@ -274,26 +274,29 @@ class Evolver:
         allowed = set(workspace.manifest.evolvable_layers) & set(LAYERS)
         try:
             self._evolve(number, result, workspace, allowed, holdout)
+        except _StepFailed as error:
+            self._failed(result, str(error))
         except Exception as error:  # the cycle failed, not only the engine: back to pre-evo-N
-            self._failed(result, error)
-            return result
+            self._failed(result, f"the cycle failed: {type(error).__name__}: {error}")
         if result.status == "awaiting_review":
             return result  # decided later by an approver, with an engine made then
         try:
             cycle_end_call(self.engine, result.status == "accepted", result.score or 0.0, self._takes_score)
         except Exception as error:
-            result.reason = f"the engine's on_cycle_end failed: {type(error).__name__}: {error}"
-            self._failed(result, error)
+            why = f"the engine's on_cycle_end failed: {type(error).__name__}: {error}"
+            if result.status == "failed":  # already back at pre-evo-N
+                result.reason += f"; {why}"
+            else:
+                self._failed(result, why)
         return result
 
-    def _failed(self, result: CycleResult, error: Exception) -> None:
+    def _failed(self, result: CycleResult, why: str) -> None:
         """Record the cycle as failed and put its files back at pre-evo-N: before `evo-N` exists,
         by restoring them and snapshotting `evo-N`; after, by a rollback commit on top of `evo-N`
         (a tag is never made twice, and HEAD always matches the files)."""
         number = result.number
-        logger.warning("cycle %s failed: %s", number, error)
-        result.status, result.mutated = "failed", False
-        result.reason = result.reason or f"the cycle failed: {type(error).__name__}: {error}"
+        logger.warning("cycle %s failed: %s", number, why)
+        result.status, result.mutated, result.reason = "failed", False, why
         result.skills_added, result.skills_modified, result.skills_deleted = [], [], []
         result.prompt_size_change = 0
         if not self._tag_exists(f"evo-{number}"):
@@ -313,8 +316,7 @@ class Evolver:
         try:
             step = self.engine.step(workspace, result.observations, EvolutionHistory(self.path), trial)
         except Exception as error:
-            result.reason = f"the engine failed: {type(error).__name__}: {error}"
-            raise
+            raise _StepFailed(f"the engine failed: {type(error).__name__}: {error}") from error
         result.summary, result.engine_metadata = step.summary, dict(step.metadata)
         result.stop = bool(getattr(step, "stop", False) or result.engine_metadata.get("stop") is True)
         reverted = unsafe_files_revert(self.path, f"pre-evo-{number}")
@@ -378,6 +380,10 @@ class Evolver:
                 target.write_bytes(workspace_git(self.path, ["cat-file", "blob", f"{ref}:{path}"]))
             reverted.append(path)
         return reverted
+
+
+class _StepFailed(Exception):
+    """The engine's step raised: the cycle fails with this reason."""
 
 
 def changes_summary(changes: list[tuple[str, str]]) -> str:

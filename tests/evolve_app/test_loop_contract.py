@@ -352,3 +352,22 @@ def test_the_observation_writer_names_a_batch_by_its_cycle(tmp_path):
     written = observations_write(tmp_path, 7, [observed])
     assert written == tmp_path / "evolution" / "observations" / "batch_0007.jsonl"
     assert json.loads(written.read_text())["task_id"] == "t1"
+
+
+class RaisesInStep:
+    ends: list[tuple[bool, float]] = []
+
+    def step(self, workspace, observations, history, trial):
+        workspace.write_prompt("half-written")
+        raise RuntimeError("the model went away")
+
+    def on_cycle_end(self, accepted, score):
+        type(self).ends.append((accepted, score))
+
+
+def test_a_failed_cycle_is_still_ended_for_the_engine_with_accepted_false(personas, tmp_path):
+    RaisesInStep.ends = []
+    root = demo_copy(tmp_path)
+    cycle = Evolver(root, "demo", {}, engine=RaisesInStep()).run(cycles=1).cycles[0]
+    assert cycle.status == "failed" and cycle.reason == "the engine failed: RuntimeError: the model went away"
+    assert RaisesInStep.ends == [(False, 0.25)] and consistent(root)
