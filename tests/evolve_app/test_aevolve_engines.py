@@ -1,0 +1,238 @@
+"""A-Evolve's own engines (the a-evolve extra) through evolve_app/aevolve.py: each runs real cycles
+of Crucible's Evolver on the offline demo agent (a git workspace in a tmp dir), its model being the
+loopback Anthropic fake; its workspace bash runs in Crucible's sandbox."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evolve_app import aevolve
+from evolve_app.demo import textbook_load
+from evolve_app.engines import EngineError, engine_check, engine_get, engine_names
+from evolve_app.loop import Evolver
+from evolve_app.models import Cycle
+from runtime_app import sandbox
+from runtime_app.models import Receipt
+from tests.evolve_app.test_engines import run_inline
+from tests.fakes.anthropic_server import FakeAnthropic
+
+pytest.importorskip("agent_evolve", reason="the a-evolve extra: pip install -e '.[a-evolve]'")
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LLM = {"preset": "anthropic", "model": "fake-sonnet", "effort": "off"}
+KEY = "sk-ant-aevolve-secret-0123456789"
+DATES = textbook_load()["dates"]
+BASH_ENGINES = ("aevolve-skillforge", "aevolve-adaptive", "aevolve-adaptive-skill")
+
+
+@pytest.fixture(autouse=True)
+def no_upstream_model_or_host_bash(monkeypatch):
+    """What would run outside Crucible's control upstream fails the test if it is ever reached:
+    agent_evolve's own LLM clients and its host `bash -c`."""
+    from agent_evolve.algorithms.adaptive_evolve import engine as adaptive_engine
+    from agent_evolve.algorithms.adaptive_skill import engine as adaptive_skill_engine
+    from agent_evolve.algorithms.skillforge import engine as skillforge_engine
+    from agent_evolve.llm import anthropic as ae_anthropic
+    from agent_evolve.llm import bedrock as ae_bedrock
+    from agent_evolve.llm import openai as ae_openai
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("agent_evolve's own model client or host bash was used")
+
+    for module, name in ((skillforge_engine, "make_workspace_bash"),
+                         (skillforge_engine, "create_default_llm"),
+                         (adaptive_skill_engine, "make_workspace_bash"),
+                         (adaptive_skill_engine, "create_default_llm"),
+                         (adaptive_engine, "_make_workspace_bash"), (adaptive_engine, "_create_default_llm")):
+        monkeypatch.setattr(module, name, forbidden)
+    for provider in (ae_anthropic.AnthropicProvider, ae_bedrock.BedrockProvider, ae_openai.OpenAIProvider):
+        monkeypatch.setattr(provider, "__init__", forbidden)
+
+
+@pytest.fixture
+def fake_llm(monkeypatch):
+    """fake_llm(script): the Anthropic fake started with `script`, the environment pointed at it."""
+    started = []
+
+    def start(script):
+        fake = FakeAnthropic(script=script).__enter__()
+        started.append(fake)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        return fake
+
+    yield start
+    for fake in started:
+        fake.__exit__(None, None, None)
+
+
+@pytest.fixture
+def bubblewrap():
+    available, reason = sandbox.bubblewrap_probe()
+    if not available:
+        pytest.skip(reason)
+
+
+def tool_results(request) -> list[str]:
+    last = request["messages"][-1]
+    if not isinstance(last["content"], list):
+        return []
+    return [str(block.get("content", "")) for block in last["content"] if block.get("type") == "tool_result"]
+
+
+def bash_script(commands: list[str], done: str = "Added a date-arithmetic skill."):
+    """A model that runs `commands` with workspace_bash, one a turn, then says `done`."""
+    seen: list[dict] = []
+
+    def script(request, _candidate):
+        seen.append(request)
+        assert [tool["name"] for tool in request.get("tools", [])] == ["workspace_bash"]
+        turn = sum(1 for m in request["messages"] if m["role"] == "assistant")
+        if turn < len(commands):
+            return [{"type": "tool_use", "id": f"toolu_{turn:04d}", "name": "workspace_bash",
+                     "input": {"command": commands[turn]}}]
+        return [{"type": "text", "text": done}]
+
+    return script, seen
+
+
+WRITE_SKILL = f"mkdir -p skills/date-arithmetic && cat > skills/date-arithmetic/SKILL.md <<'EOF'\n" \
+              f"{DATES['skill_md']}EOF\nls skills"
+
+
+@pytest.mark.parametrize("engine", BASH_ENGINES)
+def test_an_aevolve_engine_writes_a_skill_with_its_sandboxed_bash(engine, personas, demo_agent, fake_llm,
+                                                                   monkeypatch, bubblewrap):
+    """Two cycles: in the first the scripted model writes the date skill with workspace_bash (in
+    the sandbox), so the second cycle scores higher; every call and command has a receipt."""
+    script, seen = bash_script([WRITE_SKILL])
+    fake = fake_llm(script)
+    run = run_inline(personas.owner, demo_agent, cycles=2, engine=engine, batch_size=4, egl_window=5,
+                     engine_options=LLM)
+    first, second = Cycle.objects.filter(run=run).order_by("number")
+    assert run.status == "finished", run.reason if hasattr(run, "reason") else run
+    assert first.status == "accepted", first.reason
+    assert "date-arithmetic" in first.skills_added
+    text = (Path(demo_agent.path) / "skills" / "date-arithmetic" / "SKILL.md").read_text()
+    assert text == DATES["skill_md"]
+    assert (first.score, second.score) == (0.25, 0.5)
+    assert "date-arithmetic" in tool_results(seen[1])[0]  # `ls skills` saw the file the command wrote
+    metadata = first.engine_metadata
+    assert metadata["upstream"].startswith("agent_evolve.algorithms.") and metadata["model"] == "fake-sonnet"
+    assert metadata["calls"] >= 2 and metadata["tokens"] > 0
+    calls = Receipt.objects.filter(kind="llm_call", label__startswith=f"{engine} evolver call")
+    commands = Receipt.objects.filter(label=f"{engine} workspace_bash")
+    assert calls.count() >= 4 and commands.count() >= 2
+    assert set(metadata["receipts"]) >= {r.pk for r in calls.filter(pk__in=metadata["receipts"])}
+    assert commands.first().detail["sandbox"]["network"].startswith("none")
+    assert KEY not in json.dumps([r.as_dict() for r in Receipt.objects.all()])
+    assert fake.keys_seen() == {KEY}
+    assert "prompts/system.md" in json.dumps(seen[0]["system"])  # A-Evolve's own evolver prompt
+
+
+def test_the_sandboxed_bash_cannot_reach_outside_the_workspace(personas, demo_agent, fake_llm, monkeypatch,
+                                                              bubblewrap, tmp_path):
+    """A scripted model tries to write next to the workspace, read a secret beside it and ~/.ssh,
+    reach the network, and rewrite the workspace's git history: none of it lands."""
+    outside = tmp_path / "outside.txt"
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the-host-secret-42\n")
+    root = Path(demo_agent.path)
+    tags_before = sorted(p.name for p in (root / ".git" / "refs" / "tags").iterdir())
+    fake = fake_llm(lambda request, candidate: [{"type": "text", "text": "unused"}])
+    port = fake.server.server_address[1]
+    attack = [
+        f"echo pwned > {outside}; echo pwned > /tmp/aevolve-pwned; cat {secret}; ls -a ~/.ssh /root/.ssh",
+        f"(exec 3<>/dev/tcp/127.0.0.1/{port}) && echo CONNECTED || echo no-network",
+        "echo '#!/bin/sh' > .git/hooks/post-commit; rm -rf .git/refs/tags; echo x > manifest.yaml; "
+        "ln -s / skills/escape; echo ok",
+    ]
+    script, seen = bash_script(attack, done="Tried.")
+    fake.script = script
+    run = run_inline(personas.owner, demo_agent, cycles=1, engine="aevolve-skillforge", batch_size=4,
+                     engine_options=LLM)
+    assert run.status == "finished"
+    results = [text for request in seen for text in tool_results(request)]
+    assert len(results) == 3
+    assert not outside.exists() and not Path("/tmp/aevolve-pwned").exists()
+    assert "the-host-secret-42" not in json.dumps(results)
+    assert "CONNECTED" not in results[1] and "no-network" in results[1]
+    assert "Read-only file system" in results[2] or "Permission denied" in results[2]
+    assert not (root / ".git" / "hooks" / "post-commit").exists()
+    assert sorted(p.name for p in (root / ".git" / "refs" / "tags").iterdir()) >= tags_before
+    assert "agent:" in (root / "manifest.yaml").read_text()
+    assert not (root / "skills" / "escape").is_symlink()  # skills/ is writable, but the loop reverts links
+
+
+def test_guided_synthesis_curates_a_draft_the_agent_left(personas, demo_agent, fake_llm, monkeypatch):
+    """Guided Synthesis writes a memory line per observation, offers the agent's draft to the
+    curator model, and accepts it as a skill (its name as A-Evolve spells it); the draft is gone."""
+    root = Path(demo_agent.path)
+    (root / "skills" / "_drafts").mkdir()
+    (root / "skills" / "_drafts" / "date-arithmetic.md").write_text(DATES["skill_md"])
+    asked: list[str] = []
+
+    def script(request, _candidate):
+        asked.append(json.dumps(request))
+        assert "SKILL CURATOR" in json.dumps(request["system"]) and not request.get("tools")
+        return [{"type": "text", "text": "ACCEPT: date_arithmetic"}]
+
+    fake_llm(script)
+    run = run_inline(personas.owner, demo_agent, cycles=2, engine="aevolve-guided", batch_size=4,
+                     egl_window=5, engine_options=LLM)
+    first, second = Cycle.objects.filter(run=run).order_by("number")
+    assert first.status == "accepted", first.reason
+    assert first.skills_added == ["date_arithmetic"]
+    skill = (root / "skills" / "date_arithmetic" / "SKILL.md").read_text()
+    assert skill.startswith("---\nname: date_arithmetic\ndescription: Add days to a date")
+    assert "```rule" in skill
+    assert not (root / "skills" / "_drafts" / "date-arithmetic.md").exists()
+    memory = [json.loads(line) for line in (root / "memory" / "episodic.jsonl").read_text().splitlines()]
+    assert len([m for m in memory if "approach_summary" in m]) == 8  # 4 tasks a cycle, no draft
+    assert (first.score, second.score) == (0.25, 0.5)
+    assert len(asked) == 1 and "date_arithmetic" in asked[0]  # the second cycle had no proposal
+    assert first.engine_metadata["notes"] == ["drafts offered as proposals: date-arithmetic"]
+    assert Receipt.objects.filter(kind="llm_call", label__startswith="aevolve-guided complete").count() == 1
+
+
+def test_on_cycle_end_takes_both_interfaces(personas, demo_agent, fake_llm, monkeypatch, bubblewrap):
+    """Crucible's loop calls on_cycle_end(accepted); an A-Evolve loop calls it with the score too:
+    the adapter passes A-Evolve's engine (accepted, score) either way."""
+    script, _ = bash_script([WRITE_SKILL])
+    fake_llm(script)
+    engine = engine_get("aevolve-adaptive", **LLM)
+    result = Evolver(demo_agent.path, "demo", {"batch_size": 4}, engine=engine).run(cycles=1)
+    assert result.cycles[0].status == "accepted", result.cycles[0].reason
+    calls = []
+    monkeypatch.setattr(engine._engine, "on_cycle_end",
+                        lambda accepted, score: calls.append((accepted, score)))
+    engine.on_cycle_end(True)
+    engine.on_cycle_end(False, 0.75)
+    assert calls == [(True, 0.25), (False, 0.75)]
+
+
+def test_engine_check_names_the_options_and_the_missing_package(monkeypatch):
+    assert set(BASH_ENGINES) | {"aevolve-guided"} <= set(engine_names())
+    engine_check("aevolve-skillforge", {**LLM, "max_skills": 8, "protect_skills": "true",
+                                        "extra": '{"a": 1}'})
+    with pytest.raises(EngineError, match=r"aevolve-skillforge has no option 'bogus'; its options: preset, "
+                                          r"model, effort, max_turns, evolver_max_tokens, max_skills"):
+        engine_check("aevolve-skillforge", {"bogus": 1})
+    with pytest.raises(EngineError, match="option write_memory: 'maybe' is not true or false"):
+        engine_check("aevolve-guided", {"write_memory": "maybe"})
+    with pytest.raises(EngineError, match="extra must be a JSON object"):
+        engine_check("aevolve-adaptive", {"extra": "[1]"})
+    with pytest.raises(EngineError, match="memory_cap must be a whole number"):
+        engine_check("aevolve-adaptive", {"memory_cap": "many"})
+
+    monkeypatch.setattr(aevolve, "available", lambda: False)
+    assert not any(name.startswith("aevolve-") for name in engine_names())
+    with pytest.raises(EngineError, match=r"needs the a-evolve package \(agent_evolve\), which is not "
+                                          r"installed: install it with pip install -e '\.\[a-evolve\]'"):
+        engine_check("aevolve-guided", LLM)
+    with pytest.raises(EngineError, match=r"pip install -e '\.\[a-evolve\]'"):
+        aevolve.upstream()
