@@ -124,6 +124,10 @@ def test_an_aevolve_engine_writes_a_skill_with_its_sandboxed_bash(engine, person
     metadata = first.engine_metadata
     assert metadata["upstream"].startswith("agent_evolve.algorithms.") and metadata["model"] == "fake-sonnet"
     assert metadata["calls"] >= 2 and metadata["tokens"] > 0
+    # The history facade: cycle 2 is A-Evolve's evo 2 and sees cycle 1's batch and its own.
+    assert (metadata["aevolve"]["evo_number"], metadata["aevolve"]["tasks_analyzed"]) == (1, 4)
+    later = second.engine_metadata["aevolve"]
+    assert (later["evo_number"], later["tasks_analyzed"]) == (2, 8)
     calls = Receipt.objects.filter(kind="llm_call", label__startswith=f"{engine} evolver call")
     commands = Receipt.objects.filter(label=f"{engine} workspace_bash")
     assert calls.count() >= 4 and commands.count() >= 2
