@@ -16,10 +16,9 @@ from evolve_app.loop import Evolver
 from evolve_app.models import Cycle
 from runtime_app import sandbox
 from runtime_app.models import Receipt
+from tests.conftest import service_missing
 from tests.evolve_app.test_engines import run_inline
 from tests.fakes.anthropic_server import FakeAnthropic
-
-pytest.importorskip("agent_evolve", reason="the a-evolve extra: pip install -e '.[a-evolve]'")
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,7 +31,10 @@ BASH_ENGINES = ("aevolve-skillforge", "aevolve-adaptive", "aevolve-adaptive-skil
 @pytest.fixture(autouse=True)
 def no_upstream_model_or_host_bash(monkeypatch):
     """What would run outside Crucible's control upstream fails the test if it is ever reached:
-    agent_evolve's own LLM clients and its host `bash -c`."""
+    agent_evolve's own LLM clients and its host `bash -c`. (agent_evolve is imported here: it is
+    the optional extra, which `make setup` installs; without it these tests skip, or fail in CI.)"""
+    if not aevolve.available():
+        service_missing("the a-evolve extra is not installed: pip install -e '.[a-evolve]'")
     from agent_evolve.algorithms.adaptive_evolve import engine as adaptive_engine
     from agent_evolve.algorithms.adaptive_skill import engine as adaptive_skill_engine
     from agent_evolve.algorithms.skillforge import engine as skillforge_engine
@@ -74,7 +76,7 @@ def fake_llm(monkeypatch):
 def bubblewrap():
     available, reason = sandbox.bubblewrap_probe()
     if not available:
-        pytest.skip(reason)
+        service_missing(reason)
 
 
 def tool_results(request) -> list[str]:
