@@ -96,12 +96,12 @@ def _links(root: Path) -> set[str]:
     found = set()
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
-        if here == root:
-            dirs[:] = [d for d in dirs if d not in (".git", "evolution")]
         for name in [*dirs, *files]:
             path = here / name
             if path.is_symlink() or not (path.is_dir() or path.is_file()):
                 found.add(str(path.relative_to(root)))
+        if here == root:
+            dirs[:] = [d for d in dirs if d not in (".git", "evolution")]
     return found
 
 
@@ -260,6 +260,10 @@ class _AEvolveEngine(_ModelEngine):
     def bash_for(self, root: Path, usage: _Usage) -> Callable[[str], str]:
         """A-Evolve's workspace bash, sandboxed: `bash -c command` in the workspace under bubblewrap
         (required, whatever CRUCIBLE_SANDBOX says), no network, 60 s; output as upstream gives it."""
+
+        evolution = root / "evolution"  # made first, so a command cannot make it a link elsewhere
+        if not evolution.is_symlink():
+            evolution.mkdir(exist_ok=True)
 
         def bash(command: str) -> str:
             read_only = [rel for rel in BASH_READ_ONLY if (root / rel).exists() or (root / rel).is_symlink()]

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from agent_evolve import types as ae
 from agent_evolve.algorithms.adaptive_evolve.base_analysis import McpAutoCorrector
 from agent_evolve.algorithms.adaptive_evolve.engine import AdaptiveEvolveEngine
@@ -139,7 +140,15 @@ class WorkspaceFacade:
         return self._or_empty(lambda: self.crucible.read_skill(name), "")
 
     def write_skill(self, name: str, content: str) -> None:
-        self.crucible.write_skill(name, content)
+        """Crucible's write_skill; front matter that is not valid YAML (A-Evolve's engines write
+        `description: <text>` unquoted, colons and all) is written again as YAML, once."""
+        try:
+            self.crucible.write_skill(name, content)
+        except WorkspaceError:
+            repaired = _front_matter_repaired(content)
+            if repaired is None:
+                raise
+            self.crucible.write_skill(name, repaired)
 
     def delete_skill(self, name: str) -> None:
         if self.read_skill(name):
@@ -189,6 +198,25 @@ class WorkspaceFacade:
     def memory_categories(self) -> list[str]:
         return sorted({str(entry.get("_category")) for entry in self.read_all_memories(limit=0)
                        if entry.get("_category")})
+
+
+def _front_matter_repaired(content: str) -> str | None:
+    """`---` lines of `key: value`, as plain text, dumped again as YAML; None when there is no
+    front matter to repair."""
+    lines = content.split("\n")
+    if not lines or lines[0].rstrip() != "---":
+        return None
+    end = next((i for i in range(1, len(lines)) if lines[i].rstrip() == "---"), None)
+    if end is None:
+        return None
+    data = {}
+    for line in lines[1:end]:
+        key, sep, value = line.partition(":")
+        if not sep or not key.strip():
+            return None
+        data[key.strip()] = value.strip()
+    header = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10_000)
+    return "---\n" + header + "---" + "\n".join(["", *lines[end + 1:]])
 
 
 class HistoryFacade:

@@ -242,3 +242,47 @@ def test_engine_check_names_the_options_and_the_missing_package(monkeypatch):
         engine_check("aevolve-guided", LLM)
     with pytest.raises(EngineError, match=r"pip install -e '\.\[a-evolve\]'"):
         aevolve.upstream()
+
+
+def test_the_workspace_and_trial_facades_answer_as_a_evolve_does(imported_workspace):
+    """Reads answer "" or [] for what is missing, writes go through Crucible's checks (a colon in
+    an unquoted description is written again as YAML), and the trial facade converts tasks and
+    observations both ways."""
+    from agent_evolve import types as ae
+
+    from evolve_app.aevolve_upstream import TrialFacade, WorkspaceFacade
+    from evolve_app.types import Feedback, Task, Trajectory
+    from evolve_app.workspace import AgentWorkspace, WorkspaceError
+
+    facade = WorkspaceFacade(AgentWorkspace(imported_workspace))
+    assert facade.read_skill("nope") == "" and facade.read_fragment("nope.md") == ""
+    facade.delete_skill("nope")  # upstream: nothing to delete is no error
+    facade.write_skill("dates", "---\nname: dates\ndescription: Use when: a date is asked\n---\n\nAdd days\n")
+    assert "description: 'Use when: a date is asked'" in facade.read_skill("dates")
+    assert "dates" in [skill.name for skill in facade.list_skills()]
+    facade.write_draft("idea", "draft")
+    facade.clear_drafts()
+    assert facade.list_drafts() == []
+    with pytest.raises(WorkspaceError):
+        facade.write_skill("../escape", "---\nname: x\ndescription: y\n---\n")
+    (imported_workspace / "skills" / "link").symlink_to(imported_workspace / "skills" / "code-search")
+    assert "link" not in [skill.name for skill in facade.list_skills()]
+
+    class Bench:
+        def get_tasks(self, split, limit):
+            return [Task("t1", "do it", "dates", {"level": 2})][:limit]
+
+    class Trial:
+        benchmark = Bench()
+
+        def run(self, tasks):
+            assert tasks == [Task("t1", "do it", "dates", {"level": 2})]
+            return [(Trajectory("t1", "42", [{"tool": "x"}]), Feedback(True, 1.0, "right"))]
+
+    trial = TrialFacade(Trial())
+    (task,) = trial.get_tasks("train", 5)
+    assert (task.id, task.input, task.metadata) == ("t1", "do it", {"level": 2, "category": "dates"})
+    (done,) = trial.run_tasks([task])
+    assert isinstance(done, ae.Observation) and done.task.id == "t1"
+    assert (done.trajectory.output, done.feedback.success, done.feedback.score) == ("42", True, 1.0)
+    assert TrialFacade(None).get_tasks() == [] and TrialFacade(None).run_tasks([task]) == []
