@@ -260,13 +260,25 @@ class HistoryFacade:
             batches.append(records)
         return batches
 
+    def _earlier(self) -> list[list[dict[str, Any]]]:
+        """The batches before this cycle's (a loop that writes the batch before the engine steps,
+        as A-Evolve's does, has written this cycle's already: it is not counted twice)."""
+        batches = self._batches()
+
+        def key(batch: list[dict[str, Any]]) -> list[tuple]:
+            return [(r["task_id"], r["agent_output"], r["score"]) for r in batch]
+
+        if batches and self.current and key(batches[-1]) == key(self.current):
+            batches.pop()
+        return batches
+
     def get_observations(self, last_n_cycles: int = 3, only_failures: bool = False) -> list[dict[str, Any]]:
-        earlier = self._batches()[-(last_n_cycles - 1):] if last_n_cycles > 1 else []
+        earlier = self._earlier()[-(last_n_cycles - 1):] if last_n_cycles > 1 else []
         records = [r for batch in earlier for r in batch] + self.current
         return [r for r in records if not r["success"]] if only_failures else records
 
     def get_summary_stats(self) -> dict[str, Any]:
-        records = [r for batch in self._batches() for r in batch] + self.current
+        records = [r for batch in self._earlier() for r in batch] + self.current
         if not records:
             return {"total": 0, "success_rate": 0.0, "avg_score": 0.0}
         return {"total": len(records), "success_rate": sum(r["success"] for r in records) / len(records),

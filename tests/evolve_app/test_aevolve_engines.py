@@ -286,3 +286,32 @@ def test_the_workspace_and_trial_facades_answer_as_a_evolve_does(imported_worksp
     assert isinstance(done, ae.Observation) and done.task.id == "t1"
     assert (done.trajectory.output, done.feedback.success, done.feedback.score) == ("42", True, 1.0)
     assert TrialFacade(None).get_tasks() == [] and TrialFacade(None).run_tasks([task]) == []
+
+
+def test_the_history_facade_numbers_cycles_and_reads_the_batches(imported_workspace):
+    from evolve_app.aevolve_upstream import HistoryFacade
+    from evolve_app.history import EvolutionHistory
+    from evolve_app.types import Feedback, Observation, Task, Trajectory
+    from evolve_app.workspace import workspace_snapshot
+
+    root = imported_workspace
+    for tag in ("pre-evo-1", "evo-1", "pre-evo-2"):
+        workspace_snapshot(root, tag, tag)
+    batches = root / "evolution" / "observations"
+    batches.mkdir(parents=True)
+    old = {"task_id": "a", "task_input": "x", "agent_output": "1", "steps": [], "success": False,
+           "score": 0.0, "feedback_detail": "wrong"}
+    (batches / "batch_0001_0001.jsonl").write_text(json.dumps(old) + "\nnot json\n")
+    now = [Observation(Task("b", "y"), Trajectory("b", "2"), Feedback(True, 1.0, "right"))]
+    history = HistoryFacade(EvolutionHistory(root), root, now)
+    assert history.latest_cycle == 1 and history.list_versions() == ["evo-1", "evo-0"]
+    records = history.get_observations(last_n_cycles=2)
+    assert [(r["task_id"], r["success"], r["task"]["id"], r["feedback"]["detail"]) for r in records] == [
+        ("a", False, "a", "wrong"), ("b", True, "b", "right")]
+    assert [r["task_id"] for r in history.get_observations(last_n_cycles=1)] == ["b"]
+    assert [r["task_id"] for r in history.get_observations(only_failures=True)] == ["a"]
+    assert history.read_file_at("evo-0", "no/such.md") == "" and history.get_score_curve() == []
+    # A loop that wrote this cycle's batch before the step: it is not counted twice.
+    (batches / "batch_0001_0002.jsonl").write_text(json.dumps(now[0].as_record()) + "\n")
+    assert [r["task_id"] for r in history.get_observations(last_n_cycles=3)] == ["a", "b"]
+    assert history.get_summary_stats()["total"] == 2
