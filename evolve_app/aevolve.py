@@ -137,6 +137,11 @@ class _AEvolveEngine(_ModelEngine):
         if not available():
             raise EngineError(f"{cls.name} needs the a-evolve package ({PACKAGE}), which is not installed: "
                               f"{INSTALL_HINT}")
+        if cls.uses_bash:  # refused when the run is asked for, not in the worker
+            ready, reason = sandbox.bubblewrap_probe()
+            if not ready:
+                raise EngineError(f"{cls.name} runs A-Evolve's workspace bash only in the bubblewrap "
+                                  f"sandbox, and {reason}")
         for key in cls.FLAGS:
             if key in options:
                 try:

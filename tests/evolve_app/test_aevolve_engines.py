@@ -222,6 +222,7 @@ def test_on_cycle_end_takes_both_interfaces(personas, demo_agent, fake_llm, monk
 
 
 def test_engine_check_names_the_options_and_the_missing_package(monkeypatch):
+    monkeypatch.setattr(sandbox, "bubblewrap_probe", lambda: (True, "bubblewrap starts"))
     assert set(BASH_ENGINES) | {"aevolve-guided"} <= set(engine_names())
     engine_check("aevolve-skillforge", {**LLM, "max_skills": 8, "protect_skills": "true",
                                         "extra": '{"a": 1}'})
@@ -234,6 +235,12 @@ def test_engine_check_names_the_options_and_the_missing_package(monkeypatch):
         engine_check("aevolve-adaptive", {"extra": "[1]"})
     with pytest.raises(EngineError, match="memory_cap must be a whole number"):
         engine_check("aevolve-adaptive", {"memory_cap": "many"})
+
+    monkeypatch.setattr(sandbox, "bubblewrap_probe", lambda: (False, "bubblewrap (bwrap) is not installed"))
+    with pytest.raises(EngineError, match=r"aevolve-adaptive runs A-Evolve's workspace bash only in the "
+                                          r"bubblewrap sandbox, and bubblewrap \(bwrap\) is not installed"):
+        engine_check("aevolve-adaptive", LLM)
+    engine_check("aevolve-guided", LLM)  # no bash, no sandbox needed
 
     monkeypatch.setattr(aevolve, "available", lambda: False)
     assert not any(name.startswith("aevolve-") for name in engine_names())
