@@ -267,11 +267,12 @@ class _AEvolveEngine(_ModelEngine):
         (required, whatever CRUCIBLE_SANDBOX says), no network, 60 s; output as upstream gives it."""
 
         evolution = root / "evolution"  # made first, so a command cannot make it a link elsewhere
-        if not evolution.is_symlink():
-            evolution.mkdir(exist_ok=True)
+        if not evolution.exists() and not evolution.is_symlink():
+            evolution.mkdir()
 
         def bash(command: str) -> str:
-            read_only = [rel for rel in BASH_READ_ONLY if (root / rel).exists() or (root / rel).is_symlink()]
+            read_only = [rel for rel in BASH_READ_ONLY
+                         if (root / rel).exists() and not (root / rel).is_symlink()]
             try:
                 ran = runtime_services.command_run(["bash", "-c", command], cwd=root, timeout=BASH_TIMEOUT,
                                                    writable=True, isolation="required", read_only=read_only,
