@@ -322,3 +322,36 @@ def test_the_history_facade_numbers_cycles_and_reads_the_batches(imported_worksp
     (batches / "batch_0001_0002.jsonl").write_text(json.dumps(now[0].as_record()) + "\n")
     assert [r["task_id"] for r in history.get_observations(last_n_cycles=3)] == ["a", "b"]
     assert history.get_summary_stats()["total"] == 2
+
+
+def test_the_adaptive_engines_own_writes_go_through_the_checked_workspace(imported_workspace, tmp_path):
+    """Upstream's adaptive engine writes seeded skills, corrections and pruned memory with open();
+    here they go through the workspace's checks, so a link cannot carry them outside it."""
+    from types import SimpleNamespace
+
+    from evolve_app.aevolve_upstream import CrucibleLLM, WorkspaceFacade, _CheckedAutoCorrector, engine_make
+    from evolve_app.workspace import AgentWorkspace, WorkspaceError
+
+    root = imported_workspace
+    facade = WorkspaceFacade(AgentWorkspace(root))
+    engine = engine_make("aevolve-adaptive", {"extra": {}}, CrucibleLLM(lambda *a, **k: ("", {}, []), None),
+                         {"memory_cap": 2})
+    seeded = "---\nname: entity-verification\ndescription: d\n---\nx\n"
+    engine._write_skill(facade, "entity-verification", seeded)
+    assert (root / "skills" / "entity-verification" / "SKILL.md").read_text().endswith("x\n")
+    (root / "memory" / "episodic.jsonl").write_text("".join(f'{{"n": {n}}}\n' for n in range(5)))
+    assert engine._prune_memory(facade) == 1
+    assert (root / "memory" / "episodic.jsonl").read_text() == '{"n": 3}\n{"n": 4}\n'
+
+    analysis = SimpleNamespace(param_errors=[{"tool": "search", "error": "bad query"}])
+    fixes = _CheckedAutoCorrector().apply(facade, analysis, {"name_corrections": {"serch": "search"}})
+    assert fixes == 2
+    assert "| `serch` | `search` |" in facade.read_skill("tool-name-corrections")
+    assert json.loads((root / "memory" / "tool_param_errors.jsonl").read_text())["tool"] == "search"
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "skills" / "multi-requirement-handler").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(WorkspaceError, match="symlink"):
+        engine._write_skill(facade, "multi-requirement-handler", "---\nname: m\ndescription: d\n---\n")
+    assert list(outside.iterdir()) == []
