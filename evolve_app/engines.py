@@ -1098,8 +1098,10 @@ _SETTABLE = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_
 
 
 def engine_names() -> list[str]:
-    """The engines the web and API may name: the built-ins, then installed entry points."""
-    return [*ENGINES, *sorted(name for name in installed(ENGINE_GROUP) if name not in ENGINES)]
+    """The engines the web and API may name: the built-ins (those whose package is installed),
+    then installed entry points."""
+    offered = [name for name, cls in ENGINES.items() if getattr(cls, "offered", lambda: True)()]
+    return [*offered, *sorted(name for name in installed(ENGINE_GROUP) if name not in ENGINES)]
 
 
 def _builtin(name: str) -> str | None:
@@ -1193,3 +1195,8 @@ def engine_get(name: str, *, trusted: bool = False, **options: Any) -> Evolution
     if not hasattr(engine, "step"):
         raise EngineError(f"{name!r} is not an evolution engine (it has no step())")
     return engine
+
+
+# A-Evolve's engines through the adapter (offered when the a-evolve extra is installed): the module
+# builds on the classes above and adds its engines to ENGINES, so it is imported last.
+import evolve_app.aevolve  # noqa: E402, F401

@@ -304,7 +304,8 @@ def search_revise(user: Any, search: Search, note: str = "", *, enqueue: bool = 
         raise ValidationError({"note": f"Keep the note under {MAX_COMMENT_CHARS:,} characters."})
     role_require(user, search.project, roles.OPERATOR)
     with transaction.atomic():
-        run = SearchRun.objects.select_for_update(of=("self",)).select_related("winner").filter(search=search).first()
+        run = SearchRun.objects.select_for_update(of=("self",)).select_related("winner") \
+            .filter(search=search).first()
         refused = revision_refusal(user, search)
         if refused:
             raise ValidationError(refused)
