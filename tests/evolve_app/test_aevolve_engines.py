@@ -317,7 +317,8 @@ def test_the_history_facade_numbers_cycles_and_reads_the_batches(imported_worksp
         ("a", False, "a", "wrong"), ("b", True, "b", "right")]
     assert [r["task_id"] for r in history.get_observations(last_n_cycles=1)] == ["b"]
     assert [r["task_id"] for r in history.get_observations(only_failures=True)] == ["a"]
-    assert history.read_file_at("evo-0", "no/such.md") == "" and history.get_score_curve() == []
+    assert history.read_file_at("evo-0", "no/such.md") == ""
+    assert history.get_score_curve() == [0.0]  # no run recorded: the batches' mean scores
     # A loop that wrote this cycle's batch before the step: it is not counted twice.
     (batches / "batch_0001_0002.jsonl").write_text(json.dumps(now[0].as_record()) + "\n")
     assert [r["task_id"] for r in history.get_observations(last_n_cycles=3)] == ["a", "b"]
