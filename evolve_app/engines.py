@@ -20,6 +20,12 @@ name and its options without importing, constructing or calling anything.
 
 An engine that raises (e.g. a model call that fails after its retries: EngineError) fails the
 cycle, and the loop puts the workspace back at pre-evo-N.
+
+Engines written to A-Evolve's interface need not subclass EvolutionEngine: the loop calls
+`on_cycle_end(accepted, score)` (or `(accepted)`, for a callback that takes one argument: see
+cycle_end_call), ends the run when a StepResult has `stop` set, and hands them A-Evolve's calls
+(`Task.id`, `trial.run_tasks` / `run_single` / `get_tasks`, the history's `get_observations` and
+`latest_cycle`, the workspace's `clear_drafts` and folder attributes).
 """
 
 from __future__ import annotations
