@@ -367,6 +367,7 @@ def run_summary(run: EvolutionRun) -> dict[str, Any]:
         "id": run.pk, "number": run.number, "agent_id": run.agent_id, "agent": run.agent.name,
         "project_id": run.agent.project_id,
         "benchmark": run.benchmark, "engine": run.engine, "config": run.config,
+        "agent_mapping": run.agent_mapping or {},
         "cycles_planned": run.cycles_planned, "status": run.status, "converged": run.converged,
         "reason": run.reason, "started_by": run.started_by.get_username() if run.started_by_id else None,
         "created_at": run.created_at, "finished_at": run.finished_at,
