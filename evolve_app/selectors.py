@@ -98,6 +98,17 @@ def agent_manifest(agent: Agent) -> dict[str, Any]:
         return {"manifest": None, "error": str(error)}
 
 
+def agent_runs_as(agent: Agent) -> dict[str, Any]:
+    """What a run of the workspace would run now (agents.agent_mapping): the agent it stands in
+    for, its tools' sandboxed equivalents and those not available."""
+    from evolve_app.agents import agent_mapping
+
+    try:
+        return agent_mapping(agent.path)
+    except OSError as error:
+        return {"summary": str(error), "tools": [], "unavailable": []}
+
+
 def agent_versions(agent: Agent) -> dict[str, Any]:
     """The version log (evo-0, pre-evo-1, evo-1 …) or the reason it cannot be read now."""
     from evolve_app.history import EvolutionHistory

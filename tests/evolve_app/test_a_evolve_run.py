@@ -329,6 +329,8 @@ def test_the_run_page_and_api_say_which_mapping_the_run_used(personas, roots, da
     page = login(personas.member).get(f"/agents/{agent.pk}/runs/{run.pk}/").content.decode()
     assert "A-Evolve agent agent_evolve.agents.swe.agent.SweAgent → Crucible reference agent" in page
     assert "python_exec → sandboxed python" in page and "not available: web_search" in page
+    agent_page = login(personas.member).get(f"/agents/{agent.pk}/").content.decode()
+    assert "Runs as" in agent_page and "text_editor → sandboxed file editor" in agent_page
 
 
 def test_a_crucible_agent_s_mapping_says_it_runs_as_itself(personas, demo_agent):
