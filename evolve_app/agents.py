@@ -348,9 +348,9 @@ def fail(message):
 command, given = request.get("command"), request.get("path")
 if not isinstance(given, str) or not given.strip():
     fail("give a path")
-target = os.path.realpath(os.path.join(root, given.lstrip("/") if not given.startswith(root) else given))
+target = os.path.realpath(os.path.join(root, given))
 if target != root and not target.startswith(root + os.sep):
-    fail(f"{given}: outside the task's workspace copy")
+    fail(f"{given}: outside the task's workspace copy (give a path relative to it)")
 if command == "create":
     os.makedirs(os.path.dirname(target), exist_ok=True)
     with open(target, "w") as handle:
