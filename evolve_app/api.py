@@ -71,6 +71,10 @@ class RunSummaryOut(Schema):
     benchmark: str
     engine: str
     config: dict[str, Any]
+    agent_mapping: dict[str, Any] = Field(
+        default_factory=dict, description="what the workspace's agent runs as: `summary`, `agent`, "
+                                          "`a_evolve`, `runs_as`, `preset`/`model`, `tools` [{name, tool, "
+                                          "as}], `unavailable` [{name, why}]")
     cycles_planned: int
     status: str
     converged: bool

@@ -98,6 +98,17 @@ def agent_manifest(agent: Agent) -> dict[str, Any]:
         return {"manifest": None, "error": str(error)}
 
 
+def agent_runs_as(agent: Agent) -> dict[str, Any]:
+    """What a run of the workspace would run now (agents.agent_mapping): the agent it stands in
+    for, its tools' sandboxed equivalents and those not available."""
+    from evolve_app.agents import agent_mapping
+
+    try:
+        return agent_mapping(agent.path)
+    except OSError as error:
+        return {"summary": str(error), "tools": [], "unavailable": []}
+
+
 def agent_versions(agent: Agent) -> dict[str, Any]:
     """The version log (evo-0, pre-evo-1, evo-1 …) or the reason it cannot be read now."""
     from evolve_app.history import EvolutionHistory
@@ -367,6 +378,7 @@ def run_summary(run: EvolutionRun) -> dict[str, Any]:
         "id": run.pk, "number": run.number, "agent_id": run.agent_id, "agent": run.agent.name,
         "project_id": run.agent.project_id,
         "benchmark": run.benchmark, "engine": run.engine, "config": run.config,
+        "agent_mapping": run.agent_mapping or {},
         "cycles_planned": run.cycles_planned, "status": run.status, "converged": run.converged,
         "reason": run.reason, "started_by": run.started_by.get_username() if run.started_by_id else None,
         "created_at": run.created_at, "finished_at": run.finished_at,

@@ -85,7 +85,11 @@ def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engin
                         cycles: int = 5, config: dict | None = None, enqueue: bool = True,
                         trusted: bool = False) -> Any:
     """Check the benchmark, engine, the workspace's agent type and the settings, then queue the
-    run (one at a time per agent).
+    run (one at a time per agent), recording what the agent runs as (agent_mapping).
+
+    What a run could not honour is refused here, each problem named: a benchmark's requirement
+    this host lacks, an agent class nobody allowed, a reference agent without a model provider,
+    a model or a key, an A-Evolve agent none of whose tools can run (agents.agent_run_problems).
 
     The check is by name, never by importing or making anything (evolve_app/extensions.py):
     the web and API may name what is registered, paths under CRUCIBLE_REPO_ROOTS and the dotted
@@ -93,7 +97,7 @@ def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engin
     any path or dotted path. The run keeps its trust, and the worker checks again with it."""
     from pydantic import ValidationError as PydanticError
 
-    from evolve_app.agents import AgentError, agent_check
+    from evolve_app.agents import AgentError, agent_check, agent_mapping, agent_run_problems
     from evolve_app.benchmarks import BenchmarkError, benchmark_check
     from evolve_app.engines import EngineError, engine_check
     from evolve_app.loop import EvolveConfig
@@ -118,8 +122,12 @@ def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engin
         errors["engine"] = str(error)
     try:
         agent_check(agent.path, trusted=trusted)
+        problems = agent_run_problems(agent.path)
     except (AgentError, OSError) as error:
         errors["agent"] = str(error)
+    else:
+        if problems:
+            errors["agent"] = f"{agent.name} cannot run: " + "; ".join(problems)
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
@@ -130,6 +138,7 @@ def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engin
         number = (EvolutionRun.objects.filter(agent=agent).aggregate(last=Max("number"))["last"] or 0) + 1
         run = EvolutionRun.objects.create(agent=agent, number=number, benchmark=benchmark, engine=engine,
                                           started_by=user, config=settings.model_dump(),
+                                          agent_mapping=agent_mapping(agent.path),
                                           cycles_planned=cycles, trusted=trusted)
         audit_record(user, "evolution.start", project=agent.project, target=f"{agent.name} run {run.number}",
                      detail={"benchmark": benchmark, "engine": engine, "cycles": cycles, "trusted": trusted})

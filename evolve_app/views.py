@@ -118,6 +118,7 @@ def _agent_page(request: HttpRequest, agent: Any, *, start_form: RunStartForm | 
     return render(request, "evolve_app/agent_detail.html", {
         "agent": agent,
         **selectors.agent_manifest(agent),
+        "runs_as": selectors.agent_runs_as(agent),
         "versions": versions, "versions_error": logged["error"], "head": logged["head"],
         "runs": runs,
         "active_run": next((run for run in runs if run.status in selectors.ACTIVE), None),
