@@ -206,7 +206,7 @@ def _manifest_check(root: Path, text: str | None = None
 
     data = dict(data)
     extra: dict[str, Any] = {}
-    near_misses: dict[str, str] = {}  # a known key left out -> the unknown key that may mean it
+    near_misses: dict[str, tuple] = {}  # a known key left out -> (line, column, the key that may mean it)
     for parent, known in (((), _MANIFEST_KEYS), (("agent",), _AGENT_KEYS)):
         section = data if not parent else data.get("agent")
         if not isinstance(section, dict):
@@ -222,7 +222,7 @@ def _manifest_check(root: Path, text: str | None = None
             warnings.append(Problem(rel, line, column, f"unknown key '{key}' in {where}, kept but not used "
                                     f"by Crucible{suggestion}"))
             if hint and hint[0] not in section:
-                near_misses[".".join(map(str, (*parent, hint[0])))] = f"'{key}' on line {line}"
+                near_misses[".".join(map(str, (*parent, hint[0])))] = (line, column, key)
             extra[".".join(map(str, (*parent, key)))] = section.pop(key)
         if parent:
             data["agent"] = section
@@ -263,8 +263,9 @@ def _manifest_check(root: Path, text: str | None = None
             line, column = line_of(loc, key=detail["type"] == "missing")
             message = _pydantic_message(detail)
             missed = near_misses.get(".".join(map(str, loc)))
-            if detail["type"] == "missing" and missed:
-                message += f"; {missed} looks like a misspelling of it"
+            if detail["type"] == "missing" and missed:  # reported where the misspelling is
+                line, column, key = missed
+                message += f"; '{key}' on line {line} looks like a misspelling of it"
             problems.append(Problem(rel, line, column, message))
         manifest = None
     return (manifest if not problems else None), problems, warnings

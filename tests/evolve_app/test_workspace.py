@@ -135,8 +135,8 @@ def test_a_misspelt_required_key_is_a_warning_and_the_missing_key_error_names_it
     manifest = SEED_MANIFEST.replace("reload_strategy: hot", "reload_stratgy: hot")
     problems, warnings = workspace_check(make_workspace(extra={"manifest.yaml": manifest}))
     assert [str(p) for p in problems] == [
-        "manifest.yaml:1: missing required key 'reload_strategy' (hot or cold); 'reload_stratgy' on line 10 "
-        "looks like a misspelling of it"]
+        "manifest.yaml:10:1: missing required key 'reload_strategy' (hot or cold); 'reload_stratgy' on "
+        "line 10 looks like a misspelling of it"]
     assert str(warnings[0]).startswith("manifest.yaml:10:1: unknown key 'reload_stratgy'")
 
 
