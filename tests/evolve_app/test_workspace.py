@@ -78,14 +78,14 @@ def test_a_yaml_syntax_error_in_the_manifest_is_reported_with_its_line_and_colum
 
 
 def test_an_unclosed_bracket_on_line_5_is_reported_at_line_5(make_workspace):
-    manifest = ('name: a\nversion: "1"\ncontract_version: "1.0"\nagent:\n  type: reference\n'
-                "  entrypoint: x.Y\nevolvable_layers: [prompts, skills\nreload_strategy: hot\n")
-    manifest = manifest.replace("agent:\n  type: reference\n  entrypoint: x.Y\n", "") \
-        .replace('contract_version: "1.0"\n', 'contract_version: "1.0"\nagent: {type: reference, '
-                 "entrypoint: x.Y}\n")
-    assert manifest.splitlines()[4].startswith("evolvable_layers: [")  # line 5
+    manifest = ('name: a\n'
+                'contract_version: "1.0"\n'
+                "agent: {type: reference, entrypoint: x.Y}\n"
+                "reload_strategy: hot\n"
+                "evolvable_layers: [prompts, skills\n"  # line 5: never closed
+                "version: 2\n")
     problem = only_problem(make_workspace(extra={"manifest.yaml": manifest}))
-    assert (problem.line, problem.column) == (5, 19)
+    assert (problem.line, problem.column) == (5, 19)  # PyYAML's own mark is line 6
     quoted = only_problem(make_workspace(extra={"manifest.yaml": SEED_MANIFEST.replace(
         "reload_strategy: hot", 'reload_strategy: "hot')}, name="quoted"))
     assert (quoted.line, quoted.column) == (10, 18) and "quoted text that starts here" in quoted.message
