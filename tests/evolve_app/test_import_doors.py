@@ -6,6 +6,7 @@ file views with their download."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -235,6 +236,10 @@ def test_the_cli_prints_the_preview_and_imports_only_when_told(demo, data_dir, t
     assert lines[0] == f"{root} has no manifest.yaml; above is the one Crucible infers from its files."
     assert any(line.startswith("note: The system prompt is prompt.md") for line in lines)
     assert "--accept-inferred" in lines[-1] and "--manifest FILE" in lines[-1]
+    as_json = evolve("import", str(root), "--json")
+    assert as_json.returncode == 1
+    assert json.loads(as_json.stdout)["manifest"] == shown.stdout
+    assert json.loads(as_json.stdout)["writes"] == ["manifest.yaml", "prompts/system.md"]
     assert tree_snapshot(root) == before and not Agent.objects.exists()
 
     draft = tmp_path / "draft.yaml"
