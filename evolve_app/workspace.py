@@ -14,8 +14,13 @@ The layout is the A-Evolve seed's, unchanged, so existing A-Evolve workspaces op
 What Crucible adds to upstream:
 
 * `workspace_validate` reports every problem at once, each with its file and line (YAML syntax,
-  missing or ill-typed manifest keys, unknown keys with a suggestion, skills, memory lines, the
-  tool registry, encodings), instead of failing on the first one at run time.
+  missing or ill-typed manifest keys, skills, memory lines, the tool registry, encodings, size
+  limits), instead of failing on the first one at run time; `workspace_check` adds the warnings:
+  unknown manifest keys, kept (`Manifest.extra`) and never refused, as A-Evolve ignores them.
+* A folder without manifest.yaml (an A-Evolve artifact) gets `workspace_preview`: the manifest
+  Crucible infers and where its prompt is; `workspace_import(manifest_text=...)` confirms it.
+* Size limits (MAX_FILE_BYTES, MAX_WORKSPACE_BYTES, MAX_MEMORY_LINES), checked with stat before
+  anything is read; `layer_file_problem` says why one file may not be in a workspace.
 * Every name a caller passes (skill, category, fragment, tool, draft) is checked, so no call can
   reach outside the workspace; reads and writes refuse symlinks; writes are atomic.
 * Git is handled here, with dulwich and the sealed git CLI (`runtime_app.worktrees.git_run`):
