@@ -33,17 +33,37 @@ def _agent_event(agent: Any, kind: str, message: str, **payload: Any) -> None:
     event_emit(agent.project, "agent", agent.pk, kind, {"message": message, **payload})
 
 
-def agent_import(user: Any, project: Project, path: str, name: str = "", *, trusted: bool = False) -> Any:
+class ManifestMissing(ValidationError):
+    """The folder has no manifest.yaml and no `manifest` was given: the caller offers the
+    import preview (`selectors.import_preview`) instead of a refusal."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        super().__init__({"path": f"{path} has no manifest.yaml: preview the manifest Crucible infers from "
+                                  "its files (web: Import; API: POST /api/agents/preview; CLI: evolve import "
+                                  "shows it), check or edit it, then import with it."})
+
+
+def agent_import(user: Any, project: Project, path: str, name: str = "", *, manifest: str | None = None,
+                 trusted: bool = False) -> Any:
     """Import a workspace folder as an agent: every problem is reported with its file and line;
-    a folder that is not a git repository becomes one, its first commit tagged `evo-0`."""
+    a folder that is not a git repository becomes one, its first commit tagged `evo-0`.
+
+    A folder without manifest.yaml raises ManifestMissing unless `manifest` gives the text of
+    its confirmed (or edited) import preview: it is checked like any manifest, and written (with
+    the prompt copied to prompts/system.md) only when everything checks; if anything fails the
+    folder is left as it was. Unknown manifest keys never refuse an import: read them with
+    `selectors.agent_manifest` (`manifest_warnings`)."""
     from evolve_app.models import Agent
-    from evolve_app.workspace import workspace_import, workspace_manifest, workspace_validate
+    from evolve_app.workspace import WorkspaceInvalid, workspace_check, workspace_import, workspace_manifest
 
     role_require(user, project, roles.OPERATOR)
     resolved = server_path_check(path, trusted=trusted, what="workspace")
     if not resolved.is_dir():
         raise ValidationError({"path": f"{resolved}: no such folder."})
-    problems = workspace_validate(resolved)
+    if manifest is None and not os.path.lexists(resolved / "manifest.yaml"):
+        raise ManifestMissing(resolved)
+    problems, _ = workspace_check(resolved, manifest_text=manifest)
     if problems:
         raise ValidationError({"path": [str(problem) for problem in problems]})
     existing = Agent.objects.filter(path=str(resolved)).first()
@@ -51,13 +71,17 @@ def agent_import(user: Any, project: Project, path: str, name: str = "", *, trus
         if existing.project_id != project.pk:
             raise ValidationError({"path": "This workspace belongs to another project."})
         return existing
-    workspace_import(resolved)
-    manifest = workspace_manifest(resolved)
+    try:
+        workspace_import(resolved, manifest_text=manifest)
+    except WorkspaceInvalid as error:  # changed since it was checked
+        raise ValidationError({"path": [str(problem) for problem in error.problems]}) from None
+    manifest_read = workspace_manifest(resolved)
     with transaction.atomic():
-        agent = Agent.objects.create(project=project, name=(name or "").strip()[:96] or manifest.name,
-                                     path=str(resolved), agent_type=manifest.agent.type, created_by=user)
-        audit_record(user, "agent.import", project=project, target=f"{agent.name} {resolved}")
-        _agent_event(agent, "agent.imported", f"agent {agent.name} imported from {resolved}")
+        agent = Agent.objects.create(project=project, name=(name or "").strip()[:96] or manifest_read.name,
+                                     path=str(resolved), agent_type=manifest_read.agent.type, created_by=user)
+        detail = " with the manifest of its import preview" if manifest is not None else ""
+        audit_record(user, "agent.import", project=project, target=f"{agent.name} {resolved}{detail}")
+        _agent_event(agent, "agent.imported", f"agent {agent.name} imported from {resolved}{detail}")
     return agent
 
 
