@@ -298,7 +298,8 @@ def test_an_a_evolve_workspace_imports_and_its_class_is_stood_in_for_never_impor
     # Not the class (Crucible's reference agent stands in for it): what the run would lack.
     assert "names a Python class" not in message
     assert "no model" in message and "has no key here" in message
-    assert "agent_evolve" not in sys.modules
+    # The agent's module is never imported (A-Evolve's engines may be, by the adapter's tests).
+    assert not [name for name in sys.modules if name.startswith("agent_evolve.agents")]
 
 
 def test_an_agent_class_of_the_attackers_is_never_imported(personas, demo_agent, probe):
