@@ -35,7 +35,8 @@ MORE = {
     "arc-mas": {
         "manifest.yaml": ("name: arc-agi-3-mas\n"
                           "description: Multi-Agent System for ARC-AGI-3 with wiki-style knowledge\n\n"
-                          "agent:\n  type: reference\n  entrypoint: agent_evolve.agents.arc.mas_agent.MASArcAgent\n\n"
+                          "agent:\n  type: reference\n"
+                          "  entrypoint: agent_evolve.agents.arc.mas_agent.MASArcAgent\n\n"
                           "evolvable_layers:\n  - prompts\n  - skills\n  - memory\n\nreload_strategy: hot\n"),
         "prompts/system.md": "You orchestrate subagents that play ARC-AGI-3 games.\n",
         "prompts/solver.md": "You solve the level.\n",
@@ -45,7 +46,8 @@ MORE = {
                               "    description: \"Render the current grid as text.\"\n"),
     },
     "skillbench": {
-        "manifest.yaml": manifest("agent_evolve.agents.skillbench.agent.SkillBenchAgent", name="skillbench-agent"),
+        "manifest.yaml": manifest("agent_evolve.agents.skillbench.agent.SkillBenchAgent",
+                                  name="skillbench-agent"),
         "prompts/system.md": "You solve SkillBench tasks with the skills you have.\n",
         "memory/memories.jsonl": '{"lesson": "read the skill list first"}\n',
         "skills/skill-usage/SKILL.md": SKILL.format(name="skill-usage"),
