@@ -68,6 +68,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_REQUIRED_APPROVALS", "approvals a winner needs before it can be merged", "1"),
     Variable("CRUCIBLE_SELF_APPROVAL", "whether a search's author may approve its winner", "false"),
     Variable("CRUCIBLE_DRAFT_MODEL", "preset:model the spec editor's draft button asks"),
+    Variable("CRUCIBLE_AGENT_MODEL", "preset:model a reference agent (e.g. an A-Evolve seed) uses when its "
+             "manifest names neither a preset nor a model"),
     Variable("CRUCIBLE_EMAIL_BACKEND", "where notification emails go: console, smtp or off", "console"),
     Variable("CRUCIBLE_EMAIL_HOST", "the SMTP server (with CRUCIBLE_EMAIL_BACKEND=smtp)", "localhost"),
     Variable("CRUCIBLE_EMAIL_PORT", "its port", "25"),
@@ -119,6 +121,7 @@ class Config:
     required_approvals: int
     self_approval: bool
     draft_model: str
+    agent_model: str
     email_backend: str
     email_host: str
     email_port: int
@@ -205,10 +208,10 @@ def _dotted_paths(name: str, raw: str) -> tuple[str, ...]:
     return tuple(paths)
 
 
-def _draft_model(raw: str) -> str:
+def _draft_model(raw: str, name: str = "CRUCIBLE_DRAFT_MODEL") -> str:
     value = raw.strip()
     if value and (value.count(":") < 1 or not all(part.strip() for part in value.split(":", 1))):
-        raise ConfigError(f"CRUCIBLE_DRAFT_MODEL={raw!r}; use preset:model, e.g. anthropic:claude-sonnet-4-5")
+        raise ConfigError(f"{name}={raw!r}; use preset:model, e.g. anthropic:claude-sonnet-4-5")
     return value
 
 
@@ -299,6 +302,7 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         agent_cli_dir=Path(__file__).resolve().parent.parent
         / (get("CRUCIBLE_AGENT_CLI_DIR") or "var/agent-clis"),
         draft_model=_draft_model(get("CRUCIBLE_DRAFT_MODEL") or ""),
+        agent_model=_draft_model(get("CRUCIBLE_AGENT_MODEL") or "", "CRUCIBLE_AGENT_MODEL"),
         provider_concurrency=_integer(
             "CRUCIBLE_PROVIDER_CONCURRENCY", get("CRUCIBLE_PROVIDER_CONCURRENCY") or "", 1, 256
         ),

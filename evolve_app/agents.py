@@ -22,12 +22,21 @@ schema does not know yet still work):
 A dotted class path (in `type` or `entrypoint`) other than a built-in's own
 (evolve_app.agents.CommandAgent, evolve_app.agents.ReferenceLLMAgent) is honoured only from the
 trusted CLI or when CRUCIBLE_ALLOWED_EXTENSIONS lists it; anything else is refused before a run
-starts (A-Evolve's `entrypoint: agent_evolve....` included), never imported.
+starts, never imported.
+
+An A-Evolve agent (`entrypoint: agent_evolve.<...>.<Class>` with `type: reference` or none, or
+`type: agent_evolve.<...>`) runs as ReferenceLLMAgent over the workspace's own files, importing
+nothing from agent_evolve; the tools its registry lists are mapped by name to sandboxed
+equivalents (A_EVOLVE_TOOLS: bash → a shell, python/python_exec → python, text_editor → a file
+editor on the task's scratch copy, submit → the final answer, sequentialthinking/think → a note).
+`agent_mapping(workspace_path)` says which agent and which tools a run gets (and which are not
+available); `agent_run_problems(workspace_path)` says what would keep it from running.
     command: a path in the workspace or a command line (for type command; else `entrypoint`
              when it is not a dotted path, else the tools/registry.yaml entry with
              `entrypoint: true`, whose `timeout_seconds` also applies)
     timeout_seconds: the command's wall-clock limit (default 60)
     preset: a fleet preset (default anthropic); model: the model id; effort: off|low|...
+             (with neither preset nor model, CRUCIBLE_AGENT_MODEL=preset:model when set)
 
 Agents never raise for a task that goes wrong: the Trajectory carries the error. No API key
 reaches a sandbox, a step, an output or an error text (known secret values are redacted).
@@ -293,21 +302,282 @@ class CommandAgent(BaseAgent):
         return trajectory
 
 
+# ------------------------------------------------------------------------------- A-Evolve tools
+
+A_EVOLVE_PREFIX = "agent_evolve."
+# A-Evolve's tool names (its seeds' registries) → the sandboxed equivalent that stands in for them.
+A_EVOLVE_TOOLS = {
+    "bash": "shell", "shell": "shell", "bash_exec": "shell", "execute_bash": "shell",
+    "python": "python", "python_exec": "python",
+    "text_editor": "editor", "str_replace_editor": "editor", "str_replace_based_edit_tool": "editor",
+    "submit": "submit", "final_answer": "submit",
+    "sequentialthinking": "think", "sequential_thinking": "think", "think": "think",
+}
+TOOL_KINDS = {
+    "shell": "sandboxed shell", "python": "sandboxed python", "editor": "sandboxed file editor",
+    "submit": "final answer", "think": "note (no-op)", "program": "workspace program (sandboxed)",
+}
+_STRING = {"type": "string"}
+_DEFAULT_SCHEMAS: dict[str, dict[str, Any]] = {
+    "shell": {"type": "object", "required": ["command"], "properties": {
+        "command": {**_STRING, "description": "the shell command to run in the task's workspace copy"}}},
+    "python": {"type": "object", "required": ["code"], "properties": {
+        "code": {**_STRING, "description": "Python code to run; print() what you want to see"}}},
+    "editor": {"type": "object", "required": ["command", "path"], "properties": {
+        "command": {"type": "string", "enum": ["view", "create", "str_replace", "insert"]},
+        "path": {**_STRING, "description": "a file path relative to the task's workspace copy"},
+        "file_text": {**_STRING, "description": "create: the file's content"},
+        "old_str": {**_STRING, "description": "str_replace: the text to replace (exactly one match)"},
+        "new_str": {**_STRING, "description": "str_replace/insert: the new text"},
+        "insert_line": {"type": "integer", "description": "insert: after this line (0: at the top)"},
+        "view_range": {**_STRING, "description": "view: lines as 'first-last'"}}},
+    "submit": {"type": "object", "required": ["answer"], "properties": {
+        "answer": {**_STRING, "description": "the final answer; it ends the task"}}},
+    "think": {"type": "object", "required": ["thought"], "properties": {"thought": _STRING}},
+}
+_ANSWER_KEYS = ("answer", "confirmation", "result", "output")
+# The file editor, run by the sandbox's Python on the task's scratch copy (its cwd): a JSON
+# request on stdin, the result on stdout, a refusal on stderr with exit 1.
+_EDITOR_PROGRAM = r"""
+import json, os, sys
+request = json.load(sys.stdin)
+root = os.path.realpath(os.getcwd())
+def fail(message):
+    sys.stderr.write(message)
+    sys.exit(1)
+command, given = request.get("command"), request.get("path")
+if not isinstance(given, str) or not given.strip():
+    fail("give a path")
+target = os.path.realpath(os.path.join(root, given))
+if target != root and not target.startswith(root + os.sep):
+    fail(f"{given}: outside the task's workspace copy (give a path relative to it)")
+if command == "create":
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "w") as handle:
+        handle.write(str(request.get("file_text", "")))
+    print(f"created {given}")
+    sys.exit(0)
+if not os.path.isfile(target):
+    fail(f"{given}: no such file")
+text = open(target, errors="replace").read()
+if command == "view":
+    lines = text.splitlines()
+    first, last = 1, len(lines)
+    span = request.get("view_range")
+    if isinstance(span, list) and len(span) == 2:
+        first, last = int(span[0]), int(span[1])
+    elif isinstance(span, str) and "-" in span:
+        first, last = (int(part) for part in span.split("-", 1))
+    last = len(lines) if last < 0 else last
+    print("\n".join(f"{n:6}\t{lines[n - 1]}" for n in range(max(first, 1), min(last, len(lines)) + 1)))
+elif command == "str_replace":
+    old = str(request.get("old_str", ""))
+    count = text.count(old) if old else 0
+    if count != 1:
+        fail(f"old_str occurs {count} times in {given}; it must occur exactly once")
+    open(target, "w").write(text.replace(old, str(request.get("new_str", "")), 1))
+    print(f"edited {given}")
+elif command == "insert":
+    lines = text.splitlines(keepends=True)
+    at = int(request.get("insert_line", 0))
+    if not 0 <= at <= len(lines):
+        fail(f"insert_line {at}: {given} has {len(lines)} lines")
+    new = str(request.get("new_str", ""))
+    lines.insert(at, new if new.endswith("\n") else new + "\n")
+    open(target, "w").write("".join(lines))
+    print(f"inserted into {given} after line {at}")
+else:
+    fail(f"command {command!r}: use view, create, str_replace or insert")
+"""
+
+
+def a_evolve_entrypoint(settings: dict[str, Any]) -> str | None:
+    """The A-Evolve agent class the manifest's `agent` settings name (`agent_evolve.…`), or None."""
+    kind, entrypoint = settings.get("type"), settings.get("entrypoint")
+    if _is_dotted(kind) and kind.strip().startswith(A_EVOLVE_PREFIX):
+        return kind.strip()
+    if kind in (None, "", "reference") and _is_dotted(entrypoint) and \
+            entrypoint.strip().startswith(A_EVOLVE_PREFIX):
+        return entrypoint.strip()
+    return None
+
+
+def _registry_schema(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """A tool's input schema from its registry entry: `parameters` as a JSON schema object, or
+    (A-Evolve's terminal shape) as {argument: {type, description}} with `required` beside it."""
+    parameters = entry.get("parameters", entry.get("input_schema"))
+    if not isinstance(parameters, dict) or not parameters:
+        return None
+    if parameters.get("type") == "object" and isinstance(parameters.get("properties"), dict):
+        schema = dict(parameters)
+    elif all(isinstance(key, str) and isinstance(value, dict) for key, value in parameters.items()):
+        schema = {"type": "object", "properties": parameters}
+    else:
+        return None
+    required = entry.get("required", schema.get("required"))
+    schema.pop("required", None)
+    if isinstance(required, list) and all(isinstance(name, str) and name in schema["properties"]
+                                          for name in required):
+        schema["required"] = list(required)
+    return json.loads(json.dumps(schema, default=str))
+
+
+def tool_plan(workspace_path: str | Path, registry: list[dict[str, Any]],
+              a_evolve: bool) -> tuple[dict[str, dict[str, Any]], list[dict[str, str]]]:
+    """(the tools a reference agent offers the model, by model name: name, registry_name, kind,
+    description, input_schema; the registry's tools it cannot offer, each {name, why}).
+
+    Every workspace's registry entry with a program tools/<name>.py is a `tool_<name>` program
+    (the task's text on stdin). In an A-Evolve workspace a name in A_EVOLVE_TOOLS is its sandboxed
+    equivalent, under its own name, with the registry's schema (or a default); an entry with
+    `file:` (an A-Evolve tool module, which imports A-Evolve's runtime) is never run."""
+    root = Path(workspace_path)
+    offered: dict[str, dict[str, Any]] = {}
+    unavailable: list[dict[str, str]] = []
+    for entry in registry:
+        name = entry.get("name")
+        if not isinstance(name, str) or not name.strip():
+            unavailable.append({"name": str(name), "why": "a registry entry without a name"})
+            continue
+        name = name.strip()
+        description = str(entry.get("description") or "").strip()
+        kind = A_EVOLVE_TOOLS.get(name) if a_evolve else None
+        program = _CATEGORY.fullmatch(name) and "file" not in entry and \
+            (root / "tools" / f"{name}.py").is_file()
+        if kind:
+            spec_name, schema = name, _registry_schema(entry) or _DEFAULT_SCHEMAS[kind]
+        elif program:
+            spec_name, kind = f"tool_{name}", "program"
+            description = description or f"the workspace's {name} tool"
+            schema = {"type": "object", "required": ["input"], "properties": {
+                "input": {"type": "string", "description": "the text the tool reads on stdin"}}}
+        else:
+            if "file" in entry:
+                why = f"tools/{entry['file']} is an A-Evolve tool module, which Crucible does not run, " \
+                      "and the name has no sandboxed equivalent"
+            elif a_evolve:
+                why = f"no sandboxed equivalent and no program tools/{name}.py"
+            else:
+                why = f"no program tools/{name}.py"
+            unavailable.append({"name": name, "why": why})
+            continue
+        if spec_name in offered:
+            unavailable.append({"name": name, "why": "listed twice in tools/registry.yaml"})
+            continue
+        offered[spec_name] = {"name": spec_name, "registry_name": name, "kind": kind,
+                              "description": (description or TOOL_KINDS[kind])[:1000], "input_schema": schema}
+    return offered, unavailable
+
+
+def _text_argument(tool_input: Any, names: tuple[str, ...]) -> str | None:
+    """The first of `names` the model gave as text, else its only text argument."""
+    if not isinstance(tool_input, dict):
+        return None
+    for name in names:
+        if isinstance(tool_input.get(name), str):
+            return tool_input[name]
+    texts = [value for value in tool_input.values() if isinstance(value, str)]
+    return texts[0] if len(texts) == 1 else None
+
+
 # -------------------------------------------------------------------------------------- reference
+
+
+def _server_agent_model() -> tuple[str, str] | None:
+    """CRUCIBLE_AGENT_MODEL as (preset, model), if the server sets it."""
+    from django.conf import settings
+
+    value = getattr(getattr(settings, "CONFIG", None), "agent_model", "") or ""
+    preset, _, model = value.partition(":")
+    return (preset.strip(), model.strip()) if preset.strip() and model.strip() else None
+
+
+def model_choice(settings: dict[str, Any], overrides: dict[str, Any] | None = None) -> tuple[str, str, str]:
+    """(preset name, model id or "", effort) a reference agent uses: the overrides, then the
+    manifest's `agent` settings; with neither a preset nor a model there, CRUCIBLE_AGENT_MODEL;
+    the preset defaults to anthropic and the model to the preset's default model."""
+    from runtime_app.fleet import preset_get
+
+    def given(name: str) -> str:
+        value = (overrides or {}).get(name) or settings.get(name)
+        return str(value).strip() if value not in (None, "") else ""
+
+    preset_name, model = given("preset"), given("model")
+    if not preset_name and not model and (default := _server_agent_model()):
+        preset_name, model = default
+    preset_name = preset_name or "anthropic"
+    if not model:
+        preset = preset_get(preset_name)
+        model = preset.default_model if preset else ""
+    return preset_name, model, given("effort") or "off"
+
+
+def _has_credentials(preset: Any) -> bool:
+    """A key for the preset here (environment or stored), AWS credentials for bedrock, or a
+    model server on this machine or network (whose key is optional)."""
+    import ipaddress
+    import os
+    from urllib.parse import urlparse
+
+    from runtime_app.keys import provider_key
+
+    if preset.key_variable and provider_key(preset.key_variable):
+        return True
+    if preset.kind == "bedrock" and (any(os.environ.get(name) for name in (
+            "AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"))
+            or (Path.home() / ".aws" / "credentials").exists()):
+        return True
+    host = urlparse(preset.base_url() or "").hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private
+
+
+def reference_problems(settings: dict[str, Any], overrides: dict[str, Any] | None = None, *,
+                       credentials: bool = True) -> list[str]:
+    """Why a reference agent with these settings could not call its model (empty when nothing is
+    known wrong): a preset that is not a model provider, no model, a bad effort, no key."""
+    from runtime_app.fleet import EFFORTS, preset_get
+
+    preset_name, model, effort = model_choice(settings, overrides)
+    preset = preset_get(preset_name)
+    if preset is None or preset.kind in ("command", "agent-cli"):  # this agent runs its own tool loop
+        return [f"preset {preset_name!r} is not a model provider (use anthropic, bedrock, openai, ...)"]
+    problems = []
+    if not model:
+        problems.append(f"no model: set agent.model in manifest.yaml (preset {preset_name} has no default "
+                        "model), or CRUCIBLE_AGENT_MODEL=preset:model on the server")
+    if effort not in EFFORTS:
+        problems.append(f"effort {effort!r}: use one of {', '.join(EFFORTS)}")
+    if credentials and not _has_credentials(preset):
+        variable = preset.key_variable or "its API key"
+        problems.append(f"preset {preset_name} has no key here: set {variable} in the workers' environment "
+                        "or have an administrator store it (Admin → Provider keys)")
+    return problems
 
 
 class ReferenceLLMAgent(BaseAgent):
     """One model completion per task: the workspace as the system prompt, the task as the user
-    message. `preset`/`model`/`effort` given here override the manifest's agent settings."""
+    message. `preset`/`model`/`effort` given here override the manifest's agent settings.
+
+    The model may call the registry's tools (tool_plan): each call runs in the sandbox on a
+    scratch copy of the workspace made for the task (a shell, Python and the file editor may
+    write to it; it is thrown away after the task); `submit` ends the task with its answer."""
 
     def __init__(self, workspace_path: str | Path, *, preset: str | None = None, model: str | None = None,
                  effort: str | None = None) -> None:
         self._overrides = {"preset": preset, "model": model, "effort": effort}
         super().__init__(workspace_path)
 
-    def _setting(self, name: str, default: Any = None) -> Any:
-        value = self._overrides.get(name) or self.settings.get(name)
-        return value if value not in (None, "") else default
+    @property
+    def a_evolve(self) -> str | None:
+        """The A-Evolve agent class this workspace names, which this agent stands in for."""
+        return a_evolve_entrypoint(self.settings)
 
     def system_text(self) -> str:
         """The system prompt: prompts/system.md, the fragments, every skill in full, and the
@@ -334,28 +604,22 @@ class ReferenceLLMAgent(BaseAgent):
         return text[:SYSTEM_PROMPT_CHARS]
 
     def solve(self, task: Task) -> Trajectory:
-        from runtime_app.fleet import EFFORTS, preset_get
+        from runtime_app.fleet import preset_get
         from runtime_app.llm import LLMError, ToolChat
 
         trajectory = Trajectory(task_id=task.task_id)
-        preset_name = str(self._setting("preset", "anthropic"))
-        preset = preset_get(preset_name)
-        effort = str(self._setting("effort", "off"))
-        model = self._setting("model") or (preset.default_model if preset else "")
-        problem = ""
-        if preset is None or preset.kind in ("command", "agent-cli"):  # this agent runs its own tool loop
-            problem = f"preset {preset_name!r} is not a model provider (use anthropic, bedrock, openai, ...)"
-        elif not model:
-            problem = "no model: set agent.model in manifest.yaml"
-        elif effort not in EFFORTS:
-            problem = f"effort {effort!r}: use one of {', '.join(EFFORTS)}"
-        if problem:
-            trajectory.error = f"the agent could not run: {problem}"
+        problems = reference_problems(self.settings, self._overrides, credentials=False)
+        if problems:
+            trajectory.error = f"the agent could not run: {problems[0]}"
             return trajectory
+        preset_name, model, effort = model_choice(self.settings, self._overrides)
+        preset = preset_get(preset_name)
         tools = self._tool_specs()
         scratch = _scratch_path(task)
         try:
-            chat = ToolChat(preset.kind, model, self.system_text(), task.input, list(tools.values()), effort,
+            chat = ToolChat(preset.kind, model, self.system_text(), task.input,
+                            [{key: spec[key] for key in ("name", "description", "input_schema")}
+                             for spec in tools.values()], effort,
                             base_url=preset.base_url(), key_variable=preset.key_variable or None,
                             account=preset.name, account_limit=preset.concurrency,
                             price_model=preset.price_model)
@@ -369,8 +633,16 @@ class ReferenceLLMAgent(BaseAgent):
                     break
                 if tools and not scratch.exists():
                     _scratch_copy(self.workspace_path, scratch)
-                chat.results([(use.id, *self._tool_run(use.name, use.input, tools, scratch, trajectory))
-                              for use in uses])
+                results = []
+                for use in uses:
+                    spec = tools.get(use.name)
+                    if spec is not None and spec["kind"] == "submit":
+                        answer = _text_argument(use.input, _ANSWER_KEYS)
+                        trajectory.steps.append({"tool": use.name, "action": "submit", "as": "final answer"})
+                        trajectory.output = _redact(answer or "")
+                        return trajectory
+                    results.append((use.id, *self._tool_run(use.name, use.input, tools, scratch, trajectory)))
+                chat.results(results)
             else:
                 trajectory.error = f"the agent used tools for {MAX_TOOL_TURNS} turns without answering"
                 return trajectory
@@ -395,38 +667,63 @@ class ReferenceLLMAgent(BaseAgent):
         return trajectory
 
     def _tool_specs(self) -> dict[str, dict[str, Any]]:
-        """The registry's tools with a program in tools/, as model tools taking one text input."""
-        specs = {}
-        for entry in self.tools:
-            name = str(entry.get("name", ""))
-            if _CATEGORY.fullmatch(name) and (self.workspace_path / "tools" / f"{name}.py").is_file():
-                specs[f"tool_{name}"] = {
-                    "name": f"tool_{name}",
-                    "description": str(entry.get("description") or f"the workspace's {name} tool")[:1000],
-                    "input_schema": {"type": "object", "required": ["input"], "properties": {
-                        "input": {"type": "string", "description": "the text the tool reads on stdin"}}},
-                }
-        return specs
+        """The tools offered to the model, by name (tool_plan over the registry)."""
+        return tool_plan(self.workspace_path, self.tools, a_evolve=bool(self.a_evolve))[0]
 
     def _tool_run(self, name: str, tool_input: Any, tools: dict, scratch: Path,
                   trajectory: Trajectory) -> tuple[str, bool]:
-        """Run one registry tool in the sandbox on the read-only copy; (output, is_error)."""
+        """Run one offered tool in the sandbox on the task's scratch copy; (output, is_error)."""
         from runtime_app import sandbox
 
-        text = tool_input.get("input") if isinstance(tool_input, dict) else None
-        if name not in tools or not isinstance(text, str):
-            return f"unknown tool {name!r} or no text `input`", True
-        program = f"tools/{name.removeprefix('tool_')}.py"
-        receipt = sandbox.run([sys.executable, program], cwd=scratch, timeout=COMMAND_TIMEOUT_SECONDS,
-                              stdin=text.encode(), writable=False)
+        spec = tools.get(name)
+        if spec is None:
+            return f"unknown tool {name!r}: use {', '.join(tools) or 'none'}", True
+        kind = spec["kind"]
+        if kind == "think":
+            trajectory.steps.append({"tool": name, "action": "note", "as": TOOL_KINDS[kind]})
+            return "noted", False
+        env = {"CRUCIBLE_TASK_ID": trajectory.task_id, "CRUCIBLE_WORKSPACE": str(scratch)}
+        if kind == "program":
+            text = _text_argument(tool_input, ("input",))
+            argv: list[str] | str = [sys.executable, f"tools/{spec['registry_name']}.py"]
+            stdin, writable = text, False
+        elif kind == "shell":
+            stdin, writable = "", True
+            text = argv = _text_argument(tool_input, ("command", "cmd", "script"))
+        elif kind == "python":
+            text = stdin = _text_argument(tool_input, ("code", "source"))
+            argv, writable = [sys.executable, "-"], True
+        else:  # editor
+            text = stdin = json.dumps(tool_input) if isinstance(tool_input, dict) else None
+            argv, writable = [sys.executable, "-c", _EDITOR_PROGRAM], True
+        if text is None:
+            schema = spec["input_schema"]
+            wanted = ", ".join(schema.get("required") or schema.get("properties", {}))
+            return f"{name}: give {wanted or 'its argument'} as text", True
+        if kind == "shell" and Path("/bin/bash").is_file():  # A-Evolve's tools run bash
+            argv = ["/bin/bash", "-c", text]
+        try:
+            receipt = sandbox.run(argv, cwd=scratch, timeout=COMMAND_TIMEOUT_SECONDS, stdin=stdin.encode(),
+                                  writable=writable, kind="tool", env=env)
+        except sandbox.SandboxError as error:
+            return _redact(f"{name} could not run: {error}"), True
         if self.record is not None:
             receipt = self.record(receipt)
-        trajectory.steps.append({"tool": name, "action": "run", "exit_code": receipt.exit_code,
-                                 "outcome": receipt.outcome, "stdout": _tail(receipt.stdout_excerpt),
-                                 "receipt_id": receipt.pk})
-        if receipt.succeeded:
-            return receipt.stdout_excerpt, False
-        return f"{receipt.outcome}: {_tail(receipt.stderr_excerpt, 500)}", True
+        trajectory.steps.append({"tool": name, "action": "run", "as": TOOL_KINDS[kind],
+                                 "exit_code": receipt.exit_code, "outcome": receipt.outcome,
+                                 "stdout": _tail(receipt.stdout_excerpt), "receipt_id": receipt.pk})
+        if kind == "program":
+            if receipt.succeeded:
+                return receipt.stdout_excerpt, False
+            return f"{receipt.outcome}: {_tail(receipt.stderr_excerpt, 500)}", True
+        if receipt.timed_out:
+            return f"{name} timed out after {COMMAND_TIMEOUT_SECONDS:g} s", True
+        output = receipt.stdout_excerpt + receipt.stderr_excerpt
+        if kind == "editor":
+            return (receipt.stdout_excerpt, False) if receipt.succeeded else (receipt.stderr_excerpt, True)
+        if receipt.exit_code not in (0, None):  # as A-Evolve's tools say it: the output, then the code
+            output += f"\n[exit code: {receipt.exit_code}]"
+        return output or "(no output)", False
 
     @staticmethod
     def _receipt_figures(receipt: Any) -> dict[str, Any]:
@@ -470,6 +767,8 @@ def _agent_choice(settings: dict[str, Any], trusted: bool) -> tuple[type[BaseAge
     """(the class the agent must be, the class or the entry point/dotted path to load), from the
     manifest's `agent` settings by lookup only; AgentError when it may not be used."""
     kind, entrypoint = settings.get("type"), settings.get("entrypoint")
+    if a_evolve_entrypoint(settings):  # stood in for, never imported
+        return ReferenceLLMAgent, ReferenceLLMAgent
     if isinstance(kind, str) and kind in AGENT_TYPES:
         base = AGENT_TYPES[kind]
         chosen = _class_named(entrypoint, "entrypoint", trusted) if _is_dotted(entrypoint) else base
@@ -527,3 +826,84 @@ def agent_for(workspace_path: str | Path, *, trusted: bool = False, **options: A
         raise AgentError(f"agent.entrypoint {settings.get('entrypoint')!r} is not a {base.__name__} "
                          f"(agent.type is {settings.get('type')})")
     return cls(workspace_path, **options)
+
+
+# ----------------------------------------------------------------------------- what a run gets
+
+
+def _registry(workspace_path: Path) -> tuple[list[dict[str, Any]], str]:
+    """The tool registry's entries and, if it cannot be read, why."""
+    try:
+        return AgentWorkspace(workspace_path).read_tool_registry(), ""
+    except (WorkspaceError, OSError) as error:
+        return [], str(error)
+
+
+def agent_mapping(workspace_path: str | Path) -> dict[str, Any]:
+    """What a run of this workspace gets, read from its files (nothing imported or called):
+    {"agent": what manifest.yaml names, "a_evolve": whether it is an A-Evolve agent stood in
+    for, "runs_as", for a reference agent "preset"/"model", "tools": [{name, as}],
+    "unavailable": [{name, why}], "summary": one line saying it all}."""
+    root = Path(workspace_path)
+    try:
+        settings = agent_settings(root)
+    except AgentError as error:
+        return {"agent": "", "a_evolve": False, "runs_as": "", "tools": [], "unavailable": [],
+                "summary": str(error)}
+    kind, entrypoint = settings.get("type"), settings.get("entrypoint")
+    a_evolve = a_evolve_entrypoint(settings)
+    named = a_evolve or (entrypoint if _is_dotted(entrypoint) else None) or str(kind or "")
+    mapping: dict[str, Any] = {"agent": named, "a_evolve": bool(a_evolve), "tools": [], "unavailable": []}
+    try:
+        base = _agent_choice(settings, trusted=True)[0]
+    except AgentError:
+        base = None
+    if base is ReferenceLLMAgent:
+        preset, model, _effort = model_choice(settings)
+        registry, unreadable = _registry(root)
+        offered, unavailable = tool_plan(root, registry, a_evolve=bool(a_evolve))
+        if unreadable:
+            unavailable.append({"name": "tools/registry.yaml", "why": unreadable})
+        mapping.update(runs_as="Crucible reference agent", preset=preset, model=model,
+                       tools=[{"name": spec["registry_name"], "tool": name, "as": TOOL_KINDS[spec["kind"]]}
+                              for name, spec in offered.items()],
+                       unavailable=unavailable)
+    elif base is CommandAgent:
+        mapping["runs_as"] = "Crucible command agent"
+    else:
+        mapping["runs_as"] = f"agent class {named}" if named else "none"
+    head = f"A-Evolve agent {a_evolve} → {mapping['runs_as']}" if a_evolve else mapping["runs_as"]
+    if "model" in mapping:
+        head += f" ({mapping['preset']}:{mapping['model'] or 'no model'})"
+    parts = [head]
+    if "preset" in mapping:
+        parts.append("tools: " + (", ".join(f"{tool['name']} → {tool['as']}" for tool in mapping["tools"])
+                                  or "none"))
+    if mapping["unavailable"]:
+        parts.append("not available: " + ", ".join(
+            f"{entry['name']} ({entry['why']})" for entry in mapping["unavailable"]))
+    mapping["summary"] = "; ".join(parts)
+    return mapping
+
+
+def agent_run_problems(workspace_path: str | Path) -> list[str]:
+    """What would keep a run of this workspace's agent from working, known before it starts
+    (agent_check has allowed its class): a reference agent's provider (a model provider, a
+    model, a key here), and an A-Evolve agent whose registry lists tools none of which can run."""
+    root = Path(workspace_path)
+    settings = agent_settings(root)
+    base, _chosen = _agent_choice(settings, trusted=True)
+    if base is not ReferenceLLMAgent:
+        return []
+    problems = reference_problems(settings)
+    a_evolve = a_evolve_entrypoint(settings)
+    if a_evolve:
+        registry, unreadable = _registry(root)
+        if unreadable:
+            problems.append(unreadable)
+        offered, unavailable = tool_plan(root, registry, a_evolve=True)
+        if unavailable and not offered:
+            problems.append(f"A-Evolve agent {a_evolve} acts through the tools its tools/registry.yaml "
+                            "lists, and Crucible can run none of them: " + "; ".join(
+                                f"{entry['name']}: {entry['why']}" for entry in unavailable))
+    return problems

@@ -71,6 +71,10 @@ class RunSummaryOut(Schema):
     benchmark: str
     engine: str
     config: dict[str, Any]
+    agent_mapping: dict[str, Any] = Field(
+        default_factory=dict, description="what the workspace's agent runs as: `summary`, `agent`, "
+                                          "`a_evolve`, `runs_as`, `preset`/`model`, `tools` [{name, tool, "
+                                          "as}], `unavailable` [{name, why}]")
     cycles_planned: int
     status: str
     converged: bool
@@ -155,6 +159,31 @@ class ImportIn(Schema):
     project: int | str = Field(..., description="the project's id or name")
     path: str = Field(..., max_length=1000, description="the workspace folder's absolute path on the server")
     name: str = Field("", max_length=96, description="defaults to the manifest's name")
+    manifest: str | None = Field(None, max_length=256 * 1024,
+                                 description="for a folder without manifest.yaml: the manifest of its "
+                                             "preview (POST /api/agents/preview), as is or edited; written "
+                                             "only if the whole import succeeds")
+
+
+class AgentImportOut(AgentOut):
+    warnings: list[str] = Field(description="`file:line:column: message` for each manifest key kept but "
+                                            "not used (A-Evolve ignores them too); never a refusal")
+
+
+class PreviewIn(Schema):
+    project: int | str = Field(..., description="the project's id or name")
+    path: str = Field(..., max_length=1000, description="the workspace folder's absolute path on the server")
+
+
+class PreviewOut(Schema):
+    path: str
+    has_manifest: bool = Field(description="the folder has its own manifest.yaml (then `manifest` is it)")
+    manifest: str = Field(description="the inferred manifest.yaml to confirm or edit, or the folder's own")
+    prompt_from: str | None = Field(description="the file a confirmed import copies to prompts/system.md")
+    writes: list[str] = Field(description="the files a confirmed import adds to the folder")
+    notes: list[str]
+    problems: list[str] = Field(description="what would refuse the import even with this manifest")
+    warnings: list[str]
 
 
 class RunIn(Schema):
@@ -213,13 +242,30 @@ def agent_list(request: HttpRequest):
             for agent in selectors.agent_list_rows(request.user)]
 
 
-@router.post("/agents/import", response={201: AgentOut})
+@router.post("/agents/preview", response=PreviewOut)
+def agent_import_preview(request: HttpRequest, body: PreviewIn):
+    """What importing a folder under CRUCIBLE_REPO_ROOTS would do. A folder without manifest.yaml
+    gets the manifest Crucible infers (agent type, layers, where the prompt is) and the files a
+    confirmed import writes: pass `manifest` (as is or edited) to POST /api/agents/import."""
+    project = _project_for_user(request.user, body.project)
+    preview = selectors.import_preview(request.user, project, body.path)
+    return {**{name: getattr(preview, name) for name in ("path", "has_manifest", "manifest", "prompt_from")},
+            "writes": list(preview.writes), "notes": list(preview.notes),
+            "problems": [str(problem) for problem in preview.problems],
+            "warnings": [str(warning) for warning in preview.warnings]}
+
+
+@router.post("/agents/import", response={201: AgentImportOut})
 def agent_import(request: HttpRequest, body: ImportIn):
     """Import a workspace folder under CRUCIBLE_REPO_ROOTS; every problem comes back with its file
-    and line (`errors.path`). Importing the same folder again returns its agent."""
+    and line (`errors.path`), and manifest keys Crucible does not use as `warnings`. Importing
+    the same folder again returns its agent. A folder without manifest.yaml needs `manifest`
+    (see POST /api/agents/preview)."""
     project = _project_for_user(request.user, body.project)
-    agent = _workspace_errors(lambda: services.agent_import(request.user, project, body.path, body.name))
-    return Status(201, agent_summary(agent))
+    agent = _workspace_errors(lambda: services.agent_import(request.user, project, body.path, body.name,
+                                                            manifest=body.manifest))
+    warnings = selectors.agent_manifest(agent)["manifest_warnings"]
+    return Status(201, {**agent_summary(agent), "warnings": [str(warning) for warning in warnings]})
 
 
 @router.get("/agents/{agent_id}", response=AgentDetailOut)

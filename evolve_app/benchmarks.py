@@ -17,6 +17,14 @@ Built-ins:
 - `JsonlBenchmark(path)`: one JSON object per line, `{"task_id", "input", "expected", "split",
   "category", "match"}`, judged in process by the `match` rule (MATCH_RULES).
 
+A benchmark may need something of the host (`requires`, e.g. `docker`): a task folder says so
+in `<root>/benchmark.yaml` (`requires: [docker]`), an adapter class in its `requires`
+attribute. A requirement is `docker` (the docker command and a daemon: DOCKER_HOST or
+/var/run/docker.sock) or the name of a program that must be on PATH; a benchmark whose
+requirement the host lacks is refused by name ("benchmark X needs docker, which this host does
+not have") — a task folder's when the run is requested, an installed or dotted adapter's when
+it is made (its class is not imported before).
+
 `benchmark_check(spec, trusted=...)` says whether a caller may name a benchmark, importing
 nothing; `benchmark_get(spec, trusted=...)` checks the same and makes it (in a worker or the
 CLI). A spec is a name registered in the `crucible.benchmarks` entry point group (`demo`,
@@ -32,12 +40,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from evolve_app.extensions import (
     BENCHMARK_GROUP,
@@ -72,12 +83,46 @@ class BenchmarkAdapter:
 
     name = "benchmark"
     record: Callable[[Any], Any] | None = None
+    requires: tuple[str, ...] = ()  # what the host must have: "docker", or a program on PATH
 
     def get_tasks(self, split: str = "train", limit: int | None = 10) -> list[Task]:
         raise NotImplementedError
 
     def evaluate(self, task: Task, trajectory: Trajectory) -> Feedback:
         raise NotImplementedError
+
+
+def host_has(requirement: str) -> bool:
+    """Does this host have `requirement`: `docker` (its command and a daemon to talk to), else a
+    program of that name on PATH."""
+    if requirement == "docker":
+        return bool(shutil.which("docker")) and bool(
+            os.environ.get("DOCKER_HOST") or Path("/var/run/docker.sock").is_socket())
+    return bool(shutil.which(requirement))
+
+
+def requirements_check(spec: str, requires: Any) -> None:
+    """Raise BenchmarkError naming each requirement of benchmark `spec` this host lacks."""
+    if isinstance(requires, str):
+        requires = [requires]
+    if not isinstance(requires, (list, tuple)) or not all(isinstance(r, str) and r.strip() for r in requires):
+        raise BenchmarkError(f"benchmark {spec!r}: `requires` must be a list of names such as docker")
+    missing = [r.strip() for r in requires if not host_has(r.strip())]
+    if missing:
+        raise BenchmarkError(f"benchmark {spec} needs {', '.join(missing)}, which this host does not have")
+
+
+def folder_requires(root: Path) -> list[str]:
+    """The `requires:` list of a task folder's benchmark.yaml ([] without one)."""
+    path = root / "benchmark.yaml"
+    if path.is_symlink() or not path.is_file():
+        return []
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError, OSError) as error:
+        raise BenchmarkError(f"{path}: not readable YAML ({error})") from None
+    requires = data.get("requires", []) if isinstance(data, dict) else []
+    return [requires] if isinstance(requires, str) else requires
 
 
 def _split_check(split: str) -> None:
@@ -117,6 +162,7 @@ class TaskFolderBenchmark(BenchmarkAdapter):
         if not any((self.root / split).is_dir() for split in SPLITS):
             raise BenchmarkError(f"task folder benchmark {root}: it has neither train/ nor holdout/")
         self.timeout, self.limits, self.isolation = timeout, limits, isolation
+        self.requires = tuple(folder_requires(self.root))
 
     def _folder(self, split: str, task_id: str) -> Path:
         _split_check(split)
@@ -383,6 +429,8 @@ def _builtin_argument(name: str, spec: str, argument: str | None, trusted: bool)
     path = server_path(argument, trusted=trusted, what="benchmark", error=BenchmarkError)
     if kind == "folder" and not path.is_dir():
         raise BenchmarkError(f"task folder benchmark {argument}: no such folder")
+    if kind == "folder":
+        requirements_check(spec, folder_requires(path))
     if kind == "file" and not path.is_file():
         raise BenchmarkError(f"JSONL benchmark {argument}: no such file")
     return (path,)
@@ -435,6 +483,7 @@ def _adapter(value: Any, spec: str, *args: Any) -> BenchmarkAdapter:
     if not (callable(getattr(made, "get_tasks", None)) and callable(getattr(made, "evaluate", None))):
         raise BenchmarkError(f"benchmark {spec!r} gave {type(made).__name__}, which has no "
                              "get_tasks/evaluate")
+    requirements_check(spec, getattr(made, "requires", ()) or ())
     return made
 
 

@@ -32,6 +32,28 @@ class AgentImportForm(forms.Form):
         self.fields["project"].widget.choices = _project_choices(projects)
 
 
+class AgentImportConfirmForm(forms.Form):
+    """The import preview of a folder without manifest.yaml: the inferred manifest, as is or
+    edited, is what the import writes."""
+
+    project = forms.IntegerField(widget=forms.HiddenInput)
+    path = forms.CharField(max_length=1000, widget=forms.HiddenInput)
+    name = forms.CharField(max_length=96, required=False, help_text="Defaults to the manifest's name.")
+    manifest = forms.CharField(
+        max_length=256 * 1024, strip=False, label="manifest.yaml",
+        widget=forms.Textarea(attrs={"rows": 16, "wrap": "off", "spellcheck": "false",
+                                     "autocapitalize": "off", "autocomplete": "off"}),
+        help_text="Checked like any manifest when you confirm; nothing is written unless the whole import "
+                  "succeeds.")
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("auto_id", "preview_%s")
+        super().__init__(*args, **kwargs)
+
+    def clean_manifest(self) -> str:
+        return self.cleaned_data["manifest"].replace("\r\n", "\n")  # a browser sends CRLF
+
+
 class DemoAgentForm(forms.Form):
     project = forms.IntegerField(widget=forms.Select)
 

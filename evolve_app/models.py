@@ -50,6 +50,9 @@ class EvolutionRun(models.Model):
     trusted = models.BooleanField(default=False, help_text="started from the local administrator's CLI, "
                                                            "which may name dotted paths")
     config = models.JSONField(default=dict, blank=True)
+    # What the workspace's agent ran as when the run was requested (evolve_app.agents.agent_mapping):
+    # an A-Evolve agent stood in for by the reference agent, its tools' sandboxed equivalents.
+    agent_mapping = models.JSONField(default=dict, blank=True)
     cycles_planned = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=STATUSES, default="queued")
     converged = models.BooleanField(default=False)

@@ -10,13 +10,16 @@ import json
 import re
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
 from evolve_app.models import Agent, Cycle, EvolutionRun, ObservationRecord
+from runtime_app import roles
 from runtime_app.clock import clock_text
 from runtime_app.models import Event
 from runtime_app.selectors import projects_for_user
+from runtime_app.services import role_require, server_path_check
 
 ACTIVE = ("queued", "running", "awaiting_review")
 ROLLBACK_TAG = re.compile(r"\bevo-(\d{1,9})\b")
@@ -89,13 +92,43 @@ def agent_for_user(user: Any, agent_id: int) -> Agent:
 
 
 def agent_manifest(agent: Agent) -> dict[str, Any]:
-    """The manifest as it is on disk now: {"manifest": Manifest} or {"error": text}."""
-    from evolve_app.workspace import WorkspaceError, workspace_manifest
+    """The manifest as it is on disk now: {"manifest": Manifest, "warnings": [Problem]} (the
+    keys it holds that Crucible does not use) or {"error": text}."""
+    from evolve_app.workspace import WorkspaceError, manifest_warnings, workspace_manifest
 
     try:
-        return {"manifest": workspace_manifest(agent.path), "error": ""}
+        return {"manifest": workspace_manifest(agent.path), "error": "",
+                "manifest_warnings": manifest_warnings(agent.path)}
     except (WorkspaceError, OSError) as error:
-        return {"manifest": None, "error": str(error)}
+        return {"manifest": None, "error": str(error), "manifest_warnings": []}
+
+
+def import_preview(user: Any, project: Any, path: str, *, trusted: bool = False) -> Any:
+    """What importing the folder at `path` into `project` would do (`workspace.ImportPreview`):
+    for a folder without manifest.yaml, the manifest Crucible infers and the files a confirmed
+    import writes. The same checks as the import: an operator of the project, and from the web
+    and API a folder under CRUCIBLE_REPO_ROOTS."""
+    from evolve_app.workspace import WorkspaceError, workspace_preview
+
+    role_require(user, project, roles.OPERATOR)
+    resolved = server_path_check(path, trusted=trusted, what="workspace")
+    if not resolved.is_dir():
+        raise ValidationError({"path": f"{resolved}: no such folder."})
+    try:
+        return workspace_preview(resolved)
+    except (WorkspaceError, OSError) as error:
+        raise ValidationError({"path": str(error)}) from None
+
+
+def agent_runs_as(agent: Agent) -> dict[str, Any]:
+    """What a run of the workspace would run now (agents.agent_mapping): the agent it stands in
+    for, its tools' sandboxed equivalents and those not available."""
+    from evolve_app.agents import agent_mapping
+
+    try:
+        return agent_mapping(agent.path)
+    except OSError as error:
+        return {"summary": str(error), "tools": [], "unavailable": []}
 
 
 def agent_versions(agent: Agent) -> dict[str, Any]:
@@ -281,30 +314,63 @@ def ref_choices(versions: list[dict[str, Any]]) -> list[str]:
 
 def workspace_at(agent: Agent, ref: str, skill: str = "") -> dict[str, Any]:
     """Skills, drafts and memory at `ref` (a value of ref_choices, checked by the caller): the
-    skill names, the chosen skill's SKILL.md, and each memory file's entries."""
+    skill names, the chosen skill's SKILL.md, and each memory file's entries. No file is shown
+    beyond PAGE_FILE_CHARS characters (`truncated`, with its `size` in bytes: the page offers
+    the download), and a file over MAX_FILE_BYTES is not read at all."""
     from evolve_app.history import EvolutionHistory
-    from evolve_app.workspace import WorkspaceError, workspace_git
+    from evolve_app.workspace import WorkspaceError
 
     try:
         history = EvolutionHistory(agent.path)
-        listing = workspace_git(history.root, ["ls-tree", "-r", "--name-only", "-z", ref, "--",
-                                               "skills", "memory"])
+        files = _tree_blobs(history.root, ref, ["skills", "memory"])
     except (WorkspaceError, OSError) as error:
         return {"error": str(error), "skills": [], "drafts": [], "memory": [], "skill": None}
-    paths = [name.decode("utf-8", "replace") for name in listing.split(b"\0") if name]
+    paths = list(files)
     skills = sorted(m.group(1) for m in map(SKILL_PATH.fullmatch, paths) if m)
     drafts = sorted(m.group(1) for m in map(DRAFT_PATH.fullmatch, paths) if m)
     memory = []
     for category in sorted(m.group(1) for m in map(MEMORY_PATH.fullmatch, paths) if m):
-        memory.append(_memory_file(history, ref, category))
+        path = f"memory/{category}.jsonl"
+        memory.append(_memory_file(_page_text(history.root, *files[path]), path, category))
     chosen = None
     if skill in skills:
-        chosen = {"name": skill, "text": history.read_file_at(ref, f"skills/{skill}/SKILL.md") or ""}
+        path = f"skills/{skill}/SKILL.md"
+        chosen = {"name": skill, "path": path, **_page_text(history.root, *files[path])}
     return {"error": "", "skills": skills, "drafts": drafts, "memory": memory, "skill": chosen}
 
 
-def _memory_file(history: Any, ref: str, category: str) -> dict[str, Any]:
-    text = history.read_file_at(ref, f"memory/{category}.jsonl") or ""
+def _tree_blobs(root: Any, ref: str, paths: list[str]) -> dict[str, tuple[str, int]]:
+    """{path: (blob sha, size)} of the regular files under `paths` at `ref` (symlinks and
+    submodules left out), from one `git ls-tree -l`: sizes known before anything is read."""
+    from evolve_app.workspace import workspace_git
+
+    listing = workspace_git(root, ["ls-tree", "-r", "-l", "-z", ref, "--", *paths])
+    files = {}
+    for entry in listing.split(b"\0"):
+        meta, _, name = entry.partition(b"\t")
+        fields = meta.split()
+        if len(fields) == 4 and fields[1] == b"blob" and fields[0] in (b"100644", b"100755"):
+            files[name.decode("utf-8", "replace")] = (fields[2].decode(), int(fields[3]))
+    return files
+
+
+def _page_text(root: Any, sha: str, size: int) -> dict[str, Any]:
+    """A blob as a page shows it: its first PAGE_FILE_CHARS characters (`truncated` when there is
+    more); a blob over MAX_FILE_BYTES is not read (`too_big`)."""
+    from evolve_app.workspace import MAX_FILE_BYTES, PAGE_FILE_CHARS, workspace_git
+
+    if size > MAX_FILE_BYTES:
+        return {"text": "", "size": size, "truncated": True, "too_big": True, "shown_chars": 0}
+    text = workspace_git(root, ["cat-file", "blob", sha]).decode("utf-8", "replace")
+    truncated = len(text) > PAGE_FILE_CHARS
+    return {"text": text[:PAGE_FILE_CHARS], "size": size, "truncated": truncated, "too_big": False,
+            "shown_chars": min(len(text), PAGE_FILE_CHARS)}
+
+
+def _memory_file(page: dict[str, Any], path: str, category: str) -> dict[str, Any]:
+    text = page["text"]
+    if page["truncated"] and "\n" in text:
+        text = text[:text.rindex("\n")]  # the last line was cut: not shown
     entries = []
     lines = [line for line in text.splitlines() if line.strip()]
     for number, line in enumerate(lines[:MEMORY_MAX_ENTRIES], start=1):
@@ -319,8 +385,35 @@ def _memory_file(history: Any, ref: str, category: str) -> dict[str, Any]:
         else:
             fields = [("", json.dumps(value, ensure_ascii=False))]
         entries.append({"line": number, "fields": fields, "valid": True})
-    return {"category": category, "path": f"memory/{category}.jsonl", "entries": entries,
-            "total": len(lines), "more": len(lines) > MEMORY_MAX_ENTRIES}
+    return {"category": category, "path": path, "entries": entries, "total": len(lines),
+            "more": len(lines) > MEMORY_MAX_ENTRIES, "truncated": page["truncated"],
+            "too_big": page["too_big"], "size": page["size"]}
+
+
+_UNSAFE_PART = re.compile(r"^(|\.|\.\.)$|\x00")
+
+
+def agent_file_at(agent: Agent, ref: str, path: str) -> tuple[str, bytes]:
+    """(file name, bytes) of the regular file `path` at `ref` (the current commit or a snapshot
+    tag) of the agent's workspace, for the download a truncated page offers. 404 for a ref or
+    path that is not there, a path leaving the workspace or naming .git, a symlink, a submodule,
+    and a file over MAX_WORKSPACE_BYTES."""
+    from evolve_app.history import EvolutionHistory
+    from evolve_app.workspace import MAX_WORKSPACE_BYTES, WorkspaceError, workspace_git
+
+    parts = path.split("/") if isinstance(path, str) and len(path) <= 1000 else [""]
+    if path.startswith("-") or any(_UNSAFE_PART.search(part) or part.lower() == ".git" for part in parts):
+        raise Http404("No such file.")
+    if ref not in ref_choices(agent_versions(agent)["versions"]):
+        raise Http404("No such snapshot.")
+    try:
+        root = EvolutionHistory(agent.path).root
+        found = _tree_blobs(root, ref, [path]).get(path)
+        if found is None or found[1] > MAX_WORKSPACE_BYTES:
+            raise Http404("No such file.")
+        return parts[-1], workspace_git(root, ["cat-file", "blob", found[0]])
+    except (WorkspaceError, OSError):
+        raise Http404("No such file.") from None
 
 
 # ---- reads by id (the pages nest runs under agents; the API and the CLI name them directly)
@@ -367,6 +460,7 @@ def run_summary(run: EvolutionRun) -> dict[str, Any]:
         "id": run.pk, "number": run.number, "agent_id": run.agent_id, "agent": run.agent.name,
         "project_id": run.agent.project_id,
         "benchmark": run.benchmark, "engine": run.engine, "config": run.config,
+        "agent_mapping": run.agent_mapping or {},
         "cycles_planned": run.cycles_planned, "status": run.status, "converged": run.converged,
         "reason": run.reason, "started_by": run.started_by.get_username() if run.started_by_id else None,
         "created_at": run.created_at, "finished_at": run.finished_at,

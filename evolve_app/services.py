@@ -32,17 +32,37 @@ def _agent_event(agent: Any, kind: str, message: str, **payload: Any) -> None:
     event_emit(agent.project, "agent", agent.pk, kind, {"message": message, **payload})
 
 
-def agent_import(user: Any, project: Project, path: str, name: str = "", *, trusted: bool = False) -> Any:
+class ManifestMissing(ValidationError):
+    """The folder has no manifest.yaml and no `manifest` was given: the caller offers the
+    import preview (`selectors.import_preview`) instead of a refusal."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        super().__init__({"path": f"{path} has no manifest.yaml: preview the manifest Crucible infers from "
+                                  "its files (web: Import; API: POST /api/agents/preview; CLI: evolve import "
+                                  "shows it), check or edit it, then import with it."})
+
+
+def agent_import(user: Any, project: Project, path: str, name: str = "", *, manifest: str | None = None,
+                 trusted: bool = False) -> Any:
     """Import a workspace folder as an agent: every problem is reported with its file and line;
-    a folder that is not a git repository becomes one, its first commit tagged `evo-0`."""
+    a folder that is not a git repository becomes one, its first commit tagged `evo-0`.
+
+    A folder without manifest.yaml raises ManifestMissing unless `manifest` gives the text of
+    its confirmed (or edited) import preview: it is checked like any manifest, and written (with
+    the prompt copied to prompts/system.md) only when everything checks; if anything fails the
+    folder is left as it was. Unknown manifest keys never refuse an import: read them with
+    `selectors.agent_manifest` (`manifest_warnings`)."""
     from evolve_app.models import Agent
-    from evolve_app.workspace import workspace_import, workspace_manifest, workspace_validate
+    from evolve_app.workspace import WorkspaceInvalid, workspace_check, workspace_import, workspace_manifest
 
     role_require(user, project, roles.OPERATOR)
     resolved = server_path_check(path, trusted=trusted, what="workspace")
     if not resolved.is_dir():
         raise ValidationError({"path": f"{resolved}: no such folder."})
-    problems = workspace_validate(resolved)
+    if manifest is None and not os.path.lexists(resolved / "manifest.yaml"):
+        raise ManifestMissing(resolved)
+    problems, _ = workspace_check(resolved, manifest_text=manifest)
     if problems:
         raise ValidationError({"path": [str(problem) for problem in problems]})
     existing = Agent.objects.filter(path=str(resolved)).first()
@@ -50,13 +70,17 @@ def agent_import(user: Any, project: Project, path: str, name: str = "", *, trus
         if existing.project_id != project.pk:
             raise ValidationError({"path": "This workspace belongs to another project."})
         return existing
-    workspace_import(resolved)
-    manifest = workspace_manifest(resolved)
+    try:
+        workspace_import(resolved, manifest_text=manifest)
+    except WorkspaceInvalid as error:  # changed since it was checked
+        raise ValidationError({"path": [str(problem) for problem in error.problems]}) from None
+    manifest_read = workspace_manifest(resolved)
     with transaction.atomic():
-        agent = Agent.objects.create(project=project, name=(name or "").strip()[:96] or manifest.name,
-                                     path=str(resolved), agent_type=manifest.agent.type, created_by=user)
-        audit_record(user, "agent.import", project=project, target=f"{agent.name} {resolved}")
-        _agent_event(agent, "agent.imported", f"agent {agent.name} imported from {resolved}")
+        agent = Agent.objects.create(project=project, name=(name or "").strip()[:96] or manifest_read.name,
+                                     path=str(resolved), agent_type=manifest_read.agent.type, created_by=user)
+        detail = " with the manifest of its import preview" if manifest is not None else ""
+        audit_record(user, "agent.import", project=project, target=f"{agent.name} {resolved}{detail}")
+        _agent_event(agent, "agent.imported", f"agent {agent.name} imported from {resolved}{detail}")
     return agent
 
 
@@ -84,7 +108,11 @@ def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engin
                         cycles: int = 5, config: dict | None = None, enqueue: bool = True,
                         trusted: bool = False) -> Any:
     """Check the benchmark, engine, the workspace's agent type and the settings, then queue the
-    run (one at a time per agent).
+    run (one at a time per agent), recording what the agent runs as (agent_mapping).
+
+    What a run could not honour is refused here, each problem named: a benchmark's requirement
+    this host lacks, an agent class nobody allowed, a reference agent without a model provider,
+    a model or a key, an A-Evolve agent none of whose tools can run (agents.agent_run_problems).
 
     The check is by name, never by importing or making anything (evolve_app/extensions.py):
     the web and API may name what is registered, paths under CRUCIBLE_REPO_ROOTS and the dotted
@@ -92,7 +120,7 @@ def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engin
     any path or dotted path. The run keeps its trust, and the worker checks again with it."""
     from pydantic import ValidationError as PydanticError
 
-    from evolve_app.agents import AgentError, agent_check
+    from evolve_app.agents import AgentError, agent_check, agent_mapping, agent_run_problems
     from evolve_app.benchmarks import BenchmarkError, benchmark_check
     from evolve_app.engines import EngineError, engine_check
     from evolve_app.loop import EvolveConfig
@@ -117,8 +145,12 @@ def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engin
         errors["engine"] = str(error)
     try:
         agent_check(agent.path, trusted=trusted)
+        problems = agent_run_problems(agent.path)
     except (AgentError, OSError) as error:
         errors["agent"] = str(error)
+    else:
+        if problems:
+            errors["agent"] = f"{agent.name} cannot run: " + "; ".join(problems)
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
@@ -129,6 +161,7 @@ def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engin
         number = (EvolutionRun.objects.filter(agent=agent).aggregate(last=Max("number"))["last"] or 0) + 1
         run = EvolutionRun.objects.create(agent=agent, number=number, benchmark=benchmark, engine=engine,
                                           started_by=user, config=settings.model_dump(),
+                                          agent_mapping=agent_mapping(agent.path),
                                           cycles_planned=cycles, trusted=trusted)
         audit_record(user, "evolution.start", project=agent.project, target=f"{agent.name} run {run.number}",
                      detail={"benchmark": benchmark, "engine": engine, "cycles": cycles, "trusted": trusted})

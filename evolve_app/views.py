@@ -9,16 +9,25 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from evolve_app import selectors, services
-from evolve_app.forms import AgentImportForm, CycleDecisionForm, DemoAgentForm, RollbackForm, RunStartForm
+from evolve_app.forms import (
+    AgentImportConfirmForm,
+    AgentImportForm,
+    CycleDecisionForm,
+    DemoAgentForm,
+    RollbackForm,
+    RunStartForm,
+)
 from evolve_app.models import EvolutionRun
 from runtime_app import roles
 from runtime_app.selectors import project_for_user, projects_for_user
@@ -51,7 +60,7 @@ def agent_list(request: HttpRequest) -> HttpResponse:
 @require_POST
 def agent_import(request: HttpRequest) -> HttpResponse:
     """Import a workspace folder; a workspace with problems comes back with every one of them
-    (`file:line: message`) under the path."""
+    (`file:line: message`) under the path; a folder without manifest.yaml goes to its preview."""
     projects = projects_for_user(request.user).order_by("name")
     form = AgentImportForm(request.POST, projects=projects)
     if form.is_valid():
@@ -59,12 +68,58 @@ def agent_import(request: HttpRequest) -> HttpResponse:
         try:
             agent = services.agent_import(request.user, project, form.cleaned_data["path"],
                                           form.cleaned_data["name"])
+        except services.ManifestMissing:
+            query = urlencode({key: form.cleaned_data[key] for key in ("project", "path", "name")})
+            return redirect(reverse("agent_import_preview") + "?" + query)
         except ValidationError as error:
             _apply_errors(form, error)
         else:
-            messages.success(request, f"Agent {agent.name} imported into {project.name}.")
-            return redirect("agent_detail", agent_id=agent.pk)
+            return _imported(request, agent, project)
     return _agent_list(request, import_form=form, status=400)
+
+
+def _imported(request: HttpRequest, agent: Any, project: Any) -> HttpResponse:
+    messages.success(request, f"Agent {agent.name} imported into {project.name}.")
+    for warning in selectors.agent_manifest(agent)["manifest_warnings"]:
+        messages.warning(request, f"warning: {warning}")
+    return redirect("agent_detail", agent_id=agent.pk)
+
+
+@require_http_methods(["GET", "POST"])
+def agent_import_preview(request: HttpRequest) -> HttpResponse:
+    """A folder without manifest.yaml: the manifest Crucible infers, to confirm or edit (GET),
+    then the import with it (POST). A refused import comes back with every problem."""
+    data = request.POST if request.method == "POST" else request.GET
+    form = AgentImportConfirmForm(data if request.method == "POST" else None, initial={
+        key: str(data.get(key, ""))[:1000] for key in ("project", "path", "name")})
+    try:
+        project = project_for_user(request.user, int(str(data.get("project", ""))))
+    except ValueError:
+        raise Http404("No such project.") from None
+    path = str(data.get("path", ""))[:1000]
+    status = 200
+    if request.method == "POST" and form.is_valid():
+        try:
+            agent = services.agent_import(request.user, project, path, form.cleaned_data["name"],
+                                          manifest=form.cleaned_data["manifest"])
+        except ValidationError as error:
+            _apply_errors(form, error)
+        else:
+            return _imported(request, agent, project)
+    if request.method == "POST":
+        status = 400
+    try:
+        preview = selectors.import_preview(request.user, project, path)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+        return redirect("agent_list")
+    if preview.has_manifest and request.method == "GET":
+        messages.info(request, f"{preview.path} has its own manifest.yaml: import it from this page.")
+        return redirect(reverse("agent_list") + "#agent-import")
+    if request.method == "GET":
+        form.initial["manifest"] = preview.manifest
+    return render(request, "evolve_app/agent_import_preview.html", {
+        "project": project, "preview": preview, "form": form}, status=status)
 
 
 @require_POST
@@ -118,6 +173,7 @@ def _agent_page(request: HttpRequest, agent: Any, *, start_form: RunStartForm | 
     return render(request, "evolve_app/agent_detail.html", {
         "agent": agent,
         **selectors.agent_manifest(agent),
+        "runs_as": selectors.agent_runs_as(agent),
         "versions": versions, "versions_error": logged["error"], "head": logged["head"],
         "runs": runs,
         "active_run": next((run for run in runs if run.status in selectors.ACTIVE), None),
@@ -129,6 +185,19 @@ def _agent_page(request: HttpRequest, agent: Any, *, start_form: RunStartForm | 
         "empty_message": "No activity for this agent yet.",
         **_live_context(request, subject=("agent", agent.pk)),
     }, status=status)
+
+
+@require_GET
+def agent_file(request: HttpRequest, agent_id: int) -> HttpResponse:
+    """One file of the workspace at `?ref=` (HEAD or a snapshot tag), as a download: what a page
+    shows only the beginning of. Symlinks, paths outside the workspace and outsiders get 404."""
+    agent = selectors.agent_for_user(request.user, agent_id)
+    name, data = selectors.agent_file_at(agent, str(request.GET.get("ref", "HEAD"))[:100],
+                                         str(request.GET.get("path", "")))
+    response = HttpResponse(data, content_type="application/octet-stream")
+    response["Content-Disposition"] = content_disposition_header(True, name)
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 @require_GET

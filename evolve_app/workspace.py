@@ -14,8 +14,13 @@ The layout is the A-Evolve seed's, unchanged, so existing A-Evolve workspaces op
 What Crucible adds to upstream:
 
 * `workspace_validate` reports every problem at once, each with its file and line (YAML syntax,
-  missing or ill-typed manifest keys, unknown keys with a suggestion, skills, memory lines, the
-  tool registry, encodings), instead of failing on the first one at run time.
+  missing or ill-typed manifest keys, skills, memory lines, the tool registry, encodings, size
+  limits), instead of failing on the first one at run time; `workspace_check` adds the warnings:
+  unknown manifest keys, kept (`Manifest.extra`) and never refused, as A-Evolve ignores them.
+* A folder without manifest.yaml (an A-Evolve artifact) gets `workspace_preview`: the manifest
+  Crucible infers and where its prompt is; `workspace_import(manifest_text=...)` confirms it.
+* Size limits (MAX_FILE_BYTES, MAX_WORKSPACE_BYTES, MAX_MEMORY_LINES), checked with stat before
+  anything is read; `layer_file_problem` says why one file may not be in a workspace.
 * Every name a caller passes (skill, category, fragment, tool, draft) is checked, so no call can
   reach outside the workspace; reads and writes refuse symlinks; writes are atomic.
 * Git is handled here, with dulwich and the sealed git CLI (`runtime_app.worktrees.git_run`):
@@ -67,8 +72,6 @@ DRAFTS_DIR = "_drafts"
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 _CONTRACT_SPELLINGS = {"1", "1.0"}  # A-Evolve's seeds write "1.0"
-_MANIFEST_KEYS = ("name", "version", "contract_version", "agent", "evolvable_layers", "reload_strategy")
-_AGENT_KEYS = ("type", "entrypoint")
 _OPTIONAL_KEYS = ("name", "version", "contract_version")
 _MAX_YAML_BYTES = 256 * 1024
 _MAX_YAML_NODES = 20_000  # an alias "billion laughs" stops here instead of exhausting memory
@@ -137,7 +140,9 @@ class AgentSection(BaseModel):
 
 class Manifest(BaseModel):
     """manifest.yaml, parsed. `absent` names the optional keys the file leaves out (their
-    defaults apply): name (the folder's name), version ("0.0.0"), contract_version ("1")."""
+    defaults apply): name (the folder's name), version ("0.0.0"), contract_version ("1").
+    `extra` keeps the keys Crucible does not know, as written (`description`, `agent.foo`):
+    A-Evolve ignores them, so they are warnings, never errors."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -148,36 +153,54 @@ class Manifest(BaseModel):
     evolvable_layers: list[Literal["prompts", "skills", "memory", "tools"]]
     reload_strategy: Literal["hot", "cold"]
     absent: tuple[str, ...] = ()
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+# The keys a manifest may hold: the models' own fields (not what parsing adds).
+_MANIFEST_KEYS = tuple(name for name in Manifest.model_fields if name not in ("absent", "extra"))
+_AGENT_KEYS = tuple(AgentSection.model_fields)
 
 
 def workspace_manifest(path: str | Path) -> Manifest:
     """The parsed manifest; WorkspaceInvalid lists every manifest problem."""
     root = _root(path)
-    manifest, problems = _manifest_check(root)
+    manifest, problems, _ = _manifest_check(root)
     if problems or manifest is None:
         raise WorkspaceInvalid(problems)
     return manifest
 
 
-def _manifest_check(root: Path) -> tuple[Manifest | None, list[Problem]]:
+def manifest_warnings(path: str | Path) -> list[Problem]:
+    """What in manifest.yaml Crucible keeps but does not use (unknown keys), each at its line,
+    with a "did you mean" when a known key is close. Never a reason to refuse the workspace."""
+    return _sorted(_manifest_check(_root(path))[2])
+
+
+def _manifest_check(root: Path, text: str | None = None
+                    ) -> tuple[Manifest | None, list[Problem], list[Problem]]:
+    """(manifest, problems, warnings) of root/manifest.yaml, or of `text` as that file."""
     rel = "manifest.yaml"
     problems: list[Problem] = []
-    if not _safe_file(root, rel):
-        return None, [Problem(rel, None, None, "missing: every workspace has a manifest.yaml with agent "
-                              "(type, entrypoint), evolvable_layers and reload_strategy")]
-    text = _text_read(root, rel, problems, limit=_MAX_YAML_BYTES)
+    warnings: list[Problem] = []
     if text is None:
-        return None, problems
-    parsed = _yaml_parse(text, rel, problems)
+        if not _safe_file(root, rel):
+            return None, [Problem(rel, None, None, "missing: every workspace has a manifest.yaml with agent "
+                                  "(type, entrypoint), evolvable_layers and reload_strategy")], []
+        text = _text_read(root, rel, problems, limit=_MAX_YAML_BYTES)
+        if text is None:
+            return None, problems, []
+    elif len(text.encode("utf-8", "surrogatepass")) > _MAX_YAML_BYTES:
+        return None, [Problem(rel, None, None, f"larger than {_MAX_YAML_BYTES // 1024} KiB")], []
+    parsed = _yaml_parse(text.removeprefix("\ufeff"), rel, problems)
     if parsed is None:
         if not problems:
             problems.append(Problem(rel, 1, None, "empty: give agent, evolvable_layers and reload_strategy"))
-        return None, problems
+        return None, problems, []
     node, data, marks = parsed
     if not isinstance(node, MappingNode) or not isinstance(data, dict):
         problems.append(Problem(rel, node.start_mark.line + 1, node.start_mark.column + 1,
                                 "the manifest must be a mapping of keys (agent:, evolvable_layers: ...)"))
-        return None, problems
+        return None, problems, []
 
     def line_of(loc: tuple, *, key: bool = False) -> tuple[int | None, int | None]:
         mark = marks.get(loc)
@@ -187,19 +210,25 @@ def _manifest_check(root: Path) -> tuple[Manifest | None, list[Problem]]:
         return chosen.line + 1, chosen.column + 1
 
     data = dict(data)
+    extra: dict[str, Any] = {}
+    near_misses: dict[str, tuple] = {}  # a known key left out -> (line, column, the key that may mean it)
     for parent, known in (((), _MANIFEST_KEYS), (("agent",), _AGENT_KEYS)):
         section = data if not parent else data.get("agent")
         if not isinstance(section, dict):
             continue
+        section = dict(section) if parent else data
         for key in list(section):
             if key in known:
                 continue
             line, column = line_of((*parent, key), key=True)
             where = ".".join(str(part) for part in parent) or "the manifest"
             hint = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-            suggestion = f"; did you mean '{hint[0]}'?" if hint else f"; known keys: {', '.join(known)}"
-            problems.append(Problem(rel, line, column, f"unknown key '{key}' in {where}{suggestion}"))
-            del section[key]
+            suggestion = f"; did you mean '{hint[0]}'?" if hint else f" (known keys: {', '.join(known)})"
+            warnings.append(Problem(rel, line, column, f"unknown key '{key}' in {where}, kept but not used "
+                                    f"by Crucible{suggestion}"))
+            if hint and hint[0] not in section:
+                near_misses[".".join(map(str, (*parent, hint[0])))] = (line, column, key)
+            extra[".".join(map(str, (*parent, key)))] = section.pop(key)
         if parent:
             data["agent"] = section
 
@@ -220,6 +249,7 @@ def _manifest_check(root: Path) -> tuple[Manifest | None, list[Problem]]:
     absent = tuple(key for key in _OPTIONAL_KEYS if key not in data)
     data.setdefault("name", root.name)
     data["absent"] = absent
+    data["extra"] = extra
 
     layers = data.get("evolvable_layers")
     if isinstance(layers, list):
@@ -236,9 +266,14 @@ def _manifest_check(root: Path) -> tuple[Manifest | None, list[Problem]]:
         for detail in error.errors(include_url=False):
             loc = tuple(detail["loc"])
             line, column = line_of(loc, key=detail["type"] == "missing")
-            problems.append(Problem(rel, line, column, _pydantic_message(detail)))
+            message = _pydantic_message(detail)
+            missed = near_misses.get(".".join(map(str, loc)))
+            if detail["type"] == "missing" and missed:  # reported where the misspelling is
+                line, column, key = missed
+                message += f"; '{key}' on line {line} looks like a misspelling of it"
+            problems.append(Problem(rel, line, column, message))
         manifest = None
-    return (manifest if not problems else None), problems
+    return (manifest if not problems else None), problems, warnings
 
 
 def _pydantic_message(detail: dict) -> str:
@@ -299,8 +334,7 @@ def _yaml_parse(text: str, rel: str, problems: list[Problem], line_offset: int =
             return None
         data = loader.construct_document(node)
     except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        reason = " ".join(part for part in (error.context, error.problem) if part) or "invalid YAML"
+        mark, reason = _yaml_error_where(error, line_offset)
         problems.append(Problem(rel, mark.line + 1 + line_offset if mark else None,
                                 mark.column + 1 if mark else None, f"YAML syntax error: {reason}"))
         return None
@@ -313,6 +347,34 @@ def _yaml_parse(text: str, rel: str, problems: list[Problem], line_offset: int =
     finally:
         loader.dispose()
     return node, data, marks
+
+
+# The constructs whose error PyYAML reports where it gave up (often the next line) although
+# the problem starts where they open: an unclosed `[`, `{` or quote, a key without its `:` ...
+_OPENING_CONTEXTS = {"while parsing a flow sequence": "in the '[' … ']' list that starts here",
+                     "while parsing a flow mapping": "in the '{' … '}' mapping that starts here",
+                     "while scanning a quoted scalar": "in the quoted text that starts here",
+                     "while scanning a block scalar": "in the block text that starts here",
+                     "while scanning a simple key": "in the key that starts here",
+                     "while scanning an anchor": "in the anchor that starts here",
+                     "while scanning an alias": "in the alias that starts here",
+                     "while scanning a tag": "in the tag that starts here",
+                     "while parsing a tag": "in the tag that starts here",
+                     "while scanning a directive": "in the directive that starts here"}
+
+
+def _yaml_error_where(error: yaml.MarkedYAMLError, line_offset: int) -> tuple[Any, str]:
+    """(the mark to report, the reason) of a YAML error: where the construct that failed opens
+    when it is one of _OPENING_CONTEXTS (the reason then says where PyYAML gave up), else where
+    PyYAML found the problem."""
+    problem, context = error.problem_mark, error.context_mark
+    opening = _OPENING_CONTEXTS.get(str(error.context or ""))
+    if opening and context is not None and (problem is None or context.line <= problem.line):
+        found = (f" at line {problem.line + 1 + line_offset}, column {problem.column + 1}"
+                 if problem is not None else "")
+        return context, f"{opening}: {error.problem or 'invalid YAML'}{found}"
+    reason = " ".join(part for part in (error.context, error.problem) if part) or "invalid YAML"
+    return problem or context, reason
 
 
 def _nodes_index(node: Node, prefix: tuple, marks: dict, count: list[int], rel: str,
@@ -422,14 +484,51 @@ def workspace_validate(path: str | Path) -> list[Problem]:
     """Every problem of the workspace at `path`, each with its file and (when known) line.
 
     An empty list means the workspace can be imported. Absent optional manifest keys (name,
-    version, contract_version) are not problems: `Manifest.absent` records them.
+    version, contract_version) are not problems: `Manifest.absent` records them; unknown keys
+    are warnings (`workspace_check`).
     """
+    return workspace_check(path)[0]
+
+
+def workspace_check(path: str | Path, *, manifest_text: str | None = None
+                    ) -> tuple[list[Problem], list[Problem]]:
+    """(problems, warnings) of the workspace at `path`: problems refuse an import, warnings
+    (unknown manifest keys) do not.
+
+    With `manifest_text`, the folder is checked as a confirmed import preview would leave it
+    (`workspace_preview`): that text as manifest.yaml, and its prompt copied to (or a short one
+    written as) prompts/system.md; nothing is written. The folder must then have no manifest."""
     root = _root(path)
-    _, problems = _manifest_check(root)
-    for rel in _tree_files(root):
-        if (root / rel).is_symlink():
-            problems.append(Problem(rel, None, None, "a symlink; a workspace holds plain files only"))
-    if not _safe_file(root, "prompts/system.md"):
+    overlay: dict[str, bytes] = {}
+    problems: list[Problem] = []
+    if manifest_text is not None:
+        if os.path.lexists(root / "manifest.yaml"):
+            return [Problem("manifest.yaml", None, None, "the folder has its own manifest.yaml; import it "
+                            "as it is (edit that file to change it)")], []
+        preview = _infer(root)
+        problems.extend(preview.problems)
+        overlay["manifest.yaml"] = manifest_text.encode("utf-8", "surrogateescape")
+        if preview.prompt is not None:
+            overlay["prompts/system.md"] = preview.prompt
+    found, warnings = _validate(root, overlay, manifest_text)
+    return _sorted(problems + found), warnings
+
+
+def _sorted(problems: list[Problem]) -> list[Problem]:
+    unique = dict.fromkeys(problems)  # a file too big is found by the size walk and by its reader
+    return sorted(unique, key=lambda p: (p.path, p.line or 0, p.column or 0, p.message))
+
+
+def _validate(root: Path, overlay: dict[str, bytes], manifest_text: str | None
+              ) -> tuple[list[Problem], list[Problem]]:
+    _, problems, warnings = _manifest_check(root, manifest_text)
+    warnings = _sorted(warnings)
+    problems.extend(_size_problems(root, sum(len(data) for data in overlay.values())))
+    if "prompts/system.md" in overlay:
+        if os.path.lexists(root / "prompts") and not _plain_dir(root / "prompts"):
+            problems.append(Problem("prompts", None, None, "not a folder, so prompts/system.md cannot be "
+                                    "written"))
+    elif not _safe_file(root, "prompts/system.md"):
         problems.append(Problem("prompts/system.md", None, None, "missing: the system prompt is required"))
     else:
         _text_read(root, "prompts/system.md", problems)
@@ -441,7 +540,111 @@ def workspace_validate(path: str | Path) -> list[Problem]:
     _skills_check(root, problems)
     _memory_check(root, problems)
     _tools_check(root, problems)
-    return sorted(problems, key=lambda p: (p.path, p.line or 0, p.column or 0, p.message))
+    return _sorted(problems), warnings
+
+
+# ------------------------------------------------------------------------------------------ sizes
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 1024:.1f} KiB" if size >= 1024 \
+        else f"{size} bytes"
+
+
+def _too_big(size: int) -> str:
+    return (f"{_mib(size)}, over the limit of {_mib(MAX_FILE_BYTES)} per file (MAX_FILE_BYTES); a "
+            "workspace holds prompts, skills and memory, not data")
+
+
+def _file_problem(info: os.stat_result) -> str | None:
+    if stat.S_ISLNK(info.st_mode):
+        return "a symlink; a workspace holds plain files only"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file (a fifo, socket or device); a workspace holds plain files only"
+    if info.st_size > MAX_FILE_BYTES:
+        return _too_big(info.st_size)
+    return None
+
+
+def _lines_count(path: Path) -> int:
+    """Lines in a file (a last line without a newline counts), read in chunks."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + (last != b"\n")
+
+
+def _memory_lines_problem(lines: int) -> str | None:
+    if lines > MAX_MEMORY_LINES:
+        return (f"{lines:,} lines, over the limit of {MAX_MEMORY_LINES:,} lines per memory file "
+                "(MAX_MEMORY_LINES); summarise or split it")
+    return None
+
+
+def layer_file_problem(root: str | Path, rel: str) -> str | None:
+    """Why the file at `rel` (relative, '/'-separated) may not be in the workspace at `root`, or
+    None when it may (or when nothing is there: a deletion is not this check's business).
+
+    Refused: a path that leaves the workspace, names .git, or runs through a symlink; a symlink;
+    anything but a regular file (fifo, socket, device, folder); a file over MAX_FILE_BYTES; a
+    memory/*.jsonl over MAX_MEMORY_LINES lines. Sizes come from lstat before anything is read;
+    only a memory file (then at most MAX_FILE_BYTES) is read, to count its lines. The loop
+    calls it for each path an engine's step changed, and reverts the ones it refuses."""
+    base = _root(root)
+    parts = rel.split("/") if isinstance(rel, str) else [""]
+    if any(part in ("", ".", "..") or part.lower() == ".git" or "\0" in part for part in parts):
+        return "not a relative path inside the workspace"
+    path = base
+    for index, part in enumerate(parts):
+        path = path / part
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            return f"cannot be read ({error.strerror})"
+        if index < len(parts) - 1:
+            if stat.S_ISLNK(info.st_mode):
+                return f"{'/'.join(parts[:index + 1])} is a symlink; a workspace holds plain files only"
+            if not stat.S_ISDIR(info.st_mode):
+                return None
+    problem = _file_problem(info)
+    if problem is None and parts[0] == "memory" and rel.endswith(".jsonl"):
+        problem = _memory_lines_problem(_lines_count(path))
+    return problem
+
+
+def workspace_size_problem(root: str | Path) -> str | None:
+    """Why the workspace is too big as a whole (its files outside evolution/ and .git over
+    MAX_WORKSPACE_BYTES, the largest named), or None. Sizes from lstat; nothing is read."""
+    problems = [p for p in _size_problems(_root(root)) if p.path == "."]
+    return problems[0].message if problems else None
+
+
+def _size_problems(root: Path, extra_bytes: int = 0) -> list[Problem]:
+    """Each symlink, special file and file over MAX_FILE_BYTES, and the whole workspace (path
+    ".") when its files (not evolution/, not .git) add up to more than MAX_WORKSPACE_BYTES."""
+    problems: list[Problem] = []
+    total, sizes = extra_bytes, []
+    for rel in _tree_files(root):
+        try:
+            info = os.lstat(root / rel)
+        except OSError:
+            continue
+        problem = _file_problem(info)
+        if problem:
+            problems.append(Problem(rel, None, None, problem))
+        if stat.S_ISREG(info.st_mode):
+            total += info.st_size
+            sizes.append((info.st_size, rel))
+    if total > MAX_WORKSPACE_BYTES:
+        largest = ", ".join(f"{rel} ({_mib(size)})" for size, rel in sorted(sizes, reverse=True)[:3])
+        problems.append(Problem(".", None, None, f"the workspace's files add up to {_mib(total)} (evolution/ "
+                                f"and .git not counted), over the limit of {_mib(MAX_WORKSPACE_BYTES)} "
+                                f"(MAX_WORKSPACE_BYTES); the largest: {largest}"))
+    return problems
 
 
 def _skills_check(root: Path, problems: list[Problem]) -> None:
@@ -481,6 +684,10 @@ def _memory_check(root: Path, problems: list[Problem]) -> None:
                                     "digits, '-' or '_', starting with a letter or digit"))
         text = _text_read(root, rel, problems)
         if text is None:
+            continue
+        too_many = _memory_lines_problem(text.count("\n") + (not text.endswith("\n") and bool(text)))
+        if too_many:
+            problems.append(Problem(rel, None, None, too_many))
             continue
         for number, line in enumerate(text.split("\n"), 1):
             if not line.strip():
@@ -554,12 +761,19 @@ def _text_read(root: Path, rel: str, problems: list[Problem], limit: int | None 
     """A file's text, or None with a problem when it cannot be read, is too big or is not UTF-8."""
     try:
         with open(root / rel, "rb") as handle:
-            data = handle.read(limit + 1 if limit else -1)
+            size = os.fstat(handle.fileno()).st_size
+            if size > MAX_FILE_BYTES:  # known before a byte is read
+                problems.append(Problem(rel, None, None, _too_big(size)))
+                return None
+            data = handle.read(limit + 1 if limit else MAX_FILE_BYTES + 1)
     except OSError as error:
         problems.append(Problem(rel, None, None, f"cannot be read ({error.strerror})"))
         return None
     if limit and len(data) > limit:
         problems.append(Problem(rel, None, None, f"larger than {limit // 1024} KiB"))
+        return None
+    if len(data) > MAX_FILE_BYTES:  # it grew while read
+        problems.append(Problem(rel, None, None, _too_big(len(data))))
         return None
     try:
         return data.decode("utf-8").removeprefix("\ufeff")
@@ -581,6 +795,10 @@ def _file_name_problem(name: str, suffix: str) -> str | None:
 
 def _plain_file(path: Path) -> bool:
     return path.is_file() and not path.is_symlink()
+
+
+def _plain_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
 
 
 def _safe_file(root: Path, rel: str) -> bool:
@@ -895,17 +1113,152 @@ def _root(path: str | Path) -> Path:
     return root
 
 
+# ------------------------------------------------------------------------------------- import preview
+
+# Where a manifest-less folder keeps its system prompt, in the order they are looked for: the
+# contract's place, then A-Evolve artifacts' and coding agents' usual files.
+PROMPT_CANDIDATES = ("prompts/system.md", "prompt.md", "system.md", "CLAUDE.md", "AGENTS.md")
+INFERRED_ENTRYPOINT = "evolve_app.agents.ReferenceLLMAgent"
+GENERATED_PROMPT = ("You are an agent whose knowledge lives in this workspace's skills (skills/) and "
+                    "memory (memory/).\nThe workspace was imported without a system prompt: before each "
+                    "task, read the skill that fits it and follow it.\n")
+
+
+@dataclass(frozen=True)
+class ImportPreview:
+    """What importing a folder would do. For a folder without manifest.yaml, `manifest` is the
+    one Crucible infers (for the operator to confirm or edit) and `writes` the files a confirmed
+    import adds (manifest.yaml, and prompts/system.md when the prompt is elsewhere or missing);
+    `problems` would refuse the import even with that manifest, `warnings` would not. A folder
+    with a manifest gets its own text, no writes, and its problems and warnings."""
+
+    path: str
+    has_manifest: bool
+    manifest: str
+    prompt_from: str | None  # the file copied to prompts/system.md; None when none is copied
+    writes: tuple[str, ...]
+    notes: tuple[str, ...]
+    problems: tuple[Problem, ...]
+    warnings: tuple[Problem, ...]
+
+
+@dataclass(frozen=True)
+class _Inferred:
+    manifest: str
+    prompt: bytes | None  # what a confirmed import writes as prompts/system.md; None: nothing
+    prompt_from: str | None
+    notes: tuple[str, ...]
+    problems: tuple[Problem, ...]
+
+
+def workspace_preview(path: str | Path) -> ImportPreview:
+    """The import preview of the folder at `path`; reads only, writes nothing."""
+    root = _root(path)
+    if os.path.lexists(root / "manifest.yaml"):
+        problems, warnings = workspace_check(root)
+        text = ""
+        if _safe_file(root, "manifest.yaml") and (root / "manifest.yaml").stat().st_size <= _MAX_YAML_BYTES:
+            text = (root / "manifest.yaml").read_bytes().decode("utf-8", "replace")
+        return ImportPreview(str(root), True, text, None, (), ("the folder has its own manifest.yaml; it is "
+                             "imported as it is",), tuple(problems), tuple(warnings))
+    inferred = _infer(root)
+    problems, warnings = workspace_check(root, manifest_text=inferred.manifest)
+    writes = ("manifest.yaml",) + (("prompts/system.md",) if inferred.prompt is not None else ())
+    return ImportPreview(str(root), False, inferred.manifest, inferred.prompt_from, writes, inferred.notes,
+                         tuple(problems), tuple(warnings))
+
+
+def _infer(root: Path) -> _Inferred:
+    """The manifest and prompt a folder without manifest.yaml gets: Crucible's reference agent
+    over its own prompt, skills and memory; layers prompts, skills, memory (and tools when the
+    folder has tools/); reloaded hot; named after the folder."""
+    notes, problems = [], []
+    prompt: bytes | None = None
+    prompt_from = next((rel for rel in PROMPT_CANDIDATES if _safe_file(root, rel)), None)
+    if prompt_from == "prompts/system.md":
+        notes.append("The system prompt is prompts/system.md, where the workspace contract keeps it.")
+    elif prompt_from is not None:
+        found: list[Problem] = []
+        if _text_read(root, prompt_from, found) is None:
+            problems.extend(found)
+        else:
+            prompt = (root / prompt_from).read_bytes()
+        notes.append(f"The system prompt is {prompt_from}: the import copies it to prompts/system.md "
+                     f"(where the workspace contract keeps it); {prompt_from} stays as it is.")
+    else:
+        prompt = GENERATED_PROMPT.encode()
+        notes.append(f"No system prompt ({', '.join(PROMPT_CANDIDATES)}): the import writes a short "
+                     "prompts/system.md saying the agent works from its skills and memory; edit it "
+                     "afterwards.")
+    layers = ["prompts", "skills", "memory"] + (["tools"] if _plain_dir(root / "tools") else [])
+    present = [layer for layer in LAYERS if _plain_dir(root / layer)]
+    has = ", ".join(f"{layer}/" for layer in present) or "none of prompts/, skills/, memory/, tools/"
+    notes.append(f"Evolvable layers: {', '.join(layers)} (the folder has {has}); engines may change "
+                 "only these.")
+    others = sorted(entry.name for entry in root.iterdir()
+                    if entry.name not in (*LAYERS, ".git", EXCLUDED_DIR) and entry.name != prompt_from)
+    if others:
+        shown = ", ".join(others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
+        notes.append(f"Other files ({shown}) are imported as they are; no engine may change them.")
+    notes.append(f"Agent type reference: Crucible's reference LLM agent ({INFERRED_ENTRYPOINT}) over the "
+                 "workspace's prompt, skills and memory; reload_strategy hot.")
+    manifest = ("# Inferred by Crucible's import from the folder's files: check it, edit it if need be.\n"
+                + yaml.safe_dump({"name": root.name[:200] or "agent", "contract_version": "1.0"},
+                                 sort_keys=False, allow_unicode=True)
+                + f"agent:\n  type: reference\n  entrypoint: {INFERRED_ENTRYPOINT}\n"
+                + "evolvable_layers:\n" + "".join(f"  - {layer}\n" for layer in layers)
+                + "reload_strategy: hot\n")
+    return _Inferred(manifest, prompt, prompt_from if prompt is not None else None, tuple(notes),
+                     tuple(problems))
+
+
+def _import_with_manifest(root: Path, manifest_text: str, author: str) -> str:
+    """A confirmed import preview: check everything as it would be, then write manifest.yaml
+    (and prompts/system.md), then import. Anything failing leaves the folder as it was."""
+    problems, _ = workspace_check(root, manifest_text=manifest_text)
+    if problems:
+        raise WorkspaceInvalid(problems)
+    inferred = _infer(root)
+    had_git, had_prompts = os.path.lexists(root / ".git"), os.path.lexists(root / "prompts")
+    written: list[Path] = []
+    try:
+        if inferred.prompt is not None:
+            (root / "prompts").mkdir(exist_ok=True)
+            _atomic_write(root / "prompts" / "system.md", inferred.prompt)
+            written.append(root / "prompts" / "system.md")
+        _atomic_write(root / "manifest.yaml", manifest_text.encode("utf-8"))
+        written.append(root / "manifest.yaml")
+        return workspace_import(root, author=author)
+    except BaseException:
+        for path in written:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        if not had_prompts:
+            with contextlib.suppress(OSError):
+                (root / "prompts").rmdir()
+        if not had_git and (root / ".git").is_dir() and not (root / ".git").is_symlink():
+            shutil.rmtree(root / ".git", ignore_errors=True)
+        raise
+
+
 # ------------------------------------------------------------------------------------------------ git
 
 
-def workspace_import(path: str | Path, *, author: str = DEFAULT_AUTHOR) -> str:
+def workspace_import(path: str | Path, *, author: str = DEFAULT_AUTHOR, manifest_text: str | None = None
+                     ) -> str:
     """Bring a valid workspace under git: `git init` if it is not a repository (branch `main`),
     exclude evolution/ from history, commit every file, tag `evo-0` (annotated) unless it
     exists. Returns the commit sha (HEAD when an existing repository had nothing to commit).
 
+    `manifest_text` confirms a folder's import preview (`workspace_preview`): the folder has no
+    manifest.yaml; the text is written as one (and the prompt to prompts/system.md) only once
+    everything checks, and taken back if the import then fails.
+
     Raises WorkspaceInvalid listing every problem when the workspace does not validate.
     """
     root = _root(path)
+    if manifest_text is not None:
+        return _import_with_manifest(root, manifest_text, author)
     problems = workspace_validate(root)
     if problems:
         raise WorkspaceInvalid(problems)

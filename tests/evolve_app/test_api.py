@@ -74,7 +74,8 @@ def test_an_import_outside_the_roots_or_of_a_broken_workspace_is_a_400_with_ever
     refused = post(member, "/api/agents/import", {"project": personas.alpha.pk, "path": str(broken)})
     assert refused.status_code == 400
     problems = refused.json()["errors"]["path"]
-    assert any(p.startswith("manifest.yaml:3:1: unknown key 'evolvable_layer'") for p in problems)
+    assert any(p.startswith("manifest.yaml:3:1: missing required key 'evolvable_layers'")
+               and "'evolvable_layer' on line 3 looks like a misspelling of it" in p for p in problems)
     assert any(p.startswith("manifest.yaml:4:") and "warm" in p for p in problems)
     assert any(p.startswith("prompts/system.md") for p in problems)
     missing = post(member, "/api/agents/import", {"project": personas.alpha.pk, "path": str(roots / "nope")})

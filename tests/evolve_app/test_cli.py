@@ -195,8 +195,8 @@ def test_a_broken_workspace_is_refused_with_every_problem_as_file_and_line(demo,
     done = evolve("import", str(folder))
     assert done.returncode == 1 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
-    assert "manifest.yaml:3:1: unknown key 'evolvable_layer' in the manifest; did you mean " \
-           "'evolvable_layers'?" in lines
+    assert "manifest.yaml:3:1: missing required key 'evolvable_layers' (a list from prompts, skills, " \
+           "memory, tools); 'evolvable_layer' on line 3 looks like a misspelling of it" in lines
     assert any(line.startswith("manifest.yaml:4:18: reload_strategy: 'warm'") for line in lines)
     assert any(line.startswith("prompts/system.md: missing") for line in lines)
     assert lines[-1] == f"{folder}: {len(lines) - 1} problems, nothing imported"

@@ -14,8 +14,10 @@ from evolve_app.workspace import (
     Problem,
     WorkspaceError,
     WorkspaceInvalid,
+    manifest_warnings,
     workspace_changed_paths,
     workspace_changes,
+    workspace_check,
     workspace_import,
     workspace_manifest,
     workspace_restore,
@@ -70,7 +72,23 @@ def test_a_yaml_syntax_error_in_the_manifest_is_reported_with_its_line_and_colum
                                  "reload_strategy: hot\n"})
     problem = only_problem(root)
     assert problem.message.startswith("YAML syntax error")
-    assert problem.line == 4 and problem.column == 16
+    # Where the unclosed `[` opens, not the next line where PyYAML gave up (it says that too).
+    assert (problem.line, problem.column) == (3, 15)
+    assert problem.message.endswith("at line 4, column 16")
+
+
+def test_an_unclosed_bracket_on_line_5_is_reported_at_line_5(make_workspace):
+    manifest = ('name: a\n'
+                'contract_version: "1.0"\n'
+                "agent: {type: reference, entrypoint: x.Y}\n"
+                "reload_strategy: hot\n"
+                "evolvable_layers: [prompts, skills\n"  # line 5: never closed
+                "version: 2\n")
+    problem = only_problem(make_workspace(extra={"manifest.yaml": manifest}))
+    assert (problem.line, problem.column) == (5, 19)  # PyYAML's own mark is line 6
+    quoted = only_problem(make_workspace(extra={"manifest.yaml": SEED_MANIFEST.replace(
+        "reload_strategy: hot", 'reload_strategy: "hot')}, name="quoted"))
+    assert (quoted.line, quoted.column) == (10, 18) and "quoted text that starts here" in quoted.message
 
 
 def test_a_missing_agent_entrypoint_is_reported_at_the_agent_key(make_workspace):
@@ -100,11 +118,48 @@ def test_an_entrypoint_that_is_not_a_dotted_path_is_reported(make_workspace):
 def test_an_unknown_key_is_reported_at_its_line_with_a_did_you_mean(make_workspace):
     manifest = SEED_MANIFEST.replace("reload_strategy: hot", "reload_strategy: hot\nreload_stratgy: cold") \
         .replace("  entrypoint:", "  entrypiont: x.Y\n  entrypoint:")
-    problems = workspace_validate(make_workspace(extra={"manifest.yaml": manifest}))
-    assert [(p.line, p.column, p.message) for p in problems] == [
-        (3, 3, "unknown key 'entrypiont' in agent; did you mean 'entrypoint'?"),
-        (12, 1, "unknown key 'reload_stratgy' in the manifest; did you mean 'reload_strategy'?"),
+    root = make_workspace(extra={"manifest.yaml": manifest})
+    problems, warnings = workspace_check(root)
+    assert problems == []  # A-Evolve ignores unknown keys: warnings, never errors
+    assert [(p.line, p.column, p.message) for p in warnings] == [
+        (3, 3, "unknown key 'entrypiont' in agent, kept but not used by Crucible; did you mean "
+               "'entrypoint'?"),
+        (12, 1, "unknown key 'reload_stratgy' in the manifest, kept but not used by Crucible; did you mean "
+                "'reload_strategy'?"),
     ]
+    assert manifest_warnings(root) == warnings
+    assert workspace_manifest(root).extra == {"agent.entrypiont": "x.Y", "reload_stratgy": "cold"}
+
+
+def test_a_misspelt_required_key_is_a_warning_and_the_missing_key_error_names_it(make_workspace):
+    manifest = SEED_MANIFEST.replace("reload_strategy: hot", "reload_stratgy: hot")
+    problems, warnings = workspace_check(make_workspace(extra={"manifest.yaml": manifest}))
+    assert [str(p) for p in problems] == [
+        "manifest.yaml:10:1: missing required key 'reload_strategy' (hot or cold); 'reload_stratgy' on "
+        "line 10 looks like a misspelling of it"]
+    assert str(warnings[0]).startswith("manifest.yaml:10:1: unknown key 'reload_stratgy'")
+
+
+def test_an_a_evolve_manifest_with_description_and_every_documented_agent_key_opens(make_workspace):
+    manifest = ('name: arc-mas\nversion: 0.1.0\ncontract_version: "1.0"\n'
+                "description: Multi-agent ARC solver\n" + SEED_MANIFEST.replace(
+                    "  entrypoint: agent_evolve.agents.swe.agent.SweAgent\n",
+                    "  entrypoint: agent_evolve.agents.arc.ArcAgent\n  command: python run.py\n"
+                    "  preset: anthropic\n  model: claude-sonnet-4-5\n  effort: high\n"
+                    "  timeout_seconds: 120\n"
+                    "  temperature: 0.2\n"))
+    root = make_workspace(extra={"manifest.yaml": manifest})
+    problems, warnings = workspace_check(root)
+    assert problems == []
+    assert [(p.line, p.column, p.message.split(",")[0]) for p in warnings] == [
+        (4, 1, "unknown key 'description' in the manifest"),
+        (13, 3, "unknown key 'temperature' in agent"),
+    ]
+    agent = workspace_manifest(root).agent
+    assert (agent.command, agent.preset, agent.model, agent.effort, agent.timeout_seconds) == (
+        "python run.py", "anthropic", "claude-sonnet-4-5", "high", 120)
+    workspace_import(root)
+    assert "description: Multi-agent ARC solver" in (root / "manifest.yaml").read_text()  # kept as written
 
 
 def test_a_bad_evolvable_layer_is_reported_at_its_list_item_with_a_suggestion(make_workspace):
@@ -133,8 +188,11 @@ def test_every_manifest_problem_is_reported_at_once(make_workspace):
         (4, "evolvable_layers"),  # listed twice
         (4, "evolvable_layers[2]"),  # weights
         (5, "reload_strategy"),
-        (6, "unknown key 'colour' in the manifest; known keys"),
     ]
+    warnings = workspace_check(make_workspace(extra={"manifest.yaml": manifest}, name="b"))[1]
+    assert [p.message for p in warnings] == [
+        "unknown key 'colour' in the manifest, kept but not used by Crucible (known keys: name, version, "
+        "contract_version, agent, evolvable_layers, reload_strategy)"]
 
 
 def test_a_duplicate_key_is_reported_on_its_second_line(make_workspace):

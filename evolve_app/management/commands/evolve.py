@@ -1,6 +1,7 @@
 """`manage.py evolve …`: the CLI door into the same agent and evolution services.
 
     evolve import PATH [--project demo] [--user admin] [--name N] [--json]
+                       [--accept-inferred | --manifest FILE]  a folder without manifest.yaml
     evolve demo [--project demo] [--user admin] [--json]       a fresh copy of the offline demo agent
     evolve run AGENT_ID_OR_PATH [--benchmark demo] [--engine textbook] [--cycles 5]
                [--batch-size N] [--holdout-size N] [--egl-threshold X] [--egl-window N]
@@ -21,6 +22,12 @@ before anything is imported or run.
 Exit codes: 0 done (a run that finished or waits for review), 1 refused, a run that failed or was
 cancelled, or an error, each reported as one line (an import's workspace problems as one
 `file:line: message` line each); 130 when interrupted (the run is cancelled first).
+
+Importing a folder without manifest.yaml prints the manifest Crucible infers on standard output
+(so `> m.yaml` saves it to edit) and what a confirmed import would write on standard error, and
+exits 1; `--accept-inferred` imports with it as it is, `--manifest FILE` with an edited one.
+Manifest keys Crucible keeps but does not use are printed as `warning: file:line:col: message`
+lines on standard error; they never refuse an import.
 """
 
 from __future__ import annotations
@@ -90,6 +97,13 @@ class Command(BaseCommand):
         imported.add_argument("path", help="the workspace folder (manifest.yaml, prompts/, skills/ …)")
         imported.add_argument("--name", default="", help="the agent's name (default: the manifest's)")
         imported.add_argument("--json", action="store_true", help="print the agent as JSON")
+        inferred = imported.add_mutually_exclusive_group()
+        inferred.add_argument("--accept-inferred", action="store_true",
+                              help="a folder without manifest.yaml: import it with the manifest Crucible "
+                                   "infers (shown when this is left out)")
+        inferred.add_argument("--manifest", metavar="FILE", default=None,
+                              help="a folder without manifest.yaml: import it with this manifest (e.g. the "
+                                   "inferred one, edited)")
         who(imported)
         demo = actions.add_parser("demo", help="a fresh copy of the offline demo agent, imported")
         demo.add_argument("--json", action="store_true", help="print the agent as JSON")
@@ -130,9 +144,12 @@ class Command(BaseCommand):
         self.username = options["user"] or settings.CONFIG.admin_username
         user = self._user(self.username)
         if action == "import":
-            agent = self._guarded(
-                lambda: self._import(user, options["project"], options["path"], options["name"]))
+            agent = self._guarded(lambda: self._import(
+                user, options["project"], options["path"], options["name"],
+                manifest_file=options["manifest"], accept_inferred=options["accept_inferred"],
+                as_json=options["json"]))
             self._agent_print(agent, as_json=options["json"])
+            self._warnings_print(agent)
         elif action == "demo":
             from evolve_app.services import demo_agent_create
 
@@ -201,17 +218,70 @@ class Command(BaseCommand):
         except Http404:
             self._fail([f"no evolution run {run_id} that {user} can see"])
 
-    def _import(self, user: Any, project_name: str, path: str, name: str) -> Any:
-        from evolve_app.services import agent_import
+    def _import(self, user: Any, project_name: str, path: str, name: str, *, manifest_file: str | None = None,
+                accept_inferred: bool = False, as_json: bool = False) -> Any:
+        from evolve_app.services import ManifestMissing, agent_import
 
         project = self._project(project_name)
+        manifest = self._manifest_read(manifest_file) if manifest_file else None
         try:
-            return agent_import(user, project, path, name, trusted=True)
+            try:
+                return agent_import(user, project, path, name, manifest=manifest, trusted=True)
+            except ManifestMissing:
+                if not accept_inferred:
+                    self._preview_print(user, project, path, as_json=as_json)
+                manifest = self._preview(user, project, path).manifest
+                return agent_import(user, project, path, name, manifest=manifest, trusted=True)
         except ValidationError as error:
             problems = error.message_dict.get("path", []) if hasattr(error, "error_dict") else []
-            if len(problems) > 1:  # the workspace's problems, each `file:line: message`
-                self._fail([*problems, f"{path}: {len(problems)} problems, nothing imported"])
+            if len(problems) > 1 or (manifest is not None and problems):  # each `file:line: message`
+                self._fail([*problems, f"{path}: {len(problems)} problem{'s' if len(problems) > 1 else ''}, "
+                            "nothing imported"])
             raise
+
+    def _manifest_read(self, file: str) -> str:
+        try:
+            with open(file, "rb") as handle:
+                data = handle.read(256 * 1024 + 1)
+        except OSError as error:
+            self._fail([f"{file}: cannot be read ({error.strerror})"])
+        if len(data) > 256 * 1024:
+            self._fail([f"{file}: larger than 256 KiB; a manifest is a few lines"])
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            self._fail([f"{file}: not UTF-8 text"])
+
+    def _preview(self, user: Any, project: Any, path: str) -> Any:
+        from evolve_app.selectors import import_preview
+
+        return import_preview(user, project, path, trusted=True)
+
+    def _preview_print(self, user: Any, project: Any, path: str, *, as_json: bool) -> None:
+        """The inferred manifest on standard output, the rest on standard error; exit 1."""
+        preview = self._preview(user, project, path)
+        if as_json:
+            self._json({"path": preview.path, "manifest": preview.manifest,
+                        "prompt_from": preview.prompt_from, "writes": list(preview.writes),
+                        "notes": list(preview.notes),
+                        "problems": [str(p) for p in preview.problems],
+                        "warnings": [str(w) for w in preview.warnings]})
+        else:
+            self.stdout.write(preview.manifest, ending="")
+        lines = [f"{preview.path} has no manifest.yaml; above is the one Crucible infers from its files."]
+        lines += [f"note: {note}" for note in preview.notes]
+        lines += [f"warning: {warning}" for warning in preview.warnings]
+        lines += [f"problem: {problem}" for problem in preview.problems]
+        lines.append(f"Importing it writes {' and '.join(preview.writes)} into the folder. Nothing was "
+                     "imported: run again with --accept-inferred to import with this manifest, or save it "
+                     "(evolve import PATH > manifest-draft.yaml), edit it and pass --manifest FILE.")
+        self._fail(lines)
+
+    def _warnings_print(self, agent: Any) -> None:
+        from evolve_app.selectors import agent_manifest
+
+        for warning in agent_manifest(agent)["manifest_warnings"]:
+            self.stderr.write(_printable(f"warning: {warning}"), style_func=lambda text: text)
 
     def _json(self, data: Any) -> None:
         self.stdout.write(json.dumps(data, indent=2, cls=DjangoJSONEncoder, ensure_ascii=False))
