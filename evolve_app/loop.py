@@ -46,6 +46,7 @@ from evolve_app.workspace import (
     workspace_import,
     workspace_restore,
     workspace_rollback,
+    workspace_size_problem,
     workspace_snapshot,
 )
 
@@ -326,7 +327,13 @@ class Evolver:
         result.reverted_paths = sorted(reverted)
         if reverted:
             result.reason = "reverted " + "; ".join(f"{rel} ({why})" for rel, why in sorted(reverted.items()))
-        if holdout and self._changed_since(f"pre-evo-{number}"):
+        too_big = workspace_size_problem(self.path)
+        if too_big:  # many files each under the limit: the mutation as a whole is refused
+            workspace_restore(self.path, f"pre-evo-{number}")
+            _empty_dirs_remove(self.path)
+            result.status = "rejected"
+            result.reason = f"after the engine's step {too_big}: rolled back"
+        if result.status == "accepted" and holdout and self._changed_since(f"pre-evo-{number}"):
             after = TrialRunner(self.path, self.benchmark, self.config.concurrency,
                                 trusted=self.trusted).run(holdout)
             result.holdout_after = round(statistics.fmean(f.score for _, f in after), 6)

@@ -21,7 +21,7 @@ from evolve_app.history import EvolutionHistory
 from evolve_app.loop import Evolver, as_task, observations_write
 from evolve_app.models import Cycle, ObservationRecord
 from evolve_app.types import Feedback, Observation, StepResult, Task, Trajectory
-from evolve_app.workspace import MAX_FILE_BYTES, MAX_MEMORY_LINES
+from evolve_app.workspace import MAX_FILE_BYTES, MAX_MEMORY_LINES, MAX_WORKSPACE_BYTES
 from tests.evolve_app.conftest import git
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -271,6 +271,28 @@ def test_symlinks_special_and_oversized_files_an_engine_writes_are_reverted(pers
     assert "link" not in git(path, "ls-tree", "-r", "--name-only", "evo-1") and consistent(path)
     again = run_inline(personas.owner, demo_agent, cycles=1, engine="textbook")
     assert again.status == "finished" and Cycle.objects.get(run=again).status == "accepted"
+
+
+class Bulk(EvolutionEngine):
+    """Many files, each under the per-file limit, that together pass the workspace's limit."""
+
+    def step(self, workspace, observations, history, trial):
+        folder = workspace.root / "skills" / "bulk"
+        folder.mkdir(parents=True)
+        (folder / "SKILL.md").write_text(SKILL.format(name="bulk"))
+        for n in range(MAX_WORKSPACE_BYTES // (MAX_FILE_BYTES - 1) + 1):
+            with open(folder / f"part-{n}.md", "wb") as handle:
+                handle.truncate(MAX_FILE_BYTES - 1)  # sparse: the size counts, no disk is used
+        return StepResult(True, "added skill bulk")
+
+
+def test_an_engine_that_grows_the_workspace_past_its_limit_is_rolled_back(personas, tmp_path):
+    root = demo_copy(tmp_path)
+    cycle = Evolver(root, "demo", {}, engine=Bulk()).run(cycles=1).cycles[0]
+    assert cycle.status == "rejected" and not cycle.mutated
+    assert "MAX_WORKSPACE_BYTES" in cycle.reason and "rolled back" in cycle.reason
+    assert not (root / "skills" / "bulk").exists()
+    assert "bulk" not in git(root, "ls-tree", "-r", "--name-only", "evo-1") and consistent(root)
 
 
 class SkillWriter(EvolutionEngine):
