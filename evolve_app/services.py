@@ -325,7 +325,14 @@ def cycle_decide(user: Any, cycle: Any, approve: bool) -> Any:
     workspace goes back to pre-evo-N)."""
     from evolve_app.history import EvolutionHistory
     from evolve_app.models import Cycle
-    from evolve_app.workspace import workspace_restore, workspace_snapshot
+    from evolve_app.workspace import (
+        WorkspaceError,
+        workspace_git,
+        workspace_restore,
+        workspace_rollback,
+        workspace_snapshot,
+    )
+    from runtime_app.git import GitError
 
     agent = cycle.run.agent
     role_require(user, agent.project, roles.APPROVER)
@@ -335,14 +342,29 @@ def cycle_decide(user: Any, cycle: Any, approve: bool) -> Any:
             raise ValidationError(f"Cycle {cycle.number} is {cycle.get_status_display()}, "
                                   "not awaiting review.")
         path, number = Path(agent.path), cycle.number
+        # A decision that failed after evo-N was made (its transaction rolled back) is decided
+        # again on the same tag: a tag is never made twice.
+        made = workspace_git(path, ["tag", "--list", f"evo-{number}"]).strip()
         if approve:
-            cycle.post_commit = workspace_snapshot(path, f"evo-{number}", f"Cycle {number}: {cycle.summary}")
-            changes = EvolutionHistory(path).layer_changes(f"pre-evo-{number}", f"evo-{number}")
+            tag = f"evo-{number}"
+            if made:
+                cycle.post_commit = workspace_git(path, ["rev-parse", f"{tag}^{{commit}}"]).decode().strip()
+            else:
+                cycle.post_commit = workspace_snapshot(path, tag, f"Cycle {number}: {cycle.summary}")
+            try:
+                changes = EvolutionHistory(path).layer_changes(f"pre-evo-{number}", f"evo-{number}")
+            except (WorkspaceError, GitError) as error:  # the snapshot stands; only the summary is lost
+                changes = {}
+                cycle.reason = f"what cycle {number} changed could not be read: {error}"
             cycle.skills_added = changes.get("skills_added", [])
             cycle.skills_modified = changes.get("skills_modified", [])
             cycle.skills_deleted = changes.get("skills_deleted", [])
             cycle.prompt_size_change = changes.get("prompt_size_change", 0)
             cycle.status = "accepted"
+        elif made:
+            cycle.post_commit = workspace_rollback(path, f"pre-evo-{number}", force=True)
+            cycle.status, cycle.mutated = "rejected", False
+            cycle.reason = f"rejected by {user.get_username()} in review (a new commit undid evo-{number})"
         else:
             workspace_restore(path, f"pre-evo-{number}")
             cycle.post_commit = workspace_snapshot(path, f"evo-{number}", f"Cycle {number}: rejected")

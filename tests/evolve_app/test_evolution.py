@@ -12,8 +12,10 @@ from django.core.exceptions import PermissionDenied, ValidationError
 
 from evolve_app import services
 from evolve_app.engines import EvolutionEngine
+from evolve_app.history import EvolutionHistory
 from evolve_app.models import Cycle, ObservationRecord
 from evolve_app.types import StepResult
+from evolve_app.workspace import WorkspaceError
 from runtime_app.models import AuditEntry
 from tests.evolve_app.conftest import git
 
@@ -239,3 +241,32 @@ def test_a_second_run_numbers_its_cycles_after_the_first(personas, demo_agent):
     assert second.status == "finished"
     assert list(Cycle.objects.filter(run=second).values_list("number", "score")) == [(3, 0.75), (4, 1.0)]
     assert {"pre-evo-4", "evo-4"} <= set(git(demo_agent.path, "tag").split())
+
+
+def test_a_review_decided_again_after_a_failure_past_evo_n_reuses_the_tag(personas, demo_agent, approver,
+                                                                           monkeypatch):
+    run = run_inline(personas.owner, demo_agent, cycles=1, review_mode=True)
+    cycle = Cycle.objects.get(run=run, number=1)
+
+    def broken(self, old, new):
+        raise WorkspaceError("the history could not be read")
+
+    monkeypatch.setattr(EvolutionHistory, "layer_changes", broken)
+    services.cycle_decide(approver, cycle, approve=True)  # evo-1 is made, its summary is lost
+    cycle.refresh_from_db()
+    assert cycle.status == "accepted" and "could not be read" in cycle.reason
+    monkeypatch.undo()
+    tagged = git(demo_agent.path, "rev-parse", "evo-1^{commit}")
+    assert cycle.post_commit == tagged
+    # A decision whose transaction rolled back after evo-1 was made is decided again on that tag.
+    Cycle.objects.filter(pk=cycle.pk).update(status="awaiting_review")
+    services.cycle_decide(approver, cycle, approve=True)
+    cycle.refresh_from_db()
+    assert cycle.status == "accepted" and cycle.post_commit == tagged
+    assert cycle.skills_added == ["date-arithmetic"]
+    Cycle.objects.filter(pk=cycle.pk).update(status="awaiting_review")
+    services.cycle_decide(approver, cycle, approve=False)  # rejected after evo-1: a new commit undoes it
+    cycle.refresh_from_db()
+    assert cycle.status == "rejected" and "a new commit undid evo-1" in cycle.reason
+    assert not (Path(demo_agent.path) / "skills" / "date-arithmetic").exists()
+    assert git(demo_agent.path, "status", "--porcelain") == ""
