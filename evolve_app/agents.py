@@ -396,7 +396,7 @@ def a_evolve_entrypoint(settings: dict[str, Any]) -> str | None:
     kind, entrypoint = settings.get("type"), settings.get("entrypoint")
     if _is_dotted(kind) and kind.strip().startswith(A_EVOLVE_PREFIX):
         return kind.strip()
-    if kind in (None, "", "reference") and _is_dotted(entrypoint) and \
+    if kind in (None, "", "reference", "custom") and _is_dotted(entrypoint) and \
             entrypoint.strip().startswith(A_EVOLVE_PREFIX):
         return entrypoint.strip()
     return None
@@ -768,6 +768,8 @@ def _agent_choice(settings: dict[str, Any], trusted: bool) -> tuple[type[BaseAge
     manifest's `agent` settings by lookup only; AgentError when it may not be used."""
     kind, entrypoint = settings.get("type"), settings.get("entrypoint")
     if a_evolve_entrypoint(settings):  # stood in for, never imported
+        return ReferenceLLMAgent, ReferenceLLMAgent
+    if kind in (None, "") and entrypoint in (None, ""):  # A-Evolve's default: a reference agent
         return ReferenceLLMAgent, ReferenceLLMAgent
     if isinstance(kind, str) and kind in AGENT_TYPES:
         base = AGENT_TYPES[kind]

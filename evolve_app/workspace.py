@@ -121,8 +121,8 @@ class AgentSection(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    type: str = Field(min_length=1)
-    entrypoint: str = Field(min_length=1, max_length=500)
+    type: str = Field(default="reference", min_length=1)
+    entrypoint: str | None = Field(default=None, min_length=1, max_length=500)
     command: str | None = Field(default=None, max_length=2000)
     preset: str | None = Field(default=None, max_length=40)
     model: str | None = Field(default=None, max_length=200)
@@ -131,9 +131,9 @@ class AgentSection(BaseModel):
 
     @field_validator("entrypoint")
     @classmethod
-    def _entrypoint(cls, value: str, info: ValidationInfo) -> str:
+    def _entrypoint(cls, value: str | None, info: ValidationInfo) -> str | None:
         # A command agent may name a program in the workspace; every other type a Python class.
-        if info.data.get("type") != "command" and not _DOTTED.fullmatch(value):
+        if value is not None and info.data.get("type") != "command" and not _DOTTED.fullmatch(value):
             raise ValueError(f"{value!r} is not a dotted Python path such as package.module.AgentClass")
         return value
 
@@ -241,12 +241,19 @@ def _manifest_check(root: Path, text: str | None = None
         value = data["contract_version"]
         if isinstance(value, str) and value.strip() in _CONTRACT_SPELLINGS:
             data["contract_version"] = CONTRACT_VERSION
+        elif isinstance(value, str) and re.fullmatch(r"1\.\d+", value.strip()):
+            # A later minor version of contract 1 (A-Evolve does not check it): read as 1, said.
+            line, column = line_of(("contract_version",))
+            warnings.append(Problem(rel, line, column, f"contract_version {value!r} is read as contract "
+                                    "version 1, the one this Crucible knows"))
+            data["contract_version"] = CONTRACT_VERSION
         else:
             line, column = line_of(("contract_version",))
             problems.append(Problem(rel, line, column, f"contract_version {value!r} is not supported; this "
                                     "Crucible reads contract version 1 (write \"1\")"))
             del data["contract_version"]
     absent = tuple(key for key in _OPTIONAL_KEYS if key not in data)
+    absent += _a_evolve_defaults(data, rel, line_of, near_misses, warnings)
     data.setdefault("name", root.name)
     data["absent"] = absent
     data["extra"] = extra
@@ -274,6 +281,50 @@ def _manifest_check(root: Path, text: str | None = None
             problems.append(Problem(rel, line, column, message))
         manifest = None
     return (manifest if not problems else None), problems, warnings
+
+
+# What A-Evolve's Manifest.from_yaml assumes when a key is left out; Crucible does the same and says so.
+A_EVOLVE_DEFAULTS = {"evolvable_layers": ["prompts", "skills", "memory"], "reload_strategy": "hot"}
+
+
+def _a_evolve_defaults(data: dict, rel: str, line_of: Any, near_misses: dict, warnings: list[Problem]
+                       ) -> tuple[str, ...]:
+    """Fill in, with a warning each, what A-Evolve defaults: `agent` and `agent.type` (reference),
+    evolvable_layers and reload_strategy; drop (with a warning) layers Crucible does not evolve.
+    A key a near-miss spelling may mean stays missing, so the misspelling is reported instead.
+    Returns the keys filled in."""
+    filled: list[str] = []
+    for key, value in A_EVOLVE_DEFAULTS.items():
+        if key not in data and key not in near_misses:
+            data[key] = list(value) if isinstance(value, list) else value
+            shown = ", ".join(value) if isinstance(value, list) else value
+            warnings.append(Problem(rel, 1, None, f"no {key}: A-Evolve's default applies ({shown})"))
+            filled.append(key)
+    if "agent" not in data and "agent" not in near_misses:
+        data["agent"] = {"type": "reference"}
+        warnings.append(Problem(rel, 1, None, "no agent: A-Evolve's default applies (type reference: "
+                                "Crucible's reference agent over the workspace's files)"))
+        filled.append("agent")
+    elif isinstance(data.get("agent"), dict) and "type" not in data["agent"] \
+            and "agent.type" not in near_misses:
+        line, column = line_of(("agent",), key=True)
+        warnings.append(Problem(rel, line, column, "no agent.type: A-Evolve's default applies (reference)"))
+        filled.append("agent.type")
+    layers = data.get("evolvable_layers")
+    if isinstance(layers, list):
+        kept = []
+        for index, layer in enumerate(layers):
+            # A near miss of a layer is a typo, refused with its suggestion; another name is
+            # a folder of the workspace's own that A-Evolve would list without evolving it.
+            if isinstance(layer, str) and layer not in LAYERS \
+                    and not difflib.get_close_matches(layer, LAYERS, n=1, cutoff=0.6):
+                line, column = line_of(("evolvable_layers", index))
+                warnings.append(Problem(rel, line, column, f"evolvable_layers: '{layer}' is not a layer "
+                                        f"Crucible evolves ({', '.join(LAYERS)}); no engine may change it"))
+            else:
+                kept.append(layer)
+        data["evolvable_layers"] = kept
+    return tuple(filled)
 
 
 def _pydantic_message(detail: dict) -> str:

@@ -220,3 +220,45 @@ def test_layer_file_problem_names_symlinks_special_files_and_oversized_files(wor
     assert layer_file_problem(root, ".git/config") == "not a relative path inside the workspace"
     problems = {p.path: p.message for p in workspace_validate(root)}
     assert problems["memory/pipe.jsonl"].startswith("not a regular file")
+
+
+# ------------------------------------------------------------------- A-Evolve's own defaults
+
+
+def test_what_a_evolve_defaults_is_filled_in_with_a_warning_not_refused(make_workspace):
+    root = make_workspace(extra={"manifest.yaml": "name: bare\n"})
+    problems, warnings = workspace_check(root)
+    assert problems == []
+    manifest = workspace_manifest(root)
+    assert manifest.agent.type == "reference" and manifest.agent.entrypoint is None
+    assert manifest.evolvable_layers == ["prompts", "skills", "memory"] and manifest.reload_strategy == "hot"
+    assert {"agent", "evolvable_layers", "reload_strategy"} <= set(manifest.absent)
+    assert [w.message.split(":")[0] for w in warnings] == [
+        "no agent", "no evolvable_layers", "no reload_strategy"]
+
+
+def test_a_custom_agent_a_later_contract_and_a_layer_crucible_does_not_evolve_are_warnings(make_workspace):
+    root = make_workspace(extra={"manifest.yaml": (
+        "agent:\n  entrypoint: agent_evolve.agents.terminal.agent.TerminalAgent\n"
+        "evolvable_layers: [prompts, harness]\nreload_strategy: cold\ncontract_version: \"1.1\"\n")})
+    problems, warnings = workspace_check(root)
+    assert problems == []
+    manifest = workspace_manifest(root)
+    assert manifest.evolvable_layers == ["prompts"] and manifest.agent.type == "reference"
+    by_line = {(w.line, w.column): w.message for w in warnings}
+    assert "'harness' is not a layer Crucible evolves" in by_line[(3, 29)]
+    assert "read as contract version 1" in by_line[(5, 19)]
+    assert "no agent.type" in by_line[(1, 1)]
+    # A later major version is refused.
+    refused, _ = workspace_check(make_workspace(name="major", extra={
+        "manifest.yaml": "contract_version: \"2\"\n"}))
+    assert [p.message for p in refused] == ["contract_version '2' is not supported; this Crucible reads "
+                                            "contract version 1 (write \"1\")"]
+
+
+def test_a_misspelt_required_key_is_still_reported_where_it_is_written(make_workspace):
+    root = make_workspace(extra={"manifest.yaml": (
+        "agent:\n  type: reference\n  entrypoint: evolve_app.agents.ReferenceLLMAgent\n"
+        "evolvable_layer: [prompts]\nreload_strategy: hot\n")})
+    problems, _ = workspace_check(root)
+    assert [(p.line, "evolvable_layer' on line 4" in p.message) for p in problems] == [(4, True)]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from evolve_app.agents import agent_for
 from evolve_app.types import SkillMeta
 from evolve_app.workspace import (
     AgentWorkspace,
@@ -91,11 +92,11 @@ def test_an_unclosed_bracket_on_line_5_is_reported_at_line_5(make_workspace):
     assert (quoted.line, quoted.column) == (10, 18) and "quoted text that starts here" in quoted.message
 
 
-def test_a_missing_agent_entrypoint_is_reported_at_the_agent_key(make_workspace):
+def test_a_reference_agent_without_an_entrypoint_is_crucible_s_as_in_a_evolve(make_workspace):
     manifest = "evolvable_layers: [prompts]\nreload_strategy: cold\nagent:\n  type: reference\n"
-    problem = only_problem(make_workspace(extra={"manifest.yaml": manifest}))
-    assert problem.line == 3
-    assert "missing required key 'entrypoint' under 'agent'" in problem.message
+    root = make_workspace(extra={"manifest.yaml": manifest})
+    assert workspace_validate(root) == []
+    assert type(agent_for(root)).__name__ == "ReferenceLLMAgent"
 
 
 def test_a_wrongly_typed_field_is_reported_at_its_value(make_workspace):
@@ -184,13 +185,13 @@ def test_every_manifest_problem_is_reported_at_once(make_workspace):
     messages = [(p.line, p.message.split(":")[0]) for p in problems]
     assert messages == [
         (1, "contract_version '2' is not supported; this Crucible reads contract version 1 (write \"1\")"),
-        (2, "missing required key 'entrypoint' under 'agent' (the dotted Python path of the agent class)"),
         (4, "evolvable_layers"),  # listed twice
-        (4, "evolvable_layers[2]"),  # weights
         (5, "reload_strategy"),
     ]
     warnings = workspace_check(make_workspace(extra={"manifest.yaml": manifest}, name="b"))[1]
     assert [p.message for p in warnings] == [
+        "evolvable_layers: 'weights' is not a layer Crucible evolves (prompts, skills, memory, tools); "
+        "no engine may change it",
         "unknown key 'colour' in the manifest, kept but not used by Crucible (known keys: name, version, "
         "contract_version, agent, evolvable_layers, reload_strategy)"]
 
