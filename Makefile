@@ -39,6 +39,7 @@ bench: setup
 	$(PY) bench/search_detail_scale.py
 	$(PY) bench/ws_fanout.py
 	$(PY) bench/evolution_cycle.py
+	$(PY) bench/a_evolve_workspaces.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache
