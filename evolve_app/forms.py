@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from typing import Any
 
 from django import forms
@@ -84,6 +85,11 @@ class RunStartForm(forms.Form):
                              help_text="A registered engine (a dotted path only if an administrator "
                                        "allows it).")
     cycles = forms.IntegerField(initial=5, help_text="1 to 200; a run stops early when it converges.")
+    engine_options = forms.CharField(
+        required=False, max_length=10_000, label="Engine options",
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": 'model = "claude-sonnet-4-5"'}),
+        help_text="TOML, one key = value per line (e.g. preset, model, effort for skillforge), as "
+                  "`evolve run --option` takes them.")
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -100,13 +106,23 @@ class RunStartForm(forms.Form):
         data = super().clean()
         config = {name: data[name] for name in RUN_SETTINGS if data.get(name) is not None}
         self.config, self.config_rejected = config, set()
+        text = (data.get("engine_options") or "").replace("\r\n", "\n")
+        if text.strip():
+            try:
+                config["engine_options"] = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as error:  # its message ends "(at line L, column C)"
+                self.config_rejected.add("engine_options")
+                self.add_error("engine_options", f"Not TOML: {error}")
         try:
             EvolveConfig(**config)
         except PydanticError as error:
             for detail in error.errors():
                 field = str(detail["loc"][0]) if detail["loc"] else None
                 self.config_rejected.add(field)
-                self.add_error(field if field in self.fields else None, detail["msg"])
+                where = str(detail["loc"][1]) if len(detail["loc"]) > 1 else ""
+                named = field == "engine_options" and where
+                message = f"{where}: {detail['msg']}" if named else detail["msg"]
+                self.add_error(field if field in self.fields else None, message)
         data["config"] = config
         return data
 

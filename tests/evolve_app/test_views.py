@@ -237,6 +237,24 @@ def test_a_start_form_with_a_mistyped_setting_starts_nothing(personas, demo_agen
     assert not EvolutionRun.objects.exists()
 
 
+def test_the_start_form_passes_engine_options_as_toml_and_reports_where_they_are_wrong(personas, demo_agent):
+    start = f"/agents/{demo_agent.pk}/runs/start/"
+    base = {"benchmark": "demo", "engine": "skillforge", "cycles": "1"}
+    broken = login(personas.member).post(start, {**base, "engine_options": 'model = "fake\npreset = 1'})
+    assert broken.status_code == 400
+    assert "line 1, column" in broken.context["start_form"].errors["engine_options"][0]
+    nested = login(personas.member).post(start, {**base, "engine_options": "model = [1, 2]"})
+    assert nested.status_code == 400 and "model:" in nested.context["start_form"].errors["engine_options"][0]
+    unknown = login(personas.member).post(start, {**base, "engine_options": 'modle = "fake-sonnet"'})
+    assert unknown.status_code == 400 and "modle" in text_of(unknown)
+    assert not EvolutionRun.objects.exists()
+    response = login(personas.member).post(start, {
+        **base, "engine_options": 'preset = "anthropic"\r\nmodel = "fake-sonnet"\r\neffort = "low"\r\n'})
+    run = EvolutionRun.objects.get()
+    assert response.status_code == 302 and run.engine == "skillforge"
+    assert run.config["engine_options"] == {"preset": "anthropic", "model": "fake-sonnet", "effort": "low"}
+
+
 def test_a_second_run_while_one_is_active_is_refused_with_the_reason(personas, waiting_run):
     response = login(personas.member).post(f"/agents/{waiting_run.agent_id}/runs/start/", {
         "benchmark": "demo", "engine": "textbook", "cycles": "2"})
