@@ -515,10 +515,10 @@ def model_choice(settings: dict[str, Any], overrides: dict[str, Any] | None = No
 def _has_credentials(preset: Any) -> bool:
     """A key for the preset here (environment or stored), AWS credentials for bedrock, or a
     model server on this machine or network (whose key is optional)."""
-    import ipaddress
     import os
     from urllib.parse import urlparse
 
+    from runtime_app.fleet import host_is_local
     from runtime_app.keys import provider_key
 
     if preset.key_variable and provider_key(preset.key_variable):
@@ -528,14 +528,7 @@ def _has_credentials(preset: Any) -> bool:
             "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"))
             or (Path.home() / ".aws" / "credentials").exists()):
         return True
-    host = urlparse(preset.base_url() or "").hostname or ""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_private
+    return host_is_local(urlparse(preset.base_url() or "").hostname or "")
 
 
 def reference_problems(settings: dict[str, Any], overrides: dict[str, Any] | None = None, *,

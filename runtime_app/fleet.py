@@ -7,6 +7,7 @@ when the provider's model listing is not reachable.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,3 +168,14 @@ def preset_resolve_model(preset_name: str, requested: str) -> tuple[str, str]:
     if requested in preset.pinned_models:
         return preset.pinned_models[requested], "preset_pinned"
     return requested, "requested_as_pinned"
+
+
+def host_is_local(host: str) -> bool:
+    """A loopback or private-network address (a model server of one's own), not a cloud API."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private

@@ -11,7 +11,6 @@ the search stops after the first) from a script the candidate's patch deleted (i
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import posixpath
 import re
@@ -27,7 +26,7 @@ from dulwich.errors import NotTreeError
 from dulwich.objects import Blob, SubmoduleEncountered
 
 from runtime_app import sandbox
-from runtime_app.fleet import Preset, preset_get
+from runtime_app.fleet import Preset, host_is_local, preset_get
 from runtime_app.git import GitError, file_at, is_tree, repo_open
 from runtime_app.keys import provider_key
 from runtime_app.worktrees import worktrees_root
@@ -602,17 +601,6 @@ _AWS_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_
                     "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI")
 
 
-def _local_host(host: str) -> bool:
-    """A loopback or private-network address (a model server of one's own), not a cloud API."""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_private
-
-
 def _has_credentials(preset: Preset) -> bool:
     if preset.key_variable and provider_key(preset.key_variable):
         return True
@@ -635,7 +623,7 @@ def provider_problems(provider: str) -> list[str]:
                 "writer fails and each candidate ends as \"changed nothing\"."]
     base_url = preset.base_url() or ""
     parsed = urlparse(base_url)
-    if parsed.hostname and _local_host(parsed.hostname):
+    if parsed.hostname and host_is_local(parsed.hostname):
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
         try:
             socket.create_connection((parsed.hostname, port), timeout=PROVIDER_CONNECT_SECONDS).close()
