@@ -218,6 +218,18 @@ def agent_script(request: dict, _candidate: str) -> list[dict]:
              "input": {_argument(request, "submit"): found}}]
 
 
+def cycle_run(user, agent, roots: Path, monkeypatch) -> tuple[EvolutionRun, FakeAnthropic]:
+    """One cycle of the agent on two JSONL tasks, started through the API and executed here, the
+    model the loopback fake playing `agent_script`."""
+    with FakeAnthropic(script=agent_script) as fake:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        response = start(user, agent, f"jsonl:{tasks_file(roots)}")
+        assert response.status_code == 202, response.json()
+        run = services.evolution_run_execute(response.json()["id"])
+    assert run.status == "finished", run.reason
+    return run, fake
+
+
 # --------------------------------------------------------------------------- each shape, a cycle
 
 
@@ -227,12 +239,7 @@ def test_each_a_evolve_seed_shape_imports_and_runs_a_cycle_with_its_tools_sandbo
     folder = shape(roots, name)
     assert workspace_validate(folder) == []
     agent = services.agent_import(personas.member, personas.alpha, str(folder))
-    with FakeAnthropic(script=agent_script) as fake:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
-        response = start(personas.member, agent, f"jsonl:{tasks_file(roots)}")
-        assert response.status_code == 202, response.json()
-        run = services.evolution_run_execute(response.json()["id"])
-    assert run.status == "finished", run.reason
+    run, fake = cycle_run(personas.member, agent, roots, monkeypatch)
     cycle = run.cycles.get()
     observations = list(cycle.observations.all())
     assert len(observations) == 2

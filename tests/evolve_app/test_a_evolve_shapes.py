@@ -14,15 +14,12 @@ from tests.evolve_app.conftest import files_write
 from tests.evolve_app.test_a_evolve_run import (
     ANSWER,
     SHAPES,
-    agent_script,
+    cycle_run,
     data_dir,  # noqa: F401 (fixtures)
     keyed,  # noqa: F401
     manifest,
     roots,  # noqa: F401
-    start,
-    tasks_file,
 )
-from tests.fakes.anthropic_server import FakeAnthropic
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,12 +73,7 @@ def test_every_shape_a_evolve_ships_imports_unchanged_and_runs_a_cycle(
     agent = services.agent_import(personas.member, personas.alpha, str(folder), manifest=confirmed)
     if name == "arc-mas":  # kept, shown, never refused
         assert [(w.line, "description" in w.message) for w in manifest_warnings(folder)] == [(2, True)]
-    with FakeAnthropic(script=agent_script) as fake:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
-        response = start(personas.member, agent, f"jsonl:{tasks_file(roots)}")
-        assert response.status_code == 202, response.json()
-        run = services.evolution_run_execute(response.json()["id"])
-    assert run.status == "finished", run.reason
+    run, fake = cycle_run(personas.member, agent, roots, monkeypatch)
     cycle = run.cycles.get()
     assert cycle.status != "failed", cycle.reason
     outputs = [o.agent_output for o in cycle.observations.all()]
