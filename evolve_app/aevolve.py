@@ -36,7 +36,7 @@ from evolve_app.engines import ENGINES, EngineError, _ModelEngine, _Usage
 from evolve_app.types import Observation, StepResult
 from runtime_app import sandbox
 from runtime_app import services as runtime_services
-from runtime_app.llm import THINKING_BUDGET, LLMError, ToolChat
+from runtime_app.llm import THINKING_BUDGET, ToolChat
 from runtime_app.tools import MAX_RESULT_CHARS
 
 PACKAGE = "agent_evolve"
@@ -222,23 +222,11 @@ class _AEvolveEngine(_ModelEngine):
                      account_limit=preset.concurrency, price_model=preset.price_model,
                      output_tokens=min(max(256, int(max_tokens)), self.evolver_max_tokens))
 
-        def record(receipt: Any) -> Any:
-            written = runtime_services.receipt_record(
-                receipt, label=f"{self.name} {label} call {len(usage.receipts) + 1}")
-            usage.receipts.append(written.pk)
-            return written
-
+        record = self._recorder(usage, label)
         tokens = {"input_tokens": 0, "output_tokens": 0}
         uses: list[Any] = []
         for _turn in range(max(1, min(int(max_turns), self.max_turns))):
-            try:
-                reply, uses = chat.turn(record, None)
-            except LLMError as error:
-                raise EngineError(f"{self.name}: the model call failed: {error}") from None
-            usage.calls += 1
-            usage.cost_microusd += reply.cost_microusd
-            usage.tokens += sum(getattr(reply.usage, name) for name in (
-                "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"))
+            reply, uses = self._turn(chat, record, usage)
             tokens["input_tokens"] += reply.usage.input_tokens
             tokens["output_tokens"] += reply.usage.output_tokens
             if not uses or not executors:

@@ -37,7 +37,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -373,12 +373,38 @@ class _ModelEngine(EvolutionEngine):
             raise EngineError(f"{self.name}: give a model (preset {self.preset!r} has no default)")
         return preset, model
 
+    def _recorder(self, usage: _Usage, label: str) -> Callable[[Any], Any]:
+        """What a ToolChat calls with each call's receipt: written, labelled, counted in `usage`."""
+        from runtime_app import services as runtime_services
+
+        def record(receipt: Any) -> Any:
+            written = runtime_services.receipt_record(
+                receipt, label=f"{self.name} {label} call {len(usage.receipts) + 1}")
+            usage.receipts.append(written.pk)
+            return written
+
+        return record
+
+    def _turn(self, chat: Any, record: Callable[[Any], Any], usage: _Usage) -> tuple[Any, list[Any]]:
+        """One model call of `chat`, added to `usage`; a failed call (after the client's retries)
+        is an EngineError."""
+        from runtime_app.llm import LLMError
+
+        try:
+            reply, uses = chat.turn(record, None)
+        except LLMError as error:
+            raise EngineError(f"{self.name}: the model call failed: {error}") from None
+        usage.calls += 1
+        usage.cost_microusd += reply.cost_microusd
+        usage.tokens += sum(getattr(reply.usage, name) for name in (
+            "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"))
+        return reply, uses
+
     def _converse(self, prefix: str, suffix: str, usage: _Usage, *, label: str, workspace: Any = None,
                   write_roots: tuple[str, ...] = ()) -> str:
         """One conversation; with `write_roots` the model may use the editor under them (no shell).
         Returns the model's last text."""
-        from runtime_app import services as runtime_services
-        from runtime_app.llm import LLMError, ToolChat
+        from runtime_app.llm import ToolChat
         from runtime_app.tools import EDITOR_TOOL, tool_dispatch
 
         preset, model = self._resolve_model()
@@ -387,24 +413,13 @@ class _ModelEngine(EvolutionEngine):
                         base_url=preset.base_url(), key_variable=preset.key_variable, account=preset.name,
                         account_limit=preset.concurrency, price_model=preset.price_model)
 
-        def record(receipt: Any) -> Any:
-            written = runtime_services.receipt_record(
-                receipt, label=f"{self.name} {label} call {len(usage.receipts) + 1}")
-            usage.receipts.append(written.pk)
-            return written
+        record = self._recorder(usage, label)
 
         def no_shell(command: str) -> str:
             return "there is no shell here: only the editor tool"
 
         for _turn in range(self.max_turns if tools else 1):
-            try:
-                reply, uses = chat.turn(record, None)
-            except LLMError as error:
-                raise EngineError(f"{self.name}: the model call failed: {error}") from None
-            usage.calls += 1
-            usage.cost_microusd += reply.cost_microusd
-            usage.tokens += sum(getattr(reply.usage, name) for name in (
-                "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"))
+            _reply, uses = self._turn(chat, record, usage)
             if not uses or not tools:
                 break
             results = []
