@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from evolve_app.workspace import workspace_import
+from tests.fakes.anthropic_server import FakeAnthropic
 
 SEED_MANIFEST = """\
 agent:
@@ -87,3 +89,33 @@ def demo_agent(personas, tmp_path, settings):
 
     settings.DATA_DIR = tmp_path
     return services.demo_agent_create(personas.owner, personas.alpha)
+
+
+FAKE_KEY = "sk-ant-evolve-secret-0123456789"  # the key the fake model sees; never in a receipt
+
+
+@pytest.fixture
+def fake_llm(monkeypatch):
+    """fake_llm(script): the Anthropic fake started with `script`, the environment pointed at it
+    with FAKE_KEY."""
+    started = []
+
+    def start(script):
+        fake = FakeAnthropic(script=script).__enter__()
+        started.append(fake)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        return fake
+
+    yield start
+    for fake in started:
+        fake.__exit__(None, None, None)
+
+
+@pytest.fixture
+def roots(tmp_path, settings) -> Path:
+    """A folder the server may import workspaces from (CRUCIBLE_REPO_ROOTS)."""
+    folder = tmp_path / "roots"
+    folder.mkdir()
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, repo_roots=[folder])
+    return folder

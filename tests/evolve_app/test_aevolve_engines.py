@@ -17,13 +17,12 @@ from evolve_app.models import Cycle
 from runtime_app import sandbox
 from runtime_app.models import Receipt
 from tests.conftest import service_missing
+from tests.evolve_app.conftest import FAKE_KEY
 from tests.evolve_app.test_engines import run_inline
-from tests.fakes.anthropic_server import FakeAnthropic
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LLM = {"preset": "anthropic", "model": "fake-sonnet", "effort": "off"}
-KEY = "sk-ant-aevolve-secret-0123456789"
 DATES = textbook_load()["dates"]
 BASH_ENGINES = ("aevolve-skillforge", "aevolve-adaptive", "aevolve-adaptive-skill")
 
@@ -54,22 +53,6 @@ def no_upstream_model_or_host_bash(monkeypatch):
     for provider in (ae_anthropic.AnthropicProvider, ae_bedrock.BedrockProvider, ae_openai.OpenAIProvider):
         monkeypatch.setattr(provider, "__init__", forbidden)
 
-
-@pytest.fixture
-def fake_llm(monkeypatch):
-    """fake_llm(script): the Anthropic fake started with `script`, the environment pointed at it."""
-    started = []
-
-    def start(script):
-        fake = FakeAnthropic(script=script).__enter__()
-        started.append(fake)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
-        return fake
-
-    yield start
-    for fake in started:
-        fake.__exit__(None, None, None)
 
 
 @pytest.fixture
@@ -135,8 +118,8 @@ def test_an_aevolve_engine_writes_a_skill_with_its_sandboxed_bash(engine, person
     assert calls.count() >= 4 and commands.count() >= 2
     assert set(metadata["receipts"]) >= {r.pk for r in calls.filter(pk__in=metadata["receipts"])}
     assert commands.first().detail["sandbox"]["network"].startswith("none")
-    assert KEY not in json.dumps([r.as_dict() for r in Receipt.objects.all()])
-    assert fake.keys_seen() == {KEY}
+    assert FAKE_KEY not in json.dumps([r.as_dict() for r in Receipt.objects.all()])
+    assert fake.keys_seen() == {FAKE_KEY}
     assert "prompts/system.md" in json.dumps(seen[0]["system"])  # A-Evolve's own evolver prompt
 
 

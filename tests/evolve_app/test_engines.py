@@ -44,24 +44,6 @@ TEXTBOOK = textbook_load()
 
 
 
-@pytest.fixture
-def fake_llm(monkeypatch):
-    """fake_llm(script): the Anthropic fake started with `script`, the environment pointed at it."""
-    from tests.fakes.anthropic_server import FakeAnthropic
-
-    started = []
-
-    def start(script):
-        fake = FakeAnthropic(script=script).__enter__()
-        started.append(fake)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-engines-0123456789")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
-        return fake
-
-    yield start
-    for fake in started:
-        fake.__exit__(None, None, None)
-
 
 def run_inline(user, agent, cycles: int, engine: str, trusted: bool = False, **config):
     """A run started and executed here; `trusted` as the CLI starts it (a test engine's dotted path)."""

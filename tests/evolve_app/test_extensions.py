@@ -79,13 +79,6 @@ def probe(tmp_path, monkeypatch):
     sys.modules.pop(name, None)
 
 
-@pytest.fixture
-def roots(tmp_path, settings):
-    folder = tmp_path / "roots"
-    folder.mkdir()
-    settings.CONFIG = dataclasses.replace(settings.CONFIG, repo_roots=[folder])
-    return folder
-
 
 def allow(settings, *paths: str) -> None:
     settings.CONFIG = dataclasses.replace(settings.CONFIG, allowed_extensions=tuple(paths))

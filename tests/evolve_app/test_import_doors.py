@@ -5,7 +5,6 @@ file views with their download."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from pathlib import Path
@@ -30,13 +29,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ARC_MAS = ('name: arc-mas\nversion: 0.1.0\ncontract_version: "1.0"\ndescription: Multi-agent ARC solver\n'
            + SEED_MANIFEST)
 
-
-@pytest.fixture
-def roots(tmp_path, settings):
-    folder = tmp_path / "roots"
-    folder.mkdir()
-    settings.CONFIG = dataclasses.replace(settings.CONFIG, repo_roots=[folder])
-    return folder
 
 
 def seed_folder(parent, name: str, manifest: str = SEED_MANIFEST):
