@@ -47,6 +47,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_EVENT_POLL_SECONDS", "how often live pages poll the DB for events"),
     Variable("CRUCIBLE_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", "INFO"),
     Variable("CRUCIBLE_REPO_ROOTS", "comma-separated absolute dirs repositories may be registered under"),
+    Variable("CRUCIBLE_REPO_URLS", "comma-separated git URL prefixes repositories may be registered (cloned) "
+             "from, e.g. https://github.com/acme/"),
     Variable("CRUCIBLE_READ_ROOTS", "comma-separated absolute dirs a spec's read_paths may name "
              "(host paths its commands read, read-only)"),
     Variable("CRUCIBLE_EVALUATOR_ROOTS", "comma-separated absolute dirs hidden evaluator files may be "
@@ -108,6 +110,7 @@ class Config:
     log_level: str
     require_services: bool
     repo_roots: list[Path]
+    repo_urls: tuple[str, ...]
     read_roots: list[Path]
     evaluator_roots: list[Path]
     allowed_extensions: tuple[str, ...]
@@ -187,6 +190,20 @@ def _directories(name: str, raw: str) -> list[Path]:
             raise ConfigError(f"{name}: {word!r} is not an absolute path")
         roots.append(Path(os.path.normpath(path)))
     return roots
+
+
+def _url_prefixes(name: str, raw: str) -> tuple[str, ...]:
+    prefixes = []
+    for word in _words(raw):
+        parsed = urlparse(word)
+        if parsed.scheme not in ("https", "http", "ssh", "git", "file"):
+            raise ConfigError(f"{name}: {word!r} must start with https://, http://, ssh://, git:// or file://")
+        if parsed.scheme != "file" and not parsed.hostname:
+            raise ConfigError(f"{name}: {word!r} names no host")
+        if parsed.username or parsed.password or parsed.query or parsed.fragment:
+            raise ConfigError(f"{name}: {word!r} may not hold a user, password, query or fragment")
+        prefixes.append(word)
+    return tuple(prefixes)
 
 
 def _directory(name: str, raw: str) -> Path | None:
@@ -289,6 +306,7 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         database_url=database_url,
         redis_url=redis_url,
         repo_roots=_directories("CRUCIBLE_REPO_ROOTS", get("CRUCIBLE_REPO_ROOTS") or ""),
+        repo_urls=_url_prefixes("CRUCIBLE_REPO_URLS", get("CRUCIBLE_REPO_URLS") or ""),
         read_roots=_directories("CRUCIBLE_READ_ROOTS", get("CRUCIBLE_READ_ROOTS") or ""),
         evaluator_roots=_directories("CRUCIBLE_EVALUATOR_ROOTS", get("CRUCIBLE_EVALUATOR_ROOTS") or ""),
         allowed_extensions=_dotted_paths(

@@ -176,7 +176,9 @@ def event_list(
 
 class RepositoryIn(Schema):
     project_id: int
-    path: str = Field(..., max_length=1000)
+    path: str = Field("", max_length=1000, description="a clone on the server, under CRUCIBLE_REPO_ROOTS")
+    url: str = Field("", max_length=1000, description="or a git URL under CRUCIBLE_REPO_URLS, which the "
+                     "server clones")
     name: str = Field("", max_length=96)
 
 
@@ -185,6 +187,7 @@ class RepositoryOut(Schema):
     project_id: int
     name: str
     path: str
+    remote_url: str
     created_at: datetime
 
 
@@ -201,9 +204,11 @@ def repository_list(request: HttpRequest):
 
 @router.post("/repositories", response={201: RepositoryOut})
 def repository_register(request: HttpRequest, body: RepositoryIn):
-    """Register a git repository under an allowed root (CRUCIBLE_REPO_ROOTS)."""
+    """Register a git repository under an allowed root (CRUCIBLE_REPO_ROOTS) or clone one from an
+    allowed remote (CRUCIBLE_REPO_URLS)."""
     project = selectors.project_for_user(request.user, body.project_id)
-    return Status(201, services.repository_register(request.user, project, body.path, body.name))
+    return Status(201, services.repository_register(request.user, project, body.path, body.name,
+                                                    url=body.url))
 
 
 @router.get("/repositories/{repository_id}/refs", response=RefsOut)

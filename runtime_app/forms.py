@@ -35,10 +35,13 @@ class WebhookForm(forms.Form):
 class RepositoryForm(forms.Form):
     # The project id is checked against the user's projects in the view (404 for outsiders).
     project = forms.IntegerField(widget=forms.Select)
-    path = forms.CharField(max_length=1000, label="Path on the server",
+    path = forms.CharField(max_length=1000, label="Path on the server", required=False,
                            help_text="The absolute path of a git clone with a working tree.")
+    url = forms.CharField(max_length=1000, label="or git URL", required=False,
+                          help_text="A remote under an allowed prefix (CRUCIBLE_REPO_URLS): the server "
+                          "clones it, fetches it before each freeze and pushes merges back to it.")
     name = forms.CharField(max_length=96, required=False,
-                           help_text="Defaults to the directory's name.")
+                           help_text="Defaults to the directory's or the URL's last name.")
 
     def __init__(self, *args, projects=(), **kwargs):
         super().__init__(*args, **kwargs)

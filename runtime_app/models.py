@@ -55,11 +55,14 @@ class ProjectMembership(models.Model):
 
 
 class Repository(models.Model):
-    """A local git repository that a project's searches target, registered by path."""
+    """A git repository that a project's searches target: registered by a path on the web node,
+    or by a git URL the web node keeps a clone of at `path` (runtime_app.remotes)."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="repositories")
     name = models.CharField(max_length=96)
     path = models.CharField(max_length=1000)
+    remote_url = models.CharField(max_length=1000, blank=True, default="",
+                                  help_text="the git URL it was registered by, if not by path")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )

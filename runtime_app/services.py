@@ -6,6 +6,7 @@ import hashlib
 import logging
 import re
 import secrets
+from pathlib import Path
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -14,7 +15,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runtime_app import roles, signals
+from runtime_app import remotes, roles, signals
 from runtime_app.git import GitError, repo_open
 from runtime_app.lane import SHARED, lane_hold
 from runtime_app.models import (
@@ -292,8 +293,6 @@ def approver_standing_end(actor: Any, user: Any, *, project: Project | None, rea
 def server_path_check(path: str, *, trusted: bool, what: str) -> Any:
     """A path on the server a web user may name: absolute, usable, and under an allowed root
     (CRUCIBLE_REPO_ROOTS) unless `trusted` (the local administrator's CLI)."""
-    from pathlib import Path
-
     from django.conf import settings
 
     raw = (path or "").strip()
@@ -315,38 +314,78 @@ def server_path_check(path: str, *, trusted: bool, what: str) -> Any:
 
 
 def repository_register(
-    user: Any, project: Project, path: str, name: str = "", *, trusted: bool = False
+    user: Any, project: Project, path: str = "", name: str = "", *, url: str = "", trusted: bool = False
 ) -> Repository:
-    """Register a local git repository for a project.
+    """Register a git repository for a project: a clone on the web node by `path`, or a remote by
+    `url`, which the web node clones (runtime_app.remotes).
 
-    From the web and API the path must lie under an allowed root (CRUCIBLE_REPO_ROOTS), so
-    a web user cannot point Crucible at arbitrary server paths; `trusted` is for the local
-    administrator's CLI.
+    From the web and API a path must lie under an allowed root (CRUCIBLE_REPO_ROOTS) and a URL
+    under an allowed remote (CRUCIBLE_REPO_URLS), so a web user cannot point Crucible at arbitrary
+    server paths or hosts; `trusted` is for the local administrator's CLI (paths only).
     """
-
-
     role_require(user, project, roles.OPERATOR)
+    if (path or "").strip() and (url or "").strip():
+        raise ValidationError({"url": "Give a path on the server or a git URL, not both."})
+    if (url or "").strip():
+        return _repository_register_remote(user, project, url, name)
     resolved = server_path_check(path, trusted=trusted, what="repository")
     try:
         repo_open(resolved).close()
     except GitError as error:
         raise ValidationError({"path": str(error)}) from None
-    name = (name or "").strip() or resolved.name
-    if not PROJECT_NAME_RE.match(name):
-        raise ValidationError({"name": "Use 1–96 letters, digits, spaces, dots, dashes or underscores."})
+    name = _repository_name(name or resolved.name)
     existing = Repository.objects.filter(project=project, path=str(resolved)).first()
     if existing:
         return existing
+    return _repository_create(user, project, name, str(resolved), "")
+
+
+def _repository_name(name: str) -> str:
+    if not PROJECT_NAME_RE.match(name.strip()):
+        raise ValidationError({"name": f"{name.strip()!r} cannot be a repository name. Use 1–96 letters, "
+                                       "digits, spaces, dots, dashes or underscores."})
+    return name.strip()
+
+
+def _repository_create(user: Any, project: Project, name: str, path: str, url: str) -> Repository:
     if Repository.objects.filter(project=project, name=name).exists():
         raise ValidationError({"name": f"This project already has a repository named {name!r}."})
     with transaction.atomic():
-        repository = Repository.objects.create(
-            project=project, name=name, path=str(resolved), created_by=user
-        )
-        audit_record(user, "repository.register", project=project, target=f"{name} {resolved}")
+        repository = Repository.objects.create(project=project, name=name, path=path, remote_url=url,
+                                               created_by=user)
+        audit_record(user, "repository.register", project=project, target=f"{name} {url or path}")
         event_emit(project, "project", project.pk, "repository.registered",
                    {"message": f"repository {name} registered"})
     return repository
+
+
+def _repository_register_remote(user: Any, project: Project, url: str, name: str) -> Repository:
+    try:
+        url = remotes.remote_url_check(url)
+    except remotes.RemoteError as error:
+        raise ValidationError({"url": str(error)}) from None
+    existing = Repository.objects.filter(project=project, remote_url=url).first()
+    if existing:
+        return existing
+    tail = url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
+    name = _repository_name(name or tail)
+    if Repository.objects.filter(project=project, name=name).exists():  # before the clone, not after
+        raise ValidationError({"name": f"This project already has a repository named {name!r}."})
+    try:
+        clone = remotes.remote_clone(url, remotes.clone_path(project.pk, url))
+    except remotes.RemoteError as error:
+        raise ValidationError({"url": str(error)}) from None
+    return _repository_create(user, project, name, str(clone), url)
+
+
+def repository_fetch(repository: Repository) -> None:
+    """Bring a repository registered by URL up to its remote (before a freeze); paths are as they are."""
+    if not repository.remote_url:
+        return
+    try:
+        remotes.remote_fetch(repository.remote_url, Path(repository.path))
+    except remotes.RemoteError as error:
+        raise ValidationError({"repository": str(error)}) from None
 
 
 def project_ping(user: Any, project: Project) -> None:

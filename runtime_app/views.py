@@ -235,7 +235,8 @@ def repository_register(request: HttpRequest) -> HttpResponse:
         project = selectors.project_for_user(request.user, form.cleaned_data["project"])
         try:
             repository = services.repository_register(
-                request.user, project, form.cleaned_data["path"], form.cleaned_data["name"]
+                request.user, project, form.cleaned_data["path"], form.cleaned_data["name"],
+                url=form.cleaned_data["url"],
             )
         except ValidationError as error:
             _apply_errors(form, error)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import logging
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from runtime_app import roles
+from runtime_app import remotes, roles
 from runtime_app.models import Project, Repository
-from runtime_app.services import _require_member, audit_record, event_emit, role_require
+from runtime_app.services import _require_member, audit_record, event_emit, repository_fetch, role_require
 from search_app.freeze import FreezeError, freeze_inputs
 from search_app.models import Comment, HiddenFile, Search, Spec, SpecVersion
 from search_app.preflight import preflight_problems, provider_problems, start_problems
@@ -103,6 +104,7 @@ def search_freeze(
     if repository is not None:
         if repository.project_id != project.pk:
             raise ValidationError({"repository": "That repository belongs to another project."})
+        repository_fetch(repository)  # a repository registered by URL: its remote's branches as of now
         repository_path = repository.path
     if not repository_path:
         raise ValidationError({"repository": "Pick a registered repository."})
@@ -1905,7 +1907,9 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
     """Commit the approved winner's patch onto the baseline: on a new branch (default
     `crucible/<search-id>`) or on an existing branch that still points at the baseline.
 
-    Needs the approver role and enough standing approvals; one merge per search; never pushes.
+    Needs the approver role and enough standing approvals; one merge per search. Pushes the branch
+    only to a repository registered by URL (where it lives); a repository registered by path is
+    never pushed.
     The branch name is checked (branch_name_check) and the bytes committed must hash to the
     approved patch hash, else nothing is merged and the refusal is audited.
     """
@@ -1952,11 +1956,13 @@ def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
         adopted = commit is not None
         if not adopted:
             commit = _merge_commit(search, winner, branch, target, user, approvers, patch=patch)
+        pushed = _merge_push(search, branch, commit)
         receipt = receipt_record(Receipt(
             kind="merge", argv=["crucible", "merge", branch], cwd=".", started_at=started_at,
             finished_at=datetime.now(UTC), duration_seconds=round(monotonic() - started, 6), exit_code=0,
             detail={"branch": branch, "target": target, "commit": commit, "baseline": search.baseline_commit,
-                    "patch_sha256": winner.patch_sha256, "approved_by": approvers, "pushed": False,
+                    "patch_sha256": winner.patch_sha256, "approved_by": approvers,
+                    "pushed": bool(pushed), "pushed_to": pushed,
                     "adopted": adopted},
         ), project=search.project, subject=("candidate", winner.pk), label=f"{winner.candidate_id} merge")
         merge = Merge.objects.create(
@@ -1968,9 +1974,26 @@ def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
                              "patch_sha256": winner.patch_sha256})
         _winner_reason_refresh(winner)
         _search_event(search, "search.merged", f"{winner.candidate_id} merged onto {branch} as {commit[:12]} "
-                      f"by {_user_name(user)} (not pushed)", candidate_id=winner.candidate_id,
+                      f"by {_user_name(user)} ({f'pushed to {pushed}' if pushed else 'not pushed'})",
+                      candidate_id=winner.candidate_id,
                       state=winner.state, reason=winner.reason)
     return merge
+
+
+def _merge_push(search: Search, branch: str, commit: str) -> str:
+    """Push the merged branch back to a repository registered by URL (where it lives); the URL pushed
+    to, or "" for a repository registered by path, which Crucible never pushes. A push that fails
+    refuses the merge with the reason; merging again adopts the commit already made and pushes it."""
+    url = search.repository.remote_url if search.repository_id else ""
+    if not url:
+        return ""
+    try:
+        remotes.remote_push(url, Path(search.repository_path), branch)
+    except remotes.RemoteError as error:
+        raise ValidationError(f"The merge commit {commit[:12]} was made on {branch} in the server's clone, "
+                              f"but not pushed: {error}. Fix the server's access to the remote, then merge "
+                              "again.") from None
+    return url
 
 
 def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: Any, approvers: str,
