@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from dulwich.errors import GitProtocolError, HangupException
 from dulwich.refs import DictRefsContainer
 from dulwich.repo import BaseRepo
 from dulwich.server import Backend, UploadPackHandler
@@ -125,8 +126,11 @@ def _serve(request: HttpRequest, real: Any, commit: str, rest: str, body: bytes)
         return chunks.append
 
     result: Iterable[bytes] = GunzipFilter(app)(environ, start_response)
-    for chunk in result:  # dulwich writes through start_response's callable as it iterates
-        chunks.append(chunk)
+    try:
+        for chunk in result:  # dulwich writes through start_response's callable as it iterates
+            chunks.append(chunk)
+    except (GitProtocolError, HangupException, OSError, EOFError) as error:  # a malformed request
+        return _text(400, f"bad git request: {error}")
     response = HttpResponse(b"".join(chunks), status=started.get("status", 500))
     for name, value in started.get("headers", []):
         response[name] = value

@@ -64,6 +64,19 @@ def test_the_endpoint_refuses_a_missing_wrong_or_other_searchs_token(two_searche
         assert response["WWW-Authenticate"].startswith("Basic")
     unknown = client.get("/git/searches/nosuch.git/info/refs?service=git-upload-pack", **basic("x"))
     assert unknown.status_code == 401
+    line = f"want {first.baseline_commit} side-band-64k thin-pack ofs-delta\n".encode()
+    want = f"{len(line) + 4:04x}".encode() + line + b"00000009done\n"
+    for headers in ({}, basic(fetch_token(second.pk))):
+        pack = client.post(f"/git/searches/{first.search_id}.git/git-upload-pack", want,
+                           content_type="application/x-git-upload-pack-request", **headers)
+        assert pack.status_code == 401 and b"PACK" not in pack.content
+    pack = client.post(f"/git/searches/{first.search_id}.git/git-upload-pack", want,
+                       content_type="application/x-git-upload-pack-request", **basic(fetch_token(first.pk)))
+    assert pack.status_code == 200 and b"PACK" in pack.content, pack.content  # the same, with its token
+    garbled = client.post(f"/git/searches/{first.search_id}.git/git-upload-pack", b"0010want nothing",
+                          content_type="application/x-git-upload-pack-request",
+                          **basic(fetch_token(first.pk)))
+    assert garbled.status_code == 400
 
 
 def test_the_endpoint_advertises_only_the_baseline(two_searches):
