@@ -10,6 +10,8 @@ the second SIGKILLs one worker while it holds a step and checks nothing is lost.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import os
 import shutil
 import signal
@@ -141,6 +143,22 @@ def mirrored(cluster: Cluster, search) -> list[str]:
     return names
 
 
+def assert_token_nowhere(search, cluster: Cluster, tmp_path: Path) -> None:
+    """The fetch token the workers used is in no receipt, log, mirror config or step record."""
+    token = hmac.new(SECRET.encode(), f"crucible-git-fetch:{search.pk}".encode(), hashlib.sha256).hexdigest()
+    for receipt in Receipt.objects.all():
+        text = " ".join(map(str, [receipt.argv, receipt.stdout_excerpt, receipt.stderr_excerpt,
+                                  receipt.error, receipt.detail]))
+        assert token not in text, f"receipt #{receipt.pk} shows the fetch token"
+    for step in Step.objects.filter(search=search):
+        assert token not in f"{step.result} {step.error} {step.plan}"
+    for log in tmp_path.glob("*.log"):
+        assert token not in log.read_text(errors="replace"), log
+    for data in cluster.data_dirs.values():
+        for config in data.glob("mirrors/*/.git/config"):
+            assert token not in config.read_text()
+
+
 def assert_complete(search, run: SearchRun) -> None:
     assert run.outcome == "winner", {c.candidate_id: (c.state, c.reason) for c in search.candidates.all()}
     assert run.winner.candidate_id == "cand_006"
@@ -153,13 +171,14 @@ def assert_complete(search, run: SearchRun) -> None:
     assert bytes(winner.patch) and b"return 16" in bytes(winner.patch)  # the patch is in the DB
 
 
-def test_workers_without_the_repository_run_a_search_from_their_mirrors(personas, cluster):
+def test_workers_without_the_repository_run_a_search_from_their_mirrors(personas, cluster, tmp_path):
     search = frozen(personas, cluster, "mirrored")
     assert not any((data / "mirrors").exists() for data in cluster.data_dirs.values())
     services.search_start(personas.owner, search, enqueue=False)  # the beat drives it
     run = wait_for_end(search, cluster)
     assert_complete(search, run)
     assert mirrored(cluster, search), "no worker fetched the baseline into a mirror"
+    assert_token_nowhere(search, cluster, tmp_path)
     owners = set(Step.objects.filter(search=search).values_list("lease_owner", flat=True))
     assert owners  # steps ran on the workers, not here
     for data in cluster.data_dirs.values():  # no worktree is left behind
