@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,8 @@ from runtime_app.worktrees import git_run
 
 FETCH_USER = "crucible"
 BASELINE_REF = "refs/crucible/baseline"
+FETCH_ATTEMPTS = 3
+FETCH_RETRY_SECONDS = 2.0
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -131,9 +134,19 @@ def _fetch(mirror: Path, search_pk: int, search_id: str) -> None:
         "GIT_CONFIG_KEY_1": "http.followRedirects", "GIT_CONFIG_VALUE_1": "false",
     }
     refspec = f"+{BASELINE_REF}:refs/crucible/searches/{int(search_pk)}"
-    try:
-        git_run(["fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head",
-                 fetch_url(search_id), refspec], cwd=mirror, env=env)
-    except GitError as error:
-        raise MirrorError(f"fetching the baseline of {search_id} from CRUCIBLE_GIT_URL failed: {error}"
-                          ) from None
+    argv = ["fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head",
+            fetch_url(search_id), refspec]
+    for attempt in range(FETCH_ATTEMPTS):
+        try:
+            git_run(argv, cwd=mirror, env=env)
+            return
+        except GitError as error:
+            # A 401 makes git ask for a user name it may not prompt for: the token was refused.
+            if any(words in str(error) for words in ("could not read Username", "Authentication failed")):
+                raise MirrorError(f"{fetch_url(search_id)} refused this worker's fetch token: is "
+                                  "CRUCIBLE_SECRET_KEY the same on the web nodes and the workers?") from None
+            if attempt + 1 == FETCH_ATTEMPTS:
+                raise MirrorError(f"fetching the baseline of {search_id} from CRUCIBLE_GIT_URL failed: "
+                                  f"{error}") from None
+            # A web node restarting, or a blip: a step should not fail for that.
+            time.sleep(FETCH_RETRY_SECONDS * (attempt + 1))

@@ -21,7 +21,7 @@ from runtime_app import mirrors
 from runtime_app import services as runtime_services
 from runtime_app.mirrors import MirrorError, fetch_token, mirror_path, repository_local
 from runtime_app.models import Receipt
-from search_app import execution
+from search_app import execution, git_http
 from tests.gitrepo import git
 from tests.search_app.runs import frozen, run_inline
 
@@ -202,3 +202,16 @@ def test_a_worker_without_the_repository_fetches_once_and_runs_from_its_mirror(
         assert token not in " ".join(map(str, [receipt.argv, receipt.stdout_excerpt, receipt.stderr_excerpt,
                                                receipt.error, receipt.detail]))
     assert used and set(used) == {str(mirror)}  # every worktree was made from the mirror
+
+
+def test_a_refused_fetch_fails_at_once_with_the_reason(two_searches, live_server, settings, monkeypatch):
+    first, second = two_searches
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, git_url=live_server.url)
+    # The worker shows another search's token (the web node's own binding stays the real one).
+    monkeypatch.setattr(mirrors, "fetch_token", lambda pk: fetch_token(second.pk))
+    assert git_http.fetch_token is fetch_token
+    monkeypatch.setattr(mirrors, "FETCH_RETRY_SECONDS", 60.0)  # a retry would time the test out
+    with pytest.raises(MirrorError, match="refused this worker's fetch token: is CRUCIBLE_SECRET") as raised:
+        repository_local("/nowhere/repo", first.baseline_commit, search_pk=first.pk,
+                         search_id=first.search_id)
+    assert fetch_token(second.pk) not in str(raised.value)
