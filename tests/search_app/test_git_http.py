@@ -215,3 +215,16 @@ def test_a_refused_fetch_fails_at_once_with_the_reason(two_searches, live_server
         repository_local("/nowhere/repo", first.baseline_commit, search_pk=first.pk,
                          search_id=first.search_id)
     assert fetch_token(second.pk) not in str(raised.value)
+
+
+def test_a_step_without_the_repository_or_a_git_url_fails_saying_so(two_searches, settings):
+    from search_app import services
+
+    first, _ = two_searches
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, git_url="")
+    services.search_start(first.created_by, first, enqueue=False)
+    Path(first.repository_path).rename(Path(first.repository_path).with_name("moved"))
+    run = services.search_run_inline(first)
+    assert run.outcome != "winner"
+    reasons = {candidate.reason for candidate in first.candidates.exclude(number=0)}
+    assert reasons and all("CRUCIBLE_GIT_URL is not set" in reason for reason in reasons), reasons
