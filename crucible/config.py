@@ -62,6 +62,8 @@ VARIABLES: tuple[Variable, ...] = (
              "/etc, /bin, /lib* and Crucible's Python (e.g. /opt/node)"),
     Variable("CRUCIBLE_LANE_DIR", "where the measurement-lane lock lives; workers on one host must share it "
              "(default: the data dir's locks/)"),
+    Variable("CRUCIBLE_GIT_URL", "the web node's base URL workers fetch search baselines from when the "
+             "repository is not on their disk, e.g. http://web.internal:8000"),
     Variable("CRUCIBLE_STEP_LEASE_SECONDS", "how long a worker's claim on a step lasts unrenewed", "60"),
     Variable("CRUCIBLE_AGENT_CLI_DIR", "where scripts/install_agent_clis.sh put the coding-agent CLIs the "
              "claude-code, codex and aider presets run", "var/agent-clis"),
@@ -118,6 +120,7 @@ class Config:
     sandbox_uid: int
     sandbox_toolchain: list[Path]
     lane_dir: Path | None
+    git_url: str
     agent_cli_dir: Path
     step_lease_seconds: int
     provider_concurrency: int
@@ -270,6 +273,9 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
     if sandbox not in {"required", "preferred", "off"}:
         raise ConfigError(f"CRUCIBLE_SANDBOX={sandbox!r}; use required, preferred or off")
     secret_key = get("CRUCIBLE_SECRET_KEY") or None
+    git_url = (get("CRUCIBLE_GIT_URL") or "").strip()
+    if "@" in urlparse(git_url).netloc:  # the fetch token is derived per search, never configured
+        raise ConfigError("CRUCIBLE_GIT_URL has a user or password; workers authenticate per search")
     email_backend = (get("CRUCIBLE_EMAIL_BACKEND") or "console").strip().lower()
     if email_backend not in {"console", "smtp", "off"}:
         raise ConfigError(f"CRUCIBLE_EMAIL_BACKEND={email_backend!r}; use console, smtp or off")
@@ -316,6 +322,7 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         sandbox_uid=_integer("CRUCIBLE_SANDBOX_UID", get("CRUCIBLE_SANDBOX_UID") or "", 1, 2**31 - 2),
         sandbox_toolchain=_directories("CRUCIBLE_SANDBOX_TOOLCHAIN", get("CRUCIBLE_SANDBOX_TOOLCHAIN") or ""),
         lane_dir=_directory("CRUCIBLE_LANE_DIR", get("CRUCIBLE_LANE_DIR") or ""),
+        git_url=_url("CRUCIBLE_GIT_URL", git_url, ("http", "https")).rstrip("/") if git_url else "",
         # Relative to the checkout (not the working directory), where CI installs them.
         agent_cli_dir=Path(__file__).resolve().parent.parent
         / (get("CRUCIBLE_AGENT_CLI_DIR") or "var/agent-clis"),

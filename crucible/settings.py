@@ -222,6 +222,8 @@ LOGGING = {
     "loggers": {
         # The provider SDKs' HTTP clients log every request URL at INFO: noise, not evidence.
         **{name: {"level": "WARNING"} for name in ("daphne", "httpx", "httpx2", "openai", "anthropic")},
+        # dulwich's upload-pack logs each baseline fetch's capabilities at INFO (search_app/git_http.py).
+        "dulwich": {"level": "WARNING"},
         **{name: {"filters": ["routine_tasks"]} for name in ("celery.beat", "celery.worker.strategy",
                                                              "celery.app.trace")},
     },

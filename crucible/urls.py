@@ -8,11 +8,14 @@ from django.urls import include, path
 from django.views.generic.base import RedirectView
 
 from crucible.api import api, api_urls
+from search_app.views import search_git
 
 urlpatterns = [
     path("", include("runtime_app.urls")),
     path("searches/", include("search_app.urls")),
     path("agents/", include("evolve_app.urls")),
+    # Workers without the repository on their disk fetch a search's baseline here (git_http.py).
+    path("git/searches/<str:search_id>.git/<path:rest>", search_git, name="search_git"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(

@@ -25,6 +25,7 @@ from runtime_app.fleet import preset_get
 from runtime_app.git import GitError
 from runtime_app.lane import EXCLUSIVE, SHARED
 from runtime_app.metrics import MetricReading, last_json_line, metric_read
+from runtime_app.mirrors import repository_local
 from runtime_app.models import Receipt
 from runtime_app.policy import PolicyRules, read_only_paths
 from runtime_app.sandbox import Limits, SandboxError
@@ -49,6 +50,18 @@ def search_spec(search: Search) -> SearchSpec:
     if report.spec is None:  # frozen specs were valid; this only guards a corrupted row
         raise ValueError(f"{search.search_id}: its frozen spec no longer validates")
     return report.spec
+
+
+def search_repository(search: Search) -> str:
+    """The repository this host runs the search's steps against: its registered path when that
+    holds the baseline here, else this worker's mirror fetched from the web node
+    (runtime_app/mirrors.py). Looked up once per step: kept on the step's Search instance."""
+    local = getattr(search, "_repository_local", None)
+    if local is None:
+        local = repository_local(search.repository_path, search.baseline_commit,
+                                 search_pk=search.pk, search_id=search.search_id)
+        search._repository_local = local
+    return local
 
 
 def effort_for(spec: SearchSpec, round_index: int) -> str:
@@ -106,7 +119,7 @@ def _evidence_files(search: Search, files: list[dict]) -> list[str]:
     lines: list[str] = []
     if not files:
         return lines
-    with repo_open(search.repository_path) as repo:
+    with repo_open(search_repository(search)) as repo:
         for item in files:
             data = file_at(repo, search.baseline_commit, item["path"]) or b""
             if hashlib.sha256(data).hexdigest() != item["sha256"]:
@@ -148,7 +161,7 @@ def _run(step: Step, command: Sequence[str] | str, label: str, *, cwd: Path, tim
          note: dict[str, Any] | None = None, egress: EgressProxy | None = None) -> Receipt:
     """A command in the sandbox for this step, with its receipt on the candidate's page (or on
     `subject`'s, the candidate a measurement trial is for); `note` is added to its detail."""
-    repo_git = Path(step.search.repository_path) / ".git"
+    repo_git = Path(search_repository(step.search)) / ".git"
     subject_pk = subject or step.candidate_id
     try:
         return runtime_services.command_run(
@@ -211,17 +224,17 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
     search, candidate = step.search, step.candidate
     spec = search_spec(search)
     name = _worktree_name(step, "write")
-    _fresh_worktree_path(search.repository_path, name)
+    _fresh_worktree_path(search_repository(search), name)
     refining, receipts = "", []
     if not step.refines:
-        worktree = worktree_create(search.repository_path, search.baseline_commit, name)
+        worktree = worktree_create(search_repository(search), search.baseline_commit, name)
     else:
         refining = refine_note(search, spec, candidate)
         if "revision" in step.plan:  # sent back by a person: the reviewers' requests come first
             refining = (f"Your patch won this search and is already applied in your working directory. "
                         f"{step.plan['feedback']}")
         worktree, admit = runtime_services.patch_admit(
-            search.repository_path, search.baseline_commit, bytes(candidate.patch), name,
+            search_repository(search), search.baseline_commit, bytes(candidate.patch), name,
             policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
             label=f"{candidate.candidate_id} r{step.round} refine apply",
         )
@@ -276,7 +289,7 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
             return {"eliminated": f"its patch could not be extracted: {error}",
                     "receipts": written["receipts"], "usage": written["usage"]}
     finally:
-        worktree_remove(search.repository_path, worktree)
+        worktree_remove(search_repository(search), worktree)
     result = {
         "receipts": written["receipts"], "writer_outcome": writer.outcome, "usage": written["usage"],
         "stop": written.get("stop", ""), "transcript": written.get("transcript", []),
@@ -299,9 +312,9 @@ def _evaluation_tree(step: Step, candidate: Any, spec: SearchSpec, purpose: str,
     Returns (tree or None, the apply receipt, the read-only paths)."""
     search = step.search
     name = f"{search.search_id}-{candidate.candidate_id}-{purpose}-r{step.round}"
-    _fresh_worktree_path(search.repository_path, name)
+    _fresh_worktree_path(search_repository(search), name)
     worktree, admit = runtime_services.patch_admit(
-        search.repository_path, search.baseline_commit, bytes(candidate.patch), name,
+        search_repository(search), search.baseline_commit, bytes(candidate.patch), name,
         policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
         label=f"{label} apply",
     )
@@ -312,7 +325,7 @@ def _evaluation_tree(step: Step, candidate: Any, spec: SearchSpec, purpose: str,
         files = [str(path.relative_to(worktree)) for path in worktree.rglob("*")
                  if path.is_file() and ".git" not in path.relative_to(worktree).parts[:1]]
     except BaseException:
-        worktree_remove(search.repository_path, worktree)
+        worktree_remove(search_repository(search), worktree)
         raise
     return worktree, admit, read_only_paths(files, policy_rules(spec), extra=list(spec.evaluator.files))
 
@@ -351,7 +364,7 @@ def _gated(step: Step, spec: SearchSpec, purpose: str, label: str, cancel: threa
     try:
         return _gates(step, spec, tree, read_only, label, cancel, receipts), receipts
     finally:
-        worktree_remove(search.repository_path, tree)
+        worktree_remove(search_repository(search), tree)
 
 
 def evaluate(step: Step, cancel: threading.Event) -> dict[str, Any]:
@@ -437,7 +450,7 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
                 durations[cid][str(block)] = trial.duration_seconds
     finally:
         for tree, _ in trees.values():
-            worktree_remove(search.repository_path, tree)
+            worktree_remove(search_repository(search), tree)
     return {"receipts": receipts, "values": values, "durations": durations, "dropped": dropped,
             "blocks": [first, last], "members": sorted(members)}
 
@@ -465,9 +478,9 @@ def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
     search, candidate = step.search, step.candidate
     spec = search_spec(search)
     name = _worktree_name(step, "review")
-    _fresh_worktree_path(search.repository_path, name)
+    _fresh_worktree_path(search_repository(search), name)
     worktree, admit = runtime_services.patch_admit(
-        search.repository_path, search.baseline_commit, bytes(candidate.patch), name,
+        search_repository(search), search.baseline_commit, bytes(candidate.patch), name,
         policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
         label=f"{candidate.candidate_id} review apply",
     )
@@ -490,7 +503,7 @@ def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
                                               "reviewer read the patch instead"}
         return {**static, "findings": [note, *static.get("findings", [])], "usage": result["usage"]}
     finally:
-        worktree_remove(search.repository_path, worktree)
+        worktree_remove(search_repository(search), worktree)
 
 
 def _static_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,

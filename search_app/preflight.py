@@ -563,6 +563,8 @@ def _advice(path: str, key: str) -> str:
 
 def baseline_has(search: Any) -> Callable[[str], bool]:
     """Whether the baseline tree (or the hidden evaluator files) of `search` holds a path."""
+    from search_app.execution import search_repository
+
     hidden = list((search.spec_normalized or {}).get("evaluator", {}).get("files", {}))
 
     def has(path: str) -> bool:
@@ -570,7 +572,7 @@ def baseline_has(search: Any) -> Callable[[str], bool]:
         if any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden):
             return True
         try:
-            with repo_open(search.repository_path) as repo:
+            with repo_open(search_repository(search)) as repo:  # a worker's own copy
                 return file_at(repo, search.baseline_commit, path) is not None or \
                     is_tree(repo, search.baseline_commit, path)
         except (GitError, NotTreeError, KeyError, SubmoduleEncountered):

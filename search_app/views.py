@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.contrib import messages
+from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from runtime_app import roles
@@ -37,6 +39,7 @@ from search_app.forms import (
     normalize_newlines,
 )
 from search_app.freeze import candidate_batches, canonical, search_id_for, sha256_hex
+from search_app.git_http import git_respond
 from search_app.models import Spec
 from search_app.preflight import provider_problems
 from search_app.selection import is_better
@@ -937,3 +940,11 @@ def search_compare_diff(request: HttpRequest, search_id: str) -> HttpResponse:
                             content_type="text/plain; charset=utf-8")
     return _diff_download(diff["text"].encode(),
                           f"{search.search_id}-{first.candidate_id}-{second.candidate_id}")
+
+
+@csrf_exempt  # token auth per search, no cookie is read
+@login_not_required
+@require_http_methods(["GET", "POST"])
+def search_git(request: HttpRequest, search_id: str, rest: str) -> HttpResponse:
+    """Read-only git smart HTTP of a search's baseline, for workers (search_app/git_http.py)."""
+    return git_respond(request, search_id, rest)

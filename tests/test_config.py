@@ -43,6 +43,8 @@ def test_redis_url_switches_to_slower_safety_polling():
         ({"CRUCIBLE_EVALUATOR_ROOTS": "hidden"}, "CRUCIBLE_EVALUATOR_ROOTS"),
         ({"CRUCIBLE_CSRF_TRUSTED_ORIGINS": "crucible.example"}, "CRUCIBLE_CSRF_TRUSTED_ORIGINS"),
         ({"CRUCIBLE_ALLOWED_EXTENSIONS": "mypkg.Engine,/srv/x.py"}, "CRUCIBLE_ALLOWED_EXTENSIONS"),
+        ({"CRUCIBLE_GIT_URL": "web.internal:8000"}, "CRUCIBLE_GIT_URL"),
+        ({"CRUCIBLE_GIT_URL": "http://user:secret@web.internal:8000"}, "CRUCIBLE_GIT_URL"),
     ],
 )
 def test_a_malformed_variable_is_refused_by_name(environ, named):

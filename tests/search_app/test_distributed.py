@@ -1,0 +1,209 @@
+"""Workers that share no disk with the web node: the baseline travels over git, results via the DB.
+
+A web node (Daphne) and two Celery workers, each with its own CRUCIBLE_DATA_DIR and inside its
+own mount namespace, where a tmpfs hides the directory the repository lives in: the workers can
+reach the search's repository only through CRUCIBLE_GIT_URL. A separate beat process drives the
+search (and takes back the steps of a killed worker). The first test runs a search to its end;
+the second SIGKILLs one worker while it holds a step and checks nothing is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from runtime_app.models import Receipt
+from search_app import services
+from search_app.models import SearchRun, Step
+from tests.conftest import REPO_ROOT, free_port, service_missing, subprocess_env, wait_for_port
+from tests.search_app.runs import plan_repo, spec_text
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+PLAN = {f"cand_00{n}": {"value": 10 + n, "delay": 0.8} for n in range(1, 7)}
+PLAN["cand_007"] = "broken"
+PLAN["cand_008"] = "nothing"
+SECRET = "distributed-test-secret-" + "k" * 24
+LEASE_SECONDS = "4"
+
+
+@dataclass
+class Cluster:
+    repos: Path  # hidden from the workers
+    web_url: str
+    workers: dict[str, subprocess.Popen] = field(default_factory=dict)
+    data_dirs: dict[str, Path] = field(default_factory=dict)
+    others: list[subprocess.Popen] = field(default_factory=list)
+
+
+def in_hidden_namespace(repos: Path, argv: list[str]) -> list[str]:
+    """argv run in a private mount namespace in which an empty tmpfs covers `repos`."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount -t tmpfs tmpfs "$0" && exec "$@"', str(repos), *argv]
+
+
+def namespaces_work(repos: Path) -> str | None:
+    """None if a process can be given a view without `repos`' contents, else why not."""
+    if shutil.which("unshare") is None:
+        return "unshare is not installed"
+    probe = next(repos.iterdir())
+    done = subprocess.run(in_hidden_namespace(repos, ["test", "!", "-e", str(probe)]),
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        return f"cannot hide a directory in a mount namespace: {done.stderr.strip() or done.returncode}"
+    return None
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+
+
+@pytest.fixture
+def cluster(tmp_path, redis_url, personas) -> Iterator[Cluster]:
+    repos = tmp_path / "repos"
+    repos.mkdir()
+    (repos / "placeholder").write_text("the workers must not see this\n")
+    why = namespaces_work(repos)
+    if why:
+        service_missing(f"a worker without the repository needs a private mount namespace: {why}")
+    broker = redis_url.rsplit("/", 1)[0] + "/12"  # its own database: no other worker takes its tasks
+    common = {"CRUCIBLE_SECRET_KEY": SECRET, "REDIS_URL": broker,
+              "CRUCIBLE_STEP_LEASE_SECONDS": LEASE_SECONDS}
+    port = free_port()
+    web_log = (tmp_path / "web.log").open("wb")
+    web = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "crucible.asgi:application"],
+        cwd=REPO_ROOT, env=subprocess_env(**common), stdin=subprocess.DEVNULL, stdout=web_log,
+        stderr=subprocess.STDOUT, start_new_session=True)
+    result = Cluster(repos=repos, web_url=f"http://127.0.0.1:{port}", others=[web])
+    try:
+        wait_for_port(port, web, timeout=60)
+        for name in ("a", "b"):
+            data = tmp_path / f"worker-{name}"
+            data.mkdir()
+            log = (tmp_path / f"worker-{name}.log").open("wb")
+            argv = [sys.executable, "-m", "celery", "-A", "crucible", "worker", "--loglevel", "INFO",
+                    "--pool", "prefork", "--concurrency", "2", "--without-mingle", "--without-gossip",
+                    "--hostname", f"dist-{name}-{uuid.uuid4().hex[:6]}@%h"]
+            result.workers[name] = subprocess.Popen(
+                in_hidden_namespace(repos, argv), cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+                env=subprocess_env(**common, CRUCIBLE_DATA_DIR=str(data), CRUCIBLE_GIT_URL=result.web_url))
+            result.data_dirs[name] = data
+        beat_log = (tmp_path / "beat.log").open("wb")
+        result.others.append(subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "crucible", "beat", "--loglevel", "INFO",
+             "--schedule", str(tmp_path / "beat-schedule")],
+            cwd=REPO_ROOT, env=subprocess_env(**common), stdin=subprocess.DEVNULL, stdout=beat_log,
+            stderr=subprocess.STDOUT, start_new_session=True))
+        yield result
+    finally:
+        for process in [*result.workers.values(), *result.others]:
+            kill_group(process)
+
+
+def frozen(personas, cluster: Cluster, name: str):
+    repo = plan_repo(cluster.repos / f"repo-{name}", PLAN)
+    text = spec_text(population=8, rounds=[8, 3, 1], concurrency=3, name=name)
+    return services.search_freeze(personas.owner, personas.alpha, text, "HEAD", repository_path=str(repo))
+
+
+def wait_for_end(search, cluster: Cluster, timeout: float = 480) -> SearchRun:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = SearchRun.objects.get(search=search)
+        if run.terminal:
+            return run
+        time.sleep(0.5)
+    pytest.fail(f"the search did not end in {timeout:.0f} s: {SearchRun.objects.get(search=search)}")
+
+
+def mirrored(cluster: Cluster, search) -> list[str]:
+    """The workers whose mirror holds the search's baseline under its fetch ref."""
+    names = []
+    for name, data in cluster.data_dirs.items():
+        for mirror in (data / "mirrors").glob("*/"):
+            ref = mirror / ".git" / "refs" / "crucible" / "searches" / str(search.pk)
+            if ref.is_file() and ref.read_text().strip() == search.baseline_commit:
+                names.append(name)
+    return names
+
+
+def assert_token_nowhere(search, cluster: Cluster, tmp_path: Path) -> None:
+    """The fetch token the workers used is in no receipt, log, mirror config or step record."""
+    token = hmac.new(SECRET.encode(), f"crucible-git-fetch:{search.pk}".encode(), hashlib.sha256).hexdigest()
+    for receipt in Receipt.objects.all():
+        text = " ".join(map(str, [receipt.argv, receipt.stdout_excerpt, receipt.stderr_excerpt,
+                                  receipt.error, receipt.detail]))
+        assert token not in text, f"receipt #{receipt.pk} shows the fetch token"
+    for step in Step.objects.filter(search=search):
+        assert token not in f"{step.result} {step.error} {step.plan}"
+    for log in tmp_path.glob("*.log"):
+        assert token not in log.read_text(errors="replace"), log
+    for data in cluster.data_dirs.values():
+        for config in data.glob("mirrors/*/.git/config"):
+            assert token not in config.read_text()
+
+
+def assert_complete(search, run: SearchRun) -> None:
+    assert run.outcome == "winner", {c.candidate_id: (c.state, c.reason) for c in search.candidates.all()}
+    assert run.winner.candidate_id == "cand_006"
+    assert search.candidates.count() == 9  # eight candidates and the baseline, none added or lost
+    assert Step.objects.filter(search=search).exclude(state__in=("done", "failed")).count() == 0
+    for step in Step.objects.filter(search=search, state="done"):
+        named = step.result.get("receipts", [])
+        assert Receipt.objects.filter(pk__in=named).count() == len(named), f"{step} names a missing receipt"
+    winner = run.winner
+    assert bytes(winner.patch) and b"return 16" in bytes(winner.patch)  # the patch is in the DB
+
+
+def test_workers_without_the_repository_run_a_search_from_their_mirrors(personas, cluster, tmp_path):
+    search = frozen(personas, cluster, "mirrored")
+    assert not any((data / "mirrors").exists() for data in cluster.data_dirs.values())
+    services.search_start(personas.owner, search, enqueue=False)  # the beat drives it
+    run = wait_for_end(search, cluster)
+    assert_complete(search, run)
+    assert mirrored(cluster, search), "no worker fetched the baseline into a mirror"
+    assert_token_nowhere(search, cluster, tmp_path)
+    owners = set(Step.objects.filter(search=search).values_list("lease_owner", flat=True))
+    assert owners  # steps ran on the workers, not here
+    for data in cluster.data_dirs.values():  # no worktree is left behind
+        assert not list(data.glob("worktrees/*"))
+
+
+def test_killing_a_worker_mid_search_loses_nothing(personas, cluster):
+    search = frozen(personas, cluster, "killed")
+    services.search_start(personas.owner, search, enqueue=False)
+    victim = cluster.workers["a"]
+    deadline = time.monotonic() + 300
+    held = None
+    while held is None and time.monotonic() < deadline:
+        assert not SearchRun.objects.get(search=search).terminal, "it ended before worker a held a step"
+        for step in Step.objects.filter(search=search, state="running").exclude(lease_owner=""):
+            pid = int(step.lease_owner.rsplit(":", 1)[1])
+            with contextlib.suppress(ProcessLookupError):
+                if os.getpgid(pid) == victim.pid:  # a pool process of worker a
+                    held = step
+                    break
+        time.sleep(0.05)
+    assert held is not None, "worker a never held a step"
+    kill_group(victim)
+    run = wait_for_end(search, cluster)
+    assert_complete(search, run)
+    held.refresh_from_db()
+    assert held.state in ("done", "failed") and held.attempts >= 2, (held.state, held.attempts)
+    assert mirrored(cluster, search)
