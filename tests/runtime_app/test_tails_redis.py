@@ -64,12 +64,13 @@ def subject() -> tuple[str, int]:
 class Worker:
     """A worker on another machine: its own data dir, the command's tree in it, REDIS_URL set."""
 
-    def __init__(self, root: Path, url: str, subject: tuple[str, int], **timings: float) -> None:
+    def __init__(self, root: Path, url: str, subject: tuple[str, int], command: str = SLOW,
+                 label: str = "cand_042 gate 1", **timings: float) -> None:
         self.data_dir = root / "worker"
         self.tree = self.data_dir / "worktrees" / "tailed"
         self.tree.mkdir(parents=True)
-        job = {"command": SLOW, "tree": str(self.tree), "subject": list(subject),
-               "label": "cand_042 gate 1", "secret": SECRET, "timings": timings}
+        job = {"command": command, "tree": str(self.tree), "subject": list(subject),
+               "label": label, "secret": SECRET, "timings": timings}
         self.process = subprocess.Popen(
             [sys.executable, "-c", WORKER, json.dumps(job)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
             env=subprocess_env(REDIS_URL=url, CRUCIBLE_DATA_DIR=str(self.data_dir)),
