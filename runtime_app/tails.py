@@ -103,7 +103,9 @@ class StoreError(Exception):
 
 
 class TailStore(Protocol):
-    """Where the records of running commands and the watch markers live, by subject key."""
+    """Where the records of running commands and the watch markers live, by subject key. A store
+    that cannot be reached raises StoreError (the file store never does: a disk error there is a
+    record not written, or not listed)."""
 
     def write(self, key: str, tail_id: str, record: dict[str, Any]) -> bool:
         """Store the record of a running command; False if it was not stored (try again later)."""
