@@ -112,8 +112,8 @@ def test_a_viewer_may_not_register_a_url(personas, allowed, remote):
     ProjectMembership.objects.create(project=personas.alpha, user=viewer, role="viewer")
     url, _ = remote
     allowed(url.rsplit("/", 2)[0])
-    response = login(viewer).post("/api/repositories", json.dumps({"project_id": personas.alpha.pk, "url": url}),
-                                  content_type="application/json")
+    body = json.dumps({"project_id": personas.alpha.pk, "url": url})
+    response = login(viewer).post("/api/repositories", body, content_type="application/json")
     assert response.status_code == 403
     assert not clones_root().exists()
 
@@ -142,7 +142,7 @@ def test_a_redirect_is_not_followed(personas, allowed, remote):
     url, _ = remote
 
     class Redirect(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+        def do_GET(self) -> None:
             self.send_response(301)
             self.send_header("Location", url + self.path.split(".git", 1)[-1])
             self.end_headers()
@@ -171,8 +171,8 @@ def test_a_freeze_fetches_the_remote_first_and_a_merge_is_pushed_back(personas, 
     (origin / "README.md").write_text("moved on\n")
     git(origin, "add", "README.md")
     git(origin, "commit", "-q", "-m", "moved on")
-    search = services.search_freeze(personas.owner, personas.alpha, spec_text(population=2, rounds=[2, 1]), "main",
-                                    repository=repository)
+    spec = spec_text(population=2, rounds=[2, 1])
+    search = services.search_freeze(personas.owner, personas.alpha, spec, "main", repository=repository)
     assert search.baseline_commit == git(origin, "rev-parse", "main")
     services.search_start(personas.owner, search, enqueue=False)
     run = services.search_run_inline(search)
@@ -190,8 +190,8 @@ def test_a_merge_that_cannot_be_pushed_is_refused_then_adopted_and_pushed_when_m
     url = f"file://{origin}"
     allowed(f"file://{tmp_path}")
     repository = repository_register(personas.member, personas.alpha, url=url)
-    search = services.search_freeze(personas.owner, personas.alpha, spec_text(population=2, rounds=[2, 1]), "main",
-                                    repository=repository)
+    spec = spec_text(population=2, rounds=[2, 1])
+    search = services.search_freeze(personas.owner, personas.alpha, spec, "main", repository=repository)
     services.search_start(personas.owner, search, enqueue=False)
     run = services.search_run_inline(search)
     services.approval_record(approver, run.winner, "approve", run.winner.patch_sha256)
