@@ -65,19 +65,20 @@ def planner_scale(user, project, repo: Path, population: int) -> dict:
     from search_app import services
 
     advance = services.search_advance
-    calls: list[tuple[float, int]] = []
+    calls: list[tuple[float, int, bool]] = []
 
     def timed(search_pk: int) -> list[int]:
-        queries = [0]
+        queries, locked = [0], [False]
 
         def count(execute, sql, params, many, context):
             queries[0] += 1
+            locked[0] = locked[0] or sql.startswith("BEGIN")  # the call took the write lock
             return execute(sql, params, many, context)
 
         began = time.perf_counter()
         with connection.execute_wrapper(count):
             ready = advance(search_pk)
-        calls.append((time.perf_counter() - began, queries[0]))
+        calls.append((time.perf_counter() - began, queries[0], locked[0]))
         return ready
 
     search = services.search_freeze(user, project, spec(f"planner-{population}", population), "HEAD",
@@ -90,10 +91,11 @@ def planner_scale(user, project, repo: Path, population: int) -> dict:
     finally:
         services.search_advance = advance
     wall = time.perf_counter() - began
-    total = sum(seconds for seconds, _ in calls)
+    total = sum(seconds for seconds, _, _ in calls)
     return {"population": population, "outcome": run.outcome, "steps": search.steps.count(), "wall": wall,
             "calls": len(calls), "planner": total, "mean_ms": total / len(calls) * 1000,
-            "mean_queries": sum(q for _, q in calls) / len(calls), "max_queries": max(q for _, q in calls)}
+            "mean_queries": sum(q for _, q, _ in calls) / len(calls),
+            "max_queries": max(q for _, q, _ in calls), "locked": sum(lock for _, _, lock in calls)}
 
 
 def main() -> None:
@@ -111,7 +113,7 @@ def main() -> None:
               f"planner {r['planner']:6.2f} s in {r['calls']:5d} calls "
               f"({r['planner'] / r['wall']:.0%} of wall; "
               f"mean {r['mean_ms']:.2f} ms and {r['mean_queries']:.1f} queries per call, max "
-              f"{r['max_queries']}), outcome {r['outcome']}")
+              f"{r['max_queries']}); {r['locked']} calls took the write lock; outcome {r['outcome']}")
 
 
 if __name__ == "__main__":
