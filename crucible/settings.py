@@ -88,6 +88,8 @@ else:
         }
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's SQLite, whose writers of one process queue on a lock of the process (crucible/db/sqlite3).
+    DATABASES["default"]["ENGINE"] = "crucible.db.sqlite3"
     DATABASES["default"].setdefault("OPTIONS", {}).update(_SQLITE_OPTIONS)
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     _SQLITE_NAME = str(DATABASES["default"]["NAME"])

@@ -133,6 +133,8 @@ class SearchRun(models.Model):
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    drive_enqueued_at = models.DateTimeField(
+        null=True, blank=True, help_text="a search_drive handed to the broker and not started yet")
 
     def __str__(self) -> str:
         return f"run of {self.search.search_id}: {self.status} {self.outcome}".strip()
@@ -185,6 +187,11 @@ class Candidate(models.Model):
         ordering = ["search", "number"]
         constraints = [
             models.UniqueConstraint(fields=["search", "candidate_id"], name="unique_candidate_id")
+        ]
+        # The planner's lookups: the next candidates by state, and identical patches by hash.
+        indexes = [
+            models.Index(fields=["search", "state", "number"]),
+            models.Index(fields=["search", "patch_sha256"]),
         ]
 
     def __str__(self) -> str:

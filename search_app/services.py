@@ -5,18 +5,20 @@ from __future__ import annotations
 import logging
 import re
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from runtime_app import remotes, roles
 from runtime_app.models import Project, Repository
 from runtime_app.services import _require_member, audit_record, event_emit, repository_fetch, role_require
 from search_app.freeze import FreezeError, freeze_inputs
-from search_app.models import Comment, HiddenFile, Search, Spec, SpecVersion
+from search_app.models import Comment, HiddenFile, Search, SearchRun, Spec, SpecVersion, Step
 from search_app.preflight import preflight_problems, provider_problems, start_problems
 from search_app.spec import MAX_SPEC_BYTES, spec_validate
 
@@ -499,68 +501,129 @@ def _fits(run: Any, cost: int, tokens: int) -> bool:
     return not (run.budget_tokens and run.spent_tokens + run.reserved_tokens + tokens > run.budget_tokens)
 
 
+# What the planner reads of a candidate: never its patch, trials or blocks (they grow with the search).
+_PLAN_FIELDS = ("id", "search_id", "candidate_id", "number", "batch", "state", "round_reached",
+                "patch_sha256", "patch_round", "duplicate_of_id", "score", "reason")
+_LIVE_STATES = ("pending", "running")
+
+
 def search_advance(search_pk: int) -> list[int]:
-    """Decide what happens next; return the ids of steps ready to run (at most `concurrency` live)."""
+    """Decide what happens next; return the ids of steps ready to run (at most `concurrency` live).
+
+    Incremental: a call reads a constant number of rows whatever the population (indexed counts
+    and lookups, no patches or results), without the write lock; it takes the lock, and reads
+    again under it, only when there is something to write."""
     from search_app.execution import search_spec
-    from search_app.models import SearchRun
 
-    with transaction.atomic():
-        run = SearchRun.objects.select_for_update().select_related("search__project").filter(
-            search_id=search_pk).first()
-        if run is None or run.terminal:
-            return []
-        search = run.search
-        spec = search_spec(search)
-        if run.status == "cancelling":
-            _cancel_settle(run)
-            return []
-        steps = list(search.steps.select_related("candidate"))
-        live = [step for step in steps if step.state in ("pending", "running")]
-        if run.phase == "rounds":
-            _admit(run, spec, steps, live)
-            if not live and _round_complete(run, steps):
-                _round_next(run, spec, steps)
-        busy = search.steps.filter(state__in=("pending", "running")).exists
-        if run.phase == "replay" and not busy():
-            _replay_next(run, spec)
-        if run.phase == "review" and not busy():
-            _outcome_winner(run, spec)
-        if run.phase == "revise" and not busy():  # every revision step ends it; this never waits forever
-            run.save()
-            _revision_stalled(search)
-            return []
+    run = _run_for_planning(search_pk, lock=False)
+    if run is None or run.terminal:
+        return []
+    spec = search_spec(run.search)
+    if _planner_has_work(run, spec):
+        with transaction.atomic():
+            run = _run_for_planning(search_pk, lock=True)
+            if run is None or run.terminal or not _plan(run, spec):
+                return []
+    return _ready_steps(run.search, spec.concurrency)
+
+
+def _run_for_planning(search_pk: int, *, lock: bool) -> Any:
+    runs = SearchRun.objects.select_for_update() if lock else SearchRun.objects.all()
+    # Rankings, replay order and the search's batches grow with the population: loaded when a
+    # round transition needs them, not on every call.
+    return runs.select_related("search__project").defer(
+        "rankings", "replayed", "search__candidate_batches", "search__hashed_inputs", "search__spec_text",
+    ).filter(search_id=search_pk).first()
+
+
+def _live_steps(search: Search) -> Any:
+    return search.steps.filter(state__in=_LIVE_STATES)
+
+
+def _writing_first(search: Search) -> int | None:
+    """The number of the first candidate whose writer has not finished: later ones wait for it."""
+    return search.candidates.filter(number__gt=0, state__in=("queued", "writing")).order_by("number") \
+        .values_list("number", flat=True).first()
+
+
+def _to_evaluate(search: Search, round_index: int, before: int | None) -> Any:
+    """Candidates whose writer finished this round, with no evaluation yet, before `before`."""
+    steps = Step.objects.filter(candidate=OuterRef("pk"), round=round_index)
+    candidates = search.candidates.filter(number__gt=0, state="evaluating").filter(
+        Exists(steps.filter(kind="generate", state__in=("done", "failed")))).exclude(
+        Exists(steps.filter(kind="evaluate")))
+    if before is not None:
+        candidates = candidates.filter(number__lt=before)
+    return candidates.order_by("number").only(*_PLAN_FIELDS)
+
+
+def _planner_has_work(run: Any, spec: Any) -> bool:
+    """Whether a locked pass would write anything (read without the lock; the pass re-checks)."""
+    search = run.search
+    if run.status == "cancelling":
+        return True
+    if run.phase != "rounds":
+        return run.phase in ("replay", "review", "revise") and not _live_steps(search).exists()
+    if _to_evaluate(search, run.round_index, _writing_first(search)).exists():
+        return True
+    live = _live_steps(search).count()
+    if live < spec.concurrency and search.candidates.filter(number__gt=0, state="queued").exists():
+        # A writer is admitted, or the rest are not admitted; unless the budget waits for a live writer.
+        return _fits(run, *_reservation(run, spec.concurrency)) or not _live_reserved(search)
+    return live == 0 and _round_complete(run)
+
+
+def _live_reserved(search: Search) -> bool:
+    """Whether a live writer holds a reservation (it may hand part of it back)."""
+    return _live_steps(search).filter(Q(reserved_cost_microusd__gt=0) | Q(reserved_tokens__gt=0)).exists()
+
+
+def _plan(run: Any, spec: Any) -> bool:
+    """The planner's writes, under the run's lock; False when the search stopped planning."""
+    search = run.search
+    if run.status == "cancelling":
+        _cancel_settle(run)
+        return False
+    if run.phase == "rounds":
+        live = _admit(run, spec)
+        if not live and _round_complete(run):
+            _round_next(run, spec)
+    busy = _live_steps(search).exists
+    if run.phase == "replay" and not busy():
+        _replay_next(run, spec)
+    if run.phase == "review" and not busy():
+        _outcome_winner(run, spec)
+    if run.phase == "revise" and not busy():  # every revision step ends it; this never waits forever
         run.save()
-        # Never more than `concurrency` steps running, however many are pending (a round's
-        # promotions are all created at once).
-        slots = spec.concurrency - search.steps.filter(state="running").count()
-        pending = search.steps.filter(state="pending").order_by("id").values_list("id", flat=True)
-        return list(pending[: max(slots, 0)])
+        _revision_stalled(search)
+        return False
+    run.save()
+    return True
 
 
-def _admit(run: Any, spec: Any, steps: list, live: list) -> None:
+def _ready_steps(search: Search, concurrency: int) -> list[int]:
+    # Never more than `concurrency` steps running, however many are pending (a round's
+    # promotions are all created at once).
+    slots = concurrency - search.steps.filter(state="running").count()
+    if slots <= 0:
+        return []
+    return list(search.steps.filter(state="pending").order_by("id").values_list("id", flat=True)[:slots])
+
+
+def _admit(run: Any, spec: Any) -> int:
     """Admit to evaluation each candidate whose writer has finished (in round 0, or a refinement
-    in a later round), in candidate order, and round 0's writers in batch order.
+    in a later round), in candidate order, and round 0's writers in batch order; return how
+    many steps are live after it.
 
     A candidate is admitted to evaluation only once every earlier candidate's writer of the round
     has finished, and a refinement that reproduces the patch of a candidate still refining waits for
     that writer, so identical patches are grouped deterministically: the group is evaluated once, by
     its earliest-admitted member, and the others are marked at once, whatever they would have scored.
     """
-    from search_app.models import Step
-
     search = run.search
-    has_evaluate = {(s.candidate_id, s.round) for s in steps if s.kind == "evaluate"}
-    written = {s.candidate_id for s in steps if s.kind == "generate" and s.round == run.round_index
-               and s.state in ("done", "failed")}
-    candidates = list(search.candidates.filter(number__gt=0).order_by("number"))
-    writing = {c.pk for c in candidates if c.state in ("queued", "writing")}
-    for candidate in candidates:
-        if candidate.pk in writing:
-            break  # later candidates wait, so an identical earlier patch is always seen first
-        if candidate.pk not in written or candidate.state != "evaluating" or \
-                (candidate.pk, run.round_index) in has_evaluate:
-            continue
-        original = _identical_earlier(candidates, candidate)
+    live = _live_steps(search).count()
+    for candidate in _to_evaluate(search, run.round_index, _writing_first(search)):
+        original = _identical_earlier(candidate)
         if original is not None and original.state == "writing":
             continue  # its writer may still change that patch: the group waits for it
         if original is not None:
@@ -568,45 +631,46 @@ def _admit(run: Any, spec: Any, steps: list, live: list) -> None:
             _eliminate(candidate, f"identical patch to {original.candidate_id}: evaluated once and credited "
                                   f"to {original.candidate_id}, the earliest candidate with it")
             continue
-        live.append(Step.objects.create(search=search, candidate=candidate, kind="evaluate",
-                                        round=run.round_index))
-    queued = [c for c in candidates if c.state == "queued"]
-    for candidate in queued:
-        if len(live) >= spec.concurrency:
-            break
+        Step.objects.create(search=search, candidate=candidate, kind="evaluate", round=run.round_index)
+        live += 1
+    queued = search.candidates.filter(number__gt=0, state="queued").order_by("number").only(*_PLAN_FIELDS)
+    reserved_here = False  # a writer admitted by this call holds a reservation too
+    for candidate in queued[: max(spec.concurrency - live, 0)]:
         cost, tokens = _reservation(run, spec.concurrency)
         if not _fits(run, cost, tokens):
-            if any(s.reserved_cost_microusd or s.reserved_tokens for s in live):
+            if reserved_here or _live_reserved(search):
                 break  # a live writer may hand back part of its reservation: wait for it
-            _not_admitted(run, queued[queued.index(candidate):])
+            _not_admitted(run, list(queued.filter(number__gte=candidate.number)))
             break
         run.reserved_cost_microusd += cost
         run.reserved_tokens += tokens
+        reserved_here = reserved_here or bool(cost or tokens)
         candidate.state = "writing"
         candidate.save(update_fields=["state", "updated_at"])
-        live.append(Step.objects.create(search=search, candidate=candidate, kind="generate", round=0,
-                                        reserved_cost_microusd=cost, reserved_tokens=tokens))
+        Step.objects.create(search=search, candidate=candidate, kind="generate", round=0,
+                            reserved_cost_microusd=cost, reserved_tokens=tokens)
+        live += 1
         _candidate_event(candidate, "admitted; its writer starts")
+    return live
 
 
 # States of candidates whose patch is still in the race (a refining writer's until it lands).
 _GROUPED_STATES = ("evaluating", "alive", "winner", "writing")
 
 
-def _identical_earlier(candidates: list, candidate: Any) -> Any:
+def _identical_earlier(candidate: Any) -> Any:
     """The earliest-admitted other candidate with byte-identical patch bytes, whatever the round:
     one still in the race with them, or one judged on them in this same round; None if the patch
     is its own. Patches are admitted by round, then in candidate order, so a refinement that
     reproduces a patch kept since an earlier round is credited to that patch's candidate."""
-    def admitted(other: Any) -> tuple[int, int]:
-        return other.patch_round, other.number
-
-    holders = [other for other in candidates
-               if other.patch_sha256 and other.patch_sha256 == candidate.patch_sha256
-               and other.duplicate_of_id is None and admitted(other) < admitted(candidate)
-               and (other.state in _GROUPED_STATES
-                    or (other.state == "eliminated" and other.patch_round == candidate.patch_round))]
-    return min(holders, key=admitted, default=None)
+    if not candidate.patch_sha256:
+        return None
+    earlier = Q(patch_round__lt=candidate.patch_round) | Q(patch_round=candidate.patch_round,
+                                                           number__lt=candidate.number)
+    holding = Q(state__in=_GROUPED_STATES) | Q(state="eliminated", patch_round=candidate.patch_round)
+    return candidate.search.candidates.filter(
+        earlier, holding, number__gt=0, patch_sha256=candidate.patch_sha256, duplicate_of__isnull=True,
+    ).order_by("patch_round", "number").only(*_PLAN_FIELDS).first()
 
 
 def _not_admitted(run: Any, candidates: list) -> None:
@@ -620,10 +684,10 @@ def _not_admitted(run: Any, candidates: list) -> None:
                   f"{len(candidates)} not admitted")
 
 
-def _round_complete(run: Any, steps: list) -> bool:
+def _round_complete(run: Any) -> bool:
     if run.round_index == 0 and run.search.candidates.filter(state__in=("queued", "writing")).exists():
         return False
-    return not any(s.state in ("pending", "running") for s in steps)
+    return not _live_steps(run.search).exists()
 
 
 def _entries(candidates: list, scores: dict[str, float] | None = None) -> list:
@@ -669,7 +733,7 @@ def _separated(candidates: list, intervals: dict, round_index: int, spec: Any) -
     return separated
 
 
-def _round_next(run: Any, spec: Any, steps: list) -> None:
+def _round_next(run: Any, spec: Any) -> None:
     """The round's gates are done: measure its survivors in blocks, add blocks where the
     candidates at the cut (or against the baseline) cannot be told apart yet, then close it."""
     from search_app.measurement import beats, contested, min_blocks, undecided_against
@@ -677,8 +741,8 @@ def _round_next(run: Any, spec: Any, steps: list) -> None:
     search, round_index = run.search, run.round_index
     baseline = search.candidates.get(number=0)
     participants = list(search.candidates.filter(state="alive", round_reached=round_index, number__gt=0))
-    measures = sorted((s for s in steps if s.kind == "measure" and s.round == round_index),
-                      key=lambda s: s.part)
+    measures = list(search.steps.filter(kind="measure", round=round_index).defer("result")
+                    .order_by("part", "id"))
     failed = next((s for s in measures if s.state == "failed"), None)
     if failed is not None:
         _outcome_none(run, f"round {round_index} could not be measured: {failed.error}")
@@ -1058,11 +1122,30 @@ def steps_enqueue_mark(step_pks: list[int]) -> list[int]:
     now = timezone.now()
     stale = now - timedelta(seconds=_lease_seconds())
     marked = []
-    for step_pk in step_pks:
-        if Step.objects.filter(pk=step_pk, state="pending").filter(
-                Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=stale)).update(enqueued_at=now):
-            marked.append(step_pk)
+    if not step_pks:
+        return marked
+    with transaction.atomic():  # one write transaction for the lot, not one per step
+        for step_pk in step_pks:
+            if Step.objects.filter(pk=step_pk, state="pending").filter(
+                    Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=stale)).update(enqueued_at=now):
+                marked.append(step_pk)
     return marked
+
+
+def search_drive_request(search_pk: int) -> bool:
+    """Mark a search_drive of this search as handed to the broker, by compare-and-set; False when
+    one is already pending (each completion need not queue its own), unless that mark is older
+    than a lease (its message may be lost)."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=_lease_seconds())
+    return bool(SearchRun.objects.filter(search_id=search_pk).filter(
+        Q(drive_enqueued_at__isnull=True) | Q(drive_enqueued_at__lt=stale)).update(drive_enqueued_at=now))
+
+
+def search_drive_started(search_pk: int) -> None:
+    """A drive starts: later completions queue the next one (it reads what they wrote after this)."""
+    SearchRun.objects.filter(search_id=search_pk, drive_enqueued_at__isnull=False).update(
+        drive_enqueued_at=None)
 
 
 def step_claim(step_pk: int, owner: str) -> Any:

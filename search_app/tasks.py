@@ -13,6 +13,7 @@ from search_app import selectors, services
 @shared_task(name="search_app.tasks.search_drive")
 def search_drive(search_pk: int) -> None:
     """Decide what the search does next and hand its ready steps to workers."""
+    services.search_drive_started(search_pk)
     for step_pk in services.steps_enqueue_mark(services.search_advance(search_pk)):
         step_run.delay(step_pk)
 
@@ -21,7 +22,8 @@ def search_drive(search_pk: int) -> None:
 def step_run(step_pk: int) -> None:
     services.step_execute(step_pk, owner=f"celery@{socket.gethostname()}:{os.getpid()}")
     search_pk = selectors.step_search_pk(step_pk)
-    if search_pk is not None:
+    # One pending drive per search: it plans for every completion committed before it starts.
+    if search_pk is not None and services.search_drive_request(search_pk):
         search_drive.delay(search_pk)
 
 

@@ -1,0 +1,79 @@
+"""The planner (services.search_advance) is incremental: a steady-state call costs the same number
+of queries at population 8 as at 64, never reads a patch or a step's result, and takes the write
+lock only when it has something to write."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from search_app import services, tasks
+from search_app.models import SearchRun
+from tests.search_app.runs import frozen
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BIG_COLUMNS = ('"search_app_candidate"."patch"', '"search_app_step"."result"')
+WRITES = ("BEGIN", "INSERT", "UPDATE", "DELETE", "SAVEPOINT")
+
+
+def mid_round(personas, tmp_path, population: int):
+    """A started search whose baseline and first three writers ran for real (concurrency 4)."""
+    plan = {f"cand_{n:03d}": 10 + n for n in range(1, population + 1)}
+    search = frozen(personas, tmp_path, plan, population=population, rounds=[population, 1], concurrency=4)
+    services.search_start(personas.owner, search, enqueue=False)
+    ready = services.search_advance(search.pk)
+    assert len(ready) == 4
+    for step_pk in ready:
+        assert services.step_execute(step_pk, "test-worker")
+    return search
+
+
+def planner_call(search) -> tuple[list[int], list[str]]:
+    with CaptureQueriesContext(connection) as queries:
+        ready = services.search_advance(search.pk)
+    return ready, [query["sql"] for query in queries.captured_queries]
+
+
+def test_a_steady_state_planner_call_costs_the_same_at_any_population(personas, tmp_path, data_dir):
+    calls = {}
+    for population in (8, 64):
+        search = mid_round(personas, tmp_path, population)
+        admitting = planner_call(search)  # three evaluations and one more writer
+        idle = planner_call(search)  # every slot is taken: nothing to write
+        steps = search.steps.order_by("id")
+        assert [(s.kind, s.candidate.candidate_id) for s in steps][4:] == [
+            ("evaluate", "cand_001"), ("evaluate", "cand_002"), ("evaluate", "cand_003"),
+            ("generate", "cand_004")]
+        assert len(admitting[0]) == 4 and idle[0] == admitting[0]
+        calls[population] = (admitting[1], idle[1])
+    for small, large in zip(calls[8], calls[64], strict=True):
+        assert len(small) == len(large), "\n".join(large)
+    for sql in [sql for pair in calls.values() for call in pair for sql in call]:
+        assert not any(column in sql for column in BIG_COLUMNS), sql
+    idle_writes = [sql for sql in calls[64][1] if sql.lstrip().upper().startswith(WRITES)]
+    assert not idle_writes, "a planner call with nothing to do takes no write lock"
+
+
+def test_a_completion_queues_a_drive_only_when_none_is_pending(personas, tmp_path, data_dir, monkeypatch):
+    search = frozen(personas, tmp_path, {"cand_001": 4}, population=2, rounds=[2, 1])
+    services.search_start(personas.owner, search, enqueue=False)
+    step = search.steps.get()
+    driven: list[int] = []
+    monkeypatch.setattr(services, "step_execute", lambda step_pk, owner: True)
+    monkeypatch.setattr(tasks.search_drive, "delay", driven.append)
+    tasks.step_run(step.pk)
+    tasks.step_run(step.pk)  # the first drive has not started: it will plan for this one too
+    assert driven == [search.pk]
+    monkeypatch.setattr(services, "search_advance", lambda search_pk: [])
+    tasks.search_drive(search.pk)  # it starts: the next completion queues the next drive
+    tasks.step_run(step.pk)
+    assert driven == [search.pk, search.pk]
+    # A drive whose message was lost holds the mark for a lease at most.
+    SearchRun.objects.filter(search=search).update(drive_enqueued_at=timezone.now() - timedelta(hours=1))
+    tasks.step_run(step.pk)
+    assert driven == [search.pk, search.pk, search.pk]
