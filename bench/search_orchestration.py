@@ -382,6 +382,12 @@ def report(config: Config, results: dict[str, LaneResult]) -> None:
         verdicts = [f"{name} {r.wall / bare.wall:.2f}x {'meets' if r.wall / bare.wall <= goal else 'MISSES'}"
                     for name, r in results.items() if name != "bare" and not r.skipped]
         print(f"  goal ≤ {goal}x the bare loop: " + "; ".join(verdicts))
+    for name, result in results.items():
+        if name not in ("bare", "inline") and result.steps:  # inline: the table below
+            print(f"  {name} fixed cost per step (median ms, step time − its commands): " + ", ".join(
+                f"{kind} {statistics.median(r['seconds'] - r['command_seconds'] for r in rows) * 1000:.0f}"
+                for kind in ("generate", "evaluate", "measure", "replay", "review")
+                if (rows := [r for r in result.steps if r["kind"] == kind])))
     inline = results.get("inline")
     if inline and inline.steps:
         breakdown(inline)
@@ -512,6 +518,8 @@ def main() -> None:
     populations = [int(p) for p in args.populations.split(",") if p.strip()]
     populations += [1000] if args.with_1000 else []
     configs += [Config(p, 0, args.trivial_trials) for p in populations]
+    if any(config.population < CONCURRENCY for config in configs):
+        parser.error(f"populations start at {CONCURRENCY} (the specs' concurrency)")
     redis_url = os.environ.get("CRUCIBLE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
 
     with bench_temp(args.keep) as temp:
