@@ -494,6 +494,11 @@ def web_scale(user: Any, project: Any, repo: Path, population: int) -> None:
 # --------------------------------------------------------------------------------------- main
 
 
+def interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM (e.g. `timeout`) ends the run as Ctrl-C does: what was measured is still reported."""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(LANES),
@@ -529,33 +534,38 @@ def main() -> None:
         user, project = operator_and_project()
         repo = make_repo(temp / "repo")
         results: dict[Config, dict[str, LaneResult]] = {config: {} for config in configs}
-        for config in configs:
-            bare = bare_run(repo, temp / "bare-trees", config.population, config.rounds, config.sleep,
-                            config.trials)
-            results[config]["bare"] = LaneResult(bare.wall, bare.commands, bare.winner, bare.git_processes)
-            print(f"bare {config.title()}: {bare.wall:.2f} s", flush=True)
-        for lane in lanes:
-            if lane == "inline":
-                for config in configs:
-                    results[config][lane] = inline_run(user, project, repo, config)
-                    print(f"{lane} {config.title()}: {results[config][lane].wall:.2f} s", flush=True)
-                continue
-            extra, broker = {}, None
-            if lane == "celery-redis":
-                problem = redis_problem(redis_url)
-                if problem:
+        signal.signal(signal.SIGTERM, interrupt)
+        try:
+            for config in configs:
+                bare = bare_run(repo, temp / "bare-trees", config.population, config.rounds, config.sleep,
+                                config.trials)
+                results[config]["bare"] = LaneResult(bare.wall, bare.commands, bare.winner,
+                                                     bare.git_processes)
+                print(f"bare {config.title()}: {bare.wall:.2f} s", flush=True)
+            for lane in lanes:
+                if lane == "inline":
                     for config in configs:
-                        results[config][lane] = LaneResult(0, [], "", skipped=problem)
-                    print(f"{lane}: skipped: {problem}", flush=True)
+                        results[config][lane] = inline_run(user, project, repo, config)
+                        print(f"{lane} {config.title()}: {results[config][lane].wall:.2f} s", flush=True)
                     continue
-                extra, broker = {"REDIS_URL": redis_url}, redis_url
-            worker = Worker(temp, lane, extra)
-            try:
-                for config in configs:
-                    results[config][lane] = celery_run(user, project, repo, config, lane, broker)
-                    print(f"{lane} {config.title()}: {results[config][lane].wall:.2f} s", flush=True)
-            finally:
-                worker.stop()
+                extra, broker = {}, None
+                if lane == "celery-redis":
+                    problem = redis_problem(redis_url)
+                    if problem:
+                        for config in configs:
+                            results[config][lane] = LaneResult(0, [], "", skipped=problem)
+                        print(f"{lane}: skipped: {problem}", flush=True)
+                        continue
+                    extra, broker = {"REDIS_URL": redis_url}, redis_url
+                worker = Worker(temp, lane, extra)
+                try:
+                    for config in configs:
+                        results[config][lane] = celery_run(user, project, repo, config, lane, broker)
+                        print(f"{lane} {config.title()}: {results[config][lane].wall:.2f} s", flush=True)
+                finally:
+                    worker.stop()
+        except KeyboardInterrupt:
+            print("\ninterrupted: the figures measured so far follow", flush=True)
         for config in configs:
             report(config, results[config])
         planner_summary({config.population: results[config]["inline"].planner for config in configs
