@@ -178,7 +178,8 @@ class BareLoop:
         finally:
             self._remove(tree)
 
-    def _measure(self, phase: str, members: dict[str, bytes], namespace: str) -> dict[str, float]:
+    def _measure(self, phase: str, members: dict[str, bytes], namespace: str, chain: str = ""
+                 ) -> dict[str, float]:
         """`trials` blocks, every member once per block in a seeded order, one command at a time."""
         trees = {cid: self._tree(f"{cid}-{namespace}", patch) for cid, patch in sorted(members.items())}
         values: dict[str, list[float]] = {cid: [] for cid in members}
@@ -187,7 +188,7 @@ class BareLoop:
                 order = sorted(members)
                 random.Random(f"{namespace}-{block}").shuffle(order)
                 for cid in order:
-                    done = self._shell(self.score, trees[cid], phase, phase)
+                    done = self._shell(self.score, trees[cid], phase, chain or phase)
                     if done.returncode == 0:
                         values[cid].append(float(done.stdout.decode().split()[-1].rstrip("}")))
         finally:
@@ -222,11 +223,11 @@ class BareLoop:
         winner = next(iter(alive))
         # Replay: a clean tree and its gates, then its blocks beside the baseline's; then the review.
         if self._gated(winner, alive[winner], "replay", f"{winner}-replay"):
-            self._measure("replay", {winner: alive[winner], "baseline": b""}, "replay")
+            self._measure("replay", {winner: alive[winner], "baseline": b""}, "replay", chain=winner)
         tree = self._tree(f"{winner}-review", alive[winner])
         try:
             self._sandboxed([sys.executable, str(REVIEWER), "--protected", "tests"], tree, "review",
-                            "review", stdin=alive[winner], writable=False)
+                            winner, stdin=alive[winner], writable=False)
         finally:
             self._remove(tree)
         return BareResult(time.perf_counter() - started, winner, self.commands, self.git_processes)
