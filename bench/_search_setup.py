@@ -1,13 +1,36 @@
-"""Shared set-up for the search benchmarks: a temp data dir, a migrated SQLite database, an
-operator in a project, and helpers to freeze and run a spec in this process."""
+"""Shared set-up for the benchmarks: a temp dir outside the checkout, a migrated SQLite database,
+an operator in a project, and helpers to freeze and run a spec in this process."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def bench_temp(keep: bool = False) -> Iterator[Path]:
+    """A fresh dir in the system's temp dir (`crucible-bench-…`, never under the checkout) for a
+    bench's data dir, repositories and logs; removed at the end unless `keep` (`--keep`)."""
+    path = Path(tempfile.mkdtemp(prefix="crucible-bench-"))
+    try:
+        yield path
+    finally:
+        if keep:
+            print(f"kept {path}", file=sys.stderr)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def keep_requested() -> bool:
+    """`--keep` on the command line of a bench that has no other options."""
+    return "--keep" in sys.argv[1:]
 
 
 def django_setup(data_dir: Path) -> None:

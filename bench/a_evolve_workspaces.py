@@ -46,8 +46,8 @@ silently and returned in full by the agent page in 7.8 s; a cycle that took 34.5
    ms; a shape counts when its cycle is not failed, both tasks' outputs are "42" and the model
    was called.
 
-How: a temp data dir under var/ with a fresh SQLite database (and one per subprocess); the
-workspaces are made in it and removed at the end.
+How: a temp data dir in the system temp dir with a fresh SQLite database (and one per
+subprocess); the workspaces are made in it and removed at the end (unless `--keep`).
 """
 
 from __future__ import annotations
@@ -62,11 +62,10 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _search_setup import REPO_ROOT, django_setup, operator_and_project
+from _search_setup import REPO_ROOT, bench_temp, django_setup, operator_and_project
 
 CONTROLLED = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL", "CRUCIBLE_DATA_DIR",
               "CRUCIBLE_DEBUG", "CRUCIBLE_ALLOWED_HOSTS", "CRUCIBLE_REPO_ROOTS", "CRUCIBLE_AGENT_MODEL")
@@ -394,12 +393,11 @@ def main() -> int:
     parser.add_argument("--cycle-runs", type=int, default=3,
                         help="subprocesses per cycle scenario (default 3)")
     parser.add_argument("--scenario", choices=("cycle-big", "cycle-small"), help=argparse.SUPPRESS)
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     args = parser.parse_args()
     for name in CONTROLLED:
         os.environ.pop(name, None)
-    (REPO_ROOT / "var").mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="crucible-bench-aevolve-", dir=REPO_ROOT / "var") as name:
-        temp = Path(name)
+    with bench_temp(args.keep) as temp:
         django_setup(temp / "data")
         if args.scenario:
             size = BIG_BYTES if args.scenario == "cycle-big" else SMALL_BYTES

@@ -30,11 +30,10 @@ from __future__ import annotations
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _search_setup import REPO_ROOT, django_setup, freeze_and_run, operator_and_project
+from _search_setup import bench_temp, django_setup, freeze_and_run, keep_requested, operator_and_project
 
 POPULATION = 8
 ROUNDS = [8, 1]
@@ -49,8 +48,7 @@ def share(records: list[dict]) -> tuple[int, dict[str, int], float]:
 
 
 def main() -> None:
-    (REPO_ROOT / "var").mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="crucible-bench-cache-", dir=REPO_ROOT / "var") as temp:
+    with bench_temp(keep_requested()) as temp:
         root = Path(temp)
         django_setup(root / "data")
         from runtime_app import sandbox

@@ -25,11 +25,10 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _search_setup import REPO_ROOT, django_setup, operator_and_project
+from _search_setup import bench_temp, django_setup, operator_and_project
 from search_orchestration import make_repo, spec
 
 CONTROLLED = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL", "CRUCIBLE_DATA_DIR",
@@ -47,11 +46,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=5)
     parser.add_argument("--megabytes", type=float, default=10)
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     args = parser.parse_args()
     for name in CONTROLLED:
         os.environ.pop(name, None)
-    (REPO_ROOT / "var").mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="crucible-bench-patch-", dir=REPO_ROOT / "var") as temp:
+    with bench_temp(args.keep) as temp:
         django_setup(Path(temp) / "data")
         from django.test import Client
 

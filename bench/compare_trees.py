@@ -24,19 +24,19 @@ from __future__ import annotations
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _search_setup import bench_temp, keep_requested
 from worktree_creation import FILES, django_setup, git, repo_generate
 
 RUNS = 15
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory(prefix="crucible-bench-compare-") as temp:
+    with bench_temp(keep_requested()) as temp:
         root = Path(temp)
         django_setup(root / "data")
         from runtime_app.worktrees import (

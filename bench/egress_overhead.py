@@ -25,10 +25,9 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from _search_setup import REPO_ROOT, django_setup
+from _search_setup import bench_temp, django_setup, keep_requested
 
 CALLS = 200
 BLOCK = 20
@@ -56,8 +55,7 @@ print(json.dumps(times[1:]))
 
 
 def main() -> None:
-    (REPO_ROOT / "var").mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="crucible-bench-", dir=REPO_ROOT / "var") as temp:
+    with bench_temp(keep_requested()) as temp:
         root = Path(temp)
         django_setup(root / "data")
         from runtime_app import sandbox

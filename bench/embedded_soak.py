@@ -105,8 +105,7 @@ def main() -> None:
     parser.add_argument("--evolve-every", type=float, default=3.0, help="minutes between evolution runs")
     parser.add_argument("--keep", action="store_true", help="keep the data dir and serve's log")
     options = parser.parse_args()
-    (REPO_ROOT / "var").mkdir(exist_ok=True)
-    temp = Path(tempfile.mkdtemp(prefix="crucible-soak-", dir=REPO_ROOT / "var"))
+    temp = Path(tempfile.mkdtemp(prefix="crucible-bench-soak-"))
     try:
         soak(temp, options.minutes, options.load, options.evolve_every * 60)
     finally:

@@ -29,12 +29,13 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from _search_setup import bench_temp, keep_requested
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EVENTS = 200
@@ -203,7 +204,7 @@ def percentile(values: list[float], pct: int) -> float:
 
 def main() -> int:
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="crucible-bench-") as tmp:
+    with bench_temp(keep_requested()) as tmp:
         data_dir = Path(tmp) / "data"
         env, redis_error = bench_django(data_dir)
         from django.conf import settings

@@ -78,6 +78,7 @@ def big_workspace(seed: Path, target: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=12, help="measured cycles per workspace (default 12)")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     options = parser.parse_args()
 
     temp = Path(tempfile.mkdtemp(prefix="crucible-bench-evo-"))
@@ -85,7 +86,10 @@ def main() -> None:
         django_setup(temp / "data")
         run_bench(temp, options.cycles)
     finally:
-        shutil.rmtree(temp, ignore_errors=True)
+        if options.keep:
+            print(f"kept {temp}", file=sys.stderr)
+        else:
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 def run_bench(temp: Path, cycles: int) -> None:

@@ -18,10 +18,16 @@ from __future__ import annotations
 
 import os
 import statistics
-import tempfile
 from pathlib import Path
 
-from _search_setup import REPO_ROOT, django_setup, freeze_and_run, operator_and_project
+from _search_setup import (
+    REPO_ROOT,
+    bench_temp,
+    django_setup,
+    freeze_and_run,
+    keep_requested,
+    operator_and_project,
+)
 
 SPEC = '''name = "{name}"
 objective = "Make certificate() faster without changing its exact result"
@@ -74,8 +80,7 @@ def main() -> None:
     import sys
 
     sys.path.insert(0, str(REPO_ROOT))
-    (REPO_ROOT / "var").mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="crucible-bench-llm-", dir=REPO_ROOT / "var") as temp:
+    with bench_temp(keep_requested()) as temp:
         django_setup(Path(temp) / "data")
         from runtime_app.management.commands.crucible_setup import Command
         from runtime_app.models import Receipt

@@ -30,9 +30,10 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from _search_setup import bench_temp, keep_requested
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RUNS = 100
@@ -62,8 +63,7 @@ def django_setup(data_dir: Path) -> None:
 
 
 def main() -> None:
-    (REPO_ROOT / "var").mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="crucible-bench-", dir=REPO_ROOT / "var") as temp:
+    with bench_temp(keep_requested()) as temp:
         root = Path(temp)
         django_setup(root / "data")
         from runtime_app import sandbox

@@ -34,12 +34,11 @@ import platform
 import random
 import statistics
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
 
-from _search_setup import REPO_ROOT, django_setup, operator_and_project
+from _search_setup import bench_temp, django_setup, operator_and_project
 from search_orchestration import make_repo, spec
 
 SIZES = (32, 256, 1000)
@@ -297,12 +296,12 @@ def _receipt_rows(candidate, plan: dict):
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=REQUESTS, help="timed requests per page and size")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     args = parser.parse_args()
     for name in CONTROLLED:
         os.environ.pop(name, None)
     started = time.monotonic()
-    (REPO_ROOT / "var").mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="crucible-bench-detail-", dir=REPO_ROOT / "var") as temp:
+    with bench_temp(args.keep) as temp:
         data_dir = Path(temp) / "data"
         django_setup(data_dir)
         from django.db import connection

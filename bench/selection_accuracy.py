@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-from _search_setup import REPO_ROOT, django_setup, freeze_and_run, operator_and_project
+from _search_setup import (
+    REPO_ROOT,
+    bench_temp,
+    django_setup,
+    freeze_and_run,
+    keep_requested,
+    operator_and_project,
+)
 
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 FASTEST = "cand_001"
@@ -31,10 +37,9 @@ BUSY = "while True: pass"
 
 
 def main() -> None:
-    (REPO_ROOT / "var").mkdir(exist_ok=True)
     load = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(2)]
     try:
-        with tempfile.TemporaryDirectory(prefix="crucible-bench-accuracy-") as temp:
+        with bench_temp(keep_requested()) as temp:
             django_setup(Path(temp) / "data")
             from runtime_app.management.commands.crucible_setup import Command
             from search_app.models import Candidate

@@ -32,11 +32,12 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
+
+from _search_setup import bench_temp, keep_requested
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FILES = 5_000
@@ -90,7 +91,7 @@ def django_setup(data_dir: Path) -> None:
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory(prefix="crucible-bench-worktrees-") as temp:
+    with bench_temp(keep_requested()) as temp:
         root = Path(temp)
         django_setup(root / "data")
         from dulwich import porcelain

@@ -40,12 +40,11 @@ import platform
 import random
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-from _search_setup import operator_and_project
+from _search_setup import bench_temp, operator_and_project
 from event_latency import BENCH_REDIS_URL, EVENT_ID_RE, bench_django, daphne, percentile
 from search_orchestration import make_repo, spec
 
@@ -198,9 +197,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=EVENTS, help="measured events per viewer count")
     parser.add_argument("--viewers", type=int, default=VIEWERS)
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     args = parser.parse_args()
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="crucible-bench-fanout-") as tmp:
+    with bench_temp(args.keep) as tmp:
         data_dir = Path(tmp) / "data"
         env, redis_error = bench_django(data_dir)
         from django.conf import settings

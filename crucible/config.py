@@ -86,6 +86,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_WEBHOOK_RETRY_SECONDS", "the first retry's delay of a failed webhook delivery; later "
              "ones wait 4, 20 and 120 times as long", "30"),
     Variable("CRUCIBLE_REQUIRE_SERVICES", "tests: a missing service fails instead of skipping", "false"),
+    Variable("CRUCIBLE_BENCH_REDIS_URL", "benches only (bench/): the Redis their Redis lanes use; the app "
+             "never reads it", "redis://127.0.0.1:6379/9"),
     Variable("DATABASE_URL", "postgres://user:pass@host/db (default: SQLite in the data dir)"),
     Variable("REDIS_URL", "redis://host:6379/0: Celery broker and channel layer (distributed)"),
 )

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from crucible.config import ConfigError, load
+from crucible.config import KNOWN_NAMES, ConfigError, load
 from tests.conftest import REPO_ROOT
 
 STRONG_KEY = "k3y-" + "x7Qp9LmZ2vR8tY4wB6nJ1cF5hD0gS3aE" * 2
@@ -62,6 +62,12 @@ def test_an_unknown_crucible_variable_is_refused_with_a_suggestion():
     expected = "CRUCIBLE_DATA_DIRR is not a Crucible setting; did you mean CRUCIBLE_DATA_DIR"
     with pytest.raises(ConfigError, match=expected):
         load({"CRUCIBLE_DATA_DIRR": "/tmp/x"})
+
+
+def test_the_benches_redis_url_is_a_known_setting():
+    """bench/event_latency.py and bench/ws_fanout.py run with it set; start-up must not refuse it."""
+    load({"CRUCIBLE_BENCH_REDIS_URL": "redis://127.0.0.1:6390/9"})
+    assert "CRUCIBLE_BENCH_REDIS_URL" in KNOWN_NAMES
 
 
 def _manage(args: list[str], tmp_path, **env: str) -> subprocess.CompletedProcess:
