@@ -4,6 +4,7 @@ the test writes into its tree, so nothing depends on timing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -22,6 +23,13 @@ SUBJECT = ("candidate", 4242)
 WAIT_SECONDS = 60  # generous for a loaded machine; passing tests never wait this long
 # Prints a line, waits for the test to write `go` into its tree, prints another.
 SLOW = "echo 'line one'; echo 'to stderr' >&2; while [ ! -e go ]; do sleep 0.05; done; echo 'line two'"
+
+
+@pytest.fixture(autouse=True)
+def file_store(settings) -> None:
+    """These tests read the embedded mode's files, whatever REDIS_URL says (test_tails_redis.py
+    covers the Redis store)."""
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, redis_url=None)
 
 
 @pytest.fixture
