@@ -1,0 +1,36 @@
+"""What one step costs on this host: the git processes and database write transactions of each
+generate and evaluate step of a small real search (the runtime's fixed cost per step)."""
+
+from __future__ import annotations
+
+import pytest
+
+from search_app import services
+from tests.search_app.runs import frozen, run_inline
+from tests.step_costs import StepCosts, git_counted, writes_counted
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_generate_and_an_evaluate_step_start_few_git_processes(personas, tmp_path, data_dir,
+                                                                  monkeypatch, capsys):
+    costs = StepCosts()
+    real = services.step_execute
+
+    def counted(step_pk: int, owner: str) -> bool:
+        from search_app.models import Step
+
+        with writes_counted(costs, Step.objects.get(pk=step_pk).kind):
+            return real(step_pk, owner)
+
+    monkeypatch.setattr(services, "step_execute", counted)
+    search = frozen(personas, tmp_path, {"cand_001": 5, "cand_002": 9}, population=2, rounds=[2, 1])
+    with git_counted(costs):
+        run = run_inline(personas, search)
+    assert run.winner.candidate_id == "cand_002"
+    with capsys.disabled():
+        for kind in ("generate", "evaluate", "measure", "replay", "review"):
+            print(f"\n{kind}: {costs.steps[kind]} steps, {costs.git_per_step(kind):g} git processes each "
+                  f"{costs.per_step(kind)}, write transactions {costs.transactions[kind]}")
+    assert costs.git_per_step("evaluate") <= 17
+    assert costs.git_per_step("generate") <= 8
