@@ -465,29 +465,53 @@ def command_run(
             tail.close()
 
 
+def _patch_judge(repo_path: Any, commit: str, patch_text: bytes, name: str, rules: Any,
+                 numstat: list, detail: dict[str, Any]) -> Any:
+    """patch_admit's stages after the limits: the patched tree in a temporary index, the change
+    policy on it, then its checkout; the worktree, or None with the refusal in `detail`."""
+    from contextlib import closing
+
+    from runtime_app.policy import policy_check
+    from runtime_app.worktrees import object_scratch, patch_stage, tree_checkout
+
+    with object_scratch(repo_path) as scratch:
+        try:
+            tree = patch_stage(repo_path, commit, patch_text, scratch, numstat=numstat)
+        except GitError as error:
+            detail.update(verdict="rejected", stage="apply", reason=f"patch rejected for {name}: {error}")
+            return None
+        with closing(scratch.store()) as store:
+            verdict = policy_check(store, commit, tree, rules)
+        if not verdict.accepted:
+            detail.update(verdict="rejected", stage="policy", reason=str(verdict),
+                          violations=[{"path": v.path, "reason": v.reason} for v in verdict.violations])
+            return None
+        try:
+            worktree = tree_checkout(repo_path, commit, tree, name, scratch)
+        except GitError as error:
+            detail.update(verdict="rejected", stage="apply", reason=str(error))
+            return None
+    detail.update(verdict="admitted", stage="policy")
+    return worktree
+
+
 def patch_admit(
     repo_path: Any, commit: str, patch_text: bytes, name: str, rules: Any, *,
     project: Project | None = None, subject: tuple[str, int] | None = None, label: str = "",
 ) -> tuple[Any, Receipt]:
-    """Apply a candidate's patch to a fresh baseline worktree and judge it by the change policy.
+    """Judge a candidate's patch by the change policy and check it out in a fresh baseline worktree.
 
     Returns (worktree path, receipt) when admitted, (None, receipt) when the patch is over the
     rules' patch limits (judged before it is applied), does not apply cleanly or breaks a rule;
-    a refused patch's worktree is removed. The receipt says which stage refused it and why,
-    path by path. Nothing the patch brings is written into the repository's object store.
+    a refused patch leaves no worktree. The patched tree is built once in a temporary index
+    (its objects in a scratch directory), judged from there, and only an admitted one is checked
+    out. The receipt says which stage refused it and why, path by path. Nothing the patch
+    brings is written into the repository's object store.
     """
-    from contextlib import closing
     from datetime import UTC, datetime
     from time import monotonic
 
-    from runtime_app.policy import policy_check
-    from runtime_app.worktrees import (
-        object_scratch,
-        patch_apply,
-        patch_from_text,
-        worktree_remove,
-        worktree_tree,
-    )
+    from runtime_app.worktrees import patch_from_text
 
     # Its git calls and tree reads are one piece of work on this host: no trial runs beside it.
     with lane_hold(SHARED):
@@ -498,31 +522,15 @@ def patch_admit(
         # Over the byte limit, the text is not even read for its numstat.
         refusal = limits.text_refusal(len(patch_text))
         if refusal is None:
-            patch = patch_from_text(patch_text)
+            patch = patch_from_text(patch_text)  # its numstat is handed on: `git apply --numstat` once
             detail.update(diff_lines=patch.diff_lines, files=patch.files[:200])
             refusal = limits.files_refusal(len(patch.files))
         if refusal is not None:
             detail.update(verdict="rejected", stage="policy", reason=refusal)
         else:
-            try:
-                worktree = patch_apply(repo_path, commit, patch_text, name)
-            except GitError as error:
-                detail.update(verdict="rejected", stage="apply", reason=str(error))
-        if worktree is not None:
-            with repo_open(repo_path) as repo:
-                baseline_tree = repo[commit.encode()].tree
-            with object_scratch(repo_path) as scratch, closing(scratch.store()) as store:
-                patched = worktree_tree(worktree, base=commit, scratch=scratch)
-                verdict = policy_check(store, baseline_tree, patched, rules)
-            if verdict.accepted:
-                detail.update(verdict="admitted", stage="policy")
-            else:
-                detail.update(verdict="rejected", stage="policy", reason=str(verdict),
-                              violations=[{"path": v.path, "reason": v.reason} for v in verdict.violations])
-                worktree_remove(repo_path, worktree)
-                worktree = None
+            worktree = _patch_judge(repo_path, commit, patch_text, name, rules, patch.numstat, detail)
         receipt = Receipt(
-            kind="apply", argv=["git", "apply", "--check", "--index"], cwd=".",
+            kind="apply", argv=["git", "apply", "--cached"], cwd=".",
             started_at=started_at, finished_at=datetime.now(UTC),
             duration_seconds=round(monotonic() - started, 6),
             exit_code=0 if worktree is not None else 1, detail=detail,
