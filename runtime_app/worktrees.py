@@ -13,14 +13,16 @@ A patch is the binary-safe `git diff` of a worktree's files (tracked changes and
 untracked files, not ignored ones) against the commit it was made at, staged in a
 temporary index so the worktree's own index is never touched. Before anything is hashed,
 the sizes and number of the changed files are held to the patch limits (PatchLimits), and
-the diff's length once it exists. Applying one makes a fresh worktree, checks the patch
-with `git apply --check`, applies it with `git apply --index` to a temporary copy of the
-worktree's index (the worktree's own index stays at the commit), then compares the
-resulting tree with what the patch declares; any failure removes the worktree and raises
-GitError with the reason.
+the diff's length once it exists. Applying one builds the patched tree once in a temporary
+index (`read-tree` the commit, `apply --cached`, `write-tree`: patch_stage), compares its
+name-status with what the patch declares, and only then checks it out (tree_checkout): a
+fresh worktree at the commit moved to that tree by `read-tree -m -u` on a temporary copy of
+its index (its own index stays at the commit), each changed file checked against the tree.
+Any failure leaves no worktree and raises GitError with the reason. Removing a worktree
+deletes its files and its own record under `.git/worktrees/`; nothing prunes per step.
 
 Nothing a candidate wrote reaches the repository's object store: every git call that hashes
-files or patch content (`add`, `apply --index`/`--cached`, `write-tree`) writes into a
+files or patch content (`add`, `apply --cached`, `write-tree`, the checkout) writes into a
 temporary object directory (ObjectScratch: GIT_OBJECT_DIRECTORY, with the repository's
 objects as an alternate to read from), deleted afterwards. Only a merge a person approved
 writes its tree into the repository (`worktree_tree_keep`, used by git.commit_create).
