@@ -432,26 +432,64 @@ def worker_heartbeat_record(hostname: str) -> None:
 
 def receipt_record(
     receipt: Receipt, *, project: Project | None = None, subject: tuple[str, int] | None = None,
-    label: str = "",
+    label: str = "", pending: ReceiptBatch | None = None,
 ) -> Receipt:
-    """Write a receipt once, attached to its project and subject (e.g. ("candidate", 7))."""
+    """Write a receipt once, attached to its project and subject (e.g. ("candidate", 7)); with
+    `pending`, attach it now and write it when the batch is (its pk is None until then)."""
     if receipt.pk is not None:
         raise ValueError("this receipt is already written")
     receipt.project = project
     if subject is not None:
         receipt.subject_type, receipt.subject_id = subject
     receipt.label = label[:200]
-    receipt.save()
+    if pending is not None:
+        pending.add(receipt)
+    else:
+        receipt.save()
     return receipt
+
+
+class ReceiptBatch:
+    """The receipts of one batch of work (a measurement block's trials; an apply and the gate
+    after it), written together in one transaction by `write`, which callers call in a
+    `finally` so they are written whatever the step does next. A command's live tail stays
+    until its receipt exists, unless `tails_wait` is False: then it goes when the command ends
+    (a block's finished trial must not look like it is still running while the next one runs)."""
+
+    def __init__(self, *, tails_wait: bool = True) -> None:
+        self.receipts: list[Receipt] = []
+        self.tails: list[Any] = []
+        self.tails_wait = tails_wait
+
+    def add(self, receipt: Receipt) -> None:
+        self.receipts.append(receipt)
+
+    def tail_keep(self, tail: Any) -> None:
+        self.tails.append(tail)
+
+    def write(self) -> None:
+        """Write every receipt not yet written, in one transaction, then drop their tails."""
+        waiting, self.receipts = [receipt for receipt in self.receipts if receipt.pk is None], []
+        try:
+            if waiting:
+                with transaction.atomic():  # one commit for the batch, not one per receipt
+                    for receipt in waiting:
+                        receipt.save()
+        finally:
+            tails, self.tails = self.tails, []
+            for tail in tails:
+                tail.close()
 
 
 def command_run(
     command: Any, *, project: Project | None = None, subject: tuple[str, int] | None = None,
-    label: str = "", note: dict[str, Any] | None = None, **options: Any,
+    label: str = "", note: dict[str, Any] | None = None, pending: ReceiptBatch | None = None,
+    **options: Any,
 ) -> Receipt:
-    """Run a command in the sandbox (see runtime_app.sandbox.run) and write its receipt; `note`
-    adds what the caller knows to its detail (a trial's block and position). A command with a
-    subject has a live tail for the subject's page (runtime_app.tails) until its receipt exists."""
+    """Run a command in the sandbox (see runtime_app.sandbox.run) and write its receipt (or add
+    it to `pending`, written with its batch); `note` adds what the caller knows to its detail (a
+    trial's block and position). A command with a subject has a live tail for the subject's page
+    (runtime_app.tails) until its receipt exists."""
     from runtime_app import sandbox, tails
 
     tail = tails.tail_for(subject, label)
@@ -459,7 +497,11 @@ def command_run(
         receipt = sandbox.run(command, tail=tail, **options)
         if note:
             receipt.detail = {**receipt.detail, **note}
-        return receipt_record(receipt, project=project, subject=subject, label=label)
+        receipt = receipt_record(receipt, project=project, subject=subject, label=label, pending=pending)
+        if pending is not None and pending.tails_wait and tail is not None:
+            pending.tail_keep(tail)
+            tail = None  # closed once the batch is written
+        return receipt
     finally:
         if tail is not None:
             tail.close()
@@ -498,6 +540,7 @@ def _patch_judge(repo_path: Any, commit: str, patch_text: bytes, name: str, rule
 def patch_admit(
     repo_path: Any, commit: str, patch_text: bytes, name: str, rules: Any, *,
     project: Project | None = None, subject: tuple[str, int] | None = None, label: str = "",
+    pending: ReceiptBatch | None = None,
 ) -> tuple[Any, Receipt]:
     """Judge a candidate's patch by the change policy and check it out in a fresh baseline worktree.
 
@@ -535,4 +578,4 @@ def patch_admit(
             duration_seconds=round(monotonic() - started, 6),
             exit_code=0 if worktree is not None else 1, detail=detail,
         )
-    return worktree, receipt_record(receipt, project=project, subject=subject, label=label)
+    return worktree, receipt_record(receipt, project=project, subject=subject, label=label, pending=pending)
