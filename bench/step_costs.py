@@ -8,7 +8,8 @@ without the commands they run, timed through the real functions.
 - **generate**: `worktree_create` at the baseline, a two-file edit (the writer's part, untimed
   work of a few µs), `patch_extract`, `worktree_remove`.
 
-It prints the median, min and max ms of each and the git processes each starts, by kind.
+It prints the median, min and max ms of each, the CPU it used (with its git children), and
+the git processes each starts, by kind.
 `--code DIR` imports runtime_app from another checkout (e.g. `git worktree add /tmp/old
 <commit>`, then run from inside it) to measure code before a change with this same script;
 `--parallel N` runs N operations at once (N live steps). Receipts are built but not written (no database); the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -121,11 +123,21 @@ def run(options: argparse.Namespace, temp: Path, services, worktrees, rules) -> 
     for name, operation in (("evaluate", evaluate), ("generate", generate)):
         operation(-1)  # warm-up, untimed and uncounted
         calls.clear()
+        before = cpu_seconds()
         timings = timed(operation, options.runs, options.parallel)
+        cpu = (cpu_seconds() - before) * 1000 / options.runs
         per_step = {kind: count / options.runs for kind, count in sorted(calls.items())}
         print(f"{name}: median {statistics.median(timings):7.1f} ms  min {min(timings):7.1f}  "
-              f"max {max(timings):7.1f}  ({options.runs} runs, {options.parallel} at once)\n"
+              f"max {max(timings):7.1f}  ({options.runs} runs, {options.parallel} at once); "
+              f"CPU {cpu:.1f} ms a step (this process and its git children)\n"
               f"  git processes per step: {sum(calls.values()) / options.runs:g}  {per_step}")
+
+
+def cpu_seconds() -> float:
+    """User and system CPU of this process and its finished children: less noisy than wall
+    time on a busy machine."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def timed(operation: Callable[[int], None], runs: int, parallel: int) -> list[float]:
