@@ -173,10 +173,10 @@ def worktree_remove(repo_path: str | Path, path: str | Path) -> None:
         raise GitError(f"{path}: not a worktree under {root}; refusing to delete it")
     name_check(path.name)
     target = root / path.name
-    admin = _admin_dir_find(repo_path, target)  # before the files go: its .git names it
     _partial_remove(target)
-    if admin is not None:
-        with repo_lock(repo_path):  # never beside a worktree add, which picks admin dir names
+    with repo_lock(repo_path):  # never beside a worktree add, which picks record names
+        admin = _admin_dir_find(repo_path, target)
+        if admin is not None:
             _partial_remove(admin)
 
 
