@@ -6,8 +6,8 @@ candidate (what the page did) against a temporary index (what it does), side by 
 What it times: getting the tree id of the baseline with one candidate's patch applied, the
 input of the compare page's "diff between two patched trees".
 
-- **worktree**: `patch_apply` (a `git worktree add` checkout of 5,000 files, `git apply
-  --check`, `git apply --index`, the name-status verification), `worktree_tree`, then
+- **worktree**: `patch_apply` (the patched tree in a temporary index, the name-status
+  verification, a `git worktree add` checkout of 5,000 files and `read-tree -m -u`), `worktree_tree`, then
   `worktree_remove`;
 - **index**: `runtime_app.worktrees.patched_tree` (`git read-tree` into a temporary index,
   `git apply --cached`, `git write-tree`): no checkout.

@@ -471,26 +471,64 @@ def worker_heartbeat_record(hostname: str) -> None:
 
 def receipt_record(
     receipt: Receipt, *, project: Project | None = None, subject: tuple[str, int] | None = None,
-    label: str = "",
+    label: str = "", pending: ReceiptBatch | None = None,
 ) -> Receipt:
-    """Write a receipt once, attached to its project and subject (e.g. ("candidate", 7))."""
+    """Write a receipt once, attached to its project and subject (e.g. ("candidate", 7)); with
+    `pending`, attach it now and write it when the batch is (its pk is None until then)."""
     if receipt.pk is not None:
         raise ValueError("this receipt is already written")
     receipt.project = project
     if subject is not None:
         receipt.subject_type, receipt.subject_id = subject
     receipt.label = label[:200]
-    receipt.save()
+    if pending is not None:
+        pending.add(receipt)
+    else:
+        receipt.save()
     return receipt
+
+
+class ReceiptBatch:
+    """The receipts of one batch of work (a measurement block's trials; an apply and the gate
+    after it), written together in one transaction by `write`, which callers call in a
+    `finally` so they are written whatever the step does next. A command's live tail stays
+    until its receipt exists, unless `tails_wait` is False: then it goes when the command ends
+    (a block's finished trial must not look like it is still running while the next one runs)."""
+
+    def __init__(self, *, tails_wait: bool = True) -> None:
+        self.receipts: list[Receipt] = []
+        self.tails: list[Any] = []
+        self.tails_wait = tails_wait
+
+    def add(self, receipt: Receipt) -> None:
+        self.receipts.append(receipt)
+
+    def tail_keep(self, tail: Any) -> None:
+        self.tails.append(tail)
+
+    def write(self) -> None:
+        """Write every receipt not yet written, in one transaction, then drop their tails."""
+        waiting, self.receipts = [receipt for receipt in self.receipts if receipt.pk is None], []
+        try:
+            if waiting:
+                with transaction.atomic():  # one commit for the batch, not one per receipt
+                    for receipt in waiting:
+                        receipt.save()
+        finally:
+            tails, self.tails = self.tails, []
+            for tail in tails:
+                tail.close()
 
 
 def command_run(
     command: Any, *, project: Project | None = None, subject: tuple[str, int] | None = None,
-    label: str = "", note: dict[str, Any] | None = None, **options: Any,
+    label: str = "", note: dict[str, Any] | None = None, pending: ReceiptBatch | None = None,
+    **options: Any,
 ) -> Receipt:
-    """Run a command in the sandbox (see runtime_app.sandbox.run) and write its receipt; `note`
-    adds what the caller knows to its detail (a trial's block and position). A command with a
-    subject has a live tail for the subject's page (runtime_app.tails) until its receipt exists."""
+    """Run a command in the sandbox (see runtime_app.sandbox.run) and write its receipt (or add
+    it to `pending`, written with its batch); `note` adds what the caller knows to its detail (a
+    trial's block and position). A command with a subject has a live tail for the subject's page
+    (runtime_app.tails) until its receipt exists."""
     from runtime_app import sandbox, tails
 
     tail = tails.tail_for(subject, label)
@@ -498,35 +536,64 @@ def command_run(
         receipt = sandbox.run(command, tail=tail, **options)
         if note:
             receipt.detail = {**receipt.detail, **note}
-        return receipt_record(receipt, project=project, subject=subject, label=label)
+        receipt = receipt_record(receipt, project=project, subject=subject, label=label, pending=pending)
+        if pending is not None and pending.tails_wait and tail is not None:
+            pending.tail_keep(tail)
+            tail = None  # closed once the batch is written
+        return receipt
     finally:
         if tail is not None:
             tail.close()
 
 
+def _patch_judge(repo_path: Any, commit: str, patch_text: bytes, name: str, rules: Any,
+                 numstat: list, detail: dict[str, Any]) -> Any:
+    """patch_admit's stages after the limits: the patched tree in a temporary index, the change
+    policy on it, then its checkout; the worktree, or None with the refusal in `detail`."""
+    from contextlib import closing
+
+    from runtime_app.policy import policy_check
+    from runtime_app.worktrees import object_scratch, patch_stage, tree_checkout
+
+    with object_scratch(repo_path) as scratch:
+        try:
+            tree = patch_stage(repo_path, commit, patch_text, scratch, numstat=numstat)
+        except GitError as error:
+            detail.update(verdict="rejected", stage="apply", reason=f"patch rejected for {name}: {error}")
+            return None
+        with closing(scratch.store()) as store:
+            verdict = policy_check(store, commit, tree, rules)
+        if not verdict.accepted:
+            detail.update(verdict="rejected", stage="policy", reason=str(verdict),
+                          violations=[{"path": v.path, "reason": v.reason} for v in verdict.violations])
+            return None
+        try:
+            worktree = tree_checkout(repo_path, commit, tree, name, scratch)
+        except GitError as error:
+            detail.update(verdict="rejected", stage="apply", reason=str(error))
+            return None
+    detail.update(verdict="admitted", stage="policy")
+    return worktree
+
+
 def patch_admit(
     repo_path: Any, commit: str, patch_text: bytes, name: str, rules: Any, *,
     project: Project | None = None, subject: tuple[str, int] | None = None, label: str = "",
+    pending: ReceiptBatch | None = None,
 ) -> tuple[Any, Receipt]:
-    """Apply a candidate's patch to a fresh baseline worktree and judge it by the change policy.
+    """Judge a candidate's patch by the change policy and check it out in a fresh baseline worktree.
 
     Returns (worktree path, receipt) when admitted, (None, receipt) when the patch is over the
     rules' patch limits (judged before it is applied), does not apply cleanly or breaks a rule;
-    a refused patch's worktree is removed. The receipt says which stage refused it and why,
-    path by path. Nothing the patch brings is written into the repository's object store.
+    a refused patch leaves no worktree. The patched tree is built once in a temporary index
+    (its objects in a scratch directory), judged from there, and only an admitted one is checked
+    out. The receipt says which stage refused it and why, path by path. Nothing the patch
+    brings is written into the repository's object store.
     """
-    from contextlib import closing
     from datetime import UTC, datetime
     from time import monotonic
 
-    from runtime_app.policy import policy_check
-    from runtime_app.worktrees import (
-        object_scratch,
-        patch_apply,
-        patch_from_text,
-        worktree_remove,
-        worktree_tree,
-    )
+    from runtime_app.worktrees import patch_from_text
 
     # Its git calls and tree reads are one piece of work on this host: no trial runs beside it.
     with lane_hold(SHARED):
@@ -537,33 +604,17 @@ def patch_admit(
         # Over the byte limit, the text is not even read for its numstat.
         refusal = limits.text_refusal(len(patch_text))
         if refusal is None:
-            patch = patch_from_text(patch_text)
+            patch = patch_from_text(patch_text)  # its numstat is handed on: `git apply --numstat` once
             detail.update(diff_lines=patch.diff_lines, files=patch.files[:200])
             refusal = limits.files_refusal(len(patch.files))
         if refusal is not None:
             detail.update(verdict="rejected", stage="policy", reason=refusal)
         else:
-            try:
-                worktree = patch_apply(repo_path, commit, patch_text, name)
-            except GitError as error:
-                detail.update(verdict="rejected", stage="apply", reason=str(error))
-        if worktree is not None:
-            with repo_open(repo_path) as repo:
-                baseline_tree = repo[commit.encode()].tree
-            with object_scratch(repo_path) as scratch, closing(scratch.store()) as store:
-                patched = worktree_tree(worktree, base=commit, scratch=scratch)
-                verdict = policy_check(store, baseline_tree, patched, rules)
-            if verdict.accepted:
-                detail.update(verdict="admitted", stage="policy")
-            else:
-                detail.update(verdict="rejected", stage="policy", reason=str(verdict),
-                              violations=[{"path": v.path, "reason": v.reason} for v in verdict.violations])
-                worktree_remove(repo_path, worktree)
-                worktree = None
+            worktree = _patch_judge(repo_path, commit, patch_text, name, rules, patch.numstat, detail)
         receipt = Receipt(
-            kind="apply", argv=["git", "apply", "--check", "--index"], cwd=".",
+            kind="apply", argv=["git", "apply", "--cached"], cwd=".",
             started_at=started_at, finished_at=datetime.now(UTC),
             duration_seconds=round(monotonic() - started, 6),
             exit_code=0 if worktree is not None else 1, detail=detail,
         )
-    return worktree, receipt_record(receipt, project=project, subject=subject, label=label)
+    return worktree, receipt_record(receipt, project=project, subject=subject, label=label, pending=pending)

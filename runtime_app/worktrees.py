@@ -13,14 +13,16 @@ A patch is the binary-safe `git diff` of a worktree's files (tracked changes and
 untracked files, not ignored ones) against the commit it was made at, staged in a
 temporary index so the worktree's own index is never touched. Before anything is hashed,
 the sizes and number of the changed files are held to the patch limits (PatchLimits), and
-the diff's length once it exists. Applying one makes a fresh worktree, checks the patch
-with `git apply --check`, applies it with `git apply --index` to a temporary copy of the
-worktree's index (the worktree's own index stays at the commit), then compares the
-resulting tree with what the patch declares; any failure removes the worktree and raises
-GitError with the reason.
+the diff's length once it exists. Applying one builds the patched tree once in a temporary
+index (`read-tree` the commit, `apply --cached`, `write-tree`: patch_stage), compares its
+name-status with what the patch declares, and only then checks it out (tree_checkout): a
+fresh worktree at the commit moved to that tree by `read-tree -m -u` on a temporary copy of
+its index (its own index stays at the commit), each changed file checked against the tree.
+Any failure leaves no worktree and raises GitError with the reason. Removing a worktree
+deletes its files and its own record under `.git/worktrees/`; nothing prunes per step.
 
 Nothing a candidate wrote reaches the repository's object store: every git call that hashes
-files or patch content (`add`, `apply --index`/`--cached`, `write-tree`) writes into a
+files or patch content (`add`, `apply --cached`, `write-tree`, the checkout) writes into a
 temporary object directory (ObjectScratch: GIT_OBJECT_DIRECTORY, with the repository's
 objects as an alternate to read from), deleted afterwards. Only a merge a person approved
 writes its tree into the repository (`worktree_tree_keep`, used by git.commit_create).
@@ -42,7 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
+from dulwich.diff_tree import CHANGE_ADD, CHANGE_DELETE, TreeChange, tree_changes
 from dulwich.object_store import DiskObjectStore
+from dulwich.objects import Commit
 
 from runtime_app.git import GitError, ref_resolve, repo_open
 from runtime_app.lane import SHARED, lane_hold
@@ -51,6 +55,7 @@ from runtime_app.policy import PatchLimits
 GIT_TIMEOUT_SECONDS = 300.0
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _SHA = re.compile(r"[0-9a-f]{40}")
+GITLINK_MODE = 0o160000
 # Config that could run a program, change what a patch looks like or read the user's files.
 _SAFE_CONFIG = (
     "core.hooksPath=/dev/null",
@@ -160,20 +165,57 @@ def worktree_create(repo_path: str | Path, commit: str, name: str) -> Path:
 
 
 def worktree_remove(repo_path: str | Path, path: str | Path) -> None:
-    """Delete a worktree's files, whatever state a candidate left them in, and forget it in git."""
+    """Delete a worktree's files, whatever state a candidate left them in, and its record in git
+    (its own `worktrees/<id>` directory only: no `git worktree prune` of the whole repository)."""
     root = worktrees_root()
     path = Path(path)
     if path.parent.resolve() != root:
         raise GitError(f"{path}: not a worktree under {root}; refusing to delete it")
     name_check(path.name)
-    _partial_remove(root / path.name)
-    worktree_prune(repo_path)
+    target = root / path.name
+    _partial_remove(target)
+    with repo_lock(repo_path):  # never beside a worktree add, which picks record names
+        admin = _admin_dir_find(repo_path, target)
+        if admin is not None:
+            _partial_remove(admin)
 
 
 def worktree_prune(repo_path: str | Path) -> None:
     """Forget every worktree of the repository whose directory no longer exists."""
     with repo_lock(repo_path):
         git_run(["worktree", "prune"], cwd=Path(repo_path))
+
+
+def _admin_dir_find(repo_path: str | Path, worktree: Path) -> Path | None:
+    """The repository's record of the worktree at `worktree`: the `worktrees/<id>` directory of
+    the repository's common dir whose `gitdir` names `worktree/.git` (None if there is none).
+
+    Found from the repository's side, never by trusting the worktree's own `.git` file: a
+    candidate can rewrite that to name any directory.
+    """
+    try:
+        records = _common_dir(repo_path) / "worktrees"
+        dot_git = Path(os.path.abspath(worktree / ".git"))
+        candidates = list(records.iterdir()) if records.is_dir() else []
+    except (OSError, GitError):
+        return None
+    expected = records / worktree.name  # git names the record after the directory when it is free
+    for admin in sorted(candidates, key=lambda entry: entry != expected):  # its own name first
+        try:
+            pointed = (admin / "gitdir").read_text().strip()
+        except OSError:
+            continue
+        if Path(os.path.abspath(pointed)) == dot_git and not admin.is_symlink() and admin.is_dir():
+            return admin
+    return None
+
+
+def _common_dir(repo_path: str | Path) -> Path:
+    repo = repo_open(repo_path)
+    try:
+        return Path(repo.commondir()).resolve()
+    finally:
+        repo.close()
 
 
 @contextlib.contextmanager
@@ -238,6 +280,11 @@ def _commit_resolve(repo_path: str | Path, commit: str) -> tuple[Path, str]:
         return Path(repo.path), ref_resolve(repo, commit)
     finally:
         repo.close()
+
+
+def _commit_sha(repo_path: str | Path, commit: str) -> str:
+    """`commit` if it is already a full sha (git checks it where it is used), else resolved."""
+    return commit if _SHA.fullmatch(commit) else _commit_resolve(repo_path, commit)[1]
 
 
 def _partial_remove(path: Path) -> None:
@@ -362,7 +409,7 @@ def patch_extract(
             tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
         worktree, env = _worktree_git(worktree, Path(temp) / "index", scratch)
         base = _base_resolve(worktree, env, base)
-        git_run(["read-tree", base], cwd=worktree, env=env)
+        _base_read(worktree, env, base)
         _changes_limit(worktree, env, limits)
         git_run(["add", "--all", "--", "."], cwd=worktree, env=env)
         text = git_run(["diff", "--cached", *_DIFF_OPTIONS, base, "--"], cwd=worktree, env=env)
@@ -472,24 +519,59 @@ def patched_tree(
         return git_run(["write-tree"], cwd=repo_path, env=env).decode().strip()
 
 
-def patch_apply(repo_path: str | Path, commit: str, patch_text: bytes, name: str) -> Path:
-    """A fresh worktree at `commit` with the patch applied, verified against the patch.
-
-    The patch is staged in a temporary copy of the worktree's index with its objects in a
-    scratch directory: the worktree's own index stays at `commit` (git there sees the patch as
-    unstaged changes) and refers only to objects the repository has. Rejected (GitError naming
-    the reason, worktree removed) if `git apply --check` fails, the apply fails, or the
-    resulting tree's name-status differs from what the patch declares.
-    """
+def patch_stage(
+    repo_path: str | Path, commit: str, patch_text: bytes, scratch: ObjectScratch, *,
+    numstat: list[tuple[int | None, int | None, str]] | None = None,
+) -> str:
+    """The patched tree (patched_tree, its objects in `scratch`), checked to change exactly what
+    the patch declares; `numstat` is the patch's, when the caller already has it. GitError says
+    why not: not a git diff, does not apply, or the tree differs from the declaration."""
     try:
-        declared = patch_name_status(patch_text)
+        declared = patch_name_status(patch_text, numstat=numstat)
     except GitError as error:
-        raise GitError(f"patch rejected for {name}: not a well-formed git diff ({error})") from None
-    worktree = worktree_create(repo_path, commit, name)
+        raise GitError(f"not a well-formed git diff ({error})") from None
+    sha = _commit_sha(repo_path, commit)
+    if not patch_text:  # nothing to apply: the commit's own tree, read without a git call
+        with contextlib.closing(scratch.store()) as store:
+            try:
+                commit_object = store[sha.encode()]
+            except KeyError:
+                commit_object = None
+        if not isinstance(commit_object, Commit):
+            raise GitError(f"{commit}: not a commit of this repository")
+        return commit_object.tree.decode()
+    tree = patched_tree(repo_path, sha, patch_text, scratch=scratch)
+    with contextlib.closing(scratch.store()) as store:
+        applied = _tree_changes(store, store[sha.encode()].tree, tree.encode())
+    if applied != declared:
+        raise GitError(f"the applied tree changes {_describe(applied)} but the patch declares "
+                       f"{_describe(declared)}")
+    return tree
+
+
+def tree_checkout(repo_path: str | Path, commit: str, tree: str, name: str, scratch: ObjectScratch) -> Path:
+    """A fresh worktree at `commit` whose files are `tree` (made by patch_stage into `scratch`).
+
+    The checkout moves a temporary copy of the worktree's index from `commit` to `tree`
+    (`read-tree -m -u`: only the changed files are written), so the worktree's own index stays
+    at `commit` and names only objects the repository has; the changed files on disk are then
+    checked against `tree`. Any failure removes the worktree and raises GitError.
+    """
+    sha = _commit_sha(repo_path, commit)
+    worktree = worktree_create(repo_path, sha, name)
     try:
-        _patch_apply_in(worktree, patch_text, declared)
+        with contextlib.closing(scratch.store()) as store:
+            changes = _tree_entries_changed(store, store[sha.encode()].tree, tree.encode())
+            if changes:
+                with tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
+                    index = Path(temp) / "index"
+                    # The fresh checkout's index, stat data and all: `-m -u` needs files that match it.
+                    shutil.copyfile(worktree_admin_dir(worktree) / "index", index)
+                    worktree, env = _worktree_git(worktree, index, scratch)
+                    git_run(["read-tree", "-m", "-u", sha, tree], cwd=worktree, env=env)
+                    _checkout_verify(worktree, env, store, changes)
     except BaseException as error:
-        with contextlib.suppress(GitError):  # the files go first; a failed prune only leaves a record
+        with contextlib.suppress(GitError):
             worktree_remove(repo_path, worktree)
         if isinstance(error, GitError):
             raise GitError(f"patch rejected for {name}: {error}") from None
@@ -497,14 +579,37 @@ def patch_apply(repo_path: str | Path, commit: str, patch_text: bytes, name: str
     return worktree
 
 
-def patch_name_status(text: bytes) -> dict[str, str]:
+def patch_apply(
+    repo_path: str | Path, commit: str, patch_text: bytes, name: str, *,
+    numstat: list[tuple[int | None, int | None, str]] | None = None,
+) -> Path:
+    """A fresh worktree at `commit` with the patch applied, verified against the patch.
+
+    The patched tree is built once in a temporary index with its objects in a scratch directory
+    (patch_stage), then checked out (tree_checkout): the worktree's own index stays at `commit`
+    (git there sees the patch as unstaged changes) and refers only to objects the repository
+    has. Rejected (GitError naming the reason, no worktree left) if the patch is not a git
+    diff, does not apply, or the resulting tree's name-status differs from what it declares.
+    """
+    with object_scratch(repo_path) as scratch:
+        try:
+            tree = patch_stage(repo_path, commit, patch_text, scratch, numstat=numstat)
+        except GitError as error:
+            raise GitError(f"patch rejected for {name}: {error}") from None
+        return tree_checkout(repo_path, commit, tree, name, scratch)
+
+
+def patch_name_status(
+    text: bytes, *, numstat: list[tuple[int | None, int | None, str]] | None = None,
+) -> dict[str, str]:
     """What a git diff declares it does, as {path: "A" | "D" | "M"} once all its parts are applied.
 
     The kind of each part comes from its `diff --git` header lines; its path from
-    `git apply --numstat`, so both must agree on how many parts there are.
+    `git apply --numstat` (or `numstat`, when the caller already ran it on this text), so both
+    must agree on how many parts there are.
     """
     blocks = _blocks(text)
-    entries = _numstat_entries(text)
+    entries = _numstat_entries(text) if numstat is None else numstat
     if len(blocks) != len(entries):
         raise GitError(
             f"the patch has {len(entries)} file diffs but {len(blocks)} git diff headers; "
@@ -520,39 +625,91 @@ def patch_name_status(text: bytes) -> dict[str, str]:
     return declared
 
 
-def _patch_apply_in(worktree: Path, patch_text: bytes, declared: dict[str, str]) -> None:
-    worktree = Path(worktree).resolve()
-    with _scratch_over(_worktree_objects(worktree)) as scratch, \
-            tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
-        index = Path(temp) / "index"
-        # The fresh checkout's index, stat data and all: `apply --index` needs files that match it.
-        shutil.copyfile(worktree_admin_dir(worktree) / "index", index)
-        worktree, env = _worktree_git(worktree, index, scratch)
-        base = _base_resolve(worktree, env, None)
-        if patch_text:
-            try:
-                git_run(["apply", "--check", "--binary", "-"], cwd=worktree, env=env, stdin=patch_text)
-            except GitError as error:
-                raise GitError(f"it does not apply to {base[:12]} ({error})") from None
-            git_run(["apply", "--binary", "--index", "-"], cwd=worktree, env=env, stdin=patch_text)
-        staged = git_run(["write-tree"], cwd=worktree, env=env).decode().strip()
-        if worktree_tree(worktree, base=base, scratch=scratch) != staged:
-            raise GitError("after applying, the files on disk differ from the staged tree")
-        applied = _tree_name_status(worktree, env, base, staged)
-    if applied != declared:
-        raise GitError(f"the applied tree changes {_describe(applied)} but the patch declares "
-                       f"{_describe(declared)}")
+def _tree_entries_changed(store: DiskObjectStore, old: bytes, new: bytes) -> list[TreeChange]:
+    """The file-level changes from tree `old` to tree `new`, read in this process (no git call)."""
+    return list(tree_changes(store, old, new, change_type_same=True))
+
+
+def _tree_changes(store: DiskObjectStore, old: bytes, new: bytes) -> dict[str, str]:
+    """{path: A | D | M} from tree `old` to `new`, as `git diff-tree -r --no-renames` names them
+    (a type change is an M)."""
+    kinds = {CHANGE_ADD: "A", CHANGE_DELETE: "D"}
+    changes = {}
+    for change in _tree_entries_changed(store, old, new):
+        path = (change.new.path if change.type == CHANGE_ADD else change.old.path) or change.new.path
+        changes[path.decode(errors="surrogateescape")] = kinds.get(change.type, "M")
+    return changes
+
+
+def _checkout_verify(worktree: Path, env: dict[str, str], store: DiskObjectStore,
+                     changes: Sequence[TreeChange]) -> None:
+    """Every changed path on disk is what the tree holds: the same bytes, link target and
+    executable bit, and deleted paths gone. A file the checkout converted (an in-tree
+    `.gitattributes` eol or filter rule) is hashed by git the way `git add` would, and must
+    give the tree's blob back."""
+    converted: list[tuple[bytes, bytes]] = []
+    for change in changes:
+        if change.type == CHANGE_DELETE:
+            shown = change.old.path.decode(errors="surrogateescape")
+            on_disk = worktree / os.fsdecode(change.old.path)
+            if os.path.lexists(on_disk) and (on_disk.is_symlink() or not on_disk.is_dir()):
+                raise GitError(f"after checkout, {shown} is still on disk")
+            continue
+        entry = change.new
+        shown = entry.path.decode(errors="surrogateescape")
+        on_disk = worktree / os.fsdecode(entry.path)
+        if stat.S_ISDIR(entry.mode) or entry.mode == GITLINK_MODE:
+            continue  # a submodule is an empty directory in a checkout
+        try:
+            mode = on_disk.lstat().st_mode
+            if stat.S_ISLNK(entry.mode):
+                same = stat.S_ISLNK(mode) and os.fsencode(os.readlink(on_disk)) == store[entry.sha].data
+            elif not stat.S_ISREG(mode) or bool(mode & stat.S_IXUSR) != bool(entry.mode & stat.S_IXUSR):
+                same = False
+            elif on_disk.read_bytes() == store[entry.sha].data:
+                same = True
+            else:
+                same = b"\n" not in entry.path  # one path a line for hash-object
+                converted.append((entry.path, entry.sha))
+        except OSError:
+            same = False
+        if not same:
+            raise GitError(f"after checkout, {shown} on disk differs from the patched tree")
+    if converted:
+        out = git_run(["hash-object", "--stdin-paths"], cwd=worktree, env=env,
+                      stdin=b"".join(path + b"\n" for path, _ in converted)).split()
+        for index, (path, sha) in enumerate(converted):
+            if index >= len(out) or out[index] != sha:
+                shown = path.decode(errors="surrogateescape")
+                raise GitError(f"after checkout, {shown} on disk differs from the patched tree")
 
 
 def _base_resolve(worktree: Path, env: dict[str, str], base: str | None) -> str:
-    if base is not None and not _SHA.fullmatch(base):
-        raise GitError(f"{base!r}: give the base as a full 40-character commit sha")
+    """The commit to diff against: `base` as given (a full sha: read-tree checks it names a
+    commit), or the worktree's HEAD read from its record, which the candidate cannot write."""
+    if base is not None:
+        if not _SHA.fullmatch(base):
+            raise GitError(f"{base!r}: give the base as a full 40-character commit sha")
+        return base
     try:
-        out = git_run(["rev-parse", "--verify", "--quiet", f"{base or 'HEAD'}^{{commit}}"],
-                      cwd=worktree, env=env)
+        head = (Path(env["GIT_DIR"]) / "HEAD").read_text().strip()
+    except OSError:
+        head = ""
+    if _SHA.fullmatch(head):  # detached, as every worktree here is made: no git call needed
+        return head
+    try:
+        out = git_run(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=worktree, env=env)
     except GitError:
-        raise GitError(f"{worktree}: base {base or 'HEAD'} is not a commit of this repository") from None
+        raise GitError(f"{worktree}: base HEAD is not a commit of this repository") from None
     return out.decode().strip()
+
+
+def _base_read(worktree: Path, env: dict[str, str], base: str) -> None:
+    """Fill the (temporary) index with base's tree; `^{commit}` makes git refuse a non-commit."""
+    try:
+        git_run(["read-tree", f"{base}^{{commit}}"], cwd=worktree, env=env)
+    except GitError as error:
+        raise GitError(f"{worktree}: base {base} is not a commit of this repository ({error})") from None
 
 
 def _files_stage(worktree: Path, env: dict[str, str], base: str) -> None:
@@ -561,7 +718,7 @@ def _files_stage(worktree: Path, env: dict[str, str], base: str) -> None:
     Starting from base keeps tracked files that match an ignore rule; entries read from a
     tree have no stat data, so every file is hashed again rather than trusted by its mtime.
     """
-    git_run(["read-tree", base], cwd=worktree, env=env)
+    _base_read(worktree, env, base)
     git_run(["add", "--all", "--", "."], cwd=worktree, env=env)
 
 
@@ -642,18 +799,6 @@ def _status_combine(declared: dict[str, str], path: str, status: str) -> None:
         del declared[path]
     else:
         declared[path] = combined
-
-
-def _tree_name_status(worktree: Path, env: dict[str, str], base: str, tree: str) -> dict[str, str]:
-    out = git_run(["diff-tree", "-r", "-z", "--no-renames", "--name-status", base, tree],
-                  cwd=worktree, env=env)
-    fields = out.split(b"\0")
-    changes = {}
-    for status, path in zip(fields[0::2], fields[1::2], strict=False):
-        if status:
-            code = status.decode()[0]
-            changes[path.decode(errors="surrogateescape")] = "M" if code == "T" else code
-    return changes
 
 
 def _describe(changes: dict[str, str]) -> str:

@@ -29,6 +29,7 @@ from runtime_app.mirrors import repository_local
 from runtime_app.models import Receipt
 from runtime_app.policy import PolicyRules, read_only_paths
 from runtime_app.sandbox import Limits, SandboxError
+from runtime_app.services import ReceiptBatch
 from runtime_app.worktrees import patch_extract, worktree_create, worktree_remove, worktrees_root
 from search_app.hidden import hidden_files_write, readable_for
 from search_app.measurement import block_order
@@ -158,9 +159,11 @@ def _run(step: Step, command: Sequence[str] | str, label: str, *, cwd: Path, tim
          writable: bool = True, readable: Sequence[Path] = (), kind: str = "command",
          limits: Limits | None = None, fresh: bool = False, read_only: Sequence[str] = (),
          metrics_file: Path | None = None, lane: str = SHARED, subject: int | None = None,
-         note: dict[str, Any] | None = None, egress: EgressProxy | None = None) -> Receipt:
+         note: dict[str, Any] | None = None, egress: EgressProxy | None = None,
+         pending: ReceiptBatch | None = None) -> Receipt:
     """A command in the sandbox for this step, with its receipt on the candidate's page (or on
-    `subject`'s, the candidate a measurement trial is for); `note` is added to its detail."""
+    `subject`'s, the candidate a measurement trial is for); `note` is added to its detail. With
+    `pending`, the receipt is written with that batch (its pk is None until then)."""
     repo_git = Path(search_repository(step.search)) / ".git"
     subject_pk = subject or step.candidate_id
     try:
@@ -168,7 +171,7 @@ def _run(step: Step, command: Sequence[str] | str, label: str, *, cwd: Path, tim
             command, cwd=cwd, timeout=timeout, env=env, stdin=stdin, writable=writable, kind=kind,
             readable=[repo_git, *readable], cancel=cancel, limits=limits, project=step.search.project,
             subject=("candidate", subject_pk), label=label, fresh=fresh, read_only=read_only,
-            metrics_file=metrics_file, lane=lane, note=note, egress=egress,
+            metrics_file=metrics_file, lane=lane, note=note, egress=egress, pending=pending,
         )
     except SandboxError as error:  # refused before it ran (e.g. bubblewrap required): say so
         now = timezone.now()
@@ -176,7 +179,8 @@ def _run(step: Step, command: Sequence[str] | str, label: str, *, cwd: Path, tim
                           started_at=now, finished_at=now, duration_seconds=0, error=str(error),
                           detail=note or {})
         return runtime_services.receipt_record(receipt, project=step.search.project,
-                                               subject=("candidate", subject_pk), label=label)
+                                               subject=("candidate", subject_pk), label=label,
+                                               pending=pending)
 
 
 def _usage(receipt: Receipt) -> dict[str, int]:
@@ -304,19 +308,20 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ evaluate
 
 
-def _evaluation_tree(step: Step, candidate: Any, spec: SearchSpec, purpose: str,
-                     label: str) -> tuple[Path | None, Receipt, list[str]]:
+def _evaluation_tree(step: Step, candidate: Any, spec: SearchSpec, purpose: str, label: str,
+                     pending: ReceiptBatch | None = None) -> tuple[Path | None, Receipt, list[str]]:
     """A pristine evaluation tree: a fresh baseline checkout, the candidate's patch (judged by the
     change policy) and the hidden evaluator files, which arrive only now. Commands never run in
     it directly: each gets a throwaway copy (`fresh`), with `read_only` paths bound read-only.
-    Returns (tree or None, the apply receipt, the read-only paths)."""
+    Returns (tree or None, the apply receipt, the read-only paths); with `pending`, the apply
+    receipt is written with that batch."""
     search = step.search
     name = f"{search.search_id}-{candidate.candidate_id}-{purpose}-r{step.round}"
     _fresh_worktree_path(search_repository(search), name)
     worktree, admit = runtime_services.patch_admit(
         search_repository(search), search.baseline_commit, bytes(candidate.patch), name,
         policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
-        label=f"{label} apply",
+        label=f"{label} apply", pending=pending,
     )
     if worktree is None:
         return None, admit, []
@@ -331,14 +336,27 @@ def _evaluation_tree(step: Step, candidate: Any, spec: SearchSpec, purpose: str,
 
 
 def _gates(step: Step, spec: SearchSpec, tree: Path, read_only: list[str], label: str,
-           cancel: threading.Event, receipts: list[int]) -> dict[str, Any] | None:
-    """Run the hard gates in order, each on a fresh copy of the pristine tree; None if all passed,
-    else the step's result (eliminated or cancelled)."""
+           cancel: threading.Event, pending: ReceiptBatch) -> list[tuple[int, str, Receipt]]:
+    """Run the hard gates in order, each on a fresh copy of the pristine tree, until one fails
+    or is cancelled; `pending` is written after each. Returns (number, command, receipt) each."""
+    ran = []
     for number, command in enumerate(spec.hard_gates.commands, start=1):
         gate = _run(step, command, f"{label} gate {number}", cwd=tree, cancel=cancel,
                     timeout=spec.hard_gates.timeout_seconds, fresh=True, read_only=read_only,
-                    readable=readable_for(spec, "hard_gates"))
-        receipts.append(gate.pk)
+                    readable=readable_for(spec, "hard_gates"), pending=pending)
+        pending.write()  # each gate's receipt as it ends (the first with the apply receipt)
+        ran.append((number, command, gate))
+        if gate.detail.get("cancelled") or not gate.succeeded:
+            break
+    return ran
+
+
+def _gates_judged(step: Step, ran: list[tuple[int, str, Receipt]], receipts: list[int]
+                  ) -> dict[str, Any] | None:
+    """None if every gate that ran passed, else the step's result (eliminated or cancelled); the
+    gates' receipts are written by now, so their numbers can be named."""
+    receipts += [gate.pk for _, _, gate in ran]
+    for number, command, gate in ran:
         if gate.detail.get("cancelled"):
             return {"cancelled": True, "receipts": receipts}
         # Cannot start: the spec's failure (stop the search), or a script its patch deleted.
@@ -354,17 +372,25 @@ def _gates(step: Step, spec: SearchSpec, tree: Path, read_only: list[str], label
 def _gated(step: Step, spec: SearchSpec, purpose: str, label: str, cancel: threading.Event
            ) -> tuple[dict[str, Any] | None, list[int]]:
     """The candidate's pristine evaluation tree and its gates in order; (the step's result if it
-    stopped there, the receipts). The tree is removed either way."""
+    stopped there, the receipts). The tree is removed either way. The apply receipt is written
+    with the first gate's, in one transaction, and whatever happens on the way."""
     search, candidate = step.search, step.candidate
-    tree, admit, read_only = _evaluation_tree(step, candidate, spec, purpose, label)
+    batch = ReceiptBatch()
+    ran: list[tuple[int, str, Receipt]] = []
+    try:
+        tree, admit, read_only = _evaluation_tree(step, candidate, spec, purpose, label, pending=batch)
+        if tree is not None:
+            try:
+                ran = _gates(step, spec, tree, read_only, label, cancel, batch)
+            finally:
+                worktree_remove(search_repository(search), tree)
+    finally:
+        batch.write()
     receipts = [admit.pk]
     if tree is None:
         return {"eliminated": f"patch refused at {admit.detail['stage']}: {admit.detail['reason']}",
                 "receipts": receipts}, receipts
-    try:
-        return _gates(step, spec, tree, read_only, label, cancel, receipts), receipts
-    finally:
-        worktree_remove(search_repository(search), tree)
+    return _gates_judged(step, ran, receipts), receipts
 
 
 def evaluate(step: Step, cancel: threading.Event) -> dict[str, Any]:
@@ -380,22 +406,29 @@ def evaluate(step: Step, cancel: threading.Event) -> dict[str, Any]:
 
 
 def _trial(step: Step, spec: SearchSpec, member: Any, tree: Path, read_only: list[str], label: str,
-           cancel: threading.Event, block: int, position: int, scratch: Path
-           ) -> tuple[Receipt, MetricReading]:
-    """One timing trial in the exclusive lane, on a fresh copy of the member's pristine tree."""
+           cancel: threading.Event, block: int, position: int, scratch: Path, pending: ReceiptBatch
+           ) -> tuple[Receipt, Path | None]:
+    """One timing trial in the exclusive lane, on a fresh copy of the member's pristine tree; its
+    receipt goes to `pending`. Returns it and the file its metrics were written to, if any."""
     reported = not spec.score.runtime_measured
     metrics_file = scratch / f"metrics-{uuid.uuid4().hex}.json" if reported else None
     trial = _run(step, spec.score.command, f"{label} trial block {block}", cwd=tree,
                  timeout=spec.score.timeout_seconds, cancel=cancel, fresh=True, read_only=read_only,
                  readable=readable_for(spec, "score"), metrics_file=metrics_file, lane=EXCLUSIVE,
-                 subject=member.pk,
+                 subject=member.pk, pending=pending,
                  note={"block": block, "position": position, "round": step.round,
                        "measures": member.candidate_id, "metric": spec.score.metric,
                        "metric_source": "runtime" if not reported else "reported by the score command"})
-    reading = metric_read(trial, spec.score.metric, metrics_file)
-    if metrics_file is not None:
-        metrics_file.unlink(missing_ok=True)
-    return trial, reading
+    return trial, metrics_file
+
+
+def _trial_reading(spec: SearchSpec, trial: Receipt, metrics_file: Path | None) -> MetricReading:
+    """The metric a written trial measured; its metrics file is removed."""
+    try:
+        return metric_read(trial, spec.score.metric, metrics_file)
+    finally:
+        if metrics_file is not None:
+            metrics_file.unlink(missing_ok=True)
 
 
 def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
@@ -417,23 +450,48 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
     scratch = worktrees_root().parent / "sandbox"
     scratch.mkdir(parents=True, exist_ok=True)
     try:
-        for cid, member in sorted(members.items()):
-            tree, admit, read_only = _evaluation_tree(step, member, spec, "measure", f"{cid} r{step.round}")
-            receipts.append(admit.pk)
-            if tree is None:
-                dropped[cid] = f"its patch could not be set up again: {admit.detail.get('reason')}"
-            else:
-                trees[cid] = (tree, read_only)
+        # The members' apply receipts are one batch, and so are each block's trials: one write
+        # transaction each, written whatever happens on the way.
+        batch = ReceiptBatch(tails_wait=False)
+        admits = []
+        try:
+            for cid, member in sorted(members.items()):
+                label = f"{cid} r{step.round}"
+                tree, admit, read_only = _evaluation_tree(step, member, spec, "measure", label, pending=batch)
+                admits.append(admit)
+                if tree is None:
+                    dropped[cid] = f"its patch could not be set up again: {admit.detail.get('reason')}"
+                else:
+                    trees[cid] = (tree, read_only)
+        finally:
+            batch.write()
+        receipts += [admit.pk for admit in admits]
         for block in range(first, last):
             running = [cid for cid in trees if cid not in dropped]
             order = block_order(search.search_id, namespace, block, running)
-            for position, cid in enumerate(order):
-                if cancel.is_set():
-                    return {"cancelled": True, "receipts": receipts}
-                tree, read_only = trees[cid]
-                trial, reading = _trial(step, spec, members[cid], tree, read_only, f"{cid} r{step.round}",
-                                        cancel, block, position, scratch)
-                receipts.append(trial.pk)
+            ran: list[tuple[str, Receipt, Path | None]] = []
+            stopped = False  # cancelled before a trial started
+            try:
+                for position, cid in enumerate(order):
+                    if cancel.is_set():
+                        stopped = True
+                        break
+                    tree, read_only = trees[cid]
+                    label = f"{cid} r{step.round}"
+                    trial, metrics_file = _trial(step, spec, members[cid], tree, read_only, label, cancel,
+                                                 block, position, scratch, batch)
+                    ran.append((cid, trial, metrics_file))
+                    if trial.detail.get("cancelled"):
+                        break
+                    # A score command that cannot start stops the search: no more trials of this block.
+                    failure = search_start_failure(search, trial, "score.command", spec.score.command)
+                    if failure and failure.spec:
+                        break
+            finally:
+                batch.write()
+            receipts += [trial.pk for _, trial, _ in ran]
+            readings = [_trial_reading(spec, trial, metrics_file) for _, trial, metrics_file in ran]
+            for (cid, trial, _), reading in zip(ran, readings, strict=True):
                 if trial.detail.get("cancelled"):
                     return {"cancelled": True, "receipts": receipts}
                 # As for the gates: a score command that cannot start stops the search (preflight.py).
@@ -448,6 +506,8 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
                     continue
                 values[cid][str(block)] = reading.value
                 durations[cid][str(block)] = trial.duration_seconds
+            if stopped:
+                return {"cancelled": True, "receipts": receipts}
     finally:
         for tree, _ in trees.values():
             worktree_remove(search_repository(search), tree)

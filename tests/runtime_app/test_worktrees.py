@@ -18,6 +18,7 @@ import pytest
 from dulwich import porcelain
 from dulwich.patch import PatchApplicationFailure
 
+from runtime_app import worktrees
 from runtime_app.git import GitError
 from runtime_app.policy import PatchLimits
 from runtime_app.worktrees import (
@@ -687,3 +688,93 @@ def test_a_diff_longer_than_max_patch_bytes_is_refused_even_when_the_files_are_w
     with pytest.raises(PatchLimitError, match=r"the patch is 1\.\d KiB of diff text, over "
                                               r"worker\.max_patch_bytes = 1,000 bytes"):
         patch_extract(worktree, limits=limits)
+
+
+# ------------------------------------------------------------------------ one tree, checked out
+
+
+def test_a_patch_is_checked_out_from_the_tree_built_once_and_the_disk_matches_it(repo, v1):
+    source = worktree_create(repo, v1, "cand_001")
+    candidate_work(source)
+    (source / "code" / "run.sh").write_text("#!/bin/sh\necho fast\n")
+    (source / "code" / "run.sh").chmod(0o755)
+    patch = patch_extract(source)
+    calls = []
+    real = worktrees.git_run
+
+    def counted(args, **options):
+        calls.append(args[0])
+        return real(args, **options)
+
+    worktrees.git_run = counted
+    try:
+        applied = patch_apply(repo, v1, patch.text, "eval_001", numstat=patch.numstat)
+    finally:
+        worktrees.git_run = real
+    # One temporary index (read-tree, apply --cached, write-tree), a checkout and its merge.
+    assert sorted(calls) == ["apply", "read-tree", "read-tree", "worktree", "write-tree"]
+    assert files_of(applied) == files_of(source)
+    assert os.stat(applied / "code" / "run.sh").st_mode & stat.S_IXUSR
+    assert worktree_tree(applied) == worktree_tree(source) == patched_tree(repo, v1, patch.text)
+
+
+def test_an_in_tree_eol_rule_the_checkout_applies_still_gives_the_patched_tree_back(repo, v1):
+    source = worktree_create(repo, v1, "cand_001")
+    (source / ".gitattributes").write_text("*.txt text eol=crlf\n")
+    (source / "notes.txt").write_bytes(b"one\ntwo\n")
+    patch = patch_extract(source)
+    applied = patch_apply(repo, v1, patch.text, "eval_001")
+    assert (applied / "notes.txt").read_bytes() == b"one\r\ntwo\r\n"  # converted, as git add reads back
+    assert worktree_tree(applied) == patched_tree(repo, v1, patch.text)
+
+
+def test_a_checkout_whose_files_differ_from_the_patched_tree_is_rejected_and_nothing_is_left(
+        repo, v1, data_dir, monkeypatch):
+    source = worktree_create(repo, v1, "cand_001")
+    (source / "README.md").write_text("changed\n")
+    patch = patch_extract(source)
+    real = worktrees.git_run
+
+    def tampering(args, **options):
+        out = real(args, **options)
+        if args[:3] == ["read-tree", "-m", "-u"]:
+            (Path(options["cwd"]) / "README.md").write_text("something else\n")
+        return out
+
+    monkeypatch.setattr(worktrees, "git_run", tampering)
+    with pytest.raises(GitError, match=re.escape("README.md on disk differs from the patched tree")):
+        patch_apply(repo, v1, patch.text, "eval_001")
+    monkeypatch.undo()
+    worktree_remove(repo, source)
+    assert_nothing_left(repo, data_dir, "eval_001")
+
+
+def test_removing_a_worktree_forgets_only_its_own_record_without_a_prune(repo, v1, monkeypatch):
+    kept = worktree_create(repo, v1, "cand_001")
+    gone = worktree_create(repo, v1, "cand_002")
+    elsewhere = worktree_create(repo, v1, "cand_003")
+    subprocess.run(["rm", "-rf", str(elsewhere)], check=True)  # deleted by hand: a prune's business
+    monkeypatch.setattr(worktrees, "git_run", lambda *args, **options: pytest.fail("no git call expected"))
+    worktree_remove(repo, gone)
+    monkeypatch.undo()
+    assert registered(repo) == [str(repo), str(kept), str(elsewhere)]
+    assert patch_extract(kept).empty  # the other worktree still works
+    worktree_prune(repo)
+    assert registered(repo) == [str(repo), str(kept)]
+
+
+def test_extracting_against_the_known_baseline_asks_git_for_no_rev_parse(repo, v1, monkeypatch):
+    worktree = worktree_create(repo, v1, "cand_001")
+    (worktree / "README.md").write_text("changed\n")
+    calls = []
+    real = worktrees.git_run
+
+    def counted(args, **options):
+        calls.append(args[0])
+        return real(args, **options)
+
+    monkeypatch.setattr(worktrees, "git_run", counted)
+    assert patch_extract(worktree).files == patch_extract(worktree, base=v1).files == ["README.md"]
+    assert "rev-parse" not in calls
+    with pytest.raises(GitError, match="is not a commit of this repository"):
+        patch_extract(worktree, base="0" * 40)
