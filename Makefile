@@ -34,6 +34,9 @@ bench: setup
 	$(PY) bench/sandbox_overhead.py
 	$(PY) bench/egress_overhead.py
 	$(PY) bench/search_orchestration.py
+	$(PY) bench/planner_scale.py
+	$(PY) bench/step_costs.py
+	$(PY) bench/sqlite_writers.py
 	$(PY) bench/selection_accuracy.py
 	$(PY) bench/llm_tool_loop.py
 	$(PY) bench/search_detail_scale.py
