@@ -37,6 +37,7 @@ bench: setup
 	$(PY) bench/planner_scale.py
 	$(PY) bench/step_costs.py
 	$(PY) bench/sqlite_writers.py
+	$(PY) bench/distributed_workers.py
 	$(PY) bench/selection_accuracy.py
 	$(PY) bench/llm_tool_loop.py
 	$(PY) bench/search_detail_scale.py
