@@ -39,6 +39,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 PLAN = {f"cand_00{n}": {"value": 10 + n, "delay": 0.8} for n in range(1, 7)}
 PLAN["cand_007"] = "broken"
 PLAN["cand_008"] = "nothing"
+# The same search with slow writers: its writers hold the lane shared for seconds at a time.
+SLOW_PLAN = {cid: {**what, "delay": 3.0} if isinstance(what, dict) else what for cid, what in PLAN.items()}
 SECRET = "distributed-test-secret-" + "k" * 24
 LEASE_SECONDS = "4"
 
@@ -126,8 +128,8 @@ def cluster(tmp_path, redis_url, personas) -> Iterator[Cluster]:
             kill_group(process)
 
 
-def frozen(personas, cluster: Cluster, name: str):
-    repo = plan_repo(cluster.repos / f"repo-{name}", PLAN)
+def frozen(personas, cluster: Cluster, name: str, plan: dict = PLAN):
+    repo = plan_repo(cluster.repos / f"repo-{name}", plan)
     text = spec_text(population=8, rounds=[8, 3, 1], concurrency=3, name=name)
     return services.search_freeze(personas.owner, personas.alpha, text, "HEAD", repository_path=str(repo))
 
@@ -250,9 +252,10 @@ def test_workers_without_the_repository_run_a_search_from_their_mirrors(personas
 
 
 def test_a_timing_trial_runs_alone_on_its_host(personas, cluster):
-    """Two searches at once, so one's measurement can meet the other's writers and gates on a
-    host: a trial still runs alone on its host (each worker host has its own lane)."""
-    searches = [frozen(personas, cluster, name) for name in ("lane-one", "lane-two")]
+    """Two searches at once, one with slow writers, so one's measurement is likely to meet the
+    other's writers and gates on a host: a trial still runs alone on its host (each worker host
+    has its own lane)."""
+    searches = [frozen(personas, cluster, "lane-fast"), frozen(personas, cluster, "lane-slow", SLOW_PLAN)]
     for search in searches:
         services.search_start(personas.owner, search, enqueue=False)
     for search in searches:
