@@ -2,9 +2,12 @@
 
 A web node (Daphne) and two Celery workers, each with its own CRUCIBLE_DATA_DIR and inside its
 own mount namespace, where a tmpfs hides the directory the repository lives in: the workers can
-reach the search's repository only through CRUCIBLE_GIT_URL. A separate beat process drives the
-search (and takes back the steps of a killed worker). The first test runs a search to its end;
-the second SIGKILLs one worker while it holds a step and checks nothing is lost.
+reach the search's repository only through CRUCIBLE_GIT_URL. Each worker also has its own UTS
+namespace and host name (dist-a, dist-b), so a step's lease owner names the host that ran it and
+the measurement lane (runtime_app/lane.py, whose lock is in each data dir) can be checked per host.
+A separate beat process drives the search (and takes back the steps of a killed worker). The first
+test runs a search to its end; the second SIGKILLs one worker while it holds a step and checks
+nothing is lost.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +39,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 PLAN = {f"cand_00{n}": {"value": 10 + n, "delay": 0.8} for n in range(1, 7)}
 PLAN["cand_007"] = "broken"
 PLAN["cand_008"] = "nothing"
+# The same search with slow writers: its writers hold the lane shared for seconds at a time.
+SLOW_PLAN = {cid: {**what, "delay": 3.0} if isinstance(what, dict) else what for cid, what in PLAN.items()}
 SECRET = "distributed-test-secret-" + "k" * 24
 LEASE_SECONDS = "4"
 
@@ -48,21 +54,27 @@ class Cluster:
     others: list[subprocess.Popen] = field(default_factory=list)
 
 
-def in_hidden_namespace(repos: Path, argv: list[str]) -> list[str]:
-    """argv run in a private mount namespace in which an empty tmpfs covers `repos`."""
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            'mount -t tmpfs tmpfs "$0" && exec "$@"', str(repos), *argv]
+def in_hidden_namespace(repos: Path, argv: list[str], host: str) -> list[str]:
+    """argv run in a private mount namespace in which an empty tmpfs covers `repos`, and in a
+    private UTS namespace whose host name is `host`."""
+    return ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c",
+            'mount -t tmpfs tmpfs "$0" && hostname "$1" && shift && exec "$@"', str(repos), host, *argv]
 
 
 def namespaces_work(repos: Path) -> str | None:
-    """None if a process can be given a view without `repos`' contents, else why not."""
+    """None if a process can be given a view without `repos`' contents and a host name of its
+    own, else why not."""
     if shutil.which("unshare") is None:
         return "unshare is not installed"
+    if shutil.which("hostname") is None:
+        return "hostname is not installed"
     probe = next(repos.iterdir())
-    done = subprocess.run(in_hidden_namespace(repos, ["test", "!", "-e", str(probe)]),
+    check = f'test ! -e "{probe}" && test "$(hostname)" = dist-probe'
+    done = subprocess.run(in_hidden_namespace(repos, ["sh", "-c", check], "dist-probe"),
                           capture_output=True, text=True)
     if done.returncode != 0:
-        return f"cannot hide a directory in a mount namespace: {done.stderr.strip() or done.returncode}"
+        return ("cannot hide a directory in a mount namespace or name a UTS namespace: "
+                f"{done.stderr.strip() or done.returncode}")
     return None
 
 
@@ -100,8 +112,8 @@ def cluster(tmp_path, redis_url, personas) -> Iterator[Cluster]:
                     "--pool", "prefork", "--concurrency", "2", "--without-mingle", "--without-gossip",
                     "--hostname", f"dist-{name}-{uuid.uuid4().hex[:6]}@%h"]
             result.workers[name] = subprocess.Popen(
-                in_hidden_namespace(repos, argv), cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                in_hidden_namespace(repos, argv, f"dist-{name}"), cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 env=subprocess_env(**common, CRUCIBLE_DATA_DIR=str(data), CRUCIBLE_GIT_URL=result.web_url))
             result.data_dirs[name] = data
         beat_log = (tmp_path / "beat.log").open("wb")
@@ -116,8 +128,8 @@ def cluster(tmp_path, redis_url, personas) -> Iterator[Cluster]:
             kill_group(process)
 
 
-def frozen(personas, cluster: Cluster, name: str):
-    repo = plan_repo(cluster.repos / f"repo-{name}", PLAN)
+def frozen(personas, cluster: Cluster, name: str, plan: dict = PLAN):
+    repo = plan_repo(cluster.repos / f"repo-{name}", plan)
     text = spec_text(population=8, rounds=[8, 3, 1], concurrency=3, name=name)
     return services.search_freeze(personas.owner, personas.alpha, text, "HEAD", repository_path=str(repo))
 
@@ -171,6 +183,55 @@ def assert_complete(search, run: SearchRun) -> None:
     assert bytes(winner.patch) and b"return 16" in bytes(winner.patch)  # the patch is in the DB
 
 
+def step_host(step: Step) -> str:
+    """The host a step's final attempt ran on: lease owners are `celery@<host>:<pid>`."""
+    owner = step.lease_owner.rsplit(":", 1)[0]
+    assert owner.startswith("celery@"), f"{step} has lease owner {step.lease_owner!r}"
+    return owner.removeprefix("celery@")
+
+
+def holds_lane(receipt: Receipt) -> str | None:
+    """The lane mode a receipt's work held (runtime_app/lane.py), or None if it held none: a
+    sandboxed command (kind "command", or "review" for the static reviewer) records its mode in
+    detail["lane"]; a patch apply (runtime_app.services.patch_admit) holds it shared without
+    recording it. Receipts of commands refused before they ran, LLM calls, merges (made by the
+    web node) hold none."""
+    lane = receipt.detail.get("lane")
+    if isinstance(lane, dict):
+        return lane["mode"]
+    return "shared" if receipt.kind == "apply" else None
+
+
+def receipts_by_host(*searches) -> dict[str, list[Receipt]]:
+    """Each worker host's receipts: those named by the steps whose final attempt it ran."""
+    named: dict[str, list[int]] = defaultdict(list)
+    for step in Step.objects.filter(search__in=searches).exclude(lease_owner=""):
+        named[step_host(step)] += (step.result or {}).get("receipts", [])
+    return {host: list(Receipt.objects.filter(pk__in=pks).order_by("started_at"))
+            for host, pks in named.items()}
+
+
+def assert_lane_held_per_host(*searches) -> dict[str, tuple[int, int]]:
+    """No timing trial (a score command run in the exclusive lane) overlaps in time any other
+    lane-holding receipt of the same host. Returns, per host, (trials, other lane holders)."""
+    seen = {}
+    for host, receipts in receipts_by_host(*searches).items():
+        holders = [(receipt, holds_lane(receipt)) for receipt in receipts if holds_lane(receipt)]
+        trials = [receipt for receipt, mode in holders if mode == "exclusive"]
+        for trial in trials:
+            assert "trial block" in trial.label, f"receipt #{trial.pk} {trial.label!r} is exclusive"
+            assert trial.finished_at >= trial.started_at
+            for other, _ in holders:
+                overlap = trial.started_at < other.finished_at and other.started_at < trial.finished_at
+                if other.pk != trial.pk:
+                    assert not overlap, (
+                        f"on {host}, trial #{trial.pk} {trial.label!r} [{trial.started_at} .. "
+                        f"{trial.finished_at}] overlaps #{other.pk} {other.kind} {other.label!r} "
+                        f"[{other.started_at} .. {other.finished_at}]")
+        seen[host] = (len(trials), len(holders) - len(trials))
+    return seen
+
+
 def test_workers_without_the_repository_run_a_search_from_their_mirrors(personas, cluster, tmp_path):
     search = frozen(personas, cluster, "mirrored")
     assert not any((data / "mirrors").exists() for data in cluster.data_dirs.values())
@@ -181,8 +242,28 @@ def test_workers_without_the_repository_run_a_search_from_their_mirrors(personas
     assert_token_nowhere(search, cluster, tmp_path)
     owners = set(Step.objects.filter(search=search).values_list("lease_owner", flat=True))
     assert owners  # steps ran on the workers, not here
+    lanes = assert_lane_held_per_host(search)
+    print(f"per host (exclusive trials, other lane holders): {lanes}")
+    # Both hosts ran steps, else the per-host lane was checked on one host only.
+    assert set(lanes) == {"dist-a", "dist-b"}, lanes
+    assert sum(trials for trials, _ in lanes.values()) > 0, f"no host ran a timing trial: {lanes}"
     for data in cluster.data_dirs.values():  # no worktree is left behind
         assert not list(data.glob("worktrees/*"))
+
+
+def test_a_timing_trial_runs_alone_on_its_host(personas, cluster):
+    """Two searches at once, one with slow writers, so one's measurement is likely to meet the
+    other's writers and gates on a host: a trial still runs alone on its host (each worker host
+    has its own lane)."""
+    searches = [frozen(personas, cluster, "lane-fast"), frozen(personas, cluster, "lane-slow", SLOW_PLAN)]
+    for search in searches:
+        services.search_start(personas.owner, search, enqueue=False)
+    for search in searches:
+        assert_complete(search, wait_for_end(search, cluster))
+    lanes = assert_lane_held_per_host(*searches)
+    print(f"two searches, per host (exclusive trials, other lane holders): {lanes}")
+    assert set(lanes) == {"dist-a", "dist-b"}, lanes
+    assert sum(trials for trials, _ in lanes.values()) > 0, f"no host ran a timing trial: {lanes}"
 
 
 def test_killing_a_worker_mid_search_loses_nothing(personas, cluster):
@@ -207,3 +288,4 @@ def test_killing_a_worker_mid_search_loses_nothing(personas, cluster):
     held.refresh_from_db()
     assert held.state in ("done", "failed") and held.attempts >= 2, (held.state, held.attempts)
     assert mirrored(cluster, search)
+    assert_lane_held_per_host(search)
