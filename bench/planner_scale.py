@@ -12,50 +12,18 @@ search on every call grows quadratically. Temp data lives under tempfile.mkdtemp
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 from _search_setup import django_setup, operator_and_project
-
-GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@crucible.invalid",
-           "GIT_COMMITTER_NAME": "Bench", "GIT_COMMITTER_EMAIL": "bench@crucible.invalid",
-           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-
-
-def make_repo(path: Path) -> Path:
-    (path / "code").mkdir(parents=True)
-    (path / "code" / "id.txt").write_text("baseline\n")
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "baseline"]):
-        subprocess.run(["git", *args], cwd=path, env=GIT_ENV, check=True)
-    return path
+from search_orchestration import make_repo
+from search_orchestration import spec as orchestration_spec
 
 
 def spec(name: str, population: int) -> str:
     """Every writer writes its own id, the score is that id's checksum: no command sleeps."""
-    rounds = [population, max(population // 8, 2), 1]
-    return f'''name = "{name}"
-objective = "bench"
-population = {population}
-rounds = {rounds}
-concurrency = 16
-
-[worker]
-provider = "command"
-command = "echo $CRUCIBLE_CANDIDATE_ID > code/id.txt"
-write_roots = ["code"]
-
-[hard_gates]
-commands = ["true"]
-
-[score]
-command = "printf '{{\\\"v\\\": %s}}\\n' $(cksum < code/id.txt | cut -d' ' -f1)"
-metric = "v"
-direction = "maximize"
-trials = 2
-'''
+    return orchestration_spec(name, population, [population, max(population // 8, 2), 1], 0, 2)
 
 
 def planner_scale(user, project, repo: Path, population: int) -> dict:
