@@ -20,8 +20,11 @@ Every writer first prints its round, effort and previous score (its receipt keep
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
+
+import pytest
 
 from tests.gitrepo import repo_create
 
@@ -144,3 +147,17 @@ def run_inline(personas, search):
 
 def fates(search) -> dict[str, tuple[str, str]]:
     return {c.candidate_id: (c.state, c.reason) for c in search.candidates.all()}
+
+
+def wait_for_end(search, timeout: float = 240):
+    """Poll the database until the search's run is terminal (driven by other processes); fail after
+    `timeout` seconds with the run's state."""
+    from search_app.models import SearchRun
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = SearchRun.objects.get(search=search)
+        if run.terminal:
+            return run
+        time.sleep(0.5)
+    pytest.fail(f"the search did not end in {timeout:.0f} s: {SearchRun.objects.get(search=search)}")

@@ -33,7 +33,7 @@ from runtime_app.models import Receipt
 from search_app import services
 from search_app.models import SearchRun, Step
 from tests.conftest import REPO_ROOT, free_port, service_missing, subprocess_env, wait_for_port
-from tests.search_app.runs import plan_repo, spec_text
+from tests.search_app.runs import plan_repo, spec_text, wait_for_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 PLAN = {f"cand_00{n}": {"value": 10 + n, "delay": 0.8} for n in range(1, 7)}
@@ -134,16 +134,6 @@ def frozen(personas, cluster: Cluster, name: str, plan: dict = PLAN):
     return services.search_freeze(personas.owner, personas.alpha, text, "HEAD", repository_path=str(repo))
 
 
-def wait_for_end(search, cluster: Cluster, timeout: float = 480) -> SearchRun:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = SearchRun.objects.get(search=search)
-        if run.terminal:
-            return run
-        time.sleep(0.5)
-    pytest.fail(f"the search did not end in {timeout:.0f} s: {SearchRun.objects.get(search=search)}")
-
-
 def mirrored(cluster: Cluster, search) -> list[str]:
     """The workers whose mirror holds the search's baseline under its fetch ref."""
     names = []
@@ -236,7 +226,7 @@ def test_workers_without_the_repository_run_a_search_from_their_mirrors(personas
     search = frozen(personas, cluster, "mirrored")
     assert not any((data / "mirrors").exists() for data in cluster.data_dirs.values())
     services.search_start(personas.owner, search, enqueue=False)  # the beat drives it
-    run = wait_for_end(search, cluster)
+    run = wait_for_end(search, timeout=480)
     assert_complete(search, run)
     assert mirrored(cluster, search), "no worker fetched the baseline into a mirror"
     assert_token_nowhere(search, cluster, tmp_path)
@@ -259,7 +249,7 @@ def test_a_timing_trial_runs_alone_on_its_host(personas, cluster):
     for search in searches:
         services.search_start(personas.owner, search, enqueue=False)
     for search in searches:
-        assert_complete(search, wait_for_end(search, cluster))
+        assert_complete(search, wait_for_end(search, timeout=480))
     lanes = assert_lane_held_per_host(*searches)
     print(f"two searches, per host (exclusive trials, other lane holders): {lanes}")
     assert set(lanes) == {"dist-a", "dist-b"}, lanes
@@ -283,7 +273,7 @@ def test_killing_a_worker_mid_search_loses_nothing(personas, cluster):
         time.sleep(0.05)
     assert held is not None, "worker a never held a step"
     kill_group(victim)
-    run = wait_for_end(search, cluster)
+    run = wait_for_end(search, timeout=480)
     assert_complete(search, run)
     held.refresh_from_db()
     assert held.state in ("done", "failed") and held.attempts >= 2, (held.state, held.attempts)

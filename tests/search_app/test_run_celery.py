@@ -25,7 +25,7 @@ from runtime_app.models import Receipt
 from search_app import services
 from search_app.models import SearchRun, Step
 from tests.conftest import REPO_ROOT, subprocess_env
-from tests.search_app.runs import plan_repo, spec_text
+from tests.search_app.runs import plan_repo, spec_text, wait_for_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 PLAN = {f"cand_00{n}": {"value": 10 + n, "delay": 0.8} for n in range(1, 7)}
@@ -56,16 +56,6 @@ def kill(process: subprocess.Popen) -> None:
     process.wait(30)
 
 
-def wait_for_end(search, processes: list, timeout: float = 240) -> SearchRun:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = SearchRun.objects.get(search=search)
-        if run.terminal:
-            return run
-        time.sleep(0.5)
-    pytest.fail(f"the search did not end in {timeout:.0f} s: {SearchRun.objects.get(search=search)}")
-
-
 def outcome(search) -> dict:
     return {c.candidate_id: (c.state, c.score) for c in search.candidates.all()}
 
@@ -78,7 +68,7 @@ def test_an_embedded_worker_runs_a_started_search_to_its_end(personas, tmp_path)
     worker = start_worker(tmp_path, 0)
     try:
         services.search_start(personas.owner, search)  # enqueues the first drive on commit
-        run = wait_for_end(search, [worker])
+        run = wait_for_end(search)
     finally:
         kill(worker)
     assert run.outcome == "winner" and run.winner.candidate_id == "cand_006"
@@ -110,7 +100,7 @@ def test_killing_the_worker_five_times_loses_nothing_and_changes_nothing(persona
             kill(worker)
             kills += 1
             worker = start_worker(tmp_path, kills, REDIS_URL=broker)
-        run = wait_for_end(search, [worker])
+        run = wait_for_end(search)
     finally:
         kill(worker)
     assert kills == 5, "the search ended before the fifth kill; make it slower"
