@@ -15,8 +15,8 @@ from search_app.measurement import block_order
 from search_app.models import SearchRun, Step
 from tests.conftest import login, text_of
 from tests.gitrepo import repo_create
-from tests.search_app.runs import fates, frozen, plan_repo, run_inline, spec_text
-from tests.search_app.test_run_celery import kill, start_worker, wait_for_end
+from tests.search_app.runs import fates, frozen, plan_repo, run_inline, spec_text, wait_for_end
+from tests.search_app.test_run_celery import kill, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -266,7 +266,7 @@ def test_a_trial_never_overlaps_another_command_with_two_workers(personas, tmp_p
         for search in searches:
             services.search_start(personas.owner, search)
         for search in searches:
-            assert wait_for_end(search, workers, timeout=300).outcome == "winner"
+            assert wait_for_end(search, timeout=300).outcome == "winner"
     finally:
         for worker in workers:
             kill(worker)
