@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from search_app import services, tasks
+from search_app import selectors, services, tasks
 from search_app.models import SearchRun
 from tests.search_app.runs import frozen
 
@@ -59,21 +59,55 @@ def test_a_steady_state_planner_call_costs_the_same_at_any_population(personas, 
     assert not idle_writes, "a planner call with nothing to do takes no write lock"
 
 
-def test_a_completion_queues_a_drive_only_when_none_is_pending(personas, tmp_path, data_dir, monkeypatch):
+def test_a_completion_plans_in_place_only_when_no_drive_is_pending(personas, tmp_path, data_dir, monkeypatch):
     search = frozen(personas, tmp_path, {"cand_001": 4}, population=2, rounds=[2, 1])
     services.search_start(personas.owner, search, enqueue=False)
     step = search.steps.get()
-    driven: list[int] = []
+    planned: list[int] = []
     monkeypatch.setattr(services, "step_execute", lambda step_pk, owner: True)
-    monkeypatch.setattr(tasks.search_drive, "delay", driven.append)
+    monkeypatch.setattr(services, "search_advance", lambda search_pk: planned.append(search_pk) or [])
+    monkeypatch.setattr(tasks.search_drive, "delay", lambda search_pk: pytest.fail("no drive is queued"))
+    queued = timezone.now()
+    SearchRun.objects.filter(search=search).update(drive_enqueued_at=queued)
+    tasks.step_run(step.pk)  # a queued drive has not started: it will plan for this completion too
+    assert planned == []
+    tasks.search_drive(search.pk)  # it starts: the next completion plans itself
     tasks.step_run(step.pk)
-    tasks.step_run(step.pk)  # the first drive has not started: it will plan for this one too
-    assert driven == [search.pk]
-    monkeypatch.setattr(services, "search_advance", lambda search_pk: [])
-    tasks.search_drive(search.pk)  # it starts: the next completion queues the next drive
-    tasks.step_run(step.pk)
-    assert driven == [search.pk, search.pk]
+    assert planned == [search.pk, search.pk]
     # A drive whose message was lost holds the mark for a lease at most.
-    SearchRun.objects.filter(search=search).update(drive_enqueued_at=timezone.now() - timedelta(hours=1))
+    SearchRun.objects.filter(search=search).update(drive_enqueued_at=queued - timedelta(hours=1))
     tasks.step_run(step.pk)
-    assert driven == [search.pk, search.pk, search.pk]
+    assert planned == [search.pk] * 3
+    assert SearchRun.objects.get(search=search).drive_enqueued_at is None
+
+
+def test_a_worker_runs_the_next_ready_step_itself_and_queues_the_rest(personas, tmp_path, data_dir,
+                                                                      monkeypatch):
+    search = frozen(personas, tmp_path, {"cand_001": 4}, population=2, rounds=[2, 1])
+    services.search_start(personas.owner, search, enqueue=False)
+    first = search.steps.get().pk
+    ran: list[int] = []
+    queued: list[int] = []
+    plans = iter([[first + 1, first + 2], [first + 3], []])
+    monkeypatch.setattr(services, "step_execute", lambda step_pk, owner: ran.append(step_pk) or True)
+    monkeypatch.setattr(services, "search_advance", lambda search_pk: next(plans))
+    monkeypatch.setattr(services, "steps_enqueue_mark", lambda step_pks: step_pks)
+    monkeypatch.setattr(selectors, "step_search_pk", lambda step_pk: search.pk)
+    monkeypatch.setattr(tasks.step_run, "delay", queued.append)
+    tasks.step_run(first)
+    assert ran == [first, first + 1, first + 3] and queued == [first + 2]
+
+
+def test_a_chain_of_steps_hands_its_slot_back_after_a_while(personas, tmp_path, data_dir, monkeypatch):
+    search = frozen(personas, tmp_path, {"cand_001": 4}, population=2, rounds=[2, 1])
+    services.search_start(personas.owner, search, enqueue=False)
+    first = search.steps.get().pk
+    ran: list[int] = []
+    queued: list[int] = []
+    monkeypatch.setattr(services, "step_execute", lambda step_pk, owner: ran.append(step_pk) or True)
+    monkeypatch.setattr(services, "search_advance", lambda search_pk: [first + len(ran)])
+    monkeypatch.setattr(services, "steps_enqueue_mark", lambda step_pks: step_pks)
+    monkeypatch.setattr(selectors, "step_search_pk", lambda step_pk: search.pk)
+    monkeypatch.setattr(tasks.step_run, "delay", queued.append)
+    tasks.step_run(first)
+    assert len(ran) == tasks.CHAIN_STEPS and queued == [first + tasks.CHAIN_STEPS]
