@@ -31,6 +31,12 @@ round's trials one after another, as Crucible's single `measure` step does. Ther
 no receipt and no lease. It runs the same commands as Crucible's receipts record (writers, gates,
 trials, the review); bench/search_orchestration.py prints both counts side by side.
 
+With `--sandbox crucible` every command runs in Crucible's own sandbox instead
+(runtime_app.sandbox.run, as the steps call it: an unprivileged uid, the allow-list view, rlimits
+and cgroups; gates and trials on a fresh overlay, trials in the exclusive lane with a metrics
+file): still no database, receipt or planner, so the difference from the plain run is what the
+sandbox alone costs, and the difference from Crucible is what the orchestration costs.
+
 It prints the wall time, the commands run and their total time, and the git processes started.
 """
 
@@ -49,14 +55,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _search_setup import REPO_ROOT, bench_temp
+from _search_setup import REPO_ROOT, bench_temp, django_setup
 
 CONCURRENCY = 16
 REVIEWER = REPO_ROOT / "search_app" / "reviewer.py"
 GIT_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent",
            "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
            "GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@crucible.invalid",
-           "GIT_COMMITTER_NAME": "Bench", "GIT_COMMITTER_EMAIL": "bench@crucible.invalid"}
+           "GIT_COMMITTER_NAME": "Bench", "GIT_COMMITTER_EMAIL": "bench@crucible.invalid",
+           # Crucible's sandbox hands a writer's tree to its unprivileged uid, as Crucible's git does.
+           "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
 
 
 @dataclass
@@ -100,8 +108,9 @@ def median_or_none(values: list[float]) -> float | None:
 class BareLoop:
     """One search's commands, run directly: git and bubblewrap, a thread pool, and barriers."""
 
-    def __init__(self, repo: Path, work: Path, population: int, rounds: list[int], sleep: float, trials: int):
-        self.repo, self.work = repo, work
+    def __init__(self, repo: Path, work: Path, population: int, rounds: list[int], sleep: float, trials: int,
+                 sandbox: str = "bwrap"):
+        self.repo, self.work, self.sandbox = repo, work, sandbox
         self.population, self.rounds, self.sleep, self.trials = population, rounds, sleep, trials
         self.pause = f"sleep {sleep}; " if sleep else ""
         self.writer = self.pause + "echo $CRUCIBLE_CANDIDATE_ID > code/id.txt"
@@ -125,8 +134,11 @@ class BareLoop:
         return done.stdout
 
     def _sandboxed(self, argv: list[str], tree: Path, phase: str, chain: str, *,
-                   env: dict[str, str] | None = None, stdin: bytes = b"", writable: bool = True
-                   ) -> subprocess.CompletedProcess:
+                   env: dict[str, str] | None = None, stdin: bytes = b"", writable: bool = True,
+                   kind: str = "writer") -> subprocess.CompletedProcess:
+        if self.sandbox == "crucible":
+            return self._crucible_sandboxed(argv, tree, phase, chain, env=env, stdin=stdin, writable=writable,
+                                            kind=kind)
         bwrap = ["bwrap", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
                  "--bind" if writable else "--ro-bind", str(tree), str(tree), "--chdir", str(tree),
                  "--unshare-all", "--cap-drop", "ALL", "--new-session", "--die-with-parent", "--clearenv",
@@ -140,9 +152,28 @@ class BareLoop:
             self.commands.append(Timed(phase, chain, seconds))
         return done
 
-    def _shell(self, command: str, tree: Path, phase: str, chain: str, **env: str
+    def _crucible_sandboxed(self, argv: list[str], tree: Path, phase: str, chain: str, *,
+                            env: dict[str, str] | None, stdin: bytes, writable: bool, kind: str
+                            ) -> subprocess.CompletedProcess:
+        """The command as a search step runs it (search_app/execution.py's options per kind)."""
+        # Imported here: the plain mode runs without Django; this one needs it set up first.
+        from runtime_app import sandbox
+        from runtime_app.lane import EXCLUSIVE, SHARED
+
+        metrics = self.work / f"metrics-{threading.get_ident()}.json" if kind == "trial" else None
+        started = time.perf_counter()
+        receipt = sandbox.run(argv, cwd=tree, timeout=600, env=env, stdin=stdin, writable=writable,
+                              fresh=kind in ("gate", "trial"), lane=EXCLUSIVE if kind == "trial" else SHARED,
+                              readable=[self.repo / ".git"], metrics_file=metrics)
+        seconds = time.perf_counter() - started
+        with self.lock:
+            self.commands.append(Timed(phase, chain, seconds))
+        return subprocess.CompletedProcess(argv, receipt.exit_code if receipt.exit_code is not None else -1,
+                                           receipt.stdout_excerpt.encode(), receipt.stderr_excerpt.encode())
+
+    def _shell(self, command: str, tree: Path, phase: str, chain: str, kind: str = "writer", **env: str
                ) -> subprocess.CompletedProcess:
-        return self._sandboxed(["sh", "-c", command], tree, phase, chain, env=env)
+        return self._sandboxed(["sh", "-c", command], tree, phase, chain, env=env, kind=kind)
 
     def _tree(self, name: str, patch: bytes) -> Path:
         tree = self.work / name
@@ -174,7 +205,7 @@ class BareLoop:
     def _gated(self, cid: str, patch: bytes, phase: str, name: str) -> bool:
         tree = self._tree(name, patch)
         try:
-            return self._shell(self.gate, tree, phase, cid).returncode == 0
+            return self._shell(self.gate, tree, phase, cid, kind="gate").returncode == 0
         finally:
             self._remove(tree)
 
@@ -188,7 +219,7 @@ class BareLoop:
                 order = sorted(members)
                 random.Random(f"{namespace}-{block}").shuffle(order)
                 for cid in order:
-                    done = self._shell(self.score, trees[cid], phase, chain or phase)
+                    done = self._shell(self.score, trees[cid], phase, chain or phase, kind="trial")
                     if done.returncode == 0:
                         values[cid].append(float(done.stdout.decode().split()[-1].rstrip("}")))
         finally:
@@ -227,18 +258,19 @@ class BareLoop:
         tree = self._tree(f"{winner}-review", alive[winner])
         try:
             self._sandboxed([sys.executable, str(REVIEWER), "--protected", "tests"], tree, "review",
-                            winner, stdin=alive[winner], writable=False)
+                            winner, stdin=alive[winner], writable=False, kind="review")
         finally:
             self._remove(tree)
         return BareResult(time.perf_counter() - started, winner, self.commands, self.git_processes)
 
 
-def bare_run(repo: Path, work: Path, population: int, rounds: list[int], sleep: float, trials: int
-             ) -> BareResult:
-    """Run one bare search against `repo` (trees under `work`, removed as it goes)."""
+def bare_run(repo: Path, work: Path, population: int, rounds: list[int], sleep: float, trials: int,
+             sandbox: str = "bwrap") -> BareResult:
+    """Run one bare search against `repo` (trees under `work`, removed as it goes); `sandbox` is
+    "bwrap" (plain bubblewrap) or "crucible" (runtime_app.sandbox; Django must be set up)."""
     work.mkdir(parents=True, exist_ok=True)
     try:
-        return BareLoop(repo, work, population, rounds, sleep, trials).run()
+        return BareLoop(repo, work, population, rounds, sleep, trials, sandbox).run()
     finally:
         subprocess.run(["git", "worktree", "prune"], cwd=repo, env=GIT_ENV, check=False)
         shutil.rmtree(work, ignore_errors=True)
@@ -261,15 +293,20 @@ def main() -> None:
                         help="comma-separated, e.g. 32,8,3,1 (default: by population)")
     parser.add_argument("--sleep", type=float, default=0.2, help="seconds each command sleeps (0: trivial)")
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--sandbox", choices=("bwrap", "crucible"), default="bwrap",
+                        help="plain bubblewrap, or Crucible's own sandbox (runtime_app.sandbox)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     args = parser.parse_args()
     rounds = [int(r) for r in args.rounds.split(",")] if args.rounds else default_rounds(args.population)
     with bench_temp(args.keep) as temp:
+        if args.sandbox == "crucible":
+            django_setup(temp / "data")
         repo = make_repo(temp / "repo")
-        result = bare_run(repo, temp / "trees", args.population, rounds, args.sleep, args.trials)
+        result = bare_run(repo, temp / "trees", args.population, rounds, args.sleep, args.trials,
+                          args.sandbox)
     ideal, _ = round_aware_ideal(result.commands)
     kind = f"sleep {args.sleep:g} s" if args.sleep else "trivial"
-    print(f"bare loop: population {args.population}, rounds {rounds}, trials {args.trials}, "
+    print(f"bare loop ({args.sandbox}): population {args.population}, rounds {rounds}, trials {args.trials}, "
           f"commands {kind}: winner {result.winner}")
     print(f"  wall {result.wall:.2f} s; {len(result.commands)} commands, {result.command_seconds:.2f} s "
           f"in all (Σ/16 {result.command_seconds / CONCURRENCY:.2f} s, round-aware ideal {ideal:.2f} s); "

@@ -14,6 +14,9 @@ orchestration).
 **Lanes**, one after another on the same machine, each configuration in each lane:
 - `bare`: bench/bare_loop.py, the same sandboxed commands and round barriers with a
   `ThreadPoolExecutor(16)`, git and plain bubblewrap (its docstring lists the differences).
+- `bare-sandbox`: the same loop with every command in Crucible's own sandbox
+  (`bare_loop.py --sandbox crucible`): no database, receipt or planner, so bare → bare-sandbox is
+  what the sandbox costs and bare-sandbox → Crucible what the orchestration costs.
 - `inline`: `search_run_inline` in this process (a thread per live step).
 - `celery-fs`: a real Celery worker subprocess as `manage.py serve` starts one (prefork, embedded
   beat) on the embedded filesystem broker in the data dir, with `--concurrency 16` so 16 steps can
@@ -71,7 +74,7 @@ from bare_loop import CONCURRENCY, Timed, bare_run, default_rounds, make_repo, r
 
 __all__ = ["make_repo", "spec"]  # bench/ws_fanout.py builds its search with these
 
-LANES = ("inline", "celery-fs", "celery-redis")
+LANES = ("bare-sandbox", "inline", "celery-fs", "celery-redis")
 GOALS = {("sleep", 32): 1.2, ("trivial", 512): 1.5}
 WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 
@@ -382,6 +385,12 @@ def report(config: Config, results: dict[str, LaneResult]) -> None:
         verdicts = [f"{name} {r.wall / bare.wall:.2f}x {'meets' if r.wall / bare.wall <= goal else 'MISSES'}"
                     for name, r in results.items() if name != "bare" and not r.skipped]
         print(f"  goal ≤ {goal}x the bare loop: " + "; ".join(verdicts))
+    sandboxed = results.get("bare-sandbox")
+    if sandboxed and not sandboxed.skipped and bare and not bare.skipped:
+        print(f"  the sandbox alone (bare-sandbox / bare): {sandboxed.wall / bare.wall:.2f}x; "
+              "the orchestration (lane / bare-sandbox): " + "; ".join(
+                  f"{name} {r.wall / sandboxed.wall:.2f}x" for name, r in results.items()
+                  if name not in ("bare", "bare-sandbox") and not r.skipped))
     for name, result in results.items():
         if name not in ("bare", "inline") and result.steps:  # inline: the table below
             print(f"  {name} fixed cost per step (median ms, step time − its commands): " + ", ".join(
@@ -543,6 +552,14 @@ def main() -> None:
                                                      bare.git_processes)
                 print(f"bare {config.title()}: {bare.wall:.2f} s", flush=True)
             for lane in lanes:
+                if lane == "bare-sandbox":
+                    for config in configs:
+                        bare = bare_run(repo, temp / "bare-trees", config.population, config.rounds,
+                                        config.sleep, config.trials, sandbox="crucible")
+                        results[config][lane] = LaneResult(bare.wall, bare.commands, bare.winner,
+                                                           bare.git_processes)
+                        print(f"{lane} {config.title()}: {bare.wall:.2f} s", flush=True)
+                    continue
                 if lane == "inline":
                     for config in configs:
                         results[config][lane] = inline_run(user, project, repo, config)
