@@ -69,11 +69,13 @@ GIT_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexisten
 
 @dataclass
 class Timed:
-    """One sandboxed command: the barrier segment (`phase`) and chain it belongs to, its seconds."""
+    """One sandboxed command: the barrier segment (`phase`) and chain it belongs to, its seconds,
+    and when it started (seconds since the search started)."""
 
     phase: str
     chain: str
     seconds: float
+    started: float = 0.0
 
 
 @dataclass
@@ -101,6 +103,16 @@ def round_aware_ideal(commands: list[Timed], concurrency: int = CONCURRENCY
     return sum(ideal.values()), ideal
 
 
+def segment_spans(commands: list[Timed]) -> dict[str, float]:
+    """Each barrier segment's wall time: from its first command's start to its last one's end."""
+    spans: dict[str, list[float]] = {}
+    for command in commands:
+        span = spans.setdefault(command.phase, [command.started, command.started + command.seconds])
+        span[0] = min(span[0], command.started)
+        span[1] = max(span[1], command.started + command.seconds)
+    return {phase: end - start for phase, (start, end) in spans.items()}
+
+
 def median_or_none(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -119,6 +131,7 @@ class BareLoop:
         self.commands: list[Timed] = []
         self.git_processes = 0
         self.lock = threading.Lock()
+        self.started = time.perf_counter()  # reset when run() starts
         self.repo_lock = threading.Lock()  # concurrent `git worktree add`s race on .git/worktrees
         self.baseline = self._git(["rev-parse", "HEAD"], repo).decode().strip()
 
@@ -149,7 +162,7 @@ class BareLoop:
         done = subprocess.run([*bwrap, *argv], input=stdin, capture_output=True, check=False)
         seconds = time.perf_counter() - started
         with self.lock:
-            self.commands.append(Timed(phase, chain, seconds))
+            self.commands.append(Timed(phase, chain, seconds, started - self.started))
         return done
 
     def _crucible_sandboxed(self, argv: list[str], tree: Path, phase: str, chain: str, *,
@@ -167,7 +180,7 @@ class BareLoop:
                               readable=[self.repo / ".git"], metrics_file=metrics)
         seconds = time.perf_counter() - started
         with self.lock:
-            self.commands.append(Timed(phase, chain, seconds))
+            self.commands.append(Timed(phase, chain, seconds, started - self.started))
         return subprocess.CompletedProcess(argv, receipt.exit_code if receipt.exit_code is not None else -1,
                                            receipt.stdout_excerpt.encode(), receipt.stderr_excerpt.encode())
 
@@ -230,7 +243,7 @@ class BareLoop:
     # ---------------------------------------------------------------------------------- run
 
     def run(self) -> BareResult:
-        started = time.perf_counter()
+        started = self.started = time.perf_counter()
         ids = [f"cand_{n:03d}" for n in range(1, self.population + 1)]
         with ThreadPoolExecutor(CONCURRENCY) as pool:
             baseline_gate = pool.submit(self._gated, "baseline", b"", "round 0 write+gates",

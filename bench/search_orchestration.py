@@ -70,7 +70,15 @@ from pathlib import Path
 from typing import Any
 
 from _search_setup import REPO_ROOT, bench_temp, django_setup, operator_and_project
-from bare_loop import CONCURRENCY, Timed, bare_run, default_rounds, make_repo, round_aware_ideal
+from bare_loop import (
+    CONCURRENCY,
+    Timed,
+    bare_run,
+    default_rounds,
+    make_repo,
+    round_aware_ideal,
+    segment_spans,
+)
 
 __all__ = ["make_repo", "spec"]  # bench/ws_fanout.py builds its search with these
 
@@ -232,6 +240,7 @@ def crucible_commands(search: Any) -> tuple[list[Timed], list[dict[str, Any]]]:
     from runtime_app.models import Receipt
 
     steps = list(search.steps.select_related("candidate").order_by("id"))
+    origin = min((step.started_at for step in steps if step.started_at), default=None)
     wanted = {pk for step in steps for pk in step.result.get("receipts", [])}
     receipts = {r.pk: r for r in Receipt.objects.filter(pk__in=wanted)}
     commands: list[Timed] = []
@@ -246,7 +255,8 @@ def crucible_commands(search: Any) -> tuple[list[Timed], list[dict[str, Any]]]:
             phase, chain = f"{step.kind}{part}", str(step.pk)
         mine = [receipts[pk] for pk in step.result.get("receipts", []) if pk in receipts]
         ran = [r for r in mine if r.kind in ("command", "review")]
-        commands += [Timed(phase, chain, r.duration_seconds) for r in ran]
+        commands += [Timed(phase, chain, r.duration_seconds,
+                           (r.started_at - origin).total_seconds() if origin else 0.0) for r in ran]
         if step.started_at and step.finished_at:
             rows.append({"pk": step.pk, "kind": step.kind, "seconds": (step.finished_at - step.started_at)
                          .total_seconds(), "command_seconds": sum(r.duration_seconds for r in ran),
@@ -385,6 +395,7 @@ def report(config: Config, results: dict[str, LaneResult]) -> None:
         verdicts = [f"{name} {r.wall / bare.wall:.2f}x {'meets' if r.wall / bare.wall <= goal else 'MISSES'}"
                     for name, r in results.items() if name != "bare" and not r.skipped]
         print(f"  goal ≤ {goal}x the bare loop: " + "; ".join(verdicts))
+    segments(results)
     sandboxed = results.get("bare-sandbox")
     if sandboxed and not sandboxed.skipped and bare and not bare.skipped:
         print(f"  the sandbox alone (bare-sandbox / bare): {sandboxed.wall / bare.wall:.2f}x; "
@@ -400,6 +411,21 @@ def report(config: Config, results: dict[str, LaneResult]) -> None:
     inline = results.get("inline")
     if inline and inline.steps:
         breakdown(inline)
+
+
+def segments(results: dict[str, LaneResult]) -> None:
+    """Each barrier segment's wall time per lane, and what is left between segments (planning,
+    a round's trees made and removed, a Celery hop), so a gap to the bare loop has a place."""
+    lanes = {name: r for name, r in results.items() if not r.skipped and r.commands}
+    spans = {name: segment_spans(r.commands) for name, r in lanes.items()}
+    phases = list(dict.fromkeys(phase for lane in spans.values() for phase in lane))
+    if not phases:
+        return
+    print("  segment wall (s, first command start → last end)  " + "  ".join(f"{n:>12}" for n in lanes))
+    for phase in phases:
+        print(f"    {phase:<48}" + "  ".join(f"{spans[n].get(phase, 0):12.2f}" for n in lanes))
+    print(f"    {'outside the segments':<48}" + "  ".join(
+        f"{r.wall - sum(spans[n].values()):12.2f}" for n, r in lanes.items()))
 
 
 def breakdown(result: LaneResult) -> None:
