@@ -505,6 +505,7 @@ def _fits(run: Any, cost: int, tokens: int) -> bool:
 _PLAN_FIELDS = ("id", "search_id", "candidate_id", "number", "batch", "state", "round_reached",
                 "patch_sha256", "patch_round", "duplicate_of_id", "score", "reason")
 _LIVE_STATES = ("pending", "running")
+_PLAN_PASSES = 3  # a round closes, the next one starts; never more than that in one call
 
 
 def search_advance(search_pk: int) -> list[int]:
@@ -522,8 +523,17 @@ def search_advance(search_pk: int) -> list[int]:
     if _planner_has_work(run, spec):
         with transaction.atomic():
             run = _run_for_planning(search_pk, lock=True)
-            if run is None or run.terminal or not _plan(run, spec):
+            if run is None or run.terminal:
                 return []
+            # Closing a round and making the next round's first step are two passes: take them
+            # together, or a worker planning after the last completion finds nothing to run and
+            # the search waits for the beat's next drive.
+            for _ in range(_PLAN_PASSES):
+                before = (run.round_index, run.phase)
+                if not _plan(run, spec):
+                    return []
+                if run.terminal or (run.round_index, run.phase) == before:
+                    break
     return _ready_steps(run.search, spec.concurrency)
 
 

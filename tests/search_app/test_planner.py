@@ -111,3 +111,21 @@ def test_a_chain_of_steps_hands_its_slot_back_after_a_while(personas, tmp_path, 
     monkeypatch.setattr(tasks.step_run, "delay", queued.append)
     tasks.step_run(first)
     assert len(ran) == tasks.CHAIN_STEPS and queued == [first + tasks.CHAIN_STEPS]
+
+
+def test_workers_carry_a_search_across_its_rounds_without_waiting_for_the_beat(personas, tmp_path, data_dir,
+                                                                               monkeypatch):
+    """A round's last measure ends: the worker closes the round and runs the next round's first
+    step itself. Without the second pass the search stalled there until the beat's next drive."""
+    search = frozen(personas, tmp_path, {"cand_001": 5, "cand_002": 9, "cand_003": 7}, population=3,
+                    rounds=[3, 2, 1])
+    services.search_start(personas.owner, search, enqueue=False)
+    queued: list[int] = []
+    monkeypatch.setattr(tasks.step_run, "delay", queued.append)
+    monkeypatch.setattr(tasks.search_drive, "delay", lambda search_pk: pytest.fail("no drive is queued"))
+    tasks.search_drive(search.pk)  # the first drive, as search_start sends it
+    while queued:
+        tasks.step_run(queued.pop(0))
+    run = SearchRun.objects.get(search=search)
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_002", (run.status, run.phase)
+    assert search.steps.filter(kind="measure").values_list("round", flat=True).distinct().count() == 3
