@@ -8,11 +8,14 @@ Step: a step that dies half-way leaves only receipts, and running it again is sa
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import json
 import sys
 import threading
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -142,10 +145,97 @@ def _worktree_name(step: Step, purpose: str) -> str:
 
 
 def _fresh_worktree_path(repo: str, name: str) -> None:
-    """Remove a worktree a crashed earlier attempt left under this name."""
+    """Remove a worktree a crashed earlier attempt left under this name (and its parked record)."""
     leftover = worktrees_root() / name
+    _parked_record(leftover).unlink(missing_ok=True)  # first: a record never outlives its tree
     if leftover.exists() or leftover.is_symlink():
         worktree_remove(repo, leftover)
+
+
+# An evaluation tree whose gates all passed is kept ("parked") on this host for the trials of
+# its candidate, and a round's trial trees for the next round's, so `measure` need not check the
+# same baseline + patch + hidden files out again. No command ever runs in a parked tree (each
+# gets a throwaway overlay or copy of it). Its record sits beside it in the worktrees root,
+# outside every sandbox's view, written only once the tree is complete and removed before it.
+# Only in the embedded mode (no REDIS_URL), where every step runs on this one machine and the
+# end of the search removes what is left: in the distributed mode the trials may run on another
+# host, and nothing would tell this one that its trees are no longer needed.
+PARKED_SUFFIX = ".parked.json"
+
+
+def trees_park_here() -> bool:
+    """Whether this process parks evaluation trees: the embedded mode, one machine."""
+    return not settings.CONFIG.redis_url
+
+
+@dataclass(frozen=True)
+class ParkedTree:
+    tree: Path
+    read_only: list[str]
+    apply_receipt: int | None  # the receipt of the apply that built it
+
+
+def _parked_record(tree: Path) -> Path:
+    return tree.with_name(tree.name + PARKED_SUFFIX)
+
+
+def _tree_park(step: Step, candidate_id: str, tree: Path, read_only: list[str], patch_sha256: str,
+               apply_receipt: int | None) -> bool:
+    """Record `tree` as parked for `candidate_id`'s trials from this round on; False if it could not
+    be (an unrecorded tree is then removed)."""
+    record = {"search": step.search.search_id, "round": step.round, "candidate": candidate_id,
+              "patch_sha256": patch_sha256, "baseline": step.search.baseline_commit,
+              "read_only": read_only, "apply_receipt": apply_receipt, "step": step.pk}
+    temporary = tree.with_name(tree.name + ".parking")
+    try:
+        temporary.write_text(json.dumps(record))
+        temporary.replace(_parked_record(tree))  # whole or absent, whatever kills this process
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def _parked_records(search: Search, candidate_id: str = "*") -> list[tuple[Path, dict]]:
+    """This host's parked trees of `search` (of one candidate), with their records."""
+    found = []
+    pattern = f"{glob.escape(search.search_id)}-{glob.escape(candidate_id) if candidate_id != '*' else '*'}-*"
+    for path in sorted(worktrees_root().glob(pattern + PARKED_SUFFIX)):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            record = {}
+        found.append((path.with_name(path.name.removesuffix(PARKED_SUFFIX)),
+                      record if isinstance(record, dict) else {}))
+    return found
+
+
+def _tree_parked(step: Step, member: Any) -> ParkedTree | None:
+    """A tree parked on this host for `member` that holds exactly its current patch over this
+    search's baseline (from its evaluation, or an earlier round's trials), or None."""
+    digest = hashlib.sha256(bytes(member.patch)).hexdigest()
+    for tree, record in _parked_records(step.search, member.candidate_id):
+        if (record.get("candidate") == member.candidate_id and record.get("patch_sha256") == digest
+                and record.get("baseline") == step.search.baseline_commit
+                and isinstance(record.get("round"), int) and record["round"] <= step.round
+                and isinstance(record.get("read_only"), list) and tree.is_dir() and not tree.is_symlink()):
+            return ParkedTree(tree, [str(path) for path in record["read_only"]], record.get("apply_receipt"))
+    return None
+
+
+def parked_trees_remove(search: Search, *, rounds_before: int | None = None) -> int:
+    """Remove this host's parked trees of `search` (only those last parked in a round before
+    `rounds_before`, if given: trees no trial of that round took); returns how many."""
+    removed = 0
+    for tree, record in _parked_records(search):
+        parked_in = record.get("round")
+        if rounds_before is not None and isinstance(parked_in, int) and parked_in >= rounds_before:
+            continue
+        _parked_record(tree).unlink(missing_ok=True)
+        if tree.exists() or tree.is_symlink():
+            worktree_remove(search_repository(search), tree)
+        removed += 1
+    return removed
 
 
 def _record(receipt: Receipt, step: Step, label: str) -> Receipt:
@@ -369,28 +459,37 @@ def _gates_judged(step: Step, ran: list[tuple[int, str, Receipt]], receipts: lis
     return None
 
 
-def _gated(step: Step, spec: SearchSpec, purpose: str, label: str, cancel: threading.Event
-           ) -> tuple[dict[str, Any] | None, list[int]]:
+def _gated(step: Step, spec: SearchSpec, purpose: str, label: str, cancel: threading.Event, *,
+           park: bool = False) -> tuple[dict[str, Any] | None, list[int]]:
     """The candidate's pristine evaluation tree and its gates in order; (the step's result if it
-    stopped there, the receipts). The tree is removed either way. The apply receipt is written
-    with the first gate's, in one transaction, and whatever happens on the way."""
+    stopped there, the receipts). The tree is removed, unless `park` and every gate passed: then
+    it is kept for the round's trials on this host. The apply receipt is written with the first
+    gate's, in one transaction, and whatever happens on the way."""
     search, candidate = step.search, step.candidate
     batch = ReceiptBatch()
     ran: list[tuple[int, str, Receipt]] = []
+    kept = False
     try:
         tree, admit, read_only = _evaluation_tree(step, candidate, spec, purpose, label, pending=batch)
         if tree is not None:
             try:
                 ran = _gates(step, spec, tree, read_only, label, cancel, batch)
+                kept = park and len(ran) == len(spec.hard_gates.commands) and all(
+                    gate.succeeded and not gate.detail.get("cancelled") for _, _, gate in ran)
             finally:
-                worktree_remove(search_repository(search), tree)
+                if not kept:
+                    worktree_remove(search_repository(search), tree)
     finally:
         batch.write()
     receipts = [admit.pk]
     if tree is None:
         return {"eliminated": f"patch refused at {admit.detail['stage']}: {admit.detail['reason']}",
                 "receipts": receipts}, receipts
-    return _gates_judged(step, ran, receipts), receipts
+    judged = _gates_judged(step, ran, receipts)
+    if kept and not (judged is None and _tree_park(step, candidate.candidate_id, tree, read_only,
+                                                   admit.detail.get("patch_sha256", ""), admit.pk)):
+        worktree_remove(search_repository(search), tree)
+    return judged, receipts
 
 
 def evaluate(step: Step, cancel: threading.Event) -> dict[str, Any]:
@@ -398,7 +497,7 @@ def evaluate(step: Step, cancel: threading.Event) -> dict[str, Any]:
     run later, in the round's measurement blocks (`measure`)."""
     spec = search_spec(step.search)
     label = f"{step.candidate.candidate_id} r{step.round} {step.kind}"
-    stopped, receipts = _gated(step, spec, step.kind, label, cancel)
+    stopped, receipts = _gated(step, spec, step.kind, label, cancel, park=trees_park_here())
     return stopped or {"receipts": receipts, "gates_passed": len(spec.hard_gates.commands)}
 
 
@@ -447,6 +546,8 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
     values: dict[str, dict[str, float]] = {cid: {} for cid in members}
     durations: dict[str, dict[str, float]] = {cid: {} for cid in members}
     dropped: dict[str, str] = {}
+    built_by: dict[str, int | None] = {}  # each member's tree: the apply receipt that built it
+    parked_from: list[str] = []  # members whose tree was parked (by their evaluation or earlier trials)
     scratch = worktrees_root().parent / "sandbox"
     scratch.mkdir(parents=True, exist_ok=True)
     try:
@@ -457,8 +558,16 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
         try:
             for cid, member in sorted(members.items()):
                 label = f"{cid} r{step.round}"
+                # A replay's trees are its own clean checkouts: only a round's trials take a parked one.
+                parked = _tree_parked(step, member) if step.kind == "measure" else None
+                if parked is not None:  # a pristine tree no command ran in: no second checkout
+                    trees[cid] = (parked.tree, parked.read_only)
+                    built_by[cid] = parked.apply_receipt
+                    parked_from.append(cid)
+                    continue
                 tree, admit, read_only = _evaluation_tree(step, member, spec, "measure", label, pending=batch)
                 admits.append(admit)
+                built_by[cid] = admit
                 if tree is None:
                     dropped[cid] = f"its patch could not be set up again: {admit.detail.get('reason')}"
                 else:
@@ -466,6 +575,7 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
         finally:
             batch.write()
         receipts += [admit.pk for admit in admits]
+        built_by = {cid: getattr(built, "pk", built) for cid, built in built_by.items()}
         for block in range(first, last):
             running = [cid for cid in trees if cid not in dropped]
             order = block_order(search.search_id, namespace, block, running)
@@ -509,10 +619,27 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
             if stopped:
                 return {"cancelled": True, "receipts": receipts}
     finally:
-        for tree, _ in trees.values():
-            worktree_remove(search_repository(search), tree)
+        keep = step.kind == "measure" and not cancel.is_set() and trees_park_here()
+        _trees_release(step, members, trees, built_by, keep=keep, dropped=dropped)
     return {"receipts": receipts, "values": values, "durations": durations, "dropped": dropped,
-            "blocks": [first, last], "members": sorted(members)}
+            "blocks": [first, last], "members": sorted(members),
+            **({"trees_parked_before": sorted(parked_from)} if parked_from else {})}
+
+
+def _trees_release(step: Step, members: dict[str, Any], trees: dict[str, tuple[Path, list[str]]],
+                   built_by: dict[str, Any], *, keep: bool, dropped: dict[str, str]) -> None:
+    """After a step's trials: park the trees of members still measured for the next round's
+    trials (`keep`), remove the others, and every tree parked earlier that no trial of this round
+    took (its candidate is out of the race)."""
+    search = step.search
+    for cid, (tree, read_only) in trees.items():
+        digest = hashlib.sha256(bytes(members[cid].patch)).hexdigest()
+        built = built_by.get(cid)
+        if not (keep and cid not in dropped
+                and _tree_park(step, cid, tree, read_only, digest, getattr(built, "pk", built))):
+            _parked_record(tree).unlink(missing_ok=True)
+            worktree_remove(search_repository(search), tree)
+    parked_trees_remove(search, rounds_before=step.round if keep else step.round + 1)
 
 
 def replay(step: Step, cancel: threading.Event) -> dict[str, Any]:

@@ -195,8 +195,22 @@ def _lease_seconds() -> int:
     return settings.CONFIG.step_lease_seconds
 
 
+_ENDED_EVENTS = ("search.finished", "search.cancelled")
+
+
 def _search_event(search: Search, kind: str, message: str, **payload: Any) -> None:
     event_emit(search.project, "search", search.pk, kind, {"message": message, **payload})
+    if kind in _ENDED_EVENTS:  # no trial will use an evaluation tree parked on this host any more
+        transaction.on_commit(lambda: _parked_trees_release(search))
+
+
+def _parked_trees_release(search: Search) -> None:
+    from search_app.execution import parked_trees_remove
+
+    try:
+        parked_trees_remove(search)
+    except Exception:  # the search has ended either way: a tree left behind costs only disk
+        logger.exception("could not remove the parked evaluation trees of search %s", search.search_id)
 
 
 def _candidate_event(candidate: Any, message: str) -> None:
@@ -1227,7 +1241,12 @@ def step_execute(step_pk: int, owner: str) -> bool:
     finally:
         stop.set()
         beat.join()
-    return _step_record(step.pk, owner, result)
+    recorded = _step_record(step.pk, owner, result)
+    # The search ended while this step ran: no trial will need the trees it parked.
+    if step.kind in ("evaluate", "measure") and execution.trees_park_here() and \
+            not SearchRun.objects.filter(search_id=step.search_id, status="running").exists():
+        _parked_trees_release(step.search)
+    return recorded
 
 
 def _step_record(step_pk: int, owner: str, result: dict) -> bool:
