@@ -298,6 +298,17 @@ def inline_run(user: Any, project: Any, repo: Path, config: Config) -> LaneResul
                       planner=(PROBE.planner_seconds, PROBE.planner_calls), steps=rows)
 
 
+def broker_connection(broker_url: str | None) -> Any:
+    """A connection to the lane's broker: this process's own (the embedded filesystem broker of
+    the data dir) or the Redis at `broker_url`. Celery's `connection_for_write(url)` would keep
+    this process's transport setting, the filesystem one, and the task would never reach Redis."""
+    from kombu import Connection
+
+    from crucible.celery import app
+
+    return Connection(broker_url) if broker_url else app.connection_for_write()
+
+
 class Worker:
     """A Celery worker subprocess, as `manage.py serve` starts one, for one lane."""
 
@@ -318,7 +329,23 @@ class Worker:
                 tail = self.log_path.read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"the {lane} worker did not become ready:\n{tail}")
             time.sleep(0.2)
-        time.sleep(1)  # its pool's children finish starting
+
+    def warm(self, broker_url: str | None) -> float:
+        """Send one task that does nothing (a drive for a search that does not exist) and wait
+        until the worker has run it: a lane's search starts on a worker already consuming, as a
+        deployment's long-running workers are. Returns the seconds that took."""
+        from crucible.celery import app
+
+        started, mark = time.perf_counter(), len(self.log_path.read_bytes())
+        with broker_connection(broker_url) as connection:
+            app.send_task("search_app.tasks.search_drive", args=[0], connection=connection)
+        while b"search_drive" not in self.log_path.read_bytes()[mark:] or b"succeeded" not in \
+                self.log_path.read_bytes()[mark:]:
+            if self.process.poll() is not None or time.perf_counter() > started + 120:
+                tail = self.log_path.read_text()[-2000:]
+                raise RuntimeError(f"the worker did not run a first task:\n{tail}")
+            time.sleep(0.02)
+        return time.perf_counter() - started
 
     def stop(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -338,7 +365,7 @@ def celery_run(user: Any, project: Any, repo: Path, config: Config, lane: str, b
 
     search = freeze(user, project, repo, config, lane)
     started = time.perf_counter()
-    with app.connection_for_write(broker_url) as connection:
+    with broker_connection(broker_url) as connection:
         app.send_task("search_app.tasks.search_drive", args=[search.pk], connection=connection)
     deadline = started + 3600
     while not SearchRun.objects.get(search=search).terminal:
@@ -602,6 +629,8 @@ def main() -> None:
                     extra, broker = {"REDIS_URL": redis_url}, redis_url
                 worker = Worker(temp, lane, extra)
                 try:
+                    warmed = worker.warm(broker)
+                    print(f"{lane}: the worker ran its first task {warmed:.2f} s after it was sent")
                     for config in configs:
                         results[config][lane] = celery_run(user, project, repo, config, lane, broker)
                         print(f"{lane} {config.title()}: {results[config][lane].wall:.2f} s", flush=True)
