@@ -546,7 +546,7 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
     values: dict[str, dict[str, float]] = {cid: {} for cid in members}
     durations: dict[str, dict[str, float]] = {cid: {} for cid in members}
     dropped: dict[str, str] = {}
-    built_by: dict[str, int | None] = {}  # each member's tree: the apply receipt that built it
+    built_by: dict[str, Any] = {}  # each member's tree: the apply receipt that built it (its pk once written)
     parked_from: list[str] = []  # members whose tree was parked (by their evaluation or earlier trials)
     scratch = worktrees_root().parent / "sandbox"
     scratch.mkdir(parents=True, exist_ok=True)
