@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -49,6 +51,32 @@ def root_worker_check(**kwargs: Any) -> None:
         logger.warning("The worker runs as root and commands run without bubblewrap (CRUCIBLE_SANDBOX=%s, "
                        "%s): candidate code would run as root. Install bubblewrap or run Crucible as "
                        "an unprivileged user (docs/sandbox.md).", sandbox.sandbox_mode(), reason)
+
+
+# How often a worker host removes the evaluation trees it parked that no trial will take.
+PARKED_TREES_SWEEP_SECONDS = 10.0
+
+
+@worker_ready.connect
+def parked_trees_sweeper_start(**kwargs: Any) -> None:
+    """Each worker host sweeps its own parked evaluation trees (search_app.execution): the trials
+    of a tree it parked may run on another host, and then nothing else would remove it."""
+    threading.Thread(target=_parked_trees_sweep_forever, name="crucible-parked-trees", daemon=True).start()
+
+
+def _parked_trees_sweep_forever() -> None:
+    from django.db import connection
+
+    from search_app.execution import parked_trees_sweep  # Django is set up once the worker starts
+
+    while True:
+        time.sleep(PARKED_TREES_SWEEP_SECONDS)
+        try:
+            parked_trees_sweep()
+        except Exception:  # a sweep that fails leaves trees for the next one; the worker goes on
+            logger.exception("could not sweep the parked evaluation trees")
+        finally:
+            connection.close()  # no database connection held between sweeps
 
 
 class RoutineTaskFilter(logging.Filter):

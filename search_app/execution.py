@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import shutil
 import sys
 import threading
 import uuid
@@ -152,20 +153,15 @@ def _fresh_worktree_path(repo: str, name: str) -> None:
         worktree_remove(repo, leftover)
 
 
-# An evaluation tree whose gates all passed is kept ("parked") on this host for the trials of
+# An evaluation tree whose gates all passed is kept ("parked") on its host for the trials of
 # its candidate, and a round's trial trees for the next round's, so `measure` need not check the
 # same baseline + patch + hidden files out again. No command ever runs in a parked tree (each
 # gets a throwaway overlay or copy of it). Its record sits beside it in the worktrees root,
 # outside every sandbox's view, written only once the tree is complete and removed before it.
-# Only in the embedded mode (no REDIS_URL), where every step runs on this one machine and the
-# end of the search removes what is left: in the distributed mode the trials may run on another
-# host, and nothing would tell this one that its trees are no longer needed.
+# What no trial will take is removed: after a round's trials, when the search ends (on the host
+# that ends it), and by each worker host's own sweep (parked_trees_sweep), for the trees a host
+# parked when the trials ran on another.
 PARKED_SUFFIX = ".parked.json"
-
-
-def trees_park_here() -> bool:
-    """Whether this process parks evaluation trees: the embedded mode, one machine."""
-    return not settings.CONFIG.redis_url
 
 
 @dataclass(frozen=True)
@@ -196,11 +192,13 @@ def _tree_park(step: Step, candidate_id: str, tree: Path, read_only: list[str], 
     return True
 
 
-def _parked_records(search: Search, candidate_id: str = "*") -> list[tuple[Path, dict]]:
-    """This host's parked trees of `search` (of one candidate), with their records."""
+def _parked_records(search: Search | None = None, candidate_id: str = "*") -> list[tuple[Path, dict]]:
+    """This host's parked trees (of `search`, of one of its candidates), with their records."""
+    root = worktrees_root()
+    pattern = "*" if search is None else (
+        f"{glob.escape(search.search_id)}-{glob.escape(candidate_id) if candidate_id != '*' else '*'}-*")
     found = []
-    pattern = f"{glob.escape(search.search_id)}-{glob.escape(candidate_id) if candidate_id != '*' else '*'}-*"
-    for path in sorted(worktrees_root().glob(pattern + PARKED_SUFFIX)):
+    for path in sorted(root.glob(pattern + PARKED_SUFFIX)) if root.is_dir() else []:
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -212,12 +210,13 @@ def _parked_records(search: Search, candidate_id: str = "*") -> list[tuple[Path,
 
 def _tree_parked(step: Step, member: Any) -> ParkedTree | None:
     """A tree parked on this host for `member` that holds exactly its current patch over this
-    search's baseline (from its evaluation, or an earlier round's trials), or None."""
+    search's baseline (from its evaluation, or the previous round's trials), or None."""
     digest = hashlib.sha256(bytes(member.patch)).hexdigest()
     for tree, record in _parked_records(step.search, member.candidate_id):
         if (record.get("candidate") == member.candidate_id and record.get("patch_sha256") == digest
                 and record.get("baseline") == step.search.baseline_commit
-                and isinstance(record.get("round"), int) and record["round"] <= step.round
+                # Parked this round or the one before: older ones are the hosts' sweeps' to remove.
+                and isinstance(record.get("round"), int) and step.round - 1 <= record["round"] <= step.round
                 and isinstance(record.get("read_only"), list) and tree.is_dir() and not tree.is_symlink()):
             return ParkedTree(tree, [str(path) for path in record["read_only"]], record.get("apply_receipt"))
     return None
@@ -234,6 +233,33 @@ def parked_trees_remove(search: Search, *, rounds_before: int | None = None) -> 
         _parked_record(tree).unlink(missing_ok=True)
         if tree.exists() or tree.is_symlink():
             worktree_remove(search_repository(search), tree)
+        removed += 1
+    return removed
+
+
+def parked_trees_sweep() -> int:
+    """Remove this host's parked trees that no trial will take any more: their search is no
+    longer running (or is gone), or has moved two rounds past the round they were parked in
+    (their trials ran on another host). Returns how many; a worker host calls it every few seconds."""
+    records = _parked_records()
+    if not records:
+        return 0
+    searches = {search.search_id: search for search in
+                Search.objects.filter(search_id__in={record.get("search") for _, record in records})
+                .select_related("run")}
+    removed = 0
+    for tree, record in records:
+        search = searches.get(record.get("search"))
+        run = getattr(search, "run", None) if search is not None else None
+        parked_in = record.get("round")
+        if run is not None and run.status == "running" and (
+                not isinstance(parked_in, int) or parked_in >= run.round_index - 1):
+            continue
+        _parked_record(tree).unlink(missing_ok=True)
+        if search is not None and (tree.exists() or tree.is_symlink()):
+            worktree_remove(search_repository(search), tree)
+        elif tree.is_dir() and not tree.is_symlink():  # its search is gone: git prunes the record later
+            shutil.rmtree(tree, ignore_errors=True)
         removed += 1
     return removed
 
@@ -497,7 +523,7 @@ def evaluate(step: Step, cancel: threading.Event) -> dict[str, Any]:
     run later, in the round's measurement blocks (`measure`)."""
     spec = search_spec(step.search)
     label = f"{step.candidate.candidate_id} r{step.round} {step.kind}"
-    stopped, receipts = _gated(step, spec, step.kind, label, cancel, park=trees_park_here())
+    stopped, receipts = _gated(step, spec, step.kind, label, cancel, park=True)
     return stopped or {"receipts": receipts, "gates_passed": len(spec.hard_gates.commands)}
 
 
@@ -619,7 +645,7 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
             if stopped:
                 return {"cancelled": True, "receipts": receipts}
     finally:
-        keep = step.kind == "measure" and not cancel.is_set() and trees_park_here()
+        keep = step.kind == "measure" and not cancel.is_set()
         _trees_release(step, members, trees, built_by, keep=keep, dropped=dropped)
     return {"receipts": receipts, "values": values, "durations": durations, "dropped": dropped,
             "blocks": [first, last], "members": sorted(members),

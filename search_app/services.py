@@ -1243,7 +1243,7 @@ def step_execute(step_pk: int, owner: str) -> bool:
         beat.join()
     recorded = _step_record(step.pk, owner, result)
     # The search ended while this step ran: no trial will need the trees it parked.
-    if step.kind in ("evaluate", "measure") and execution.trees_park_here() and \
+    if step.kind in ("evaluate", "measure") and \
             not SearchRun.objects.filter(search_id=step.search_id, status="running").exists():
         _parked_trees_release(step.search)
     return recorded

@@ -237,8 +237,12 @@ def test_workers_without_the_repository_run_a_search_from_their_mirrors(personas
     # Both hosts ran steps, else the per-host lane was checked on one host only.
     assert set(lanes) == {"dist-a", "dist-b"}, lanes
     assert sum(trials for trials, _ in lanes.values()) > 0, f"no host ran a timing trial: {lanes}"
-    for data in cluster.data_dirs.values():  # no worktree is left behind
-        assert not list(data.glob("worktrees/*"))
+    # No worktree is left behind: a host whose parked trees' trials ran on the other host removes
+    # them with its own sweep once the search has ended (crucible/celery.py).
+    deadline = time.monotonic() + 60
+    while left := [path for data in cluster.data_dirs.values() for path in data.glob("worktrees/*")]:
+        assert time.monotonic() < deadline, f"left behind a minute after the end: {left}"
+        time.sleep(0.5)
 
 
 def test_a_timing_trial_runs_alone_on_its_host(personas, cluster):

@@ -15,7 +15,7 @@ import pytest
 from runtime_app.models import Receipt
 from runtime_app.worktrees import worktrees_root
 from search_app import execution, services
-from search_app.models import Step
+from search_app.models import SearchRun, Step
 from tests.gitrepo import repo_create
 from tests.search_app.runs import frozen, run_inline, spec_text
 
@@ -108,8 +108,8 @@ def test_a_parked_tree_is_taken_for_the_patch_and_baseline_it_holds(measuring):
     assert parked is not None and parked.tree == tree and parked.read_only == ["tests/test_answer.py"]
 
 
-@pytest.mark.parametrize("change", ["another patch", "another baseline", "a later round", "a damaged record",
-                                    "another candidate's record", "a link for a tree"])
+@pytest.mark.parametrize("change", ["another patch", "another baseline", "a later round", "two rounds back",
+                                    "a damaged record", "another candidate's record", "a link for a tree"])
 def test_a_parked_tree_is_never_taken_for_anything_else(measuring, change, tmp_path):
     step, member, tree = measuring
     record = tree.with_name(tree.name + execution.PARKED_SUFFIX)
@@ -120,6 +120,8 @@ def test_a_parked_tree_is_never_taken_for_anything_else(measuring, change, tmp_p
         step.search.baseline_commit = "0" * 40
     elif change == "a later round":
         record.write_text(json.dumps({**data, "round": 1}))
+    elif change == "two rounds back":  # what a host's sweep may be removing at this very moment
+        step.round = 2
     elif change == "a damaged record":
         record.write_text('{"round": 0, "patch_sha256": ')
     elif change == "another candidate's record":
@@ -146,3 +148,21 @@ def test_a_search_that_ends_removes_the_trees_parked_on_this_host(personas, tmp_
     runner.join(60)
     assert not runner.is_alive()
     assert left_behind(search) == []
+
+
+@pytest.mark.parametrize(("status", "round_index", "kept"), [
+    ("running", 0, True), ("running", 1, True), ("running", 2, False), ("cancelling", 0, False),
+    ("finished", 0, False), ("cancelled", 0, False)])
+def test_a_host_s_sweep_removes_the_trees_no_trial_will_take(measuring, status, round_index, kept):
+    step, _, tree = measuring
+    SearchRun.objects.filter(search=step.search).update(status=status, round_index=round_index)
+    execution.parked_trees_sweep()
+    assert tree.is_dir() is kept
+    assert tree.with_name(tree.name + execution.PARKED_SUFFIX).exists() is kept
+
+
+def test_the_sweep_removes_a_tree_whose_search_is_gone(measuring):
+    step, _, tree = measuring
+    step.search.delete()
+    assert execution.parked_trees_sweep() == 1
+    assert not tree.exists()
