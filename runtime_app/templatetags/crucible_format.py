@@ -1,4 +1,4 @@
-"""Small display filters shared by the pages: money in micro-USD, and a multiplication."""
+"""Small display filters shared by the pages: money in micro-USD, short commit ids, a multiplication."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Any
 
 from django import template
 
+from runtime_app import presenters
 from runtime_app.prices import usd_text
 
 register = template.Library()
@@ -26,3 +27,9 @@ def mul(value: Any, factor: Any) -> float | str:
         return float(value) * float(factor)
     except (TypeError, ValueError):
         return ""
+
+
+@register.filter
+def short_sha(sha: Any) -> str:
+    """A commit id or digest as its first 12 characters (runtime_app.presenters.short_sha)."""
+    return presenters.short_sha(sha if isinstance(sha, str) else "")
