@@ -15,11 +15,11 @@ from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
 from evolve_app.models import Agent, Cycle, EvolutionRun, ObservationRecord
-from runtime_app import roles
+from runtime_app import access
 from runtime_app.clock import clock_text
 from runtime_app.models import Event
 from runtime_app.selectors import projects_for_user
-from runtime_app.services import role_require, server_path_check
+from runtime_app.services import server_path_check
 
 ACTIVE = ("queued", "running", "awaiting_review")
 ROLLBACK_TAG = re.compile(r"\bevo-(\d{1,9})\b")
@@ -110,7 +110,7 @@ def import_preview(user: Any, project: Any, path: str, *, trusted: bool = False)
     and API a folder under CRUCIBLE_REPO_ROOTS."""
     from evolve_app.workspace import WorkspaceError, workspace_preview
 
-    role_require(user, project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, project)
     resolved = server_path_check(path, trusted=trusted, what="workspace")
     if not resolved.is_dir():
         raise ValidationError({"path": f"{resolved}: no such folder."})

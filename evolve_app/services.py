@@ -18,9 +18,9 @@ from django.db import connection, transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
-from runtime_app import roles
+from runtime_app import access
 from runtime_app.models import Project
-from runtime_app.services import audit_record, event_emit, role_require, server_path_check
+from runtime_app.services import audit_record, event_emit, server_path_check
 
 logger = logging.getLogger(__name__)
 ACTIVE = ("queued", "running", "awaiting_review")
@@ -56,7 +56,7 @@ def agent_import(user: Any, project: Project, path: str, name: str = "", *, mani
     from evolve_app.models import Agent
     from evolve_app.workspace import WorkspaceInvalid, workspace_check, workspace_import, workspace_manifest
 
-    role_require(user, project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, project)
     resolved = server_path_check(path, trusted=trusted, what="workspace")
     if not resolved.is_dir():
         raise ValidationError({"path": f"{resolved}: no such folder."})
@@ -92,7 +92,7 @@ def demo_agent_create(user: Any, project: Project) -> Any:
 
     from evolve_app.demo import SEED_WORKSPACE
 
-    role_require(user, project, roles.OPERATOR)  # before anything is copied
+    access.require(user, access.OPERATOR, project)  # before anything is copied
     folder = Path(settings.DATA_DIR) / "agents"
     folder.mkdir(parents=True, exist_ok=True)
     number = 1 + sum(1 for _ in folder.glob("demo-*"))
@@ -126,7 +126,7 @@ def evolution_run_start(user: Any, agent: Any, *, benchmark: str = "demo", engin
     from evolve_app.loop import EvolveConfig
     from evolve_app.models import EvolutionRun
 
-    role_require(user, agent.project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, agent.project)
     errors: dict[str, str] = {}
     if not isinstance(cycles, int) or not 1 <= cycles <= 200:
         errors["cycles"] = "Give 1 to 200 cycles."
@@ -335,7 +335,7 @@ def cycle_decide(user: Any, cycle: Any, approve: bool) -> Any:
     from runtime_app.git import GitError
 
     agent = cycle.run.agent
-    role_require(user, agent.project, roles.APPROVER)
+    access.require(user, access.APPROVER, agent.project)
     with transaction.atomic():
         cycle = Cycle.objects.select_for_update().select_related("run__agent").get(pk=cycle.pk)
         if cycle.status != "awaiting_review":
@@ -387,7 +387,7 @@ def cycle_decide(user: Any, cycle: Any, approve: bool) -> Any:
 def evolution_run_cancel(user: Any, run: Any) -> Any:
     from evolve_app.models import EvolutionRun
 
-    role_require(user, run.agent.project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, run.agent.project)
     with transaction.atomic():
         run = EvolutionRun.objects.select_for_update().get(pk=run.pk)
         if run.status not in ACTIVE:
@@ -408,7 +408,7 @@ def agent_rollback(user: Any, agent: Any, tag: str) -> str:
     from evolve_app.history import EvolutionHistory
     from evolve_app.models import EvolutionRun
 
-    role_require(user, agent.project, roles.APPROVER)
+    access.require(user, access.APPROVER, agent.project)
     if not re.fullmatch(r"evo-\d{1,6}", tag or ""):
         raise ValidationError({"tag": "Roll back to a tag like evo-3."})
     if EvolutionRun.objects.filter(agent=agent, status__in=ACTIVE).exists():

@@ -29,7 +29,7 @@ from evolve_app.forms import (
     RunStartForm,
 )
 from evolve_app.models import EvolutionRun
-from runtime_app import roles
+from runtime_app import access
 from runtime_app.selectors import project_for_user, projects_for_user
 from runtime_app.views import _apply_errors, _live_context
 
@@ -48,7 +48,7 @@ def _agent_list(request: HttpRequest, *, import_form: AgentImportForm | None = N
         "projects": projects,
         "import_form": import_form or AgentImportForm(projects=projects, initial=single),
         "demo_form": demo_form or DemoAgentForm(projects=projects, initial=single),
-        "can_operate": roles.may_operate(request.user),
+        "can_operate": access.may_operate(request.user),
     }, status=status)
 
 
@@ -179,8 +179,8 @@ def _agent_page(request: HttpRequest, agent: Any, *, start_form: RunStartForm | 
         "active_run": next((run for run in runs if run.status in selectors.ACTIVE), None),
         "start_form": start_form or RunStartForm(),
         "rollback_form": rollback_form or RollbackForm(tags=tags),
-        "can_operate": roles.may_operate(request.user, agent.project),
-        "can_approve": roles.has_role(request.user, agent.project, roles.APPROVER),
+        "can_operate": access.may_operate(request.user, agent.project),
+        "can_approve": access.has_role(request.user, agent.project, access.APPROVER),
         **_browser_context(request, agent, versions),
         "empty_message": "No activity for this agent yet.",
         **_live_context(request, subject=("agent", agent.pk)),
@@ -256,8 +256,8 @@ def _run_context(request: HttpRequest, run: Any) -> dict[str, Any]:
         "progress": selectors.run_progress(run, cycles),
         "active": run.status in selectors.ACTIVE,
         "config_items": sorted((run.config or {}).items()),
-        "can_operate": roles.may_operate(request.user, run.agent.project),
-        "can_approve": roles.has_role(request.user, run.agent.project, roles.APPROVER),
+        "can_operate": access.may_operate(request.user, run.agent.project),
+        "can_approve": access.has_role(request.user, run.agent.project, access.APPROVER),
     }
 
 
@@ -286,7 +286,7 @@ def evolution_run_cancel(request: HttpRequest, agent_id: int, run_id: int) -> Ht
         return render(request, "evolve_app/run_cancel.html", {
             "agent": run.agent, "run": run, "active": run.status in services.ACTIVE,
             "cycles_done": run.cycles.count(),
-            "can_operate": roles.may_operate(request.user, run.agent.project)})
+            "can_operate": access.may_operate(request.user, run.agent.project)})
     try:
         services.evolution_run_cancel(request.user, run)
     except ValidationError as error:
@@ -310,7 +310,7 @@ def cycle_detail(request: HttpRequest, agent_id: int, run_id: int, number: int) 
         if cycle.engine_metadata else "",
         "observations": selectors.cycle_observations(cycle, failures=failures), "failures": failures,
         **_neighbours(run, number),
-        "can_approve": roles.has_role(request.user, agent.project, roles.APPROVER),
+        "can_approve": access.has_role(request.user, agent.project, access.APPROVER),
     })
 
 

@@ -1,4 +1,6 @@
-"""Roles are per project: a member's role there says what they may do in that project.
+"""Who may do what: the one place access is decided, for services, views, API, CLI and consumers.
+
+Roles are per project: a member's role there says what they may do in that project.
 
 viewer reads and comments; operator also registers repositories and launches searches and
 evolution runs; approver also approves, requests changes and merges; project admin also
@@ -11,13 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime_app.models import ProjectMembership, ProjectRole
+from django.core.exceptions import PermissionDenied
+
+from runtime_app.models import Project, ProjectMembership, ProjectRole
 
 VIEWER, OPERATOR, APPROVER, ADMIN = (ProjectRole.VIEWER.value, ProjectRole.OPERATOR.value,
                                      ProjectRole.APPROVER.value, ProjectRole.ADMIN.value)
 ROLE_NAMES = (VIEWER, OPERATOR, APPROVER, ADMIN)
 RANK = {role: rank for rank, role in enumerate(ROLE_NAMES, start=1)}
 CREATE_PROJECT = "runtime_app.add_project"
+# Storing provider keys and other server-wide settings: superusers only.
+ADMINISTER = "administer"
 
 
 def role_label(role: str) -> str:
@@ -62,8 +68,6 @@ def may_operate(user: Any, project: Any = None) -> bool:
 
 def projects_with_role(user: Any, needed: str) -> Any:
     """The projects where `user` holds `needed` or higher."""
-    from runtime_app.models import Project
-
     if user.is_superuser:
         return Project.objects.all()
     wanted = [role for role in ROLE_NAMES if RANK[role] >= RANK[needed]]
@@ -78,3 +82,33 @@ def roles_of(user: Any) -> dict[str, str]:
     """Project name → role, for every project `user` is a member of."""
     return dict(ProjectMembership.objects.filter(user=user).order_by("project__name")
                 .values_list("project__name", "role"))
+
+
+def require(user: Any, permission: str, project: Project | None = None) -> str | None:
+    """Refuse with PermissionDenied unless `user` holds `permission`; returns their role in `project`.
+
+    `permission` is a role (VIEWER … ADMIN), needed in `project` or, without one, in at least one
+    project; or CREATE_PROJECT; or ADMINISTER (a superuser).
+    """
+    if permission == CREATE_PROJECT:
+        if not can_create_project(user):
+            raise PermissionDenied("Creating a project needs the add project permission "
+                                   "(an administrator grants it).")
+        return None
+    if permission == ADMINISTER:
+        if not (user.is_authenticated and user.is_active and user.is_superuser):
+            raise PermissionDenied("Only administrators can do this.")
+        return None
+    if permission not in RANK:
+        raise ValueError(f"unknown permission {permission!r}")
+    if project is None:
+        if not has_role_anywhere(user, permission):
+            raise PermissionDenied(f"This needs the {role_label(permission)} role in a project.")
+        return None
+    role = role_in(user, project)
+    if role_allows(role, permission):
+        return role
+    if role is None:
+        raise PermissionDenied(f"Only members of {project.name} can do this.")
+    raise PermissionDenied(f"This needs the {role_label(permission)} role in {project.name} "
+                           f"(yours is {role_label(role)}).")

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 
-from runtime_app import roles, selectors, services
+from runtime_app import access, selectors, services
 from runtime_app.health import health_status
 
 router = Router(tags=["runtime"])
@@ -82,8 +82,8 @@ def me(request: HttpRequest):
     user = request.user
     return {
         "username": user.get_username(),
-        "roles": roles.roles_of(user),
-        "can_create_projects": roles.can_create_project(user),
+        "roles": access.roles_of(user),
+        "can_create_projects": access.can_create_project(user),
         "projects": list(selectors.projects_for_user(user)),
     }
 

@@ -36,9 +36,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from runtime_app import roles
+from runtime_app import access
 from runtime_app.models import NotificationSetting, Project, Receipt, Webhook, WebhookDelivery
-from runtime_app.services import role_require
 from runtime_app.subjects import subject_label_register
 
 logger = logging.getLogger(__name__)
@@ -339,7 +338,7 @@ def webhook_url_check(url: str) -> Target:
 
 def _require_project_admin(user: Any, project: Project) -> None:
     """Who may manage a project's webhooks: its project admins (and superusers)."""
-    role_require(user, project, roles.ADMIN)
+    access.require(user, access.ADMIN, project)
 
 
 def project_admin_is(user: Any, project: Project) -> bool:

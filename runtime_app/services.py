@@ -11,11 +11,11 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runtime_app import remotes, roles, signals
+from runtime_app import access, remotes, signals
 from runtime_app.git import GitError, repo_open
 from runtime_app.lane import SHARED, lane_hold
 from runtime_app.models import (
@@ -98,26 +98,9 @@ def audit_record(
     )
 
 
-def role_require(user: Any, project: Project, needed: str) -> str:
-    """Refuse unless `user` holds `needed` (or higher) in `project`; returns their role there."""
-    role = roles.role_in(user, project)
-    if roles.role_allows(role, needed):
-        return role
-    if role is None:
-        raise PermissionDenied(f"Only members of {project.name} can do this.")
-    raise PermissionDenied(f"This needs the {roles.role_label(needed)} role in {project.name} "
-                           f"(yours is {roles.role_label(role)}).")
-
-
-def _require_member(user: Any, project: Project) -> None:
-    role_require(user, project, roles.VIEWER)
-
-
 def project_create(user: Any, name: str, description: str = "") -> Project:
     """Create a project; its creator becomes its first project admin."""
-    if not roles.can_create_project(user):
-        raise PermissionDenied("Creating a project needs the add project permission "
-                               "(an administrator grants it).")
+    access.require(user, access.CREATE_PROJECT)
     name = (name or "").strip()
     if not PROJECT_NAME_RE.match(name):
         raise ValidationError(
@@ -130,31 +113,31 @@ def project_create(user: Any, name: str, description: str = "") -> Project:
         raise ValidationError({"description": "Keep the description under 2,000 characters."})
     with transaction.atomic():
         project = Project.objects.create(name=name, description=description, created_by=user)
-        ProjectMembership.objects.create(project=project, user=user, role=roles.ADMIN)
+        ProjectMembership.objects.create(project=project, user=user, role=access.ADMIN)
         audit_record(user, "project.create", project=project, target=name)
         audit_record(user, "project.member_add", project=project, target=user.get_username(),
-                     detail={"user": user.get_username(), "role": roles.ADMIN})
+                     detail={"user": user.get_username(), "role": access.ADMIN})
         event_emit(project, "project", project.pk, "project.created", {"message": f"{name} created"})
     return project
 
 
 def _role_checked(role: str) -> str:
-    if role not in roles.ROLE_NAMES:
+    if role not in access.ROLE_NAMES:
         raise ValidationError({"role": "Choose one of: " + ", ".join(
-            roles.role_label(name) for name in roles.ROLE_NAMES) + "."})
+            access.role_label(name) for name in access.ROLE_NAMES) + "."})
     return role
 
 
 def _admins_left(project: Project, leaving: Any) -> bool:
     """Whether a project admin other than `leaving` remains (a project never loses its last one)."""
-    return project.memberships.filter(role=roles.ADMIN, user__is_active=True).exclude(user=leaving).exists()
+    return project.memberships.filter(role=access.ADMIN, user__is_active=True).exclude(user=leaving).exists()
 
 
 def project_member_add(actor: Any, project: Project, user: Any,
-                       role: str = roles.VIEWER) -> ProjectMembership:
+                       role: str = access.VIEWER) -> ProjectMembership:
     """Make `user` a member of `project` with `role`; a project admin does this (a member already
     there keeps their role: change it with project_member_role_set)."""
-    role_require(actor, project, roles.ADMIN)
+    access.require(actor, access.ADMIN, project)
     _role_checked(role)
     if not user.is_active:
         raise ValidationError({"user": f"{user.get_username()}'s account is deactivated."})
@@ -166,7 +149,7 @@ def project_member_add(actor: Any, project: Project, user: Any,
                          detail={"user": user.get_username(), "role": role})
             event_emit(
                 project, "project", project.pk, "project.member_added",
-                {"message": f"{user.get_username()} joined as {roles.role_label(role)}"},
+                {"message": f"{user.get_username()} joined as {access.role_label(role)}"},
             )
     return membership
 
@@ -181,7 +164,7 @@ def member_find_or_invite(actor: Any, project: Project, who: str, role: str,
     from django.core.mail import send_mail
     from django.core.validators import validate_email
 
-    role_require(actor, project, roles.ADMIN)
+    access.require(actor, access.ADMIN, project)
     _role_checked(role)
     who = (who or "").strip()
     if not who:
@@ -216,7 +199,7 @@ def member_find_or_invite(actor: Any, project: Project, who: str, role: str,
         link = invite_url(user)
         send_mail(f"You are invited to {project.name} on Crucible",
                   f"{actor.get_username()} added you to the project {project.name} as "
-                  f"{roles.role_label(role)}.\n\nSet your password (your username is "
+                  f"{access.role_label(role)}.\n\nSet your password (your username is "
                   f"{user.get_username()}):\n{link}\n", None, [who])
     return membership, invited
 
@@ -224,14 +207,14 @@ def member_find_or_invite(actor: Any, project: Project, who: str, role: str,
 def project_member_role_set(actor: Any, project: Project, user: Any, role: str) -> ProjectMembership:
     """Change a member's role in `project`; a project admin does this. Dropping below approver
     withdraws their pending decisions (the membership's save hook does it, for every door)."""
-    role_require(actor, project, roles.ADMIN)
+    access.require(actor, access.ADMIN, project)
     _role_checked(role)
     membership = project.memberships.filter(user=user).first()
     if membership is None:
         raise ValidationError({"user": f"{user.get_username()} is not a member of {project.name}."})
     if membership.role == role:
         return membership
-    if membership.role == roles.ADMIN and not _admins_left(project, user):
+    if membership.role == access.ADMIN and not _admins_left(project, user):
         raise ValidationError({"role": f"{user.get_username()} is the last project admin of "
                                        f"{project.name}: make someone else admin first."})
     with transaction.atomic(), signals.acting_as(actor):
@@ -247,11 +230,11 @@ def project_member_remove(actor: Any, project: Project, user: Any) -> None:
     decisions on the project's winners, as it does for the admin and any other deletion.
     """
     if actor.pk != user.pk:
-        role_require(actor, project, roles.ADMIN)
+        access.require(actor, access.ADMIN, project)
     membership = project.memberships.filter(user=user).first()
     if membership is None:
         raise ValidationError({"user": f"{user.get_username()} is not a member of {project.name}."})
-    if membership.role == roles.ADMIN and not _admins_left(project, user):
+    if membership.role == access.ADMIN and not _admins_left(project, user):
         raise ValidationError({"user": f"{user.get_username()} is the last project admin of "
                                        f"{project.name}: make someone else admin first."})
     with transaction.atomic(), signals.acting_as(actor):
@@ -277,8 +260,9 @@ def project_membership_role_changed(actor: Any, membership: ProjectMembership, b
                  target=f"{username}: {before} → {membership.role}",
                  detail={"user": username, "from": before, "to": membership.role})
     event_emit(project, "project", project.pk, "project.member_role",
-               {"message": f"{username} is now {roles.role_label(membership.role)}"})
-    if roles.role_allows(before, roles.APPROVER) and not roles.role_allows(membership.role, roles.APPROVER):
+               {"message": f"{username} is now {access.role_label(membership.role)}"})
+    demoted = not access.role_allows(membership.role, access.APPROVER)
+    if access.role_allows(before, access.APPROVER) and demoted:
         approver_standing_end(actor, membership.user, project=project,
                               reason=f"{username} is no longer an approver in {project.name}")
 
@@ -323,7 +307,7 @@ def repository_register(
     under an allowed remote (CRUCIBLE_REPO_URLS), so a web user cannot point Crucible at arbitrary
     server paths or hosts; `trusted` is for the local administrator's CLI (paths only).
     """
-    role_require(user, project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, project)
     if (path or "").strip() and (url or "").strip():
         raise ValidationError({"url": "Give a path on the server or a git URL, not both."})
     if (url or "").strip():
@@ -390,7 +374,7 @@ def repository_fetch(repository: Repository) -> None:
 
 def project_ping(user: Any, project: Project) -> None:
     """Ask a worker to answer with an event: proves broker, worker and live push work."""
-    role_require(user, project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, project)
     from runtime_app.tasks import project_ping_reply
 
     with transaction.atomic():

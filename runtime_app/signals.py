@@ -22,7 +22,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.dispatch import Signal
 
-from runtime_app import roles
+from runtime_app import access
 
 _request: ContextVar[Any] = ContextVar("crucible_audit_request", default=None)
 _actor: ContextVar[Any] = ContextVar("crucible_audit_actor", default=None)
@@ -118,7 +118,7 @@ def user_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
     if was_active and not instance.is_active:
         approver_standing_end(actor, instance, project=None, reason=f"{username} was deactivated")
     elif was_superuser and not instance.is_superuser and instance.is_active:
-        still = roles.projects_with_role(instance, roles.APPROVER).values_list("pk", flat=True)
+        still = access.projects_with_role(instance, access.APPROVER).values_list("pk", flat=True)
         for project in Project.objects.exclude(pk__in=list(still)).order_by("pk"):
             approver_standing_end(actor, instance, project=project,
                                   reason=f"{username} lost the superuser flag")

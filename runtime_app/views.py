@@ -25,7 +25,7 @@ from django.utils.http import urlsafe_base64_encode
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import push_url
 
-from runtime_app import notifications, roles, selectors, services
+from runtime_app import access, notifications, selectors, services
 from runtime_app.forms import (
     ApiTokenForm,
     AuditFilterForm,
@@ -59,14 +59,14 @@ def _live_context(request: HttpRequest, subject: tuple[str, int] | None = None) 
 
 def _role_badges(user: Any) -> list[str]:
     """'alpha: operator' for each project the user is a member of."""
-    return [f"{project}: {roles.role_label(role)}" for project, role in roles.roles_of(user).items()]
+    return [f"{project}: {access.role_label(role)}" for project, role in access.roles_of(user).items()]
 
 
 def _home(request: HttpRequest, project_form: ProjectForm, status: int = 200) -> HttpResponse:
     return render(request, "runtime_app/home.html", {
         "projects": selectors.projects_for_user(request.user),
         "project_form": project_form,
-        "can_create_project": roles.can_create_project(request.user),
+        "can_create_project": access.can_create_project(request.user),
         "roles": _role_badges(request.user),
         **_live_context(request),
     }, status=status)
@@ -100,8 +100,8 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "project": project,
         **selectors.project_hub(request.user, project),
         "memberships": project.memberships.select_related("user").order_by("user__username"),
-        "can_operate": roles.has_role(request.user, project, roles.OPERATOR),
-        "can_admin": roles.has_role(request.user, project, roles.ADMIN),
+        "can_operate": access.has_role(request.user, project, access.OPERATOR),
+        "can_admin": access.has_role(request.user, project, access.ADMIN),
         "can_manage_webhooks": notifications.project_admin_is(request.user, project),
         **_live_context(request, subject=("project", project.pk)),
     })
@@ -112,7 +112,7 @@ def _members_page(request: HttpRequest, project: Any, form: MemberAddForm | None
     return render(request, "runtime_app/project_members.html", {
         "project": project,
         "memberships": selectors.project_memberships(project),
-        "can_admin": roles.has_role(request.user, project, roles.ADMIN),
+        "can_admin": access.has_role(request.user, project, access.ADMIN),
         "form": form or MemberAddForm(),
         "role_choices": ProjectRole.choices,
     }, status=status)
@@ -146,13 +146,13 @@ def project_member_add(request: HttpRequest, project_id: int) -> HttpResponse:
         else:
             name = membership.user.get_username()
             if invited:
-                messages.success(request, f"Invited {who} as {name} ({roles.role_label(role)}): "
+                messages.success(request, f"Invited {who} as {name} ({access.role_label(role)}): "
                                           "an email with a link to set a password is on its way.")
             elif membership.role != role:
-                messages.info(request, f"{name} is a member already, as {roles.role_label(membership.role)}: "
-                                       "change their role below.")
+                label = access.role_label(membership.role)
+                messages.info(request, f"{name} is a member already, as {label}: change their role below.")
             else:
-                messages.success(request, f"{name} added as {roles.role_label(role)}.")
+                messages.success(request, f"{name} added as {access.role_label(role)}.")
             return redirect("project_members", project_id=project.pk)
     return _members_page(request, project, form, status=400)
 
@@ -178,7 +178,7 @@ def project_member_role(request: HttpRequest, project_id: int, user_id: int) -> 
         messages.error(request, " ".join(error.messages))
     else:
         messages.success(request, f"{user.get_username()} is now "
-                                  f"{roles.role_label(form.cleaned_data['role'])}.")
+                                  f"{access.role_label(form.cleaned_data['role'])}.")
     return redirect("project_members", project_id=project.pk)
 
 
@@ -213,12 +213,12 @@ def _repositories(request: HttpRequest, form: RepositoryForm, status: int = 200)
         "projects": selectors.projects_for_user(request.user).order_by("name"),
         "repositories": [(repository, selectors.repository_refs(repository)) for repository in listed],
         "form": form,
-        "can_operate": roles.has_role_anywhere(request.user, roles.OPERATOR),
+        "can_operate": access.has_role_anywhere(request.user, access.OPERATOR),
     }, status=status)
 
 
 def _repository_form(request: HttpRequest, data=None) -> RepositoryForm:
-    projects = roles.projects_with_role(request.user, roles.OPERATOR).order_by("name")
+    projects = access.projects_with_role(request.user, access.OPERATOR).order_by("name")
     initial = {"project": projects[0].pk} if len(projects) == 1 else {}
     return RepositoryForm(data, projects=projects, initial=initial)
 
@@ -488,5 +488,5 @@ def repository_detail(request: HttpRequest, repository_id: int) -> HttpResponse:
         "ref_errors": ref_errors,
         "history": history,
         "searches": selectors.repository_searches(repository),
-        "can_operate": roles.has_role(request.user, repository.project, roles.OPERATOR),
+        "can_operate": access.has_role(request.user, repository.project, access.OPERATOR),
     })

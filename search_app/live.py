@@ -11,7 +11,7 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
-from runtime_app import roles
+from runtime_app import access
 
 
 def search_live_fragments(user: Any, search_pk: int, events: list) -> list[str]:
@@ -24,9 +24,9 @@ def search_live_fragments(user: Any, search_pk: int, events: list) -> list[str]:
     search = Search.objects.select_related("project").filter(pk=search_pk).first()
     if search is None:  # deleted while watched: nothing left to render
         return []
-    role = roles.role_in(user, search.project)
-    can_operate = roles.role_allows(role, roles.OPERATOR)
-    can_approve = roles.role_allows(role, roles.APPROVER)
+    role = access.role_in(user, search.project)
+    can_operate = access.role_allows(role, access.OPERATOR)
+    can_approve = access.role_allows(role, access.APPROVER)
     # Its author may be refused an approval others may make: the author renders apart.
     author = search.created_by_id == user.pk
     key = (f"crucible:live:search:{search_pk}:{events[0].pk}-{events[-1].pk}:"

@@ -286,7 +286,7 @@ def approval_state(candidate: Any) -> dict[str, Any]:
     from django.conf import settings
     from django.contrib.auth import get_user_model
 
-    from runtime_app import roles
+    from runtime_app import access
     from runtime_app.models import ProjectMembership
 
     history = list(candidate.approvals.order_by("created_at", "id"))
@@ -299,7 +299,7 @@ def approval_state(candidate: Any) -> dict[str, Any]:
     makers = [pk for pk in decisions if pk is not None]
     approvers = set(ProjectMembership.objects.filter(
         project_id=candidate.search.project_id, user_id__in=makers,
-        role__in=[role for role in roles.ROLE_NAMES if roles.role_allows(role, roles.APPROVER)])
+        role__in=[role for role in access.ROLE_NAMES if access.role_allows(role, access.APPROVER)])
         .values_list("user_id", flat=True))
     deciders = {user.pk for user in get_user_model().objects.filter(pk__in=makers, is_active=True)
                 if user.is_superuser or user.pk in approvers}
@@ -329,12 +329,11 @@ def decision_refusals(user: Any, search: Search) -> dict[str, str]:
     from django.conf import settings
     from django.core.exceptions import PermissionDenied
 
-    from runtime_app import roles
-    from runtime_app.services import role_require
+    from runtime_app import access
     from search_app.models import Merge
 
     try:
-        role_require(user, search.project, roles.APPROVER)
+        access.require(user, access.APPROVER, search.project)
     except PermissionDenied as refused:
         return {"approve": str(refused), "request_changes": str(refused)}
     if Merge.objects.filter(search=search).exists():
@@ -365,12 +364,11 @@ def revision_refusal(user: Any, search: Search) -> str:
     shows it beside a disabled button, and services.search_revise refuses with it."""
     from django.core.exceptions import PermissionDenied
 
-    from runtime_app import roles
-    from runtime_app.services import role_require
+    from runtime_app import access
     from search_app.models import Merge, SearchRun
 
     try:
-        role_require(user, search.project, roles.OPERATOR)
+        access.require(user, access.OPERATOR, search.project)
     except PermissionDenied as refused:
         return str(refused)
     run = SearchRun.objects.filter(search=search).select_related("winner").first()

@@ -14,9 +14,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from runtime_app import remotes, roles
+from runtime_app import access, remotes
 from runtime_app.models import Project, Repository
-from runtime_app.services import _require_member, audit_record, event_emit, repository_fetch, role_require
+from runtime_app.services import audit_record, event_emit, repository_fetch
 from search_app.freeze import FreezeError, freeze_inputs
 from search_app.models import Comment, HiddenFile, Search, SearchRun, Spec, SpecVersion, Step
 from search_app.preflight import preflight_problems, provider_problems, start_problems
@@ -59,7 +59,7 @@ def _version_add(user: Any, spec: Spec, text: str) -> SpecVersion:
 
 def spec_create(user: Any, project: Project, title: str, text: str) -> Spec:
     """Save a new draft; drafts may be invalid, freezing is where validity is required."""
-    role_require(user, project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, project)
     title, text = _check_title(title), _check_text(text)
     with transaction.atomic():
         spec = Spec.objects.create(project=project, title=title, created_by=user)
@@ -68,7 +68,7 @@ def spec_create(user: Any, project: Project, title: str, text: str) -> Spec:
 
 
 def spec_save(user: Any, spec: Spec, text: str) -> SpecVersion:
-    role_require(user, spec.project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, spec.project)
     text = _check_text(text)
     with transaction.atomic():
         Spec.objects.select_for_update().filter(pk=spec.pk).first()
@@ -76,7 +76,7 @@ def spec_save(user: Any, spec: Spec, text: str) -> SpecVersion:
 
 
 def spec_duplicate(user: Any, spec: Spec) -> Spec:
-    role_require(user, spec.project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, spec.project)
     latest = spec.latest
     with transaction.atomic():
         copy = Spec.objects.create(
@@ -102,7 +102,7 @@ def search_freeze(
     Web and API callers name a registered repository; the local CLI may give a path.
     Freezing the same inputs again returns the search already recorded.
     """
-    role_require(user, project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, project)
     if repository is not None:
         if repository.project_id != project.pk:
             raise ValidationError({"repository": "That repository belongs to another project."})
@@ -234,7 +234,7 @@ def search_start_checked(
     from search_app.execution import search_spec
     from search_app.models import SearchRun
 
-    role_require(user, search.project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, search.project)
     if not start_anyway and not SearchRun.objects.filter(search=search).exists():
         problems = provider_problems(search_spec(search).worker.provider)
         if problems:
@@ -251,7 +251,7 @@ def search_start(user: Any, search: Search, *, enqueue: bool = True) -> Any:
     from search_app.execution import search_spec
     from search_app.models import Candidate, SearchRun, Step
 
-    role_require(user, search.project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, search.project)
     spec = search_spec(search)
     if not SearchRun.objects.filter(search=search).exists():
         # Before anything runs or is spent: every command must be able to start (search_app/preflight.py).
@@ -290,7 +290,7 @@ def search_cancel(user: Any, search: Search) -> Any:
     """Ask a running search to stop: no new steps; running ones are stopped and say so."""
     from search_app.models import SearchRun
 
-    role_require(user, search.project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, search.project)
     with transaction.atomic():
         run = SearchRun.objects.select_for_update().filter(search=search).first()
         if run is None:
@@ -320,7 +320,7 @@ def search_revise(user: Any, search: Search, note: str = "", *, enqueue: bool = 
     note = (note or "").strip()
     if len(note) > MAX_COMMENT_CHARS:
         raise ValidationError({"note": f"Keep the note under {MAX_COMMENT_CHARS:,} characters."})
-    role_require(user, search.project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, search.project)
     with transaction.atomic():
         run = SearchRun.objects.select_for_update(of=("self",)).select_related("winner") \
             .filter(search=search).first()
@@ -1682,7 +1682,7 @@ def spec_draft_write(user: Any, project: Project, description: str) -> tuple[str
     from search_app.reference import spec_reference_markdown
     from search_app.spec_templates import spec_template_get
 
-    role_require(user, project, roles.OPERATOR)
+    access.require(user, access.OPERATOR, project)
     description = (description or "").strip()
     if not 10 <= len(description) <= 4000:
         raise ValidationError({"description": "Describe what you want in 10 to 4,000 characters."})
@@ -1748,7 +1748,7 @@ def comment_add(user: Any, candidate: Any, body: str, path: str = "", line: int 
     """A project member's comment on a candidate. Without `reply_to` it starts a thread on the
     candidate, one file, or one line the diff shows (keeping the patch hash and the line's text, so
     a refinement can mark it outdated); with it, a reply in that thread, which has no place of its own."""
-    _require_member(user, candidate.search.project)
+    access.require(user, access.VIEWER, candidate.search.project)
     body = (body or "").strip()
     errors = {}
     if not body:
@@ -1833,7 +1833,7 @@ def thread_reopen(user: Any, candidate: Any, comment_id: Any) -> Any:
 
 def _thread_state_set(user: Any, candidate: Any, comment_id: Any, state: str) -> Any:
     search = candidate.search
-    _require_member(user, search.project)
+    access.require(user, access.VIEWER, search.project)
     verb = "resolve" if state == Comment.State.RESOLVED else "reopen"
     with transaction.atomic():
         thread = _thread_of(candidate, comment_id, verb)
@@ -1889,7 +1889,7 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
     from search_app.selectors import approval_state, decision_refusals, winner_replay
 
     search = candidate.search
-    role_require(user, search.project, roles.APPROVER)
+    access.require(user, access.APPROVER, search.project)
     if decision not in dict(Approval.DECISIONS):
         raise ValidationError({"decision": "Choose approve or request changes."})
     if not _SHA256_HEX.fullmatch(patch_sha256 or ""):
@@ -2027,7 +2027,7 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
     """
     from search_app.models import Merge
 
-    role_require(user, search.project, roles.APPROVER)
+    access.require(user, access.APPROVER, search.project)
     if target not in dict(Merge.TARGETS):
         raise ValidationError({"target": "Choose a new branch or an existing branch."})
     branch = (branch or "").strip() or (merge_branch_default(search) if target == "new_branch" else "")

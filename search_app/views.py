@@ -22,7 +22,7 @@ from django.utils.http import urlencode
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from runtime_app import roles
+from runtime_app import access
 from runtime_app.policy import size_text
 from runtime_app.prices import usd_text
 from runtime_app.selectors import repositories_for_user, repository_for_user, repository_refs
@@ -184,7 +184,7 @@ def search_list(request: HttpRequest) -> HttpResponse:
         "list_url": _list_url(filters), "columns": _list_columns(filters),
         "sort": filters["sort"] if filters["sort"] != SearchListForm.SORT_DEFAULT else "",
         "filtered": bool(filters["status"] or filters["outcome"] or filters["project"] or filters["text"]),
-        "can_operate": roles.may_operate(request.user),
+        "can_operate": access.may_operate(request.user),
     }
     htmx = request.htmx
     if htmx and not htmx.boosted and not htmx.history_restore_request:
@@ -285,7 +285,7 @@ def _editor(
         "draft_projects": form.fields["project"].queryset,
         "selected_repository": repository,
         "refs": repository_refs(repository) if repository else None,
-        "can_operate": roles.may_operate(request.user),
+        "can_operate": access.may_operate(request.user),
         **validation_context(text),
     }
     if spec is not None:
@@ -522,8 +522,8 @@ def _run_context(request: HttpRequest, search) -> dict[str, Any]:
     return {
         "search": search, "report": summary, "funnel": selectors.search_funnel(search),
         "plot": selectors.score_plot(search), "approval": approval,
-        "can_operate": roles.may_operate(request.user, search.project),
-        "can_approve": roles.has_role(request.user, search.project, roles.APPROVER),
+        "can_operate": access.may_operate(request.user, search.project),
+        "can_approve": access.has_role(request.user, search.project, access.APPROVER),
         "refusals": selectors.decision_refusals(request.user, search) if approval else None,
         **_table_context(request, search),
     }
@@ -576,7 +576,7 @@ def search_cancel(request: HttpRequest, search_id: str) -> HttpResponse:
         return render(request, "search_app/search_cancel.html", {
             "search": search, "report": selectors.run_summary(search),
             "running": search.steps.filter(state="running").count(),
-            "can_operate": roles.may_operate(request.user, search.project)})
+            "can_operate": access.may_operate(request.user, search.project)})
     try:
         services.search_cancel(request.user, search)
     except ValidationError as error:
@@ -628,7 +628,7 @@ def _candidate_context(request: HttpRequest, candidate, **extra: Any) -> dict[st
         "report": summary, "is_winner": is_winner,
         "approval": selectors.approval_state(candidate) if is_winner else None,
         "replay": selectors.winner_replay(search) if is_winner else None,
-        "can_approve": roles.has_role(request.user, search.project, roles.APPROVER),
+        "can_approve": access.has_role(request.user, search.project, access.APPROVER),
         "refusals": selectors.decision_refusals(request.user, search) if is_winner else None,
         "revision_refusal": selectors.revision_refusal(request.user, search) if is_winner else "",
         "revising": is_winner and summary.get("phase") == "revise",
@@ -798,7 +798,7 @@ def search_merge(request: HttpRequest, search_id: str) -> HttpResponse:
         "search": search, "report": summary, "form": form, "winner": winner,
         "approval": selectors.approval_state(winner) if winner else None,
         "replay": selectors.winner_replay(search) if winner else None,
-        "can_approve": roles.has_role(request.user, search.project, roles.APPROVER),
+        "can_approve": access.has_role(request.user, search.project, access.APPROVER),
     }, status=status)
 
 

@@ -23,7 +23,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.test import Client
 
-from runtime_app import roles
+from runtime_app import access
 from runtime_app.models import Project, ProjectMembership
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -68,9 +68,9 @@ def personas(db) -> Personas:
     outsider = make_user("outsider", can_create_projects=True)
     alpha = Project.objects.create(name="alpha", created_by=owner)
     beta = Project.objects.create(name="beta", created_by=outsider)
-    ProjectMembership.objects.create(project=alpha, user=owner, role=roles.ADMIN)
-    ProjectMembership.objects.create(project=alpha, user=member, role=roles.OPERATOR)
-    ProjectMembership.objects.create(project=beta, user=outsider, role=roles.ADMIN)
+    ProjectMembership.objects.create(project=alpha, user=owner, role=access.ADMIN)
+    ProjectMembership.objects.create(project=alpha, user=member, role=access.OPERATOR)
+    ProjectMembership.objects.create(project=beta, user=outsider, role=access.ADMIN)
     return Personas(owner, member, outsider, alpha, beta)
 
 
@@ -78,7 +78,7 @@ def personas(db) -> Personas:
 def approver(personas):
     """A member of project alpha with the approver role (and not its author)."""
     user = make_user("approver")
-    ProjectMembership.objects.create(project=personas.alpha, user=user, role=roles.APPROVER)
+    ProjectMembership.objects.create(project=personas.alpha, user=user, role=access.APPROVER)
     return user
 
 

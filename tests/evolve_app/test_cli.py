@@ -17,7 +17,7 @@ from evolve_app.demo import SEED_WORKSPACE
 from evolve_app.engines import EvolutionEngine
 from evolve_app.models import Agent, EvolutionRun
 from evolve_app.types import StepResult
-from runtime_app import roles
+from runtime_app import access
 from runtime_app.models import ProjectMembership
 from runtime_app.selectors import page_url
 from tests.conftest import REPO_ROOT, ctrl_c_reaches_it, subprocess_env
@@ -162,7 +162,7 @@ def test_rollback_needs_an_approver_then_makes_a_new_commit(demo_agent, admin):
     refused = evolve("rollback", str(demo_agent.pk), "evo-1")
     assert refused.returncode == 1
     assert refused.stderr.strip() == "admin: This needs the approver role in demo (yours is operator)."
-    ProjectMembership.objects.filter(user=admin, project=demo_agent.project).update(role=roles.APPROVER)
+    ProjectMembership.objects.filter(user=admin, project=demo_agent.project).update(role=access.APPROVER)
     bad = evolve("rollback", str(demo_agent.pk), "main")
     assert (bad.returncode, bad.stderr.strip()) == (1, "tag: Roll back to a tag like evo-3.")
     done = evolve("rollback", str(demo_agent.pk), "evo-1")

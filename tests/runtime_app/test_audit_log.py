@@ -16,7 +16,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import AsyncClient, Client, modify_settings
 
-from runtime_app import roles, selectors
+from runtime_app import access, selectors
 from runtime_app.models import AuditEntry, ProjectMembership
 from runtime_app.services import (
     audit_record,
@@ -49,7 +49,7 @@ def csv_rows(response) -> list[list[str]]:
 def test_a_role_changed_directly_on_the_membership_is_recorded_as_the_system(personas):
     AuditEntry.objects.all().delete()
     membership = ProjectMembership.objects.get(project=personas.alpha, user=personas.member)
-    membership.role = roles.APPROVER
+    membership.role = access.APPROVER
     membership.save()
     membership.save()  # unchanged: nothing is recorded
     assert role_entries() == [("system", "project.member_role", "member: operator → approver")]
@@ -61,8 +61,8 @@ def test_a_role_changed_directly_on_the_membership_is_recorded_as_the_system(per
 def test_adding_changing_and_removing_a_member_through_the_services_names_the_admin(personas):
     AuditEntry.objects.all().delete()
     newcomer = get_user_model().objects.create_user("newcomer")
-    project_member_add(personas.owner, personas.alpha, newcomer, roles.OPERATOR)
-    project_member_role_set(personas.owner, personas.alpha, newcomer, roles.APPROVER)
+    project_member_add(personas.owner, personas.alpha, newcomer, access.OPERATOR)
+    project_member_role_set(personas.owner, personas.alpha, newcomer, access.APPROVER)
     project_member_remove(personas.owner, personas.alpha, newcomer)
     assert role_entries() == [("owner", "project.member_add", "newcomer"),
                               ("owner", "project.member_role", "newcomer: operator → approver"),
@@ -84,21 +84,21 @@ def test_a_superuser_changing_a_role_in_the_admin_is_recorded_as_the_actor(perso
     response = login(root).post(f"/admin/runtime_app/projectmembership/{membership.pk}/change/", {
         "project": personas.alpha.pk, "user": personas.member.pk, "role": "approver", "_save": "Save"})
     assert response.status_code == 302, response.content.decode()[:3000]
-    assert roles.role_in(personas.member, personas.alpha) == roles.APPROVER
+    assert access.role_in(personas.member, personas.alpha) == access.APPROVER
     new = AuditEntry.objects.filter(id__gt=last_id, action="project.member_role")
     assert list(new.values_list("actor_name", "target")) == [("root", "member: operator → approver")]
     page = text_of(login(personas.owner).get("/audit/?action=project.member_role"))
     assert "member: operator → approver" in page
     # Outside a request the actor is the system again.
     membership.refresh_from_db()
-    membership.role = roles.VIEWER
+    membership.role = access.VIEWER
     membership.save()
     assert AuditEntry.objects.order_by("-id").values_list("actor_name", "action").first() == (
         "system", "project.member_role")
 
 
 def test_member_entries_belong_to_their_project_so_outsiders_do_not_see_them(personas):
-    project_member_role_set(personas.owner, personas.alpha, personas.member, roles.VIEWER)
+    project_member_role_set(personas.owner, personas.alpha, personas.member, access.VIEWER)
     assert "member: operator → viewer" in text_of(login(personas.owner).get("/audit/"))
     assert "member: operator → viewer" not in text_of(login(personas.outsider).get("/audit/"))
 

@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 
-from runtime_app import roles
+from runtime_app import access
 from runtime_app.models import AuditEntry, Project, ProjectMembership
 from tests.conftest import login, make_user, text_of
 
@@ -35,7 +35,7 @@ def test_a_project_admin_adds_a_member_by_username_with_a_role_from_the_page(per
     response = client.post(f"/projects/{personas.alpha.pk}/members/add/",
                            {"who": "newcomer", "role": "approver"})
     assert response.status_code == 302
-    assert members_of(personas.alpha)["newcomer"] == roles.APPROVER
+    assert members_of(personas.alpha)["newcomer"] == access.APPROVER
     page = text_of(client.get(f"/projects/{personas.alpha.pk}/members/"))
     assert "newcomer added as approver." in page
     assert AuditEntry.objects.filter(action="project.member_add", target="newcomer",
@@ -49,7 +49,7 @@ def test_an_email_no_account_has_is_invited_with_a_link_to_set_a_password(person
                            {"who": "grace@example.org", "role": "viewer"}, follow=True)
     assert "Invited grace@example.org as grace (viewer)" in text_of(response)
     grace = get_user_model().objects.get(email="grace@example.org")
-    assert not grace.has_usable_password() and members_of(personas.alpha)["grace"] == roles.VIEWER
+    assert not grace.has_usable_password() and members_of(personas.alpha)["grace"] == access.VIEWER
     [message] = mail.outbox
     assert message.to == ["grace@example.org"] and "alpha" in message.subject
     link = re.search(r"http://testserver(/reset/\S+)", message.body).group(1)
@@ -87,7 +87,7 @@ def test_a_project_admin_changes_a_role_and_removes_a_member_from_the_page(perso
     client = login(personas.owner)
     member = personas.member
     client.post(f"/projects/{personas.alpha.pk}/members/{member.pk}/role/", {"role": "approver"})
-    assert members_of(personas.alpha)["member"] == roles.APPROVER
+    assert members_of(personas.alpha)["member"] == access.APPROVER
     client.post(f"/projects/{personas.alpha.pk}/members/{member.pk}/remove/")
     assert "member" not in members_of(personas.alpha)
     assert list(AuditEntry.objects.filter(action__startswith="project.member_").exclude(
@@ -100,7 +100,7 @@ def test_the_last_admin_cannot_demote_themselves_and_is_told_why(personas):
     response = client.post(f"/projects/{personas.alpha.pk}/members/{personas.owner.pk}/role/",
                            {"role": "viewer"}, follow=True)
     assert "owner is the last project admin of alpha: make someone else admin first." in text_of(response)
-    assert members_of(personas.alpha)["owner"] == roles.ADMIN
+    assert members_of(personas.alpha)["owner"] == access.ADMIN
 
 
 def test_members_who_are_not_admins_see_the_roles_but_cannot_change_them(personas):
@@ -144,8 +144,8 @@ def test_each_role_opens_exactly_its_doors_in_its_own_project_only(personas):
     """The role is per project: an admin of beta is nobody in alpha, and a viewer of alpha cannot
     launch there even when they operate elsewhere."""
     reader = make_user("reader")
-    ProjectMembership.objects.create(project=personas.alpha, user=reader, role=roles.VIEWER)
-    ProjectMembership.objects.create(project=personas.beta, user=reader, role=roles.OPERATOR)
+    ProjectMembership.objects.create(project=personas.alpha, user=reader, role=access.VIEWER)
+    ProjectMembership.objects.create(project=personas.beta, user=reader, role=access.OPERATOR)
     client = login(reader)
     alpha_page = text_of(client.get(f"/projects/{personas.alpha.pk}/"))
     beta_page = text_of(client.get(f"/projects/{personas.beta.pk}/"))
@@ -163,7 +163,7 @@ def test_creating_a_project_needs_the_add_project_permission_and_makes_its_creat
     assert login(plain).post("/projects/new/", {"name": "gamma"}).status_code == 403
     assert login(personas.owner).post("/projects/new/", {"name": "gamma"}).status_code == 302
     gamma = Project.objects.get(name="gamma")
-    assert members_of(gamma) == {"owner": roles.ADMIN}
+    assert members_of(gamma) == {"owner": access.ADMIN}
 
 
 # ------------------------------------------------------------------------ the API and the CLI
@@ -255,7 +255,7 @@ def test_the_migration_carries_global_groups_into_each_membership_without_losing
     assert members_of(legacy) == {"creator": "admin", "op": "operator", "appr": "approver",
                                   "both": "approver", "reader": "viewer", "none": "viewer"}
     users = get_user_model().objects
-    assert users.get(username="op").has_perm(roles.CREATE_PROJECT)  # operators could create projects
-    assert not users.get(username="appr").has_perm(roles.CREATE_PROJECT)
+    assert users.get(username="op").has_perm(access.CREATE_PROJECT)  # operators could create projects
+    assert not users.get(username="appr").has_perm(access.CREATE_PROJECT)
     from django.contrib.auth.models import Group as LiveGroup
     assert not LiveGroup.objects.filter(name__in=["viewer", "operator", "approver"]).exists()

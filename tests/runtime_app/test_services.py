@@ -8,7 +8,7 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
 
-from runtime_app import roles
+from runtime_app import access
 from runtime_app.models import AuditEntry, Event, ProjectMembership
 from runtime_app.services import (
     api_token_authenticate,
@@ -105,12 +105,12 @@ def test_every_deletion_of_a_membership_is_recorded_but_deleting_the_project_wit
 @pytest.mark.django_db
 def test_dropping_below_approver_ends_standing_in_that_project_but_other_changes_do_not(
         personas, ended):
-    project_member_role_set(personas.owner, personas.alpha, personas.member, roles.VIEWER)  # never could
-    project_member_role_set(personas.owner, personas.alpha, personas.member, roles.APPROVER)  # gains
+    project_member_role_set(personas.owner, personas.alpha, personas.member, access.VIEWER)  # never could
+    project_member_role_set(personas.owner, personas.alpha, personas.member, access.APPROVER)  # gains
     personas.owner.last_login = None
     personas.owner.save(update_fields=["last_login"])
     assert ended == []
-    project_member_role_set(personas.owner, personas.alpha, personas.member, roles.OPERATOR)
+    project_member_role_set(personas.owner, personas.alpha, personas.member, access.OPERATOR)
     personas.owner.is_active = False
     personas.owner.save()
     assert [(c["user"].username, c["project"], c["reason"]) for c in ended] == [
@@ -121,12 +121,12 @@ def test_dropping_below_approver_ends_standing_in_that_project_but_other_changes
 @pytest.mark.django_db
 def test_a_project_never_loses_its_last_admin(personas):
     with pytest.raises(ValidationError, match="owner is the last project admin of alpha"):
-        project_member_role_set(personas.owner, personas.alpha, personas.owner, roles.APPROVER)
+        project_member_role_set(personas.owner, personas.alpha, personas.owner, access.APPROVER)
     with pytest.raises(ValidationError, match="last project admin"):
         project_member_remove(personas.owner, personas.alpha, personas.owner)
-    project_member_role_set(personas.owner, personas.alpha, personas.member, roles.ADMIN)
+    project_member_role_set(personas.owner, personas.alpha, personas.member, access.ADMIN)
     project_member_remove(personas.owner, personas.alpha, personas.owner)  # leaves; member runs it now
-    assert roles.role_in(personas.member, personas.alpha) == roles.ADMIN
+    assert access.role_in(personas.member, personas.alpha) == access.ADMIN
 
 
 @pytest.mark.django_db

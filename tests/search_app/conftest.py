@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from runtime_app import roles
+from runtime_app import access
 from runtime_app.models import Project, ProjectMembership
 from tests.conftest import make_user
 from tests.gitrepo import git
@@ -24,7 +24,7 @@ def demo(transactional_db):
     """The `demo` project the CLI uses by default, with `admin` as its operator."""
     admin = make_user("admin")
     project = Project.objects.create(name="demo", created_by=admin)
-    ProjectMembership.objects.create(project=project, user=admin, role=roles.OPERATOR)
+    ProjectMembership.objects.create(project=project, user=admin, role=access.OPERATOR)
     return project
 
 

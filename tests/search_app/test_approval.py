@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.test import modify_settings
 
-from runtime_app import roles
+from runtime_app import access
 from runtime_app.models import AuditEntry, Event, ProjectMembership, Receipt
 from runtime_app.services import project_member_add, project_member_remove, project_member_role_set
 from search_app import services
@@ -270,14 +270,14 @@ def test_an_approval_stops_counting_when_its_approver_loses_the_approver_role(
     services.approval_record(approver, winner, "approve", winner.patch_sha256)
     membership = ProjectMembership.objects.get(project=personas.alpha, user=approver)
     if door == "service":
-        project_member_role_set(personas.owner, personas.alpha, approver, roles.OPERATOR)
+        project_member_role_set(personas.owner, personas.alpha, approver, access.OPERATOR)
     elif door == "admin":
         root = get_user_model().objects.create_superuser("root", password="pw-root")
         response = login(root).post(f"/admin/runtime_app/projectmembership/{membership.pk}/change/",
                                     {"project": personas.alpha.pk, "user": approver.pk, "role": "viewer"})
         assert response.status_code == 302, response.content.decode()[:2000]
     elif door == "orm.save":
-        membership.role = roles.VIEWER
+        membership.role = access.VIEWER
         membership.save()
     else:
         approver.is_active = False
@@ -289,7 +289,7 @@ def test_a_role_lowered_behind_every_hook_no_longer_counts(finished, approver, p
     """The read side stands alone: an UPDATE that sends no signal still takes the approval away."""
     _, winner, _ = finished
     services.approval_record(approver, winner, "approve", winner.patch_sha256)
-    ProjectMembership.objects.filter(user=approver).update(role=roles.OPERATOR)
+    ProjectMembership.objects.filter(user=approver).update(role=access.OPERATOR)
     assert not approval_state(winner)["mergeable"]
 
 
@@ -320,7 +320,7 @@ def test_a_withdrawn_approval_stays_withdrawn_when_its_approver_comes_back(finis
     search, winner, _ = finished
     services.approval_record(approver, winner, "approve", winner.patch_sha256)
     project_member_remove(personas.owner, personas.alpha, approver)
-    project_member_add(personas.owner, personas.alpha, approver, roles.APPROVER)
+    project_member_add(personas.owner, personas.alpha, approver, access.APPROVER)
     assert not approval_state(winner)["mergeable"]
     again = services.approval_record(approver, winner, "approve", winner.patch_sha256)  # decides anew
     assert again.withdrawn_at is None and approval_state(winner)["mergeable"]
@@ -339,7 +339,7 @@ def test_a_request_for_changes_by_someone_who_left_no_longer_blocks(finished, ap
     _, winner, _ = finished
     services.approval_record(approver, winner, "request_changes", winner.patch_sha256)
     second = make_user("second")
-    ProjectMembership.objects.create(project=personas.alpha, user=second, role=roles.APPROVER)
+    ProjectMembership.objects.create(project=personas.alpha, user=second, role=access.APPROVER)
     services.approval_record(second, winner, "approve", winner.patch_sha256)
     assert "requested changes" in approval_state(winner)["blocker"]
     project_member_remove(personas.owner, personas.alpha, approver)

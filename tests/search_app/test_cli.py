@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runtime_app import roles
+from runtime_app import access
 from runtime_app.models import Project, ProjectMembership, Repository
 from search_app.freeze import freeze_inputs
 from search_app.models import Search
@@ -180,7 +180,7 @@ def test_freeze_registers_the_repository_and_prints_the_frozen_ids(demo, spec_fi
 def test_freeze_names_another_project_and_user(spec_file, tmp_path):
     owner = make_user("ada")
     project = Project.objects.create(name="certificates", created_by=owner)
-    ProjectMembership.objects.create(project=project, user=owner, role=roles.OPERATOR)
+    ProjectMembership.objects.create(project=project, user=owner, role=access.OPERATOR)
     repo = baseline_repo(tmp_path / "certificate")
     done = search("freeze", str(spec_file), "--repo", str(repo), "--ref", "main",
                   "--project", "certificates", "--user", "ada")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from runtime_app import roles
+from runtime_app import access
 from runtime_app.models import AuditEntry, ProjectMembership, Receipt
 from search_app import selectors, services
 from search_app.models import SearchRun, Step
@@ -152,7 +152,7 @@ def test_a_winner_is_sent_back_only_by_an_operator_after_changes_are_requested_a
         services.search_revise(personas.member, search, enqueue=False)
     _changes_requested(search, winner, approver, personas)
     viewer = make_user("viewer")
-    ProjectMembership.objects.create(project=personas.alpha, user=viewer, role=roles.VIEWER)
+    ProjectMembership.objects.create(project=personas.alpha, user=viewer, role=access.VIEWER)
     with pytest.raises(PermissionDenied, match="operator role"):
         services.search_revise(viewer, search, enqueue=False)
     with pytest.raises(ValidationError, match="under 10,000 characters"):
@@ -189,7 +189,7 @@ def test_page_api_and_cli_send_it_back_through_the_same_service_with_the_same_re
     done = cli(personas.member, "revise", search.search_id)
     assert done.code == 1 and refusal in done.err
     viewer = make_user("viewer")
-    ProjectMembership.objects.create(project=personas.alpha, user=viewer, role=roles.VIEWER)
+    ProjectMembership.objects.create(project=personas.alpha, user=viewer, role=access.VIEWER)
     assert login(viewer).post(api_url, {}, content_type="application/json").status_code == 403
     assert "needs the operator role" in text_of(login(viewer).post(url, {"note": ""}, follow=True))
 

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from dulwich import porcelain
 
-from runtime_app import roles, services
+from runtime_app import access, services
 from runtime_app.models import Project, ProjectMembership
 
 DEMO_PROJECT = "demo"
@@ -72,7 +72,7 @@ class Command(BaseCommand):
                 },
             )
             ProjectMembership.objects.get_or_create(project=project, user=admin,
-                                                    defaults={"role": roles.ADMIN})
+                                                    defaults={"role": access.ADMIN})
             if created:
                 services.audit_record(admin, "project.create", project=project, target=project.name)
                 services.event_emit(

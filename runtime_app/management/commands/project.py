@@ -21,7 +21,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import BaseCommand
 from django.http import Http404
 
-from runtime_app import roles
+from runtime_app import access
 from runtime_app.selectors import project_memberships, projects_for_user
 from runtime_app.services import member_find_or_invite, project_member_remove, project_member_role_set
 
@@ -36,11 +36,11 @@ class Command(BaseCommand):
         add = actions.add_parser("add", help="add an account (username or email) with a role")
         add.add_argument("project")
         add.add_argument("who")
-        add.add_argument("--role", default=roles.VIEWER, help=", ".join(roles.ROLE_NAMES))
+        add.add_argument("--role", default=access.VIEWER, help=", ".join(access.ROLE_NAMES))
         role = actions.add_parser("role", help="change a member's role")
         role.add_argument("project")
         role.add_argument("username")
-        role.add_argument("role", help=", ".join(roles.ROLE_NAMES))
+        role.add_argument("role", help=", ".join(access.ROLE_NAMES))
         remove = actions.add_parser("remove", help="take a member off the project")
         remove.add_argument("project")
         remove.add_argument("username")
