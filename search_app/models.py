@@ -106,18 +106,29 @@ class Search(models.Model):
 class SearchRun(models.Model):
     """The running state of a frozen search: status, round, budget and outcome."""
 
-    STATUSES = [
-        ("running", "running"), ("cancelling", "cancelling"), ("cancelled", "cancelled"),
-        ("finished", "finished"),
-    ]
+    class Status(models.TextChoices):
+        RUNNING = "running", "running"
+        CANCELLING = "cancelling", "cancelling"
+        CANCELLED = "cancelled", "cancelled"
+        FINISHED = "finished", "finished"
+
+    class Phase(models.TextChoices):
+        ROUNDS = "rounds", "rounds"
+        REPLAY = "replay", "replay"
+        REVIEW = "review", "review"
+        DONE = "done", "done"
+
+    # The answer of a search whose every candidate failed.
+    NONE = "NONE"
+
     search = models.OneToOneField(Search, on_delete=models.CASCADE, related_name="run")
-    status = models.CharField(max_length=16, choices=STATUSES, default="running")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     outcome = models.CharField(max_length=8, blank=True, help_text="winner or NONE once finished")
     winner = models.ForeignKey(
         "Candidate", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     reason = models.TextField(blank=True)
-    phase = models.CharField(max_length=16, default="rounds", help_text="rounds, replay, review or done")
+    phase = models.CharField(max_length=16, choices=Phase.choices, default=Phase.ROUNDS)
     round_index = models.PositiveIntegerField(default=0)
     rankings = models.JSONField(default=dict, blank=True, help_text="{round: [candidate ids, best first]}")
     replayed = models.JSONField(default=list, blank=True, help_text="candidate ids replayed, in order")
@@ -141,22 +152,27 @@ class SearchRun(models.Model):
 
     @property
     def terminal(self) -> bool:
-        return self.status in ("cancelled", "finished")
+        return self.status in (self.Status.CANCELLED, self.Status.FINISHED)
 
 
 class Candidate(models.Model):
     """One writer's attempt: its patch, how far it got, its scores and why it fell."""
 
-    STATES = [
-        ("queued", "queued"), ("writing", "writing"), ("evaluating", "evaluating"),
-        ("alive", "alive"), ("eliminated", "eliminated"), ("not_admitted", "not admitted"),
-        ("winner", "winner"), ("cancelled", "cancelled"),
-    ]
+    class State(models.TextChoices):
+        QUEUED = "queued", "queued"
+        WRITING = "writing", "writing"
+        EVALUATING = "evaluating", "evaluating"
+        ALIVE = "alive", "alive"
+        ELIMINATED = "eliminated", "eliminated"
+        NOT_ADMITTED = "not_admitted", "not admitted"
+        WINNER = "winner", "winner"
+        CANCELLED = "cancelled", "cancelled"
+
     search = models.ForeignKey(Search, on_delete=models.CASCADE, related_name="candidates")
     candidate_id = models.CharField(max_length=16)
     number = models.PositiveIntegerField()
     batch = models.PositiveIntegerField()
-    state = models.CharField(max_length=16, choices=STATES, default="queued")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     round_reached = models.IntegerField(default=-1, help_text="last round it was evaluated in")
     patch = models.BinaryField(default=b"", blank=True)
     patch_sha256 = models.CharField(max_length=64, blank=True)
@@ -201,19 +217,27 @@ class Candidate(models.Model):
 class Step(models.Model):
     """A unit of work (generate, evaluate, replay, review): claimed by lease, done once."""
 
-    KINDS = [("generate", "generate"), ("evaluate", "evaluate"), ("measure", "measure"), ("replay", "replay"),
-             ("review", "review")]
-    STATES = [
-        ("pending", "pending"), ("running", "running"), ("done", "done"), ("failed", "failed"),
-        ("cancelled", "cancelled"),
-    ]
+    class Kind(models.TextChoices):
+        GENERATE = "generate", "generate"
+        EVALUATE = "evaluate", "evaluate"
+        MEASURE = "measure", "measure"
+        REPLAY = "replay", "replay"
+        REVIEW = "review", "review"
+
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+        CANCELLED = "cancelled", "cancelled"
+
     search = models.ForeignKey(Search, on_delete=models.CASCADE, related_name="steps")
     candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="steps")
-    kind = models.CharField(max_length=16, choices=KINDS)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
     round = models.IntegerField(default=0)
     part = models.IntegerField(default=0, help_text="a round's measurements: its blocks, then adaptive ones")
     plan = models.JSONField(default=dict, blank=True, help_text="measure/replay: members, blocks")
-    state = models.CharField(max_length=16, choices=STATES, default="pending")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -241,7 +265,7 @@ class Step(models.Model):
     @property
     def refines(self) -> bool:
         """A writer step after round 0: the candidate's writer revising its own patch."""
-        return self.kind == "generate" and self.round > 0
+        return self.kind == self.Kind.GENERATE and self.round > 0
 
 
 class Review(models.Model):
@@ -249,7 +273,11 @@ class Review(models.Model):
 
     search = models.ForeignKey(Search, on_delete=models.CASCADE, related_name="reviews")
     candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="reviews")
-    verdict = models.CharField(max_length=8, choices=[("approve", "approve"), ("reject", "reject")])
+    class Verdict(models.TextChoices):
+        APPROVE = "approve", "approve"
+        REJECT = "reject", "reject"
+
+    verdict = models.CharField(max_length=8, choices=Verdict.choices)
     findings = models.JSONField(default=list, blank=True)
     reviewer = models.CharField(max_length=200)
     receipt = models.ForeignKey(
@@ -316,14 +344,16 @@ class Approval(models.Model):
     permission before the winner is merged.
     """
 
-    DECISIONS = [("approve", "approve"), ("request_changes", "request changes")]
+    class Decision(models.TextChoices):
+        APPROVE = "approve", "approve"
+        REQUEST_CHANGES = "request_changes", "request changes"
 
     candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="approvals")
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
     user_name = models.CharField(max_length=150)
-    decision = models.CharField(max_length=16, choices=DECISIONS)
+    decision = models.CharField(max_length=16, choices=Decision.choices)
     patch_sha256 = models.CharField(max_length=64)
     replay = models.TextField(blank=True, help_text="the replay result shown when deciding")
     note = models.TextField(blank=True)
@@ -345,11 +375,13 @@ class Approval(models.Model):
 class Merge(models.Model):
     """The one commit a search's approved winner became: on a new branch or an existing one."""
 
-    TARGETS = [("new_branch", "new branch"), ("existing_branch", "existing branch")]
+    class Target(models.TextChoices):
+        NEW_BRANCH = "new_branch", "new branch"
+        EXISTING_BRANCH = "existing_branch", "existing branch"
 
     search = models.OneToOneField(Search, on_delete=models.CASCADE, related_name="merge")
     candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="+")
-    target = models.CharField(max_length=16, choices=TARGETS)
+    target = models.CharField(max_length=16, choices=Target.choices)
     branch = models.CharField(max_length=255)
     commit_sha = models.CharField(max_length=40)
     patch_sha256 = models.CharField(max_length=64)

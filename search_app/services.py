@@ -1890,7 +1890,7 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
 
     search = candidate.search
     access.require(user, access.APPROVER, search.project)
-    if decision not in dict(Approval.DECISIONS):
+    if decision not in Approval.Decision.values:
         raise ValidationError({"decision": "Choose approve or request changes."})
     if not _SHA256_HEX.fullmatch(patch_sha256 or ""):
         raise ValidationError({"patch_sha256": "The patch hash is not a SHA-256."})
@@ -2028,7 +2028,7 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
     from search_app.models import Merge
 
     access.require(user, access.APPROVER, search.project)
-    if target not in dict(Merge.TARGETS):
+    if target not in Merge.Target.values:
         raise ValidationError({"target": "Choose a new branch or an existing branch."})
     branch = (branch or "").strip() or (merge_branch_default(search) if target == "new_branch" else "")
     if not branch:
