@@ -32,7 +32,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from evolve_app.engines import ENGINES, EngineError, _ModelEngine, _Usage
+from evolve_app.engines.base import EngineError
+from evolve_app.engines.model import _ModelEngine, _Usage
+from evolve_app.engines.registry import ENGINES
 from evolve_app.types import Observation, StepResult
 from runtime_app import sandbox
 from runtime_app import services as runtime_services

@@ -34,7 +34,8 @@ from agent_evolve.config import EvolveConfig
 from agent_evolve.llm.base import LLMMessage, LLMProvider, LLMResponse
 
 from evolve_app.types import Feedback, Observation, Task, Trajectory
-from evolve_app.workspace import DRAFTS_DIR, WorkspaceError, _name, skill_front_matter
+from evolve_app.workspace.files import _name
+from evolve_app.workspace.validation import DRAFTS_DIR, WorkspaceError, skill_front_matter
 
 DRAFT_TASK = "draft:"  # the task id prefix of a proposal made from a draft in skills/_drafts/
 MAX_BATCH_BYTES = 16 * 1024 * 1024  # an observation batch larger than this is not read

@@ -26,14 +26,13 @@ from evolve_app.workspace import (
     DRAFTS_DIR,
     EXCLUDED_DIR,
     WorkspaceError,
-    _ref,
-    _repo,
-    _root,
     workspace_changed_paths,
     workspace_git,
     workspace_ref_and_tree,
     workspace_rollback,
 )
+from evolve_app.workspace.snapshots import _ref, _repo
+from evolve_app.workspace.validation import _root
 from runtime_app.git import file_at
 
 _SNAPSHOT_TAG = re.compile(r"(pre-)?evo-(\d{1,9})")

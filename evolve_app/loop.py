@@ -40,7 +40,6 @@ from evolve_app.workspace import (
     MAX_FILE_BYTES,
     MAX_MEMORY_LINES,
     AgentWorkspace,
-    _empty_dirs_remove,
     workspace_changes,
     workspace_git,
     workspace_import,
@@ -49,6 +48,7 @@ from evolve_app.workspace import (
     workspace_size_problem,
     workspace_snapshot,
 )
+from evolve_app.workspace.snapshots import _empty_dirs_remove
 
 logger = logging.getLogger(__name__)
 LAYERS = ("prompts", "skills", "memory", "tools")
@@ -171,6 +171,11 @@ class TrialRunner:
     def get_tasks(self, split: str = "train", limit: int = 5) -> list[Task]:
         """Tasks of the run's benchmark (A-Evolve's trial.get_tasks)."""
         return list(self.benchmark.get_tasks(split, limit))
+
+    def for_workspace(self, path: Path) -> TrialRunner:
+        """The same benchmark, concurrency and trust against another copy of the workspace (the
+        search engine's candidates)."""
+        return TrialRunner(path, self.benchmark, self.concurrency, trusted=self.trusted)
 
 
 def solve_batch(agent: Any, benchmark: Any, tasks: list[Task], concurrency: int) -> list[Observation]:

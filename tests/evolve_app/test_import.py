@@ -97,7 +97,7 @@ def test_a_failure_after_the_files_are_written_takes_them_back(tmp_path, monkeyp
     def broken(*args, **kwargs):
         raise WorkspaceError("the disk is full")
 
-    monkeypatch.setattr(ws, "_commit", broken)
+    monkeypatch.setattr(ws.snapshots, "_commit", broken)
     with pytest.raises(WorkspaceError, match="disk is full"):
         workspace_import(root, manifest_text=manifest)
     assert tree_snapshot(root) == before
