@@ -11,7 +11,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest
 from ninja import Field, Router, Schema, Status
 
@@ -222,17 +221,6 @@ def _project_for_user(user: Any, project: int | str) -> Any:
     return found
 
 
-def _workspace_errors(call: Any) -> Any:
-    """A workspace the services could not read or write (a folder gone, a tag that exists) is the
-    caller's to read, as a 400."""
-    from evolve_app.workspace import WorkspaceError
-
-    try:
-        return call()
-    except (WorkspaceError, OSError) as error:
-        raise ValidationError(str(error)) from None
-
-
 @router.get("/agents", response=list[AgentOut])
 def agent_list(request: HttpRequest):
     """The agents of the caller's projects, with their runs, last status and latest score."""
@@ -262,8 +250,7 @@ def agent_import(request: HttpRequest, body: ImportIn):
     the same folder again returns its agent. A folder without manifest.yaml needs `manifest`
     (see POST /api/agents/preview)."""
     project = _project_for_user(request.user, body.project)
-    agent = _workspace_errors(lambda: services.agent_import(request.user, project, body.path, body.name,
-                                                            manifest=body.manifest))
+    agent = services.agent_import(request.user, project, body.path, body.name, manifest=body.manifest)
     warnings = selectors.agent_manifest(agent)["manifest_warnings"]
     return Status(201, {**agent_summary(agent), "warnings": [str(warning) for warning in warnings]})
 
@@ -322,5 +309,5 @@ def run_cancel(request: HttpRequest, run_id: int):
 def cycle_decide(request: HttpRequest, cycle_id: int, body: DecideIn):
     """Review mode: an approver accepts the waiting mutation (the run goes on) or rejects it."""
     cycle = cycle_by_id_for_user(request.user, cycle_id)
-    decided = _workspace_errors(lambda: services.cycle_decide(request.user, cycle, body.approve))
+    decided = services.cycle_decide(request.user, cycle, body.approve)
     return cycle_report(decided)

@@ -37,6 +37,7 @@ from evolve_app.history import EvolutionHistory
 from evolve_app.types import Feedback, Observation, Task, Trajectory
 from evolve_app.workspace import (
     EXCLUDED_DIR,
+    LAYERS,
     MAX_FILE_BYTES,
     MAX_MEMORY_LINES,
     AgentWorkspace,
@@ -51,7 +52,6 @@ from evolve_app.workspace import (
 from evolve_app.workspace.snapshots import _empty_dirs_remove
 
 logger = logging.getLogger(__name__)
-LAYERS = ("prompts", "skills", "memory", "tools")
 
 
 class EvolveConfig(BaseModel):

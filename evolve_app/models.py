@@ -11,13 +11,14 @@ from django.conf import settings
 from django.db import models
 
 from runtime_app.models import Project
+from runtime_app.presenters import NAME_MAX_LENGTH
 
 
 class Agent(models.Model):
     """An agent workspace (a folder under git) imported into a project."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="agents")
-    name = models.CharField(max_length=96)
+    name = models.CharField(max_length=NAME_MAX_LENGTH)
     path = models.CharField(max_length=1000, unique=True)
     agent_type = models.CharField(max_length=64, blank=True)
     created_by = models.ForeignKey(
@@ -35,10 +36,16 @@ class Agent(models.Model):
 class EvolutionRun(models.Model):
     """One `Evolver(agent, benchmark, config).run(cycles=N)`."""
 
-    STATUSES = [
-        ("queued", "queued"), ("running", "running"), ("awaiting_review", "awaiting review"),
-        ("finished", "finished"), ("failed", "failed"), ("cancelled", "cancelled"),
-    ]
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        AWAITING_REVIEW = "awaiting_review", "awaiting review"
+        FINISHED = "finished", "finished"
+        FAILED = "failed", "failed"
+        CANCELLED = "cancelled", "cancelled"
+
+    # The states a run is still going in: one at a time per agent.
+    ACTIVE = (Status.QUEUED, Status.RUNNING, Status.AWAITING_REVIEW)
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="runs")
     # What people call it: the agent's first, second … run ("run 3"), never the database id.
@@ -54,7 +61,7 @@ class EvolutionRun(models.Model):
     # an A-Evolve agent stood in for by the reference agent, its tools' sandboxed equivalents.
     agent_mapping = models.JSONField(default=dict, blank=True)
     cycles_planned = models.PositiveIntegerField()
-    status = models.CharField(max_length=16, choices=STATUSES, default="queued")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     converged = models.BooleanField(default=False)
     reason = models.TextField(blank=True)
     started_by = models.ForeignKey(
@@ -81,14 +88,17 @@ class EvolutionRun(models.Model):
 class Cycle(models.Model):
     """One cycle: solve, evaluate, `pre-evo-N`, engine step, `evo-N`, and what that changed."""
 
-    STATUSES = [
-        ("solving", "solving"), ("evolving", "evolving"), ("awaiting_review", "awaiting review"),
-        ("accepted", "accepted"), ("rejected", "rejected"), ("failed", "failed"),
-    ]
+    class Status(models.TextChoices):
+        SOLVING = "solving", "solving"
+        EVOLVING = "evolving", "evolving"
+        AWAITING_REVIEW = "awaiting_review", "awaiting review"
+        ACCEPTED = "accepted", "accepted"
+        REJECTED = "rejected", "rejected"
+        FAILED = "failed", "failed"
 
     run = models.ForeignKey(EvolutionRun, on_delete=models.CASCADE, related_name="cycles")
     number = models.PositiveIntegerField()
-    status = models.CharField(max_length=16, choices=STATUSES, default="solving")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.SOLVING)
     score = models.FloatField(null=True, blank=True, help_text="mean train score of the batch")
     holdout_score = models.FloatField(null=True, blank=True)
     holdout_after = models.FloatField(null=True, blank=True, help_text="holdout score of the mutation")
@@ -120,8 +130,12 @@ class Cycle(models.Model):
 class ObservationRecord(models.Model):
     """One (task, trajectory, feedback) of a cycle, in the seed's observation format."""
 
+    class Split(models.TextChoices):
+        TRAIN = "train", "train"
+        HOLDOUT = "holdout", "holdout"
+
     cycle = models.ForeignKey(Cycle, on_delete=models.CASCADE, related_name="observations")
-    split = models.CharField(max_length=16, default="train")
+    split = models.CharField(max_length=16, choices=Split.choices, default=Split.TRAIN)
     task_id = models.CharField(max_length=200)
     task_input = models.TextField()
     agent_output = models.TextField(blank=True)

@@ -8,20 +8,36 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404
+from django.urls import reverse
+from django.utils import timezone
 
+from evolve_app import workspace
+from evolve_app.agents import agent_mapping
+from evolve_app.history import EvolutionHistory
 from evolve_app.models import Agent, Cycle, EvolutionRun, ObservationRecord
+from evolve_app.workspace import (
+    ImportPreview,
+    WorkspaceError,
+    manifest_warnings,
+    workspace_git,
+    workspace_manifest,
+    workspace_preview,
+)
 from runtime_app import access
 from runtime_app.clock import clock_text
-from runtime_app.models import Event
+from runtime_app.models import Event, Project
+from runtime_app.presenters import short_sha
 from runtime_app.selectors import projects_for_user
 from runtime_app.services import server_path_check
+from runtime_app.subjects import Attention, ProjectSection
 
-ACTIVE = ("queued", "running", "awaiting_review")
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 ROLLBACK_TAG = re.compile(r"\bevo-(\d{1,9})\b")
 SKILL_PATH = re.compile(r"skills/([a-z0-9][a-z0-9_-]{0,63})/SKILL\.md")
 DRAFT_PATH = re.compile(r"skills/_drafts/([a-z0-9][a-z0-9_-]{0,63})\.md")
@@ -34,11 +50,11 @@ DIFF_MAX_BYTES = 2_000_000
 # ---- agents
 
 
-def agents_for_user(user: Any) -> QuerySet[Agent]:
+def agents_for_user(user: AbstractUser) -> QuerySet[Agent]:
     return Agent.objects.select_related("project").filter(project__in=projects_for_user(user))
 
 
-def agent_list_rows(user: Any, project: Any = None) -> list[Agent]:
+def agent_list_rows(user: AbstractUser, project: Project | None = None) -> list[Agent]:
     """The agents the user can see with their number of runs, the newest run's status and the
     newest recorded train score, in three queries whatever the number of agents.
 
@@ -84,7 +100,7 @@ def agent_list_rows(user: Any, project: Any = None) -> list[Agent]:
     return agents
 
 
-def agent_for_user(user: Any, agent_id: int) -> Agent:
+def agent_for_user(user: AbstractUser, agent_id: int) -> Agent:
     agent = agents_for_user(user).filter(pk=agent_id).first()
     if agent is None:
         raise Http404("No such agent.")
@@ -94,8 +110,6 @@ def agent_for_user(user: Any, agent_id: int) -> Agent:
 def agent_manifest(agent: Agent) -> dict[str, Any]:
     """The manifest as it is on disk now: {"manifest": Manifest, "warnings": [Problem]} (the
     keys it holds that Crucible does not use) or {"error": text}."""
-    from evolve_app.workspace import WorkspaceError, manifest_warnings, workspace_manifest
-
     try:
         return {"manifest": workspace_manifest(agent.path), "error": "",
                 "manifest_warnings": manifest_warnings(agent.path)}
@@ -103,13 +117,12 @@ def agent_manifest(agent: Agent) -> dict[str, Any]:
         return {"manifest": None, "error": str(error), "manifest_warnings": []}
 
 
-def import_preview(user: Any, project: Any, path: str, *, trusted: bool = False) -> Any:
+def import_preview(user: AbstractUser, project: Project, path: str, *,
+                   trusted: bool = False) -> ImportPreview:
     """What importing the folder at `path` into `project` would do (`workspace.ImportPreview`):
     for a folder without manifest.yaml, the manifest Crucible infers and the files a confirmed
     import writes. The same checks as the import: an operator of the project, and from the web
     and API a folder under CRUCIBLE_REPO_ROOTS."""
-    from evolve_app.workspace import WorkspaceError, workspace_preview
-
     access.require(user, access.OPERATOR, project)
     resolved = server_path_check(path, trusted=trusted, what="workspace")
     if not resolved.is_dir():
@@ -123,8 +136,6 @@ def import_preview(user: Any, project: Any, path: str, *, trusted: bool = False)
 def agent_runs_as(agent: Agent) -> dict[str, Any]:
     """What a run of the workspace would run now (agents.agent_mapping): the agent it stands in
     for, its tools' sandboxed equivalents and those not available."""
-    from evolve_app.agents import agent_mapping
-
     try:
         return agent_mapping(agent.path)
     except OSError as error:
@@ -133,9 +144,6 @@ def agent_runs_as(agent: Agent) -> dict[str, Any]:
 
 def agent_versions(agent: Agent) -> dict[str, Any]:
     """The version log (evo-0, pre-evo-1, evo-1 …) or the reason it cannot be read now."""
-    from evolve_app.history import EvolutionHistory
-    from evolve_app.workspace import WorkspaceError
-
     try:
         history = EvolutionHistory(agent.path)
         versions, head = history.version_log(), history.head()
@@ -159,7 +167,7 @@ def agent_runs(agent: Agent) -> QuerySet[EvolutionRun]:
         cycle_count=Count("cycles"), last_score=Subquery(last.values("score")[:1]))
 
 
-def run_for_user(user: Any, agent_id: int, run_id: int) -> EvolutionRun:
+def run_for_user(user: AbstractUser, agent_id: int, run_id: int) -> EvolutionRun:
     run = EvolutionRun.objects.select_related("agent__project", "started_by").filter(
         pk=run_id, agent_id=agent_id, agent__project__in=projects_for_user(user)).first()
     if run is None:
@@ -169,16 +177,14 @@ def run_for_user(user: Any, agent_id: int, run_id: int) -> EvolutionRun:
 
 def run_cycles(run: EvolutionRun) -> list[Cycle]:
     """The run's cycles in order, with how many train observations succeeded out of how many."""
-    from django.db.models import Q
-
     return list(Cycle.objects.filter(run=run).select_related("decided_by").annotate(
-        train_count=Count("observations", filter=Q(observations__split="train")),
-        train_successes=Count("observations", filter=Q(observations__split="train",
+        train_count=Count("observations", filter=Q(observations__split=ObservationRecord.Split.TRAIN)),
+        train_successes=Count("observations", filter=Q(observations__split=ObservationRecord.Split.TRAIN,
                                                          observations__success=True)),
     ).order_by("number"))
 
 
-def cycle_for_user(user: Any, agent_id: int, run_id: int, number: int) -> Cycle:
+def cycle_for_user(user: AbstractUser, agent_id: int, run_id: int, number: int) -> Cycle:
     cycle = Cycle.objects.select_related("run__agent__project", "decided_by").filter(
         run_id=run_id, run__agent_id=agent_id, number=number,
         run__agent__project__in=projects_for_user(user)).first()
@@ -202,16 +208,14 @@ def run_progress(run: EvolutionRun, cycles: list[Cycle], now: Any = None) -> dic
     """How far the run is, counted one way everywhere: `done` cycles recorded of `planned`;
     `elapsed` since it was queued (till it finished); for an active run an `eta` from the mean
     time per recorded cycle (an upper bound: a run may converge sooner), or why there is none."""
-    from django.utils import timezone
-
     now = now or timezone.now()
     done, planned = len(cycles), run.cycles_planned
     elapsed = ((run.finished_at or now) - run.created_at).total_seconds()
     progress = {"done": done, "planned": planned, "remaining": max(planned - done, 0),
                 "elapsed": clock_text(elapsed), "elapsed_seconds": elapsed, "eta": "", "eta_note": ""}
-    if run.status == "awaiting_review":
+    if run.status == EvolutionRun.Status.AWAITING_REVIEW:
         progress["eta_note"] = "paused until an approver decides"
-    elif run.status in ("queued", "running") and progress["remaining"]:
+    elif run.status in (EvolutionRun.Status.QUEUED, EvolutionRun.Status.RUNNING) and progress["remaining"]:
         if done:
             # Cycles are recorded as they end, so the last one's time covers every cycle so far.
             per_cycle = (cycles[-1].created_at - run.created_at).total_seconds() / done
@@ -271,9 +275,6 @@ def cycle_diff(agent: Agent, cycle: Cycle) -> dict[str, Any]:
     """The cycle's change as a unified diff: `pre-evo-N..evo-N` (the commits the cycle recorded,
     named by their tags when the tags point at them); for a mutation awaiting review (no evo-N
     yet) `pre-evo-N` against the files on disk, which are what an approval snapshots."""
-    from evolve_app.history import EvolutionHistory
-    from evolve_app.workspace import WorkspaceError
-
     number = cycle.number
     base = cycle.pre_commit or f"pre-evo-{number}"
     head = cycle.post_commit or f"evo-{number}"
@@ -282,8 +283,8 @@ def cycle_diff(agent: Agent, cycle: Cycle) -> dict[str, Any]:
         history = EvolutionHistory(agent.path)
         for key, ref in (("base", base), ("head", head)):
             if ref != labels[key] and _tag_commit(history, labels[key]) != ref:
-                labels[key] = ref[:12]
-        if cycle.status == "awaiting_review":
+                labels[key] = short_sha(ref)
+        if cycle.status == Cycle.Status.AWAITING_REVIEW:
             text, labels["head"] = history.get_pending_diff(base), "the files on disk (awaiting review)"
         else:
             text = history.get_workspace_diff(base, head)
@@ -296,8 +297,6 @@ def cycle_diff(agent: Agent, cycle: Cycle) -> dict[str, Any]:
 
 
 def _tag_commit(history: Any, tag: str) -> str | None:
-    from evolve_app.workspace import WorkspaceError
-
     try:
         return history._resolve(tag)
     except WorkspaceError:
@@ -317,9 +316,6 @@ def workspace_at(agent: Agent, ref: str, skill: str = "") -> dict[str, Any]:
     skill names, the chosen skill's SKILL.md, and each memory file's entries. No file is shown
     beyond PAGE_FILE_CHARS characters (`truncated`, with its `size` in bytes: the page offers
     the download), and a file over MAX_FILE_BYTES is not read at all."""
-    from evolve_app.history import EvolutionHistory
-    from evolve_app.workspace import WorkspaceError
-
     try:
         history = EvolutionHistory(agent.path)
         files = _tree_blobs(history.root, ref, ["skills", "memory"])
@@ -342,8 +338,6 @@ def workspace_at(agent: Agent, ref: str, skill: str = "") -> dict[str, Any]:
 def _tree_blobs(root: Any, ref: str, paths: list[str]) -> dict[str, tuple[str, int]]:
     """{path: (blob sha, size)} of the regular files under `paths` at `ref` (symlinks and
     submodules left out), from one `git ls-tree -l`: sizes known before anything is read."""
-    from evolve_app.workspace import workspace_git
-
     listing = workspace_git(root, ["ls-tree", "-r", "-l", "-z", ref, "--", *paths])
     files = {}
     for entry in listing.split(b"\0"):
@@ -357,14 +351,13 @@ def _tree_blobs(root: Any, ref: str, paths: list[str]) -> dict[str, tuple[str, i
 def _page_text(root: Any, sha: str, size: int) -> dict[str, Any]:
     """A blob as a page shows it: its first PAGE_FILE_CHARS characters (`truncated` when there is
     more); a blob over MAX_FILE_BYTES is not read (`too_big`)."""
-    from evolve_app.workspace import MAX_FILE_BYTES, PAGE_FILE_CHARS, workspace_git
-
-    if size > MAX_FILE_BYTES:
+    if size > workspace.MAX_FILE_BYTES:
         return {"text": "", "size": size, "truncated": True, "too_big": True, "shown_chars": 0}
     text = workspace_git(root, ["cat-file", "blob", sha]).decode("utf-8", "replace")
-    truncated = len(text) > PAGE_FILE_CHARS
-    return {"text": text[:PAGE_FILE_CHARS], "size": size, "truncated": truncated, "too_big": False,
-            "shown_chars": min(len(text), PAGE_FILE_CHARS)}
+    limit = workspace.PAGE_FILE_CHARS  # read now: bench/a_evolve_workspaces.py tries other limits
+    truncated = len(text) > limit
+    return {"text": text[:limit], "size": size, "truncated": truncated, "too_big": False,
+            "shown_chars": min(len(text), limit)}
 
 
 def _memory_file(page: dict[str, Any], path: str, category: str) -> dict[str, Any]:
@@ -398,9 +391,6 @@ def agent_file_at(agent: Agent, ref: str, path: str) -> tuple[str, bytes]:
     tag) of the agent's workspace, for the download a truncated page offers. 404 for a ref or
     path that is not there, a path leaving the workspace or naming .git, a symlink, a submodule,
     and a file over MAX_WORKSPACE_BYTES."""
-    from evolve_app.history import EvolutionHistory
-    from evolve_app.workspace import MAX_WORKSPACE_BYTES, WorkspaceError, workspace_git
-
     parts = path.split("/") if isinstance(path, str) and len(path) <= 1000 else [""]
     if path.startswith("-") or any(_UNSAFE_PART.search(part) or part.lower() == ".git" for part in parts):
         raise Http404("No such file.")
@@ -409,7 +399,7 @@ def agent_file_at(agent: Agent, ref: str, path: str) -> tuple[str, bytes]:
     try:
         root = EvolutionHistory(agent.path).root
         found = _tree_blobs(root, ref, [path]).get(path)
-        if found is None or found[1] > MAX_WORKSPACE_BYTES:
+        if found is None or found[1] > workspace.MAX_WORKSPACE_BYTES:
             raise Http404("No such file.")
         return parts[-1], workspace_git(root, ["cat-file", "blob", found[0]])
     except (WorkspaceError, OSError):
@@ -427,19 +417,19 @@ CYCLE_FIELDS = (
 
 
 
-def runs_for_user(user: Any) -> QuerySet[EvolutionRun]:
+def runs_for_user(user: AbstractUser) -> QuerySet[EvolutionRun]:
     return EvolutionRun.objects.select_related("agent__project", "started_by").filter(
         agent__project__in=projects_for_user(user))
 
 
-def run_by_id_for_user(user: Any, run_id: int) -> EvolutionRun:
+def run_by_id_for_user(user: AbstractUser, run_id: int) -> EvolutionRun:
     run = runs_for_user(user).filter(pk=run_id).first()
     if run is None:
         raise Http404("No such evolution run.")
     return run
 
 
-def cycle_by_id_for_user(user: Any, cycle_id: int) -> Cycle:
+def cycle_by_id_for_user(user: AbstractUser, cycle_id: int) -> Cycle:
     cycle = Cycle.objects.select_related("run__agent__project").filter(
         pk=cycle_id, run__agent__project__in=projects_for_user(user)).first()
     if cycle is None:
@@ -500,19 +490,16 @@ def agent_report(agent: Agent) -> dict[str, Any]:
 # ---- the project page (runtime_app/subjects.py project_section_register)
 
 
-def project_agents_section(user: Any, project: Any) -> Any:
+def project_agents_section(user: AbstractUser, project: Project) -> ProjectSection:
     """The project's agents with their score and last run, and what needs someone: mutations
     awaiting an approver, runs that failed (an agent's latest), and runs queued or running."""
-    from django.urls import reverse
-
-    from runtime_app.subjects import Attention, ProjectSection
-
     agents = agent_list_rows(user, project)
-    labels = dict(EvolutionRun.STATUSES)
+    labels = dict(EvolutionRun.Status.choices)
     for agent in agents:
         agent.last_run_label = labels.get(agent.last_run_status, agent.last_run_status or "")
-    levels = {"awaiting_review": "awaiting approval", "failed": "failed", "queued": "running",
-              "running": "running"}
+    status = EvolutionRun.Status
+    levels = {status.AWAITING_REVIEW: "awaiting approval", status.FAILED: "failed", status.QUEUED: "running",
+              status.RUNNING: "running"}
     attention = []
     noted = [agent for agent in agents if agent.last_run_status in levels]
     runs = EvolutionRun.objects.only("pk", "number", "reason", "created_at", "finished_at").in_bulk(

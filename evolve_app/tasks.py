@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from evolve_app import services
+
 
 @shared_task(name="evolve_app.tasks.evolution_run")
 def evolution_run(run_pk: int) -> None:
-    from evolve_app.services import evolution_run_execute
-
-    evolution_run_execute(run_pk)
+    services.evolution_run_execute(run_pk)
 
 
 @shared_task(name="evolve_app.tasks.evolution_runs_reconcile")
 def evolution_runs_reconcile() -> None:
     """Beat: hand runs whose worker died, or whose message was lost, to a worker again."""
-    from evolve_app.services import evolution_runs_reconcile as reconcile
-
-    for run_pk in reconcile():
+    for run_pk in services.evolution_runs_reconcile():
         evolution_run.delay(run_pk)

@@ -30,6 +30,7 @@ from evolve_app.forms import (
 )
 from evolve_app.models import EvolutionRun
 from runtime_app import access
+from runtime_app.presenters import short_sha
 from runtime_app.selectors import project_for_user, projects_for_user
 from runtime_app.views import _apply_errors, _live_context
 
@@ -40,7 +41,7 @@ def _agent_list(request: HttpRequest, *, import_form: AgentImportForm | None = N
     projects = projects_for_user(request.user).order_by("name")
     single = {"project": projects[0].pk} if len(projects) == 1 else {}
     agents = list(selectors.agent_list_rows(request.user))
-    labels = dict(EvolutionRun.STATUSES)
+    labels = dict(EvolutionRun.Status.choices)
     for agent in agents:
         agent.last_run_label = labels.get(agent.last_run_status, agent.last_run_status or "")
     return render(request, "evolve_app/agent_list.html", {
@@ -176,7 +177,7 @@ def _agent_page(request: HttpRequest, agent: Any, *, start_form: RunStartForm | 
         "runs_as": selectors.agent_runs_as(agent),
         "versions": versions, "versions_error": logged["error"], "head": logged["head"],
         "runs": runs,
-        "active_run": next((run for run in runs if run.status in selectors.ACTIVE), None),
+        "active_run": next((run for run in runs if run.status in EvolutionRun.ACTIVE), None),
         "start_form": start_form or RunStartForm(),
         "rollback_form": rollback_form or RollbackForm(tags=tags),
         "can_operate": access.may_operate(request.user, agent.project),
@@ -242,7 +243,8 @@ def agent_rollback(request: HttpRequest, agent_id: int) -> HttpResponse:
         except ValidationError as error:
             _apply_errors(form, error)
         else:
-            messages.success(request, f"{agent.name} rolled back to {tag} with the new commit {sha[:12]}.")
+            messages.success(request, f"{agent.name} rolled back to {tag} with the new commit "
+                                      f"{short_sha(sha)}.")
             return redirect("agent_detail", agent_id=agent.pk)
     return _agent_page(request, agent, rollback_form=form, status=400)
 
@@ -254,7 +256,7 @@ def _run_context(request: HttpRequest, run: Any) -> dict[str, Any]:
     return {
         "agent": run.agent, "run": run, "cycles": cycles, "curve": selectors.score_curve(cycles),
         "progress": selectors.run_progress(run, cycles),
-        "active": run.status in selectors.ACTIVE,
+        "active": run.status in EvolutionRun.ACTIVE,
         "config_items": sorted((run.config or {}).items()),
         "can_operate": access.may_operate(request.user, run.agent.project),
         "can_approve": access.has_role(request.user, run.agent.project, access.APPROVER),
@@ -284,7 +286,7 @@ def evolution_run_cancel(request: HttpRequest, agent_id: int, run_id: int) -> Ht
     run = selectors.run_for_user(request.user, agent_id, run_id)
     if request.method == "GET":
         return render(request, "evolve_app/run_cancel.html", {
-            "agent": run.agent, "run": run, "active": run.status in services.ACTIVE,
+            "agent": run.agent, "run": run, "active": run.status in EvolutionRun.ACTIVE,
             "cycles_done": run.cycles.count(),
             "can_operate": access.may_operate(request.user, run.agent.project)})
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -347,6 +348,15 @@ def test_an_approver_rejects_a_waiting_cycle_from_its_page_and_the_skill_is_gone
     assert response.status_code == 302 and response["Location"] == run_url(waiting_run) + "cycles/1/"
     assert Cycle.objects.get(run=waiting_run, number=1).status == "rejected"
     assert not (path / "skills" / "date-arithmetic").exists()
+
+
+def test_deciding_on_a_broken_workspace_answers_with_the_problem_not_a_500(personas, waiting_run):
+    shutil.rmtree(Path(waiting_run.agent.path) / ".git")  # the workspace's history is gone
+    response = login(personas.owner).post(run_url(waiting_run) + "cycles/1/decide/", {"decision": "approve"},
+                                          follow=True)
+    assert response.status_code == 200
+    assert "not a git repository" in text_of(response)
+    assert Cycle.objects.get(run=waiting_run, number=1).status == "awaiting_review"
 
 
 def test_a_waiting_cycle_page_shows_the_pending_mutation_before_anyone_decides(personas, waiting_run):
