@@ -45,6 +45,7 @@ reaches a sandbox, a step, an output or an error text (known secret values are r
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -52,12 +53,19 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import yaml
+from django.conf import settings
 
 from evolve_app.extensions import AGENT_GROUP, SETTING, dotted_allowed, dotted_load, installed
 from evolve_app.types import SkillMeta, Task, Trajectory
 from evolve_app.workspace import AgentWorkspace, WorkspaceError
+from runtime_app import sandbox
+from runtime_app.fleet import EFFORTS, host_is_local, preset_get
+from runtime_app.keys import provider_key
+from runtime_app.llm import LLMError, ToolChat
+from runtime_app.sandbox import redact, secret_values
 
 COMMAND_TIMEOUT_SECONDS = 60.0
 MAX_COMMAND_TIMEOUT_SECONDS = 3600.0
@@ -102,8 +110,6 @@ def agent_settings(workspace_path: str | Path) -> dict[str, Any]:
 
 
 def _redact(text: str) -> str:
-    from runtime_app.sandbox import redact, secret_values
-
     return redact(text, secret_values())
 
 
@@ -185,8 +191,6 @@ class BaseAgent:
 
 
 def _scratch_path(task: Task) -> Path:
-    from django.conf import settings
-
     return Path(settings.DATA_DIR) / "evolve" / "agents" / (
         f"{re.sub(r'[^A-Za-z0-9._-]', '_', task.task_id)[:80]}-{uuid.uuid4().hex[:12]}")
 
@@ -257,7 +261,6 @@ class CommandAgent(BaseAgent):
 
     def solve(self, task: Task) -> Trajectory:
 
-        from runtime_app import sandbox
 
         trajectory = Trajectory(task_id=task.task_id)
         scratch = _scratch_path(task)
@@ -485,8 +488,6 @@ def _text_argument(tool_input: Any, names: tuple[str, ...]) -> str | None:
 
 def _server_agent_model() -> tuple[str, str] | None:
     """CRUCIBLE_AGENT_MODEL as (preset, model), if the server sets it."""
-    from django.conf import settings
-
     value = getattr(getattr(settings, "CONFIG", None), "agent_model", "") or ""
     preset, _, model = value.partition(":")
     return (preset.strip(), model.strip()) if preset.strip() and model.strip() else None
@@ -496,8 +497,6 @@ def model_choice(settings: dict[str, Any], overrides: dict[str, Any] | None = No
     """(preset name, model id or "", effort) a reference agent uses: the overrides, then the
     manifest's `agent` settings; with neither a preset nor a model there, CRUCIBLE_AGENT_MODEL;
     the preset defaults to anthropic and the model to the preset's default model."""
-    from runtime_app.fleet import preset_get
-
     def given(name: str) -> str:
         value = (overrides or {}).get(name) or settings.get(name)
         return str(value).strip() if value not in (None, "") else ""
@@ -515,12 +514,6 @@ def model_choice(settings: dict[str, Any], overrides: dict[str, Any] | None = No
 def _has_credentials(preset: Any) -> bool:
     """A key for the preset here (environment or stored), AWS credentials for bedrock, or a
     model server on this machine or network (whose key is optional)."""
-    import os
-    from urllib.parse import urlparse
-
-    from runtime_app.fleet import host_is_local
-    from runtime_app.keys import provider_key
-
     if preset.key_variable and provider_key(preset.key_variable):
         return True
     if preset.kind == "bedrock" and (any(os.environ.get(name) for name in (
@@ -535,8 +528,6 @@ def reference_problems(settings: dict[str, Any], overrides: dict[str, Any] | Non
                        credentials: bool = True) -> list[str]:
     """Why a reference agent with these settings could not call its model (empty when nothing is
     known wrong): a preset that is not a model provider, no model, a bad effort, no key."""
-    from runtime_app.fleet import EFFORTS, preset_get
-
     preset_name, model, effort = model_choice(settings, overrides)
     preset = preset_get(preset_name)
     if preset is None or preset.kind in ("command", "agent-cli"):  # this agent runs its own tool loop
@@ -597,9 +588,6 @@ class ReferenceLLMAgent(BaseAgent):
         return text[:SYSTEM_PROMPT_CHARS]
 
     def solve(self, task: Task) -> Trajectory:
-        from runtime_app.fleet import preset_get
-        from runtime_app.llm import LLMError, ToolChat
-
         trajectory = Trajectory(task_id=task.task_id)
         problems = reference_problems(self.settings, self._overrides, credentials=False)
         if problems:
@@ -666,8 +654,6 @@ class ReferenceLLMAgent(BaseAgent):
     def _tool_run(self, name: str, tool_input: Any, tools: dict, scratch: Path,
                   trajectory: Trajectory) -> tuple[str, bool]:
         """Run one offered tool in the sandbox on the task's scratch copy; (output, is_error)."""
-        from runtime_app import sandbox
-
         spec = tools.get(name)
         if spec is None:
             return f"unknown tool {name!r}: use {', '.join(tools) or 'none'}", True

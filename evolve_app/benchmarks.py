@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from django.conf import settings
 
 from evolve_app.extensions import (
     BENCHMARK_GROUP,
@@ -60,6 +61,8 @@ from evolve_app.extensions import (
     server_path,
 )
 from evolve_app.types import Feedback, Task, Trajectory
+from runtime_app import sandbox
+from runtime_app.metrics import metric_read
 
 SPLITS = ("train", "holdout")
 MATCH_RULES = ("exact", "normalized", "contains", "regex", "number")
@@ -204,10 +207,6 @@ class TaskFolderBenchmark(BenchmarkAdapter):
         return line
 
     def evaluate(self, task: Task, trajectory: Trajectory) -> Feedback:
-        from django.conf import settings
-
-        from runtime_app import sandbox
-
         split = str(task.metadata.get("split", "train"))
         folder = self._folder(split, task.task_id)  # found again from the id, never from a path
         failed = _agent_failed(trajectory)
@@ -236,8 +235,6 @@ class TaskFolderBenchmark(BenchmarkAdapter):
             shutil.rmtree(scratch, ignore_errors=True)
 
     def _judge(self, receipt: Any, metrics_file: Path, cut: bool) -> Feedback:
-        from runtime_app.metrics import metric_read
-
         said = (receipt.stderr_excerpt.strip() or receipt.stdout_excerpt.strip())[-DETAIL_CHARS:]
         note = f" (the output was cut to its first {MAX_OUTPUT_CHARS:,} characters)" if cut else ""
         if receipt.timed_out:

@@ -17,7 +17,10 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
+
+from runtime_app.services import server_path_check
 
 ENGINE_GROUP = "crucible.engines"
 AGENT_GROUP = "crucible.agents"
@@ -41,8 +44,6 @@ def is_dotted(value: Any) -> bool:
 
 def allowed_paths() -> tuple[str, ...]:
     """The dotted paths an administrator lets the web and API name (CRUCIBLE_ALLOWED_EXTENSIONS)."""
-    from django.conf import settings  # read on each call: tests and reloads change it
-
     return tuple(settings.CONFIG.allowed_extensions)
 
 
@@ -79,10 +80,6 @@ def server_path(raw: str, *, trusted: bool, what: str, error: type[Exception]) -
     """A path on the server named in a request: under CRUCIBLE_REPO_ROOTS unless `trusted`
     (runtime_app's check). Every refusal reads the same, whether the path exists or not, so a
     refusal tells nothing about the server's files."""
-    from django.conf import settings
-
-    from runtime_app.services import server_path_check  # needs the apps loaded
-
     try:
         return server_path_check(raw, trusted=trusted, what=what)
     except ValidationError as refused:

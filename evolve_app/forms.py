@@ -6,6 +6,7 @@ import tomllib
 from typing import Any
 
 from django import forms
+from pydantic import ValidationError as PydanticError
 
 from evolve_app.loop import EvolveConfig
 
@@ -101,8 +102,6 @@ class RunStartForm(forms.Form):
                 field.widget.attrs["placeholder"] = str(field.initial)
 
     def clean(self) -> dict[str, Any]:
-        from pydantic import ValidationError as PydanticError
-
         data = super().clean()
         config = {name: data[name] for name in RUN_SETTINGS if data.get(name) is not None}
         self.config, self.config_rejected = config, set()

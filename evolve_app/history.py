@@ -21,6 +21,7 @@ from typing import Any
 
 from dulwich.objects import Commit, Tag
 
+from evolve_app.models import Cycle
 from evolve_app.workspace import (
     DEFAULT_AUTHOR,
     DRAFTS_DIR,
@@ -188,8 +189,6 @@ class EvolutionHistory:
     def get_score_curve(self) -> list[tuple[int, float]]:
         """(cycle, train score) of this agent's latest recorded run; without one (e.g. the Python
         Evolver alone), of every cycle that wrote an observation batch."""
-        from evolve_app.models import Cycle
-
         latest = Cycle.objects.filter(run__agent__path=str(self.root)).order_by("-run_id").first()
         if latest is not None:
             return self.score_curve(Cycle.objects.filter(run_id=latest.run_id))
