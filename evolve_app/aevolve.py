@@ -35,7 +35,7 @@ from typing import Any
 from evolve_app.engines.base import EngineError
 from evolve_app.engines.model import _ModelEngine, _Usage
 from evolve_app.engines.registry import ENGINES
-from evolve_app.types import Observation, StepResult
+from evolve_app.types import History, Observation, StepResult, Trial, Workspace
 from runtime_app import sandbox
 from runtime_app import services as runtime_services
 from runtime_app.llm import THINKING_BUDGET, ToolChat
@@ -171,7 +171,8 @@ class _AEvolveEngine(_ModelEngine):
                 "trajectory_only": False, "evolver_model": self.model or self.preset,
                 "evolver_max_tokens": self.evolver_max_tokens, "extra": extra}
 
-    def step(self, workspace: Any, observations: list[Observation], history: Any, trial: Any) -> StepResult:
+    def step(self, workspace: Workspace, observations: list[Observation], history: History,
+             trial: Trial | None) -> StepResult:
         bridge = upstream()
         if self.uses_bash:
             ready, reason = sandbox.bubblewrap_probe()

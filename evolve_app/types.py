@@ -1,10 +1,15 @@
 """The values that pass between agents, benchmarks, engines and the evolution loop (the A-Evolve
-seed's vocabulary). Plain dataclasses: JSON-ready through `dataclasses.asdict`."""
+seed's vocabulary). Plain dataclasses: JSON-ready through `dataclasses.asdict`. And what an engine's
+step is handed, as Protocols: the Workspace, the History and the Trial runner."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from evolve_app.workspace import Manifest
 
 
 @dataclass(frozen=True, init=False)
@@ -97,3 +102,65 @@ class StepResult:
     def wants_stop(self) -> bool:
         metadata = self.metadata if isinstance(self.metadata, dict) else {}
         return bool(self.stop or metadata.get("stop") is True)
+
+
+# ------------------------------------------------------------------ what an engine's step is handed
+
+
+class Workspace(Protocol):
+    """The agent's files as an engine reads and writes them (evolve_app.workspace.AgentWorkspace)."""
+
+    root: Path
+
+    @property
+    def manifest(self) -> Manifest: ...
+
+    def read_prompt(self) -> str: ...
+
+    def list_skills(self) -> list[SkillMeta]: ...
+
+    def read_skill(self, name: str) -> str: ...
+
+    def write_skill(self, name: str, content: str) -> None: ...
+
+    def delete_skill(self, name: str) -> None: ...
+
+    def list_drafts(self) -> list[dict[str, str]]: ...
+
+    def write_draft(self, name: str, content: str) -> None: ...
+
+    def delete_draft(self, name: str) -> None: ...
+
+    def read_memories(self, category: str = "episodic", limit: int | None = None) -> list[dict[str, Any]]: ...
+
+    def add_memory(self, entry: dict[str, Any], category: str = "episodic") -> None: ...
+
+    def read_all_memories(self, limit: int = 100) -> list[dict[str, Any]]: ...
+
+    def _path(self, rel: str) -> Path: ...
+
+
+class History(Protocol):
+    """The workspace's snapshots and observation batches (evolve_app.history.EvolutionHistory)."""
+
+    def version_log(self) -> list[dict[str, Any]]: ...
+
+    def get_observations(self, last_n_cycles: int | None = None,
+                         only_failures: bool = False) -> list[dict]: ...
+
+    @property
+    def latest_cycle(self) -> int: ...
+
+
+class Trial(Protocol):
+    """Solves chosen tasks against the workspace as it is now (evolve_app.loop.TrialRunner)."""
+
+    def run(self, tasks: list[Task]) -> list[tuple[Trajectory, Feedback]]: ...
+
+    def run_tasks(self, tasks: list[Any]) -> list[Observation]: ...
+
+    def run_single(self, task: Task) -> Observation: ...
+
+    def get_tasks(self, split: str = "train", limit: int = 5) -> list[Task]: ...
+
+    def for_workspace(self, path: Path) -> Trial: ...

@@ -11,7 +11,7 @@ from typing import Any
 from evolve_app.engines.base import EngineError, EvolutionEngine, cycle_end_call
 from evolve_app.engines.model import _mean_score
 from evolve_app.engines.registry import engine_get
-from evolve_app.types import Observation, StepResult
+from evolve_app.types import History, Observation, StepResult, Trial, Workspace
 
 # ------------------------------------------------------------------------------------- adaptive evolution
 
@@ -66,12 +66,12 @@ def intervention_size(scores: list[float], size: int, window: int = 3, epsilon: 
 SIZE_KNOBS = ("per_cycle", "max_gaps", "max_proposals")  # textbook, adaptive-skill, guided
 
 
-def _size_knob(engine: Any) -> str:
+def _size_knob(engine: object) -> str:
     """The engine's setting for how much it changes in a cycle ("" when it has none)."""
     return next((knob for knob in SIZE_KNOBS if isinstance(getattr(engine, knob, None), int)), "")
 
 
-def _accepts_guidance(engine: Any) -> bool:
+def _accepts_guidance(engine: EvolutionEngine) -> bool:
     try:
         return "guidance" in inspect.signature(engine.step).parameters
     except (TypeError, ValueError):
@@ -110,7 +110,8 @@ class AdaptiveEvolutionEngine(EvolutionEngine):
         self.size = max(1, min(self.max_size, int(start_size)))
         self.scores: list[float] = []
 
-    def step(self, workspace: Any, observations: list[Observation], history: Any, trial: Any) -> StepResult:
+    def step(self, workspace: Workspace, observations: list[Observation], history: History,
+             trial: Trial | None) -> StepResult:
         self.scores.append(_mean_score(observations))
         self.size, why = intervention_size(self.scores, self.size, self.window, self.epsilon, self.max_size)
         chosen = observations_filter(observations)

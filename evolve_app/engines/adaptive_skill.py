@@ -13,7 +13,7 @@ from evolve_app.engines.model import (
     _Usage,
     skill_categories,
 )
-from evolve_app.types import Observation, StepResult
+from evolve_app.types import History, Observation, StepResult, Trial, Workspace
 
 # ---------------------------------------------------------------------------------------- adaptive skill
 
@@ -66,7 +66,8 @@ class AdaptiveSkillEngine(_ModelEngine):
             entry["rate"] = round(entry["failed"] / entry["total"], 6)
         return stats
 
-    def step(self, workspace: Any, observations: list[Observation], history: Any, trial: Any) -> StepResult:
+    def step(self, workspace: Workspace, observations: list[Observation], history: History,
+             trial: Trial | None) -> StepResult:
         self.cycle += 1
         stats = self.gap_analysis(observations)
         self.seen |= set(stats)
@@ -98,11 +99,11 @@ class AdaptiveSkillEngine(_ModelEngine):
         return StepResult(bool(created or changed or deleted), "; ".join(parts)[:500], metadata)
 
     @staticmethod
-    def _library(workspace: Any) -> dict[str, str]:
+    def _library(workspace: Workspace) -> dict[str, str]:
         return {skill.name: workspace.read_skill(skill.name) for skill in workspace.list_skills()}
 
-    def _fill(self, workspace: Any, category: str, stat: dict[str, Any], observations: list[Observation],
-              usage: _Usage) -> dict[str, Any]:
+    def _fill(self, workspace: Workspace, category: str, stat: dict[str, Any],
+              observations: list[Observation], usage: _Usage) -> dict[str, Any]:
         before = self._library(workspace)
         covering = sorted(n for n, text in before.items() if category in skill_categories(n, text, self.seen))
         failed = [o for o in observations if (o.task.category or "uncategorized") == category
@@ -128,7 +129,7 @@ class AdaptiveSkillEngine(_ModelEngine):
         return {"category": category, "action": action, "skill": covering[0] if covering else "",
                 "rate": stat["rate"], "changed": changed, "said": said[:300]}
 
-    def _merge(self, workspace: Any, before: dict[str, str]) -> list[dict[str, Any]]:
+    def _merge(self, workspace: Workspace, before: dict[str, str]) -> list[dict[str, Any]]:
         library = self._library(workspace)
         groups: dict[frozenset, list[str]] = {}
         for name, text in library.items():
@@ -150,7 +151,7 @@ class AdaptiveSkillEngine(_ModelEngine):
             merges.append({"into": keep, "merged": others, "categories": sorted(categories)})
         return merges
 
-    def _prune(self, workspace: Any, present: set[str]) -> list[str]:
+    def _prune(self, workspace: Workspace, present: set[str]) -> list[str]:
         pruned = []
         for name, text in self._library(workspace).items():
             if skill_categories(name, text, self.seen) & present:

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from evolve_app.types import Observation, StepResult
+from evolve_app.types import History, Observation, StepResult, Trial, Workspace
 
 
 class EngineError(Exception):
@@ -25,7 +25,8 @@ class EvolutionEngine:
         """Refuse option values the engine would refuse, without making it (EngineError)."""
         return None
 
-    def step(self, workspace: Any, observations: list[Observation], history: Any, trial: Any) -> StepResult:
+    def step(self, workspace: Workspace, observations: list[Observation], history: History,
+             trial: Trial | None) -> StepResult:
         raise NotImplementedError
 
     def on_cycle_end(self, accepted: bool, score: float = 0.0) -> None:
@@ -34,7 +35,7 @@ class EvolutionEngine:
         return None
 
 
-def cycle_end_takes_score(engine: Any) -> bool:
+def cycle_end_takes_score(engine: object) -> bool:
     """Whether `engine.on_cycle_end` takes the score too (A-Evolve's `(accepted, score)`), or
     only `accepted` (engines written before): its signature, inspected once."""
     method = getattr(engine, "on_cycle_end", None)
@@ -49,7 +50,7 @@ def cycle_end_takes_score(engine: Any) -> bool:
     return len(positional) >= 2 or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
 
 
-def cycle_end_call(engine: Any, accepted: bool, score: float, takes_score: bool | None = None) -> None:
+def cycle_end_call(engine: object, accepted: bool, score: float, takes_score: bool | None = None) -> None:
     """`engine.on_cycle_end(accepted, score)`, or `(accepted)` for an engine whose callback takes
     one argument; nothing for an engine without one."""
     if not hasattr(engine, "on_cycle_end"):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from evolve_app.engines.model import (
     _category_name,
     _json_object,
@@ -15,7 +13,7 @@ from evolve_app.engines.model import (
     _Usage,
     skill_categories,
 )
-from evolve_app.types import Observation, StepResult
+from evolve_app.types import History, Observation, StepResult, Trial, Workspace
 from evolve_app.workspace import WorkspaceError, skill_front_matter
 
 # ------------------------------------------------------------------------------------- guided synthesis
@@ -81,7 +79,8 @@ class GuidedSynthesisEngine(_ModelEngine):
         self.max_proposals = int(max_proposals)
         self.proposed: dict[str, int] = {}  # category -> its lesson count when last proposed (this run)
 
-    def step(self, workspace: Any, observations: list[Observation], history: Any, trial: Any) -> StepResult:
+    def step(self, workspace: Workspace, observations: list[Observation], history: History,
+             trial: Trial | None) -> StepResult:
         usage, notes = _Usage(), []
         layers = set(workspace.manifest.evolvable_layers)
         lessons: list[dict[str, str]] = []
@@ -109,7 +108,7 @@ class GuidedSynthesisEngine(_ModelEngine):
                     **usage.as_dict()}
         return StepResult(mutated, "; ".join(parts), metadata)
 
-    def _lessons(self, workspace: Any, observations: list[Observation], usage: _Usage,
+    def _lessons(self, workspace: Workspace, observations: list[Observation], usage: _Usage,
                  notes: list[str]) -> list[dict[str, str]]:
         failed = [o for o in observations if not o.feedback.success]
         chosen = _spread(failed, max(0, self.max_failures))
@@ -133,7 +132,7 @@ class GuidedSynthesisEngine(_ModelEngine):
             written.append({"task_id": observation.task.task_id, "category": category})
         return written
 
-    def _propose(self, workspace: Any, usage: _Usage, notes: list[str]) -> list[str]:
+    def _propose(self, workspace: Workspace, usage: _Usage, notes: list[str]) -> list[str]:
         by_category: dict[str, list[str]] = {}
         for entry in workspace.read_memories("episodic"):
             category, lesson = entry.get("category"), entry.get("lesson")
@@ -166,7 +165,7 @@ class GuidedSynthesisEngine(_ModelEngine):
             drafted.append(data["name"])
         return drafted
 
-    def _curate(self, workspace: Any, usage: _Usage) -> list[dict[str, str]]:
+    def _curate(self, workspace: Workspace, usage: _Usage) -> list[dict[str, str]]:
         decisions = []
         for draft in workspace.list_drafts():
             name, content = draft["name"], draft["content"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evolve_app.engines.base import EngineError, EvolutionEngine
-from evolve_app.types import Observation
+from evolve_app.types import Observation, Workspace
 from evolve_app.workspace import skill_front_matter
 from runtime_app import services as runtime_services
 from runtime_app.fleet import preset_get
@@ -159,7 +159,7 @@ class _ModelEngine(EvolutionEngine):
 
         return record
 
-    def _turn(self, chat: Any, record: Callable[[Any], Any], usage: _Usage) -> tuple[Any, list[Any]]:
+    def _turn(self, chat: ToolChat, record: Callable[[Any], Any], usage: _Usage) -> tuple[Any, list[Any]]:
         """One model call of `chat`, added to `usage`; a failed call (after the client's retries)
         is an EngineError."""
         try:
@@ -172,8 +172,8 @@ class _ModelEngine(EvolutionEngine):
             "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"))
         return reply, uses
 
-    def _converse(self, prefix: str, suffix: str, usage: _Usage, *, label: str, workspace: Any = None,
-                  write_roots: tuple[str, ...] = ()) -> str:
+    def _converse(self, prefix: str, suffix: str, usage: _Usage, *, label: str,
+                  workspace: Workspace | None = None, write_roots: tuple[str, ...] = ()) -> str:
         """One conversation; with `write_roots` the model may use the editor under them (no shell).
         Returns the model's last text."""
         preset, model = self._resolve_model()
@@ -203,7 +203,7 @@ class _ModelEngine(EvolutionEngine):
         return said[-1] if said else ""
 
 
-def _skills_text(workspace: Any, limit: int = 3000) -> str:
+def _skills_text(workspace: Workspace, limit: int = 3000) -> str:
     parts = [f"## skills/{skill.name}/SKILL.md\n{workspace.read_skill(skill.name)[:limit]}\n"
              for skill in workspace.list_skills()]
     return "\n".join(parts) or "(the agent has no skills yet)\n"

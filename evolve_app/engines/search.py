@@ -17,7 +17,7 @@ from evolve_app.engines.adaptive import _accepts_guidance, _size_knob
 from evolve_app.engines.base import EngineError, EvolutionEngine
 from evolve_app.engines.model import _mean_score, _spread
 from evolve_app.engines.registry import engine_get
-from evolve_app.types import Observation, StepResult, Task
+from evolve_app.types import History, Observation, StepResult, Task, Trial, Workspace
 from evolve_app.workspace import AgentWorkspace, WorkspaceError
 
 # ---------------------------------------------------------------------------------------- search
@@ -107,7 +107,8 @@ class SearchEngine(EvolutionEngine):
             base = None
         return Path(tempfile.mkdtemp(prefix="search-", dir=base))
 
-    def step(self, workspace: Any, observations: list[Observation], history: Any, trial: Any) -> StepResult:
+    def step(self, workspace: Workspace, observations: list[Observation], history: History,
+             trial: Trial | None) -> StepResult:
         failed = [o for o in observations if not o.feedback.success]
         if not failed:
             return StepResult(False, "search: no failed tasks to search on", {"inner": self.inner_name})
@@ -116,7 +117,7 @@ class SearchEngine(EvolutionEngine):
         judged = failed + _spread([o for o in observations if o.feedback.success], max(0, self.successes))
         tasks = [o.task for o in judged]
         baseline = _mean_score(judged)
-        layers = list(workspace.manifest.evolvable_layers)
+        layers: list[str] = list(workspace.manifest.evolvable_layers)
         original = _layer_files(workspace.root, layers)
         candidates: list[dict[str, Any]] = []
         copies: dict[int, Path] = {}
@@ -151,8 +152,9 @@ class SearchEngine(EvolutionEngine):
                        f"{baseline:.3f}): {winner['summary']}")
         return StepResult(winner is not None, summary[:500], metadata)
 
-    def _candidate(self, index: int, copy: Path, observations: list[Observation], history: Any, trial: Any,
-                   tasks: list[Task], original: dict[str, bytes], layers: list[str]) -> dict[str, Any]:
+    def _candidate(self, index: int, copy: Path, observations: list[Observation], history: History,
+                   trial: Trial, tasks: list[Task], original: dict[str, bytes],
+                   layers: list[str]) -> dict[str, Any]:
         record: dict[str, Any] = {"candidate": index + 1, "setting": {}, "score": None, "files": 0,
                                   "bytes": 0}
         try:
@@ -183,7 +185,7 @@ class SearchEngine(EvolutionEngine):
         return record
 
     @staticmethod
-    def _apply(workspace: Any, copy: Path, layers: list[str], original: dict[str, bytes]
+    def _apply(workspace: Workspace, copy: Path, layers: list[str], original: dict[str, bytes]
                ) -> dict[str, list[str]]:
         """Copy the winner's changed layer files (content and mode) into the real workspace;
         delete the files it deleted, and the folders that leaves empty."""

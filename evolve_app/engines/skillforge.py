@@ -7,7 +7,7 @@ from typing import Any
 
 from evolve_app.engines.base import EngineError, EvolutionEngine
 from evolve_app.engines.model import _observation_text
-from evolve_app.types import Observation, StepResult
+from evolve_app.types import History, Observation, StepResult, Trial, Workspace
 from runtime_app import services as runtime_services
 from runtime_app.fleet import preset_get
 from runtime_app.llm import LLMError, ToolChat
@@ -36,7 +36,7 @@ class SkillForgeEngine(EvolutionEngine):
                  max_turns: int = 20) -> None:
         self.preset, self.model, self.effort, self.max_turns = preset, model, effort, max_turns
 
-    def context(self, workspace: Any, observations: list[Observation], history: Any,
+    def context(self, workspace: Workspace, observations: list[Observation], history: History,
                 guidance: str = "") -> tuple[str, str]:
         """(prefix, suffix) of the conversation; `guidance`, when given (e.g. the adaptive engine's
         budget or the search engine's candidate note), ends the suffix."""
@@ -59,8 +59,8 @@ class SkillForgeEngine(EvolutionEngine):
             suffix += f"\n{guidance}\n"
         return "\n".join(parts), suffix
 
-    def step(self, workspace: Any, observations: list[Observation], history: Any, trial: Any,
-             guidance: str = "") -> StepResult:
+    def step(self, workspace: Workspace, observations: list[Observation], history: History,
+             trial: Trial | None, guidance: str = "") -> StepResult:
         preset = preset_get(self.preset)
         if preset is None or preset.kind not in ("anthropic", "bedrock", "openai-compatible"):
             raise EngineError(f"skillforge needs an LLM preset; {self.preset!r} is not one")

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from evolve_app.engines.base import EvolutionEngine
-from evolve_app.types import Observation, StepResult
+from evolve_app.types import History, Observation, StepResult, Trial, Workspace
 
 
 class TextbookEngine(EvolutionEngine):
@@ -24,7 +23,8 @@ class TextbookEngine(EvolutionEngine):
         self.textbook = json.loads(Path(textbook or default).read_text())["categories"]
         self.per_cycle = per_cycle
 
-    def step(self, workspace: Any, observations: list[Observation], history: Any, trial: Any) -> StepResult:
+    def step(self, workspace: Workspace, observations: list[Observation], history: History,
+             trial: Trial | None) -> StepResult:
         failed = [o for o in observations if not o.feedback.success]
         have = {skill.name for skill in workspace.list_skills()}
         categories = list(dict.fromkeys(o.task.category for o in failed if o.task.category))
