@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from evolve_app import selectors, services
+from evolve_app import presenters, selectors, services
 from evolve_app.forms import (
     AgentImportConfirmForm,
     AgentImportForm,
@@ -41,9 +41,7 @@ def _agent_list(request: HttpRequest, *, import_form: AgentImportForm | None = N
     projects = projects_for_user(request.user).order_by("name")
     single = {"project": projects[0].pk} if len(projects) == 1 else {}
     agents = list(selectors.agent_list_rows(request.user))
-    labels = dict(EvolutionRun.Status.choices)
-    for agent in agents:
-        agent.last_run_label = labels.get(agent.last_run_status, agent.last_run_status or "")
+    presenters.last_run_labels_set(agents)
     return render(request, "evolve_app/agent_list.html", {
         "agents": agents,
         "projects": projects,
@@ -254,8 +252,8 @@ def agent_rollback(request: HttpRequest, agent_id: int) -> HttpResponse:
 def _run_context(request: HttpRequest, run: Any) -> dict[str, Any]:
     cycles = selectors.run_cycles(run)
     return {
-        "agent": run.agent, "run": run, "cycles": cycles, "curve": selectors.score_curve(cycles),
-        "progress": selectors.run_progress(run, cycles),
+        "agent": run.agent, "run": run, "cycles": cycles, "curve": presenters.score_curve(cycles),
+        "progress": presenters.run_progress(run, cycles),
         "active": run.status in EvolutionRun.ACTIVE,
         "config_items": sorted((run.config or {}).items()),
         "can_operate": access.may_operate(request.user, run.agent.project),

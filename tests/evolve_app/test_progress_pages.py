@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from evolve_app import selectors, services
+from evolve_app import presenters, selectors, services
 from evolve_app.models import Cycle, EvolutionRun
 from tests.conftest import login, text_of
 from tests.evolve_app.conftest import git
@@ -80,7 +80,7 @@ def test_a_running_run_shows_elapsed_time_and_time_left_from_its_cycles_so_far(p
     now = run.created_at + timedelta(minutes=10)
     for number, cycle in enumerate(cycles, start=1):
         cycle.created_at = run.created_at + timedelta(minutes=3 * number)  # a cycle every 3 minutes
-    progress = selectors.run_progress(run, cycles, now=now)
+    progress = presenters.run_progress(run, cycles, now=now)
     assert (progress["done"], progress["planned"], progress["elapsed"]) == (2, 4, "10 min 0 s")
     assert progress["eta"] == "6 min 0 s" and "at 3 min 0 s a cycle" in progress["eta_note"]
     EvolutionRun.objects.filter(pk=run.pk).update(status="running", finished_at=None, cycles_planned=4)
@@ -90,13 +90,13 @@ def test_a_running_run_shows_elapsed_time_and_time_left_from_its_cycles_so_far(p
 
 def test_a_queued_run_waits_for_its_first_cycle_before_any_estimate(personas, demo_agent):
     run = services.evolution_run_start(personas.owner, demo_agent, cycles=3, enqueue=False)
-    progress = selectors.run_progress(run, [])
+    progress = presenters.run_progress(run, [])
     assert (progress["done"], progress["eta"], progress["eta_note"]) == (0, "", "after the first cycle")
 
 
 def test_the_score_curve_has_room_and_levels_to_read_a_score_from(personas, demo_agent):
     run = run_inline(personas.owner, demo_agent, cycles=2)
-    curve = selectors.score_curve(selectors.run_cycles(run))
+    curve = presenters.score_curve(selectors.run_cycles(run))
     assert (curve["width"], curve["height"]) == (960, 380)
     assert [level["value"] for level in curve["levels"]] == [0.0, 0.25, 0.5, 0.75, 1.0]
     page = text_of(login(personas.member).get(run_url(run)))
