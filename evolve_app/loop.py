@@ -34,6 +34,7 @@ from evolve_app.agents import BaseAgent, agent_for
 from evolve_app.benchmarks import benchmark_get
 from evolve_app.engines import cycle_end_call, cycle_end_takes_score, engine_get
 from evolve_app.history import EvolutionHistory
+from evolve_app.models import Cycle
 from evolve_app.types import Feedback, Observation, Task, Trajectory
 from evolve_app.workspace import (
     EXCLUDED_DIR,
@@ -77,7 +78,7 @@ class CycleResult:
     holdout_score: float | None = None
     holdout_after: float | None = None
     mutated: bool = False
-    status: str = "accepted"  # accepted | rejected | failed | awaiting_review
+    status: str = Cycle.Status.ACCEPTED  # or REJECTED, FAILED, AWAITING_REVIEW
     summary: str = ""
     engine_metadata: dict[str, Any] = field(default_factory=dict)
     skills_added: list[str] = field(default_factory=list)
@@ -237,7 +238,7 @@ class Evolver:
             result = self.cycle(number)
             done.append(result)
             self.on_cycle(result)
-            if result.status == "awaiting_review":
+            if result.status == Cycle.Status.AWAITING_REVIEW:
                 return EvolutionResult(done, False, f"cycle {number} awaits review", paused_for_review=True)
             converged, why = self.converged(done)
             if converged:
@@ -284,13 +285,14 @@ class Evolver:
             self._failed(result, str(error))
         except Exception as error:  # the cycle failed, not only the engine: back to pre-evo-N
             self._failed(result, f"the cycle failed: {type(error).__name__}: {error}")
-        if result.status == "awaiting_review":
+        if result.status == Cycle.Status.AWAITING_REVIEW:
             return result  # decided later by an approver, with an engine made then
         try:
-            cycle_end_call(self.engine, result.status == "accepted", result.score or 0.0, self._takes_score)
+            cycle_end_call(self.engine, result.status == Cycle.Status.ACCEPTED, result.score or 0.0,
+                           self._takes_score)
         except Exception as error:
             why = f"the engine's on_cycle_end failed: {type(error).__name__}: {error}"
-            if result.status == "failed":  # already back at pre-evo-N
+            if result.status == Cycle.Status.FAILED:  # already back at pre-evo-N
                 result.reason += f"; {why}"
             else:
                 self._failed(result, why)
@@ -302,7 +304,7 @@ class Evolver:
         (a tag is never made twice, and HEAD always matches the files)."""
         number = result.number
         logger.warning("cycle %s failed: %s", number, why)
-        result.status, result.mutated, result.reason = "failed", False, why
+        result.status, result.mutated, result.reason = Cycle.Status.FAILED, False, why
         result.skills_added, result.skills_modified, result.skills_deleted = [], [], []
         result.prompt_size_change = 0
         if not self._tag_exists(f"evo-{number}"):
@@ -316,7 +318,7 @@ class Evolver:
     def _tag_exists(self, tag: str) -> bool:
         return bool(workspace_git(self.path, ["tag", "--list", tag]).strip())
 
-    def _evolve(self, number: int, result: CycleResult, workspace: Any, allowed: set[str],
+    def _evolve(self, number: int, result: CycleResult, workspace: AgentWorkspace, allowed: set[str],
                 holdout: list[Task]) -> None:
         trial = TrialRunner(self.path, self.benchmark, self.config.concurrency, trusted=self.trusted)
         try:
@@ -336,29 +338,29 @@ class Evolver:
         if too_big:  # many files each under the limit: the mutation as a whole is refused
             workspace_restore(self.path, f"pre-evo-{number}")
             _empty_dirs_remove(self.path)
-            result.status = "rejected"
+            result.status = Cycle.Status.REJECTED
             result.reason = f"after the engine's step {too_big}: rolled back"
-        if result.status == "accepted" and holdout and self._changed_since(f"pre-evo-{number}"):
+        if result.status == Cycle.Status.ACCEPTED and holdout and self._changed_since(f"pre-evo-{number}"):
             after = TrialRunner(self.path, self.benchmark, self.config.concurrency,
                                 trusted=self.trusted).run(holdout)
             result.holdout_after = round(statistics.fmean(f.score for _, f in after), 6)
             drop = (result.holdout_score or 0) - result.holdout_after
             if drop > self.config.holdout_tolerance:
                 workspace_restore(self.path, f"pre-evo-{number}")
-                result.status = "rejected"
+                result.status = Cycle.Status.REJECTED
                 result.reason = (f"holdout fell from {result.holdout_score:.3f} to "
                                  f"{result.holdout_after:.3f} (more than the tolerance "
                                  f"{self.config.holdout_tolerance}): rolled back")
         changes = workspace_changes(self.path, f"pre-evo-{number}")
-        result.mutated = result.status == "accepted" and bool(changes)
-        if reverted and result.status == "accepted":
+        result.mutated = result.status == Cycle.Status.ACCEPTED and bool(changes)
+        if reverted and result.status == Cycle.Status.ACCEPTED:
             # The engine's summary may name what was reverted: say what will be committed (its
             # own words stay in the metadata).
             result.engine_metadata.setdefault("engine_summary", result.summary)
             result.summary = (f"{changes_summary(changes)}; {len(reverted)} "
                               f"path{'s' if len(reverted) != 1 else ''} reverted")
         if result.mutated and self.config.review_mode:
-            result.status = "awaiting_review"
+            result.status = Cycle.Status.AWAITING_REVIEW
             return  # evo-N is made when an approver decides (cycle_decide)
         self.finish(result)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
@@ -228,7 +229,7 @@ def cycle_diff(agent: Agent, cycle: Cycle) -> dict[str, Any]:
     return {"text": text, **labels, "error": "", "truncated": truncated}
 
 
-def _tag_commit(history: Any, tag: str) -> str | None:
+def _tag_commit(history: EvolutionHistory, tag: str) -> str | None:
     try:
         return history._resolve(tag)
     except WorkspaceError:
@@ -267,7 +268,7 @@ def workspace_at(agent: Agent, ref: str, skill: str = "") -> dict[str, Any]:
     return {"error": "", "skills": skills, "drafts": drafts, "memory": memory, "skill": chosen}
 
 
-def _tree_blobs(root: Any, ref: str, paths: list[str]) -> dict[str, tuple[str, int]]:
+def _tree_blobs(root: str | Path, ref: str, paths: list[str]) -> dict[str, tuple[str, int]]:
     """{path: (blob sha, size)} of the regular files under `paths` at `ref` (symlinks and
     submodules left out), from one `git ls-tree -l`: sizes known before anything is read."""
     listing = workspace_git(root, ["ls-tree", "-r", "-l", "-z", ref, "--", *paths])
@@ -280,7 +281,7 @@ def _tree_blobs(root: Any, ref: str, paths: list[str]) -> dict[str, tuple[str, i
     return files
 
 
-def _page_text(root: Any, sha: str, size: int) -> dict[str, Any]:
+def _page_text(root: str | Path, sha: str, size: int) -> dict[str, Any]:
     """A blob as a page shows it: its first PAGE_FILE_CHARS characters (`truncated` when there is
     more); a blob over MAX_FILE_BYTES is not read (`too_big`)."""
     if size > workspace.MAX_FILE_BYTES:

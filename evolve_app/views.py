@@ -28,8 +28,9 @@ from evolve_app.forms import (
     RollbackForm,
     RunStartForm,
 )
-from evolve_app.models import EvolutionRun
+from evolve_app.models import Agent, EvolutionRun
 from runtime_app import access
+from runtime_app.models import Project
 from runtime_app.presenters import short_sha
 from runtime_app.selectors import project_for_user, projects_for_user
 from runtime_app.views import _apply_errors, _live_context
@@ -77,7 +78,7 @@ def agent_import(request: HttpRequest) -> HttpResponse:
     return _agent_list(request, import_form=form, status=400)
 
 
-def _imported(request: HttpRequest, agent: Any, project: Any) -> HttpResponse:
+def _imported(request: HttpRequest, agent: Agent, project: Project) -> HttpResponse:
     messages.success(request, f"Agent {agent.name} imported into {project.name}.")
     for warning in selectors.agent_manifest(agent)["manifest_warnings"]:
         messages.warning(request, f"warning: {warning}")
@@ -141,7 +142,7 @@ def agent_demo(request: HttpRequest) -> HttpResponse:
 
 # --- one agent --------------------------------------------------------------------------------
 
-def _browser_context(request: HttpRequest, agent: Any, versions: list[dict[str, Any]]) -> dict[str, Any]:
+def _browser_context(request: HttpRequest, agent: Agent, versions: list[dict[str, Any]]) -> dict[str, Any]:
     """The skills and memory browser: `?ref=` is one of the version log's tags (or HEAD), else
     HEAD with a note; `?skill=` is one of the skills at that ref, else none."""
     choices = selectors.ref_choices(versions)
@@ -163,7 +164,7 @@ def _rollback_tags(versions: list[dict]) -> list[str]:
     return [v["tag"] for v in reversed(versions) if v["kind"] == "post"]
 
 
-def _agent_page(request: HttpRequest, agent: Any, *, start_form: RunStartForm | None = None,
+def _agent_page(request: HttpRequest, agent: Agent, *, start_form: RunStartForm | None = None,
                 rollback_form: RollbackForm | None = None, status: int = 200) -> HttpResponse:
     logged = selectors.agent_versions(agent)
     versions = logged["versions"]
@@ -249,7 +250,7 @@ def agent_rollback(request: HttpRequest, agent_id: int) -> HttpResponse:
 
 # --- evolution runs ---------------------------------------------------------------------------
 
-def _run_context(request: HttpRequest, run: Any) -> dict[str, Any]:
+def _run_context(request: HttpRequest, run: EvolutionRun) -> dict[str, Any]:
     cycles = selectors.run_cycles(run)
     return {
         "agent": run.agent, "run": run, "cycles": cycles, "curve": presenters.score_curve(cycles),
@@ -314,7 +315,7 @@ def cycle_detail(request: HttpRequest, agent_id: int, run_id: int, number: int) 
     })
 
 
-def _neighbours(run: Any, number: int) -> dict[str, int | None]:
+def _neighbours(run: EvolutionRun, number: int) -> dict[str, int | None]:
     numbers = set(run.cycles.filter(number__in=(number - 1, number + 1)).values_list("number", flat=True))
     return {"previous_number": number - 1 if number - 1 in numbers else None,
             "next_number": number + 1 if number + 1 in numbers else None}
