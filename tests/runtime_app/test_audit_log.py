@@ -24,7 +24,7 @@ from runtime_app.services import (
     project_member_remove,
     project_member_role_set,
 )
-from tests.conftest import login, text_of
+from tests.helpers import login, text_of
 
 pytestmark = pytest.mark.django_db
 

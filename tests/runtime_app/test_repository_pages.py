@@ -15,8 +15,8 @@ from django.test.utils import CaptureQueriesContext
 
 from runtime_app.models import ProjectMembership, Repository
 from search_app.models import Search, SearchRun
-from tests.conftest import login, make_user, text_of
 from tests.gitrepo import git, repo_create, write_files
+from tests.helpers import login, make_user, text_of
 
 pytestmark = pytest.mark.django_db
 

@@ -22,7 +22,7 @@ import pytest
 
 from runtime_app import sandbox
 from runtime_app.sandbox import BUBBLEWRAP, RLIMITS_ONLY, Limits, SandboxError, run
-from tests.conftest import service_missing
+from tests.helpers import service_missing
 
 
 @pytest.fixture

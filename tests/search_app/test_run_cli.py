@@ -18,7 +18,7 @@ from runtime_app.metrics import REPORTED_LABEL
 from runtime_app.models import Repository
 from runtime_app.selectors import page_url
 from search_app.models import Search, SearchRun
-from tests.conftest import REPO_ROOT, subprocess_env
+from tests.helpers import REPO_ROOT, subprocess_env
 from tests.search_app.runs import plan_repo, spec_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
