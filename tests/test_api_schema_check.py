@@ -15,7 +15,7 @@ from django.http import HttpRequest, JsonResponse
 from django.test import Client
 from django.urls import path
 
-from tests.conftest import PublishedSchema, login
+from tests.helpers import PublishedSchema, login
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from crucible.config import KNOWN_NAMES, ConfigError, load
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 STRONG_KEY = "k3y-" + "x7Qp9LmZ2vR8tY4wB6nJ1cF5hD0gS3aE" * 2
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from tests.conftest import REPO_ROOT, login
+from tests.helpers import REPO_ROOT, login
 
 pytestmark = pytest.mark.django_db
 

@@ -12,9 +12,9 @@ from evolve_app import services as evolve_services
 from evolve_app.models import EvolutionRun
 from runtime_app.services import repository_register
 from search_app import services as search_services
-from tests.conftest import login, text_of
-from tests.evolve_app.conftest import demo_agent  # noqa: F401
-from tests.search_app.conftest import data_dir, finished  # noqa: F401
+from tests.evolve_app.fixtures import demo_agent  # noqa: F401
+from tests.helpers import login, text_of
+from tests.search_app.fixtures import data_dir, finished  # noqa: F401
 from tests.search_app.runs import frozen
 
 pytestmark = pytest.mark.django_db(transaction=True)

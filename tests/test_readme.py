@@ -1,7 +1,7 @@
 """The README states the two commands first and documents every setting Crucible reads."""
 
 from crucible.config import VARIABLES
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 
 def manage(data_dir: Path, *args: str) -> None:

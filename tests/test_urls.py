@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
-from django.urls import URLPattern, URLResolver, get_resolver
+from django.conf import settings
+from django.shortcuts import resolve_url
+from django.urls import URLPattern, URLResolver, get_resolver, resolve
+
+from tests.helpers import PublishedSchema
 
 # Pages that must be reachable logged out, and nothing else.
 PUBLIC = {"/login/", "/admin/login/",
@@ -15,6 +20,12 @@ PUBLIC = {"/login/", "/admin/login/",
 PUBLIC_REDIRECTS = {"/favicon.ico": "/static/favicon.svg"}
 # Workers fetch baselines here with a per-search token, not a login (search_app/git_http.py).
 TOKEN_AUTH = "/git/searches/"
+# The two requests the token route serves: without a token, each is refused with 401.
+TOKEN_AUTH_REQUESTS = [("get", "/git/searches/1.git/info/refs?service=git-upload-pack"),
+                       ("post", "/git/searches/1.git/git-upload-pack")]
+# URLs of the walk that answer 404 to GET and POST alike, logged in or not.
+NOT_FOUND = {"/api/",  # django-ninja's mount point: no route of its own
+             "/git/searches/1.git/1"}  # the walk's filler: not one of the two requests the route serves
 
 
 def _walk(patterns, prefix: str = ""):
@@ -60,13 +71,35 @@ def test_every_url_refuses_anonymous_visitors(client, url):
         return
     for method in ("get", "post"):
         response = getattr(client, method)(url)
-        if url.startswith(TOKEN_AUTH):
-            assert response.status_code in {401, 403, 404, 405}, (method, url, response.status_code)
+        status = response.status_code
+        if url in NOT_FOUND:
+            assert status == 404, (method, url, status)
+        elif url.startswith(TOKEN_AUTH):
+            pytest.fail(f"{url}: a new token-auth URL; say what it answers in TOKEN_AUTH_REQUESTS")
         elif url.startswith("/api/") and not url.startswith("/api/docs") and "openapi" not in url:
-            assert response.status_code in {401, 404, 405}, (method, url, response.status_code)
-            assert response.status_code != 200
+            # 401 for a method the published schema lists for the route, 405 for any other.
+            assert status == (401 if method in api_methods(url) else 405), (method, url, status)
         else:
-            assert response.status_code in {302, 404, 405}, (method, url, response.status_code)
-            if response.status_code == 302:
-                location = response["Location"]
-                assert "/login/" in location, (method, url, location)
+            assert status == 302, (method, url, status)
+            # The login page the view names (the admin site's own views name the admin's), else
+            # LOGIN_URL: the one page LoginRequiredMiddleware sends it to.
+            login_url = resolve_url(getattr(resolve(url).func, "login_url", None) or settings.LOGIN_URL)
+            assert response["Location"].startswith(f"{login_url}?next="), (method, url, response["Location"])
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("method", "url"), TOKEN_AUTH_REQUESTS)
+def test_the_token_route_refuses_a_request_without_its_token(client, method, url):
+    assert getattr(client, method)(url).status_code == 401
+
+
+@functools.cache
+def published_schema() -> PublishedSchema:
+    return PublishedSchema.load()
+
+
+def api_methods(url: str) -> set[str]:
+    """The methods /api/openapi.json lists for the route `url` falls under (none: not an API route)."""
+    schema = published_schema()
+    templates = [template for pattern, template in schema.routes if pattern.match(url)]
+    return set(schema.document["paths"][templates[0]]) if templates else set()

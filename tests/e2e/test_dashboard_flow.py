@@ -20,8 +20,8 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from runtime_app.services import repository_register
 from search_app.models import Search, SearchRun
-from tests.conftest import REPO_ROOT, subprocess_env
-from tests.e2e.conftest import WAIT_MS, in_worker_thread
+from tests.e2e.helpers import WAIT_MS, in_worker_thread
+from tests.helpers import REPO_ROOT, subprocess_env
 
 pytestmark = pytest.mark.integration
 SCREENSHOTS = REPO_ROOT / "var" / "screenshots"

@@ -13,7 +13,7 @@ from runtime_app.models import Receipt
 from runtime_app.services import repository_register
 from search_app.services import search_start, spec_create
 from tests.e2e.test_dashboard_flow import SCREENSHOTS, log_in, shot
-from tests.search_app.conftest import data_dir, finished  # noqa: F401 (fixtures)
+from tests.search_app.fixtures import data_dir, finished  # noqa: F401 (fixtures)
 from tests.search_app.runs import frozen, spec_text
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from runtime_app.services import event_emit
-from tests.e2e.conftest import WAIT_MS, in_worker_thread
+from tests.e2e.helpers import WAIT_MS, in_worker_thread
 
 pytestmark = pytest.mark.integration
 HOME_URL = re.compile(r"^http://127\.0\.0\.1:\d+/$")

@@ -16,9 +16,9 @@ import pytest
 
 from search_app import services
 from search_app.models import SearchRun
-from tests.conftest import REPO_ROOT, subprocess_env
 from tests.e2e import test_dashboard_flow as flow
-from tests.e2e.conftest import WAIT_MS, in_worker_thread
+from tests.e2e.helpers import WAIT_MS, in_worker_thread
+from tests.helpers import REPO_ROOT, subprocess_env
 
 pytestmark = pytest.mark.integration
 demo_repository = flow.demo_repository

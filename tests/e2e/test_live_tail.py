@@ -19,8 +19,8 @@ import uuid
 import pytest
 
 from search_app import services
-from tests.conftest import REPO_ROOT, subprocess_env
-from tests.e2e.conftest import in_worker_thread
+from tests.e2e.helpers import in_worker_thread
+from tests.helpers import REPO_ROOT, subprocess_env
 from tests.search_app.hostspecs import roots
 from tests.search_app.runs import GATE, plan_repo, spec_text
 

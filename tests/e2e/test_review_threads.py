@@ -8,9 +8,9 @@ import pytest
 
 from search_app import services
 from search_app.models import Comment
-from tests.e2e.conftest import in_worker_thread
+from tests.e2e.helpers import in_worker_thread
 from tests.e2e.test_dashboard_flow import log_in, shot
-from tests.search_app.conftest import data_dir, reviewing  # noqa: F401 (fixtures)
+from tests.search_app.fixtures import data_dir, reviewing  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import pytest
 
 from runtime_app.services import repository_register
 from search_app.models import Search
-from tests.e2e.conftest import WAIT_MS, in_worker_thread
+from tests.e2e.helpers import WAIT_MS, in_worker_thread
 from tests.gitrepo import repo_create
 
 pytestmark = pytest.mark.integration

@@ -19,9 +19,10 @@ import pytest
 from playwright.sync_api import expect
 
 from search_app.models import Comment, Merge, SearchRun
-from tests.e2e.conftest import in_worker_thread
+from tests.e2e.helpers import in_worker_thread
 from tests.e2e.test_dashboard_flow import SEARCH_PAGE, git, log_in, shot, worker  # noqa: F401 (fixture)
-from tests.search_app.conftest import data_dir, patch_write, reviewing  # noqa: F401 (fixtures)
+from tests.search_app.fixtures import data_dir, reviewing  # noqa: F401 (fixtures)
+from tests.search_app.helpers import patch_write
 from tests.search_app.runs import fates, frozen, run_inline
 
 pytestmark = pytest.mark.integration

@@ -3,48 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from evolve_app.workspace import workspace_import
+from tests.evolve_app.fixtures import demo_agent  # noqa: F401 (a fixture, shared with tests/test_project_page.py)
+from tests.evolve_app.helpers import FAKE_KEY, SEED_FILES, files_write
 from tests.fakes.anthropic_server import FakeAnthropic
-
-SEED_MANIFEST = """\
-agent:
-  type: reference
-  entrypoint: agent_evolve.agents.swe.agent.SweAgent
-
-evolvable_layers:
-  - prompts
-  - skills
-  - memory
-
-reload_strategy: hot
-"""
-
-SEED_FILES = {
-    "manifest.yaml": SEED_MANIFEST,
-    "prompts/system.md": "You are a careful software engineer.\n",
-    "prompts/fragments/reasoning.md": "Think step by step.\n",
-    "skills/code-search/SKILL.md": "---\nname: code-search\ndescription: Find code fast.\n---\n\n"
-                                   "# Code search\n",
-    "memory/episodic.jsonl": '{"lesson": "read the failing test first"}\n',
-    "tools/registry.yaml": "tools:\n  - name: bash\n    description: run a command\n",
-    "tools/bash.py": "def run(command):\n    return command\n",
-}
-
-
-def files_write(root: Path, files: dict[str, str | bytes]) -> None:
-    for relative, content in files.items():
-        path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
 
 
 @pytest.fixture
@@ -74,24 +41,6 @@ def imported_workspace(workspace: Path) -> Path:
     """The seed-style workspace imported: a git repo with one commit tagged evo-0."""
     workspace_import(workspace)
     return workspace
-
-
-def git(path, *args: str) -> str:
-    """The real git CLI's answer, stripped: how tests check tags, trees and history."""
-    return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
-@pytest.fixture
-def demo_agent(personas, tmp_path, settings):
-    """A fresh copy of the offline demo agent in project alpha (its workspace tagged evo-0)."""
-    from evolve_app import services
-
-    settings.DATA_DIR = tmp_path
-    return services.demo_agent_create(personas.owner, personas.alpha)
-
-
-FAKE_KEY = "sk-ant-evolve-secret-0123456789"  # the key the fake model sees; never in a receipt
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.evolve_app.conftest import files_write
+from tests.evolve_app.helpers import files_write
 
 SKILL = "---\nname: {name}\ndescription: When to use {name}.\n---\n\n# {name}\n"
 

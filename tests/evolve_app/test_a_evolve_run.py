@@ -20,9 +20,9 @@ from evolve_app.models import EvolutionRun
 from evolve_app.types import Task
 from evolve_app.workspace import workspace_validate
 from runtime_app.services import api_token_create
-from tests.conftest import REPO_ROOT, login, subprocess_env
-from tests.evolve_app.conftest import files_write
+from tests.evolve_app.helpers import files_write
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.helpers import REPO_ROOT, login, subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,7 @@ import pytest
 from evolve_app import services
 from evolve_app.workspace import manifest_warnings, workspace_changes, workspace_git, workspace_preview
 from tests.evolve_app import import_shapes
-from tests.evolve_app.conftest import files_write
+from tests.evolve_app.helpers import files_write
 from tests.evolve_app.test_a_evolve_run import (
     ANSWER,
     SHAPES,

@@ -16,9 +16,9 @@ from evolve_app.loop import Evolver
 from evolve_app.models import Cycle
 from runtime_app import sandbox
 from runtime_app.models import Receipt
-from tests.conftest import service_missing
-from tests.evolve_app.conftest import FAKE_KEY
+from tests.evolve_app.helpers import FAKE_KEY
 from tests.evolve_app.test_engines import run_inline
+from tests.helpers import service_missing
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

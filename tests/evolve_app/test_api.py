@@ -14,8 +14,8 @@ from evolve_app.demo import SEED_WORKSPACE
 from evolve_app.models import Agent, EvolutionRun
 from runtime_app.models import ProjectMembership
 from runtime_app.services import api_token_create
-from tests.conftest import login, make_user
-from tests.evolve_app.conftest import git
+from tests.evolve_app.helpers import git
+from tests.helpers import login, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -20,8 +20,8 @@ from evolve_app.types import StepResult
 from runtime_app import access
 from runtime_app.models import ProjectMembership
 from runtime_app.selectors import page_url
-from tests.conftest import REPO_ROOT, ctrl_c_reaches_it, subprocess_env
-from tests.search_app.conftest import demo  # noqa: F401  (the admin user and the demo project)
+from tests.helpers import REPO_ROOT, ctrl_c_reaches_it, subprocess_env
+from tests.search_app.fixtures import demo  # noqa: F401  (the admin user and the demo project)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -34,7 +34,7 @@ from evolve_app.loop import Evolver
 from evolve_app.models import Cycle
 from evolve_app.types import Feedback, Observation, StepResult, Task, Trajectory
 from evolve_app.workspace import AgentWorkspace
-from tests.evolve_app.conftest import git
+from tests.evolve_app.helpers import git
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

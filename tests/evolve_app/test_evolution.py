@@ -17,7 +17,7 @@ from evolve_app.models import Cycle, ObservationRecord
 from evolve_app.types import StepResult
 from evolve_app.workspace import WorkspaceError
 from runtime_app.models import AuditEntry
-from tests.evolve_app.conftest import git
+from tests.evolve_app.helpers import git
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

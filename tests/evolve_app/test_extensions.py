@@ -25,9 +25,9 @@ from evolve_app.agents import AgentError
 from evolve_app.demo import SEED_WORKSPACE
 from evolve_app.engines import ENGINES, EngineError
 from evolve_app.models import EvolutionRun
-from tests.conftest import login
-from tests.evolve_app.conftest import SEED_MANIFEST
+from tests.evolve_app.helpers import SEED_MANIFEST
 from tests.evolve_app.test_api import bearer, post
+from tests.helpers import login
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -25,7 +25,7 @@ from evolve_app.workspace import (
     workspace_size_problem,
     workspace_validate,
 )
-from tests.evolve_app.conftest import git
+from tests.evolve_app.helpers import git
 from tests.evolve_app.import_shapes import shape_make, tree_snapshot
 
 # ------------------------------------------------------------------------------ the preview

@@ -17,12 +17,12 @@ from django.test import Client
 from evolve_app import services
 from evolve_app.models import Agent
 from evolve_app.workspace import PAGE_FILE_CHARS, workspace_snapshot
-from tests.conftest import login, text_of
-from tests.evolve_app.conftest import SEED_MANIFEST, git
+from tests.evolve_app.helpers import SEED_MANIFEST, git
 from tests.evolve_app.import_shapes import SKILL, shape_make, tree_snapshot
 from tests.evolve_app.test_api import bearer, post
 from tests.evolve_app.test_cli import data_dir, evolve  # noqa: F401  (a fixture)
-from tests.search_app.conftest import demo  # noqa: F401  (the admin user and the demo project)
+from tests.helpers import login, text_of
+from tests.search_app.fixtures import demo  # noqa: F401  (the admin user and the demo project)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

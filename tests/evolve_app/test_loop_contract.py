@@ -22,7 +22,7 @@ from evolve_app.loop import Evolver, as_task, observations_write
 from evolve_app.models import Cycle, ObservationRecord
 from evolve_app.types import Feedback, Observation, StepResult, Task, Trajectory
 from evolve_app.workspace import MAX_FILE_BYTES, MAX_MEMORY_LINES, MAX_WORKSPACE_BYTES
-from tests.evolve_app.conftest import git
+from tests.evolve_app.helpers import git
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

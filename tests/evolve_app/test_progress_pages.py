@@ -10,8 +10,8 @@ import pytest
 
 from evolve_app import presenters, selectors, services
 from evolve_app.models import Cycle, EvolutionRun
-from tests.conftest import login, text_of
-from tests.evolve_app.conftest import git
+from tests.evolve_app.helpers import git
+from tests.helpers import login, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,8 +16,8 @@ from evolve_app import services
 from evolve_app.models import Agent, Cycle, EvolutionRun
 from runtime_app.models import Event
 from runtime_app.subjects import subject_project_id
-from tests.conftest import login, text_of
-from tests.evolve_app.conftest import git
+from tests.evolve_app.helpers import git
+from tests.helpers import login, make_user, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -132,7 +132,6 @@ def test_the_demo_button_creates_a_demo_agent_in_the_chosen_project(personas, tm
 
 def test_a_viewer_gets_no_forms_and_a_403_without_any_files_copied(personas, tmp_path, settings):
     from runtime_app.models import ProjectMembership
-    from tests.conftest import make_user
 
     settings.DATA_DIR = tmp_path
     viewer = make_user("viewer")

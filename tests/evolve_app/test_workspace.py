@@ -25,7 +25,7 @@ from evolve_app.workspace import (
     workspace_snapshot,
     workspace_validate,
 )
-from tests.evolve_app.conftest import SEED_MANIFEST
+from tests.evolve_app.helpers import SEED_MANIFEST
 from tests.gitrepo import git
 
 

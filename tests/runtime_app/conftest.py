@@ -8,8 +8,8 @@ import pytest
 
 from runtime_app import sandbox
 from runtime_app.sandbox import BUBBLEWRAP, RLIMITS_ONLY
-from tests.conftest import service_missing
 from tests.gitrepo import baseline_repo, git
+from tests.helpers import service_missing
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """One writer of the SQLite concurrency test: writes like the web server or the worker does.
 
 Run as `python sqlite_writer.py ROLE PROJECT_ID SECONDS START_AT` with the environment
-from tests.conftest.subprocess_env(); ROLE is "web" or "worker". It writes until SECONDS
+from tests.helpers.subprocess_env(); ROLE is "web" or "worker". It writes until SECONDS
 after the wall-clock time START_AT (so both writers begin together), keeps going after an
 error, and prints one JSON line: {"role", "events", "errors"}. It exits 1 if any write
 failed.

@@ -8,7 +8,7 @@ from ninja import Schema
 
 from runtime_app.models import Project
 from runtime_app.services import api_token_create, api_token_revoke, event_emit
-from tests.conftest import login
+from tests.helpers import login, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -75,8 +75,6 @@ def test_creating_a_project_through_the_api_uses_the_same_rules(personas, client
 
 
 def test_a_viewer_gets_403_with_a_reason(db, client):
-    from tests.conftest import make_user
-
     viewer = make_user("viewer-only")
     response = client.post("/api/projects", {"name": "nope"}, content_type="application/json",
                            **bearer(viewer))

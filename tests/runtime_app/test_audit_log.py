@@ -24,7 +24,7 @@ from runtime_app.services import (
     project_member_remove,
     project_member_role_set,
 )
-from tests.conftest import login, text_of
+from tests.helpers import login, text_of
 
 pytestmark = pytest.mark.django_db
 
@@ -174,15 +174,17 @@ def test_the_project_filter_offers_and_accepts_only_the_users_projects(personas,
     assert shown(beta) == ["S-1 → crucible/S-1"]  # the project is ignored, the action still applies
 
 
-@pytest.mark.parametrize("query", [
-    "date_from=yesterday", "date_from=2026-02-30", "date_to=99999-01-01", "project=abc", "project=1e9",
-    "action=%3Cscript%3E", "action=" + "a" * 65, "q=" + "x" * 201, "actor=a%00b", "page=abc", "page=-1",
-    "page=99999", "date_from=2026-01-20&date_to=2026-01-01", "format=xml",
+@pytest.mark.parametrize(("query", "count"), [
+    *[(query, 6) for query in [  # the bad value is ignored: all six entries are shown
+        "date_from=yesterday", "date_from=2026-02-30", "date_to=99999-01-01", "project=abc", "project=1e9",
+        "action=%3Cscript%3E", "action=" + "a" * 65, "q=" + "x" * 201, "actor=a%00b", "page=abc", "page=-1",
+        "page=99999", "format=xml"]],
+    ("date_from=2026-01-20&date_to=2026-01-01", 2),  # the end is ignored, the start kept
 ])
-def test_bad_filter_values_are_reported_and_ignored_never_a_500(personas, entries, query):
+def test_bad_filter_values_are_reported_and_ignored_never_a_500(personas, entries, query, count):
     response = login(personas.member).get(f"/audit/?{query}")
     assert response.status_code == 200
-    assert len(shown(response)) == 6 or query.startswith("date_from=2026-01-20")
+    assert len(shown(response)) == count
     if not query.startswith(("page=", "format=")):
         assert "Some filters were ignored" in text_of(response)
     assert "<script>" not in response.content.decode().split("<main>")[1]

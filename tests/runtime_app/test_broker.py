@@ -20,7 +20,7 @@ from kombu import Connection
 
 from runtime_app import broker, services
 from runtime_app.models import Event
-from tests.conftest import REPO_ROOT, stop_process, subprocess_env
+from tests.helpers import REPO_ROOT, stop_process, subprocess_env
 
 WAIT_SECONDS = 60
 

@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from runtime_app.models import Event, Project
-from tests.conftest import REPO_ROOT, free_port, stop_process, wait_for_port
+from tests.helpers import REPO_ROOT, free_port, stop_process, wait_for_port
 
 
 @pytest.mark.django_db

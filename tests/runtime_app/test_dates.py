@@ -10,7 +10,7 @@ import pytest
 
 from runtime_app.services import event_emit
 from runtime_app.templatetags.crucible_dates import when
-from tests.conftest import REPO_ROOT, login
+from tests.helpers import REPO_ROOT, login
 
 
 def test_a_moment_reads_in_utc_to_the_minute():

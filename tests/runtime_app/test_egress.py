@@ -20,9 +20,9 @@ from django.db import connection
 
 from runtime_app import sandbox, services
 from runtime_app.egress import EgressError, EgressProxy
-from tests.conftest import service_missing
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers import service_missing
 
 # Distinctive, and under a name that does not look secret: only the proxy's own redaction and
 # the fact that it never enters the sandbox keep it out of what is recorded.

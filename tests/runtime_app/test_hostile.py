@@ -27,8 +27,8 @@ from runtime_app.models import Receipt
 from runtime_app.policy import PolicyRules
 from runtime_app.sandbox import RLIMITS_ONLY, Limits, run
 from runtime_app.worktrees import patch_extract, worktree_create, worktree_remove
-from tests.conftest import service_missing
 from tests.gitrepo import git
+from tests.helpers import login, service_missing, text_of
 
 GIB = 1 << 30
 
@@ -630,8 +630,6 @@ def test_a_forged_score_script_and_weakened_tests_never_reach_the_next_command(p
 
 @pytest.mark.django_db
 def test_a_receipt_page_shows_the_uid_network_and_mounts_in_force(worktree, mode, personas):
-    from tests.conftest import login, text_of
-
     receipt = services.command_run(["true"], cwd=worktree, timeout=30, isolation=mode, project=personas.alpha)
     page = text_of(login(personas.owner).get(f"/receipts/{receipt.pk}/"))
     view = receipt.detail["sandbox"]

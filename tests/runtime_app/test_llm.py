@@ -15,8 +15,8 @@ from runtime_app import services
 from runtime_app.llm import LLMError, anthropic_call, anthropic_client
 from runtime_app.models import PriceOverride, Receipt
 from runtime_app.prices import Usage, cost_microusd, price_for, price_table, worst_case_microusd
-from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.django_db
 KEY = "sk-ant-test-secret-0123456789"

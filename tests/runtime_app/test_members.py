@@ -17,7 +17,7 @@ from django.test import Client
 
 from runtime_app import access
 from runtime_app.models import AuditEntry, Project, ProjectMembership
-from tests.conftest import login, make_user, text_of
+from tests.helpers import login, make_user, text_of
 
 pytestmark = pytest.mark.django_db
 

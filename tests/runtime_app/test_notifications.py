@@ -27,6 +27,7 @@ from runtime_app.notifications import (
     webhook_delivery_attempt,
     webhook_url_check,
 )
+from tests.helpers import login, make_user, text_of
 
 SECRET = "s3cret-shared-with-the-receiver"
 
@@ -165,7 +166,6 @@ def test_a_delivery_answered_500_is_retried_and_ends_delivered_with_two_receipts
         ("webhook", 1, 500), ("webhook", 2, 200)]
     assert "retrying" in receipts[0].outcome and receipts[1].succeeded
     assert receipts[0].argv == ["POST", f"http://127.0.0.1:{receiver.server.server_address[1]}/…"]
-    from tests.conftest import login, text_of
 
     page = text_of(login(personas.member).get(f"/receipts/{receipts[0].pk}/"))
     assert f"delivery #{delivery.pk} to team" in page and "retrying" in page
@@ -175,7 +175,6 @@ def test_a_delivery_answered_500_is_retried_and_ends_delivered_with_two_receipts
 @pytest.mark.django_db(transaction=True)
 def test_the_secret_is_in_no_payload_receipt_event_audit_entry_or_page(personas, loopback):
     from runtime_app.models import AuditEntry, Event
-    from tests.conftest import login
 
     with Receiver([200]) as receiver:
         webhook, shown = webhook_create(personas.owner, personas.alpha, "team", receiver.url, SECRET)
@@ -268,8 +267,6 @@ def test_crucible_makes_a_secret_when_none_is_given_and_shows_it_once(personas, 
 
 
 def test_only_project_admins_manage_webhooks(personas, loopback):
-    from tests.conftest import make_user
-
     viewer = make_user("viewer-only")
     personas.alpha.memberships.create(user=viewer)
     # a viewer, an operator of the project, a project admin of another project, an outsider
@@ -356,8 +353,6 @@ def test_the_address_is_checked_again_at_delivery_time(personas, monkeypatch):
 
 
 def test_the_account_page_saves_notification_settings(personas):
-    from tests.conftest import login, text_of
-
     client = login(personas.member)
     page = text_of(client.get("/account/"))
     assert "A winner I may approve is waiting" in page and "Someone replied where I commented" in page
@@ -372,8 +367,6 @@ def test_the_account_page_saves_notification_settings(personas):
 
 
 def test_the_account_page_explains_a_bad_address(personas):
-    from tests.conftest import login, text_of
-
     response = login(personas.member).post("/account/notifications/", {"email_address": "not-an-address",
                                                                       "email": "on"})
     assert response.status_code == 400 and "Enter a valid email address" in text_of(response)
@@ -394,8 +387,6 @@ def test_notification_settings_and_webhooks_need_the_csrf_token(personas, loopba
 
 
 def test_a_project_admin_adds_lists_and_deactivates_webhooks_on_its_page(personas, loopback):
-    from tests.conftest import login, text_of
-
     client = login(personas.owner)
     url = f"/projects/{personas.alpha.pk}/webhooks/"
     assert url in client.get(f"/projects/{personas.alpha.pk}/").content.decode()
@@ -415,8 +406,6 @@ def test_a_project_admin_adds_lists_and_deactivates_webhooks_on_its_page(persona
 
 
 def test_the_webhooks_page_refuses_a_bad_url_with_its_reason(personas):
-    from tests.conftest import login, text_of
-
     response = login(personas.owner).post(f"/projects/{personas.alpha.pk}/webhooks/",
                                           {"name": "meta", "url": "http://169.254.169.254/latest/"})
     assert response.status_code == 400 and "link-local" in text_of(response)
@@ -424,8 +413,6 @@ def test_the_webhooks_page_refuses_a_bad_url_with_its_reason(personas):
 
 
 def test_the_webhooks_page_is_for_project_admins_only(personas, loopback):
-    from tests.conftest import login, make_user
-
     viewer = make_user("viewer-only")
     personas.alpha.memberships.create(user=viewer)
     url = f"/projects/{personas.alpha.pk}/webhooks/"

@@ -10,7 +10,7 @@ from django.test import Client
 from runtime_app import services
 from runtime_app.models import Receipt
 from runtime_app.sandbox import run
-from tests.conftest import login
+from tests.helpers import login
 
 pytestmark = pytest.mark.django_db
 

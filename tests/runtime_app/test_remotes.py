@@ -22,8 +22,8 @@ from runtime_app.remotes import RemoteError, clones_root, remote_url_check
 from runtime_app.services import api_token_create, repository_register
 from search_app import services
 from search_app.models import Merge
-from tests.conftest import login, text_of
 from tests.gitrepo import git
+from tests.helpers import login, make_user, text_of
 from tests.search_app.runs import plan_repo, spec_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -106,7 +106,6 @@ def test_a_path_and_a_url_together_are_refused(personas, allowed, tmp_path):
 
 def test_a_viewer_may_not_register_a_url(personas, allowed, remote):
     from runtime_app.models import ProjectMembership
-    from tests.conftest import make_user
 
     viewer = make_user("viewer")
     ProjectMembership.objects.create(project=personas.alpha, user=viewer, role="viewer")

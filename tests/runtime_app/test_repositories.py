@@ -12,8 +12,8 @@ from django.test import Client
 
 from runtime_app.models import AuditEntry, ProjectMembership, Repository
 from runtime_app.services import repository_register
-from tests.conftest import login, make_user, text_of
 from tests.gitrepo import repo_create
+from tests.helpers import login, make_user, text_of
 
 pytestmark = pytest.mark.django_db
 

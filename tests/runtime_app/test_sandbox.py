@@ -22,7 +22,7 @@ import pytest
 
 from runtime_app import sandbox
 from runtime_app.sandbox import BUBBLEWRAP, RLIMITS_ONLY, Limits, SandboxError, run
-from tests.conftest import service_missing
+from tests.helpers import service_missing
 
 
 @pytest.fixture
@@ -135,7 +135,10 @@ def test_home_is_a_fresh_private_directory(tree, mode):
     home, count = receipt.stdout_excerpt.split()
     assert receipt.succeeded and count == "0"
     assert home != str(Path.home())
-    assert not Path(home, "x").exists() or mode == "required"  # gone after the run either way
+    if mode == "required":  # bubblewrap: HOME is on the run's private /tmp, a tmpfs gone with the run
+        assert home == sandbox.SANDBOX_HOME
+    else:  # rlimits only: HOME is a folder of the run's scratch, removed after the run
+        assert not Path(home).exists()
 
 
 @pytest.mark.parametrize("name", [

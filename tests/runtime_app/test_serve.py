@@ -19,7 +19,7 @@ from celery.app.trace import LOG_SUCCESS
 
 from crucible.celery import root_worker_check
 from runtime_app import sandbox
-from tests.conftest import REPO_ROOT, free_port, stop_process, wait_for_port
+from tests.helpers import REPO_ROOT, free_port, stop_process, wait_for_port
 
 WAIT_SECONDS = 90
 

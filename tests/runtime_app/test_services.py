@@ -20,7 +20,7 @@ from runtime_app.services import (
     project_ping_answer,
 )
 from runtime_app.signals import approver_standing_ended
-from tests.conftest import make_user
+from tests.helpers import make_user
 
 
 @pytest.mark.django_db

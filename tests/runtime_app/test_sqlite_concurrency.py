@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 
 from runtime_app.models import Event, Project
-from tests.conftest import REPO_ROOT, subprocess_env
+from tests.helpers import REPO_ROOT, subprocess_env
 
 # The issue asks for a 60-second concurrent write test; the whole test stays near 65 s.
 DURATION_SECONDS = 60

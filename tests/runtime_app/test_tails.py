@@ -17,7 +17,7 @@ import pytest
 from runtime_app import sandbox, services, tails
 from runtime_app.models import Receipt
 from runtime_app.tails import Tail, tails_running, tails_watch
-from tests.conftest import service_missing
+from tests.helpers import service_missing
 
 SUBJECT = ("candidate", 4242)
 WAIT_SECONDS = 60  # generous for a loaded machine; passing tests never wait this long

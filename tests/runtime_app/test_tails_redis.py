@@ -25,7 +25,7 @@ import redis
 from runtime_app import services, tails
 from runtime_app.models import Receipt
 from runtime_app.tails import RedisStore, tails_running, tails_watch
-from tests.conftest import REPO_ROOT, free_port, subprocess_env
+from tests.helpers import REPO_ROOT, free_port, subprocess_env
 
 WAIT_SECONDS = 60  # generous for a loaded machine; passing tests never wait this long
 SECRET = "hunter2-very-secret"

@@ -1,7 +1,7 @@
 """A real Celery worker (a subprocess, like production) answers pings and records heartbeats.
 
 Each test starts `python -m celery -A crucible worker` against the database this test uses
-(tests.conftest.subprocess_env) and judges only what the worker wrote to that database.
+(tests.helpers.subprocess_env) and judges only what the worker wrote to that database.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from django.conf import settings
 
 from runtime_app import services
 from runtime_app.models import Event, WorkerHeartbeat
-from tests.conftest import REPO_ROOT, stop_process, subprocess_env
+from tests.helpers import REPO_ROOT, stop_process, subprocess_env
 
 PING_TASK = "runtime_app.tasks.project_ping_reply"
 WAIT_SECONDS = 60

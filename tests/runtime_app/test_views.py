@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from runtime_app.models import AuditEntry, Event, Project
-from tests.conftest import login
+from tests.helpers import login, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -19,8 +19,6 @@ def test_home_lists_only_the_users_projects(personas):
 
 
 def test_home_shows_an_empty_state_that_says_what_to_do(db):
-    from tests.conftest import make_user
-
     newcomer = make_user("newcomer")
     page = login(newcomer).get("/").content.decode()
     assert "You are not a member of any project yet" in page
@@ -64,8 +62,6 @@ def test_a_bad_project_name_is_refused_with_a_clear_message(personas, name, mess
 
 
 def test_a_viewer_cannot_create_a_project(db):
-    from tests.conftest import make_user
-
     viewer = make_user("viewer-only")
     assert login(viewer).post("/projects/new/", {"name": "sneaky"}).status_code == 403
     assert not Project.objects.filter(name="sneaky").exists()

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT, service_missing
 from tests.fakes.anthropic_server import FakeAnthropic, Script, claude_code_script, tool_results
 from tests.fakes.openai_server import FakeOpenAI, TextScript, aider_script, codex_script, tool_outputs
+from tests.helpers import REPO_ROOT, service_missing
 
 CLI_DIR = Path(os.environ.get("AGENT_CLI_DIR") or REPO_ROOT / "var" / "agent-clis")
 PROMPT = "Change the greeting in greeting.txt from hello to goodbye.\n"

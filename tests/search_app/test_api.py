@@ -12,8 +12,8 @@ from runtime_app.services import api_token_create, repository_register
 from search_app import services
 from search_app.models import Search
 from search_app.spec import spec_validate
-from tests.conftest import login
 from tests.gitrepo import git, repo_create
+from tests.helpers import login
 
 pytestmark = pytest.mark.django_db
 SEED = (Path(__file__).parent / "specs" / "seed_example.toml").read_text()

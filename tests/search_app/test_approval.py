@@ -18,7 +18,7 @@ from runtime_app.services import project_member_add, project_member_remove, proj
 from search_app import services
 from search_app.models import Approval, Candidate, Merge
 from search_app.selectors import approval_state
-from tests.conftest import login, make_user, text_of
+from tests.helpers import login, make_user, text_of
 from tests.search_app.runs import frozen, run_inline
 
 pytestmark = pytest.mark.django_db(transaction=True)

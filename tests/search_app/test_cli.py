@@ -16,8 +16,8 @@ from search_app.freeze import freeze_inputs
 from search_app.models import Search
 from search_app.reference import spec_reference_markdown
 from search_app.spec import spec_validate
-from tests.conftest import REPO_ROOT, make_user, subprocess_env
 from tests.gitrepo import baseline_repo, seed_runnable
+from tests.helpers import REPO_ROOT, make_user, subprocess_env
 from tests.search_app.test_freeze import GOLDEN_BASELINE_COMMIT, WITH_EVIDENCE
 
 SPECS = Path(__file__).parent / "specs"

@@ -19,7 +19,7 @@ from django.urls import reverse
 
 from search_app import selectors
 from search_app.models import Candidate
-from tests.conftest import login
+from tests.helpers import login
 from tests.search_app.runs import frozen, run_inline
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from runtime_app.models import Event, ProjectMembership
 from search_app.live import search_live_fragments
 from search_app.models import Approval, Candidate, Merge
-from tests.conftest import login, make_user
+from tests.helpers import login, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -32,7 +32,7 @@ import pytest
 from runtime_app.models import Receipt
 from search_app import services
 from search_app.models import SearchRun, Step
-from tests.conftest import REPO_ROOT, free_port, service_missing, subprocess_env, wait_for_port
+from tests.helpers import REPO_ROOT, free_port, service_missing, subprocess_env, wait_for_port
 from tests.search_app.runs import plan_repo, spec_text, wait_for_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -10,8 +10,8 @@ import pytest
 
 from runtime_app.models import ProjectMembership, Receipt
 from search_app.models import Spec
-from tests.conftest import login, make_user
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.helpers import login, make_user
 from tests.search_app.runs import spec_text
 
 pytestmark = pytest.mark.django_db

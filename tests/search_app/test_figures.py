@@ -10,7 +10,7 @@ import pytest
 from search_app import services
 from search_app.models import Candidate
 from search_app.templatetags.search_figures import change_text
-from tests.conftest import login
+from tests.helpers import login
 from tests.search_app.runs import spec_text
 from tests.search_app.test_search_list import repository  # noqa: F401 (a fixture)
 

@@ -26,8 +26,8 @@ from search_app.freeze import (
 from search_app.models import Search
 from search_app.services import search_freeze
 from search_app.spec import spec_normalized, spec_validate
-from tests.conftest import make_user
 from tests.gitrepo import BASELINE_FILES, baseline_repo, git, seed_runnable, write_files
+from tests.helpers import make_user
 
 SEED = (Path(__file__).parent / "specs" / "seed_example.toml").read_text()
 EVIDENCE = '\n[evidence]\nfiles = ["docs/notes.md"]\ntext = "Results must stay byte-identical."\n'

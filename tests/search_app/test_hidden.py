@@ -18,7 +18,7 @@ from search_app.freeze import FreezeError, freeze_inputs
 from search_app.hidden import hidden_files
 from search_app.models import HiddenFile
 from search_app.spec import spec_validate
-from tests.conftest import login, text_of
+from tests.helpers import login, text_of
 from tests.search_app.hostspecs import roots, spec
 from tests.search_app.runs import plan_repo, run_inline
 

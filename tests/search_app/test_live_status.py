@@ -17,7 +17,7 @@ from runtime_app.models import Event, Receipt
 from search_app import selectors, services
 from search_app.live import search_live_fragments
 from search_app.models import SearchRun, Step
-from tests.conftest import login
+from tests.helpers import login
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 from runtime_app import services as runtime_services
 from runtime_app.models import Receipt
 from search_app import services
-from tests.conftest import login, text_of
+from tests.helpers import login, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WAIT_SECONDS = 60  # generous for a loaded machine; passing tests never wait this long

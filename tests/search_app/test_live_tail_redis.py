@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from runtime_app.models import Receipt
 from search_app import services
-from tests.conftest import login
+from tests.helpers import login
 from tests.runtime_app.test_tails_redis import SECRET, Worker
 from tests.search_app.test_live_tail import live_url, poll
 

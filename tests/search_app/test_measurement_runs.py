@@ -13,8 +13,8 @@ from runtime_app.models import Receipt
 from search_app import execution, selectors, services
 from search_app.measurement import block_order
 from search_app.models import SearchRun, Step
-from tests.conftest import login, text_of
 from tests.gitrepo import repo_create
+from tests.helpers import login, text_of
 from tests.search_app.runs import fates, frozen, plan_repo, run_inline, spec_text, wait_for_end
 from tests.search_app.test_run_celery import kill, start_worker
 

@@ -11,7 +11,7 @@ import pytest
 from search_app import plotting
 from search_app.models import Candidate
 from search_app.selectors import score_plot, search_funnel
-from tests.conftest import login
+from tests.helpers import login
 
 
 def test_scores_within_ten_times_of_each_other_stay_on_a_linear_axis():

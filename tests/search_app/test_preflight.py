@@ -21,8 +21,8 @@ from search_app import services
 from search_app.freeze import freeze_inputs
 from search_app.models import Candidate, Step
 from search_app.preflight import Invocation, invocations, preflight_problems, start_failure
-from tests.conftest import REPO_ROOT, login, subprocess_env, text_of
 from tests.gitrepo import git, repo_create
+from tests.helpers import REPO_ROOT, login, subprocess_env, text_of
 from tests.search_app.hostspecs import roots, spec
 from tests.search_app.runs import WRITER, plan_repo, run_inline
 from tests.search_app.test_freeze import GOLDEN_SEARCH_ID, WITH_EVIDENCE

@@ -14,9 +14,9 @@ from runtime_app.services import api_token_create, repository_register
 from search_app import services
 from search_app.models import Search, SearchRun
 from search_app.preflight import provider_problems
-from tests.conftest import free_port, login, text_of
 from tests.fakes.openai_server import FakeOpenAI
 from tests.gitrepo import repo_create
+from tests.helpers import free_port, login, text_of
 
 pytestmark = pytest.mark.django_db
 SEED = (Path(__file__).parent / "specs" / "seed_example.toml").read_text()  # provider = "deepseek"

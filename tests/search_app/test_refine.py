@@ -11,7 +11,7 @@ import pytest
 from runtime_app.models import Event, Receipt
 from search_app.models import Step
 from search_app.selectors import search_run_report
-from tests.conftest import login, text_of
+from tests.helpers import login, text_of
 from tests.search_app.runs import fates, frozen, run_inline
 
 pytestmark = pytest.mark.django_db(transaction=True)

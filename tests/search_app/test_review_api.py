@@ -15,7 +15,7 @@ from django.test import Client
 from runtime_app.models import AuditEntry, ProjectMembership, Receipt
 from runtime_app.services import api_token_create
 from search_app.models import Approval, Candidate, Comment, Merge
-from tests.conftest import login, make_user, text_of
+from tests.helpers import login, make_user, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

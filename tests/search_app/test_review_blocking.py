@@ -15,8 +15,8 @@ import pytest
 
 from runtime_app import sandbox
 from search_app import services
-from tests.conftest import service_missing
 from tests.gitrepo import repo_create
+from tests.helpers import service_missing
 
 WRITER = r'''import os, pathlib, sys
 sys.stdin.read()

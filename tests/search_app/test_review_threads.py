@@ -10,8 +10,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from runtime_app.models import AuditEntry, Event
 from search_app import selectors, services
 from search_app.models import Approval, Comment, Review, Step
-from tests.conftest import login, text_of
-from tests.search_app.conftest import patch_write
+from tests.helpers import login, text_of
+from tests.search_app.helpers import patch_write
 from tests.search_app.runs import plan_repo, spec_text
 from tests.search_app.test_review_api import Done, api, cli
 

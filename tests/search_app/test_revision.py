@@ -12,7 +12,7 @@ from runtime_app import access
 from runtime_app.models import AuditEntry, ProjectMembership, Receipt
 from search_app import selectors, services
 from search_app.models import SearchRun, Step
-from tests.conftest import login, make_user, text_of
+from tests.helpers import login, make_user, text_of
 from tests.search_app.runs import fates, frozen, run_inline
 from tests.search_app.test_review_api import cli
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.conftest import login
+from tests.helpers import login
 from tests.search_app.runs import spec_text
 
 

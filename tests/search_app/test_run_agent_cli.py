@@ -22,9 +22,9 @@ from runtime_app.fleet import PRESETS
 from runtime_app.models import Event, Receipt
 from search_app import services
 from search_app.execution import agent_transcript
-from tests.conftest import service_missing
 from tests.fakes.anthropic_server import FakeAnthropic, claude_code_plan_script
 from tests.fakes.openai_server import FakeOpenAI, aider_plan_script, codex_plan_script
+from tests.helpers import service_missing
 from tests.search_app.runs import plan_repo, spec_text
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,7 +9,7 @@ from runtime_app.metrics import REPORTED_LABEL
 from runtime_app.models import ProjectMembership
 from search_app import services
 from search_app.models import SearchRun
-from tests.conftest import login, make_user
+from tests.helpers import login, make_user
 from tests.search_app.runs import plan_repo, spec_text
 
 pytestmark = pytest.mark.django_db(transaction=True)

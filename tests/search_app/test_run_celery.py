@@ -24,7 +24,7 @@ from django.conf import settings
 from runtime_app.models import Receipt
 from search_app import services
 from search_app.models import SearchRun, Step
-from tests.conftest import REPO_ROOT, subprocess_env
+from tests.helpers import REPO_ROOT, subprocess_env
 from tests.search_app.runs import plan_repo, spec_text, wait_for_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -10,6 +10,7 @@ import pytest
 from runtime_app.models import Event, Receipt
 from search_app import services
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.helpers import REPO_ROOT, login
 from tests.search_app.runs import plan_repo, spec_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,7 +67,6 @@ def test_llm_writers_edit_through_the_tool_loop_and_the_best_wins(personas, tmp_
     assert llm["calls"] == 8 and 0.5 < llm["cache_hit_ratio"] < 1
     assert llm["cache_hit_ratio"] == round(llm["cache_read_tokens"] / (
         llm["input_tokens"] + llm["cache_read_tokens"] + llm["cache_write_tokens"]), 4)
-    from tests.conftest import login
 
     card = login(personas.owner).get(f"/searches/{search.search_id}/run/").content.decode()
     assert f"cache hit ratio {llm['cache_hit_ratio']:.3f}" in card
@@ -147,7 +147,6 @@ def test_the_demo_runs_end_to_end_with_fake_llm_writers(personas, tmp_path, fake
     import importlib.util
 
     from runtime_app.management.commands.crucible_setup import DEMO_REPO_SOURCE, Command
-    from tests.conftest import REPO_ROOT
 
     spec_path = DEMO_REPO_SOURCE / "scripts" / "demo_writer.py"
     loader = importlib.util.spec_from_file_location("demo_writer", spec_path)

@@ -8,7 +8,7 @@ from django.test import Client
 from runtime_app.models import ProjectMembership
 from search_app import services
 from search_app.models import SearchRun
-from tests.conftest import login, make_user
+from tests.helpers import login, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from runtime_app.services import repository_register
 from search_app import selectors, services
 from search_app.models import Candidate, Search, SearchRun, Step
-from tests.conftest import login
+from tests.helpers import login
 from tests.search_app.runs import plan_repo, spec_text
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,8 +16,8 @@ from search_app import services
 from search_app.models import Search, Spec, SpecVersion
 from search_app.spec import spec_validate
 from search_app.spec_templates import SPEC_TEMPLATES
-from tests.conftest import login, make_user
 from tests.gitrepo import git, repo_create
+from tests.helpers import login, make_user
 
 pytestmark = pytest.mark.django_db
 SEED = (Path(__file__).parent / "specs" / "seed_example.toml").read_text()
