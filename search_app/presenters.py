@@ -21,11 +21,11 @@ from runtime_app.models import Receipt
 from runtime_app.policy import size_text
 from runtime_app.presenters import NAME_MAX_LENGTH, short_sha
 from runtime_app.prices import usd_text
-from runtime_app.selectors import repository_refs
+from runtime_app.selectors import repositories_for_user, repository_refs
 from search_app import plotting, selectors
 from search_app.diffs import COMPARE_LARGE_FILE_LINES, compare_diff_files
 from search_app.execution import search_spec, writer_prompt_parts
-from search_app.forms import CommentForm, SearchListForm, SpecEditorForm
+from search_app.forms import CommentForm, MergeForm, SearchListForm, SpecEditorForm
 from search_app.freeze import candidate_batches, canonical, search_id_for, sha256_hex
 from search_app.measurement import figure_text
 from search_app.models import Candidate, Search, SearchRun, Spec, SpecVersion, Step
@@ -218,6 +218,28 @@ def editor_context(user: User, form: SpecEditorForm, *, text: str, spec: Spec | 
     return context
 
 
+def editor_initial(user: User, spec: Spec | None, *, repository_id: int | None, ref: str) -> dict[str, Any]:
+    """The editor's initial choices: the repository and ref asked for, else the spec's last
+    freeze's, else a project's only repository at its checked-out branch."""
+    initial: dict[str, Any] = {"ref": ref}
+    if spec is not None:
+        initial.update(project=spec.project_id, title=spec.title)
+        if repository_id is None:
+            last = selectors.searches_for_user(user).filter(spec_version__spec=spec).first()
+            if last is not None:
+                repository_id = last.repository_id
+                initial["ref"] = initial["ref"] or last.ref
+        if repository_id is None:  # a project with one repository needs no choosing
+            only = list(spec.project.repositories.values_list("pk", flat=True)[:2])
+            repository_id = only[0] if len(only) == 1 else None
+    if repository_id is not None:
+        initial["repository"] = repository_id
+        repository = repositories_for_user(user).filter(pk=repository_id).first()
+        if repository is not None and not initial["ref"]:
+            initial["ref"] = repository_refs(repository)["head"]  # the checked-out branch
+    return initial
+
+
 def title_from(text: str) -> str:
     """A new draft's default title: the spec's `name`, when the TOML has one."""
     try:
@@ -301,6 +323,18 @@ def run_card(search: Search, user: User, *, can_operate: bool, can_approve: bool
         "plot": score_plot(search), "approval": approval,
         "can_operate": can_operate, "can_approve": can_approve,
         "refusals": selectors.decision_refusals(user, search) if approval else None,
+    }
+
+
+def merge_page(user: User, search: Search, form: MergeForm) -> dict[str, Any]:
+    """The merge page: the winner with its approval and replay beside the form."""
+    summary = selectors.run_summary(search)
+    winner = search.run.winner if summary["winner"] else None
+    return {
+        "search": search, "report": summary, "form": form, "winner": winner,
+        "approval": selectors.approval_state(winner) if winner else None,
+        "replay": selectors.winner_replay(search) if winner else None,
+        "can_approve": access.has_role(user, search.project, access.APPROVER),
     }
 
 

@@ -24,7 +24,7 @@ from django_htmx.http import push_url
 from runtime_app import access
 from runtime_app.htmx import for_htmx, wants_partial
 from runtime_app.presenters import short_sha
-from runtime_app.selectors import repositories_for_user, repository_for_user, repository_refs
+from runtime_app.selectors import repository_for_user, repository_refs
 from runtime_app.views import _apply_errors, _live_context
 from search_app import presenters, selectors, services
 from search_app.diffs import diff_rows
@@ -126,24 +126,8 @@ def _editor(
 
 def _initial(request: HttpRequest, spec: Spec | None) -> dict[str, Any]:
     """Initial choices from the query (`?repository=3&ref=main`) or the spec's last freeze."""
-    initial: dict[str, Any] = {"ref": request.GET.get("ref", "")[:255]}
-    repository_id = _id(request.GET.get("repository"))
-    if spec is not None:
-        initial.update(project=spec.project_id, title=spec.title)
-        if repository_id is None:
-            last = selectors.searches_for_user(request.user).filter(spec_version__spec=spec).first()
-            if last is not None:
-                repository_id = last.repository_id
-                initial["ref"] = initial["ref"] or last.ref
-        if repository_id is None:  # a project with one repository needs no choosing
-            only = list(spec.project.repositories.values_list("pk", flat=True)[:2])
-            repository_id = only[0] if len(only) == 1 else None
-    if repository_id is not None:
-        initial["repository"] = repository_id
-        repository = repositories_for_user(request.user).filter(pk=repository_id).first()
-        if repository is not None and not initial["ref"]:
-            initial["ref"] = repository_refs(repository)["head"]  # the checked-out branch
-    return initial
+    return presenters.editor_initial(request.user, spec, repository_id=_id(request.GET.get("repository")),
+                                     ref=request.GET.get("ref", "")[:255])
 
 
 def _editor_post(request: HttpRequest, spec: Spec | None) -> HttpResponse:
@@ -467,14 +451,8 @@ def search_merge(request: HttpRequest, search_id: str) -> HttpResponse:
                                           "Nothing was pushed.")
                 return redirect("search_detail", search_id=search_id)
         status = 400
-    summary = selectors.run_summary(search)
-    winner = search.run.winner if summary["winner"] else None
-    return render(request, "search_app/search_merge.html", {
-        "search": search, "report": summary, "form": form, "winner": winner,
-        "approval": selectors.approval_state(winner) if winner else None,
-        "replay": selectors.winner_replay(search) if winner else None,
-        "can_approve": access.has_role(request.user, search.project, access.APPROVER),
-    }, status=status)
+    return render(request, "search_app/search_merge.html", presenters.merge_page(request.user, search, form),
+                  status=status)
 
 
 @require_POST
