@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 
 from runtime_app.presenters import NAME_MAX_LENGTH
 from runtime_app.selectors import projects_for_user, repositories_for_user
-from search_app.models import Approval, Merge
+from search_app.models import Approval, Merge, Spec
 from search_app.selectors import SEARCH_LIST_SORTS, SEARCH_LIST_STATUSES
+
+if TYPE_CHECKING:
+    from search_app.selectors import User
 
 
 def normalize_newlines(text: str) -> str:
@@ -33,7 +36,7 @@ class SpecEditorForm(forms.Form):
     # No max_length: the services and the validator report oversized specs with their own message.
     text = forms.CharField(required=False, strip=False, widget=forms.Textarea)
 
-    def __init__(self, user: Any, *args: Any, spec: Any = None, **kwargs: Any):
+    def __init__(self, user: User, *args: Any, spec: Spec | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         projects = projects_for_user(user).order_by("name")
         repositories = repositories_for_user(user).order_by("project__name", "name")
@@ -85,7 +88,7 @@ class SearchListForm(forms.Form):
     }))
     sort = forms.ChoiceField(required=False, widget=forms.HiddenInput)
 
-    def __init__(self, user: Any, *args: Any, **kwargs: Any):
+    def __init__(self, user: User, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.fields["status"].choices = [("", "Any status"), *SEARCH_LIST_STATUSES.items()]
         self.fields["sort"].choices = [(f"{sign}{key}", f"{sign}{key}")

@@ -7,7 +7,7 @@ that carries `search.started` sends the whole run card instead, which brings the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.core.cache import cache
 from django.template.loader import render_to_string
@@ -16,8 +16,12 @@ from runtime_app import access
 from search_app import presenters
 from search_app.models import Candidate, Search
 
+if TYPE_CHECKING:
+    from runtime_app.models import Event
+    from search_app.selectors import User
 
-def search_live_fragments(user: Any, search_pk: int, events: list) -> list[str]:
+
+def search_live_fragments(user: User, search_pk: int, events: list[Event]) -> list[str]:
     """Rendered once per batch of events and role pair, then shared by every viewer in this
     process: fifty people watching one search cost one render, not fifty."""
     search = Search.objects.select_related("project").filter(pk=search_pk).first()
@@ -33,7 +37,7 @@ def search_live_fragments(user: Any, search_pk: int, events: list) -> list[str]:
     return cache.get_or_set(key, lambda: _render(search_pk, events, can_operate, can_approve, user), 30)
 
 
-def named_candidates(events: list) -> set[str]:
+def named_candidates(events: list[Event]) -> set[str]:
     """The candidate ids a batch of events names: one (`candidate_id`) or many (`candidate_ids`)."""
     named: set[str] = set()
     for event in events:
@@ -44,7 +48,8 @@ def named_candidates(events: list) -> set[str]:
     return named
 
 
-def _render(search_pk: int, events: list, can_operate: bool, can_approve: bool, user: Any) -> list[str]:
+def _render(search_pk: int, events: list[Event], can_operate: bool, can_approve: bool,
+            user: User) -> list[str]:
     search = Search.objects.filter(pk=search_pk).select_related("project").first()
     if search is None:
         return []

@@ -35,9 +35,7 @@ from search_app.spec_templates import SPEC_TEMPLATES
 from search_app.templatetags.search_figures import change_text
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-
-    User = AbstractBaseUser | AnonymousUser
+    from search_app.selectors import User
 
 GUTTER_MAX_LINES = 10_000  # the editor numbers at most this many lines
 # A page carries a patch twice (the no-JavaScript text and diff2html's JSON): past either limit

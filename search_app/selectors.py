@@ -6,7 +6,7 @@ import math
 import shlex
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -57,12 +57,18 @@ from search_app.models import Approval, Candidate, Merge, Search, SearchRun, Spe
 from search_app.plotting import ScorePoint
 from search_app.spec import SearchSpec
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-def specs_for_user(user: Any) -> QuerySet[Spec]:
+    # Whoever a request is from: a signed-in person, or nobody (every read then finds nothing).
+    User = AbstractBaseUser | AnonymousUser
+
+
+def specs_for_user(user: User) -> QuerySet[Spec]:
     return Spec.objects.select_related("project").filter(project__in=projects_for_user(user))
 
 
-def spec_list_for_user(user: Any) -> QuerySet[Spec]:
+def spec_list_for_user(user: User) -> QuerySet[Spec]:
     """Specs with their number of versions and the latest version's number and validity."""
     latest = SpecVersion.objects.filter(spec=OuterRef("pk")).order_by("-number")
     return specs_for_user(user).select_related("created_by").annotate(
@@ -72,7 +78,7 @@ def spec_list_for_user(user: Any) -> QuerySet[Spec]:
     )
 
 
-def spec_for_user(user: Any, spec_id: int) -> Spec:
+def spec_for_user(user: User, spec_id: int) -> Spec:
     spec = specs_for_user(user).filter(pk=spec_id).first()
     if spec is None:
         raise Http404("No such spec.")
@@ -86,13 +92,13 @@ def spec_version_get(spec: Spec, number: int) -> SpecVersion:
     return version
 
 
-def searches_for_user(user: Any) -> QuerySet[Search]:
+def searches_for_user(user: User) -> QuerySet[Search]:
     return Search.objects.select_related("project", "created_by").filter(
         project__in=projects_for_user(user)
     )
 
 
-def search_for_user(user: Any, search_id: str) -> Search:
+def search_for_user(user: User, search_id: str) -> Search:
     search = searches_for_user(user).filter(search_id=search_id).first()
     if search is None:
         raise Http404("No such search.")
@@ -238,7 +244,7 @@ def search_run_report(search: Search) -> dict[str, Any]:
     return report
 
 
-def search_receipts(user: Any, search: Search) -> QuerySet:
+def search_receipts(user: User, search: Search) -> QuerySet:
     candidate_ids = list(search.candidates.values_list("pk", flat=True))
     return receipts_for_user(user).filter(subject_type="candidate", subject_id__in=candidate_ids)
 
@@ -250,7 +256,7 @@ def step_search_pk(step_pk: int) -> int | None:
 # ---- candidates, review and approval
 
 
-def candidate_for_user(user: Any, search_id: str, candidate_id: str) -> Any:
+def candidate_for_user(user: User, search_id: str, candidate_id: str) -> Any:
     """A candidate of a search the user can see (404 otherwise, the same for outsiders)."""
     candidate = Candidate.objects.select_related(
         "search__project", "search__created_by", "duplicate_of"
@@ -320,7 +326,7 @@ def approval_state(candidate: Any) -> dict[str, Any]:
             "withdrawn": [a for a in history if a.withdrawn_at is not None]}
 
 
-def decision_refusals(user: Any, search: Search) -> dict[str, str]:
+def decision_refusals(user: User, search: Search) -> dict[str, str]:
     """Why `user` may not approve, or request changes to, `search`'s winner now: one sentence per
     decision, empty when they may. The pages show it beside a disabled button before anyone
     clicks, and services.approval_record refuses with it, so the two cannot disagree."""
@@ -351,7 +357,7 @@ def revisions_of(search: Search) -> list[Any]:
     return list(search.steps.filter(kind=Step.Kind.GENERATE, plan__revision__isnull=False).order_by("id"))
 
 
-def revision_refusal(user: Any, search: Search) -> str:
+def revision_refusal(user: User, search: Search) -> str:
     """Why `user` may not send the winner back to its writer now, or "" when they may: the page
     shows it beside a disabled button, and services.search_revise refuses with it."""
     try:
@@ -500,7 +506,7 @@ SEARCH_LIST_WORDS = 8  # at most this many words of the text filter are matched
 
 
 def search_list_rows(
-    user: Any, *, status: str = "", outcome: str = "", project: Any = None, text: str = "",
+    user: User, *, status: str = "", outcome: str = "", project: Any = None, text: str = "",
     sort: str = "-created",
 ) -> QuerySet[Search]:
     """The searches the user can see, filtered and sorted, with everything the list shows in
@@ -783,7 +789,7 @@ PROJECT_PAGE_ROWS = 10  # searches and specs shown on a project's page; the list
 PROJECT_PAGE_ATTENTION = 20  # awaiting winners checked for approvals on one page view
 
 
-def project_searches_section(user: Any, project: Any) -> Any:
+def project_searches_section(user: User, project: Any) -> Any:
     """The project's specs and latest searches, and what needs someone: winners awaiting
     approval (or approved and ready to merge), searches stopped by a command that cannot
     start, and searches running now."""

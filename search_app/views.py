@@ -1,7 +1,8 @@
 """Pages of search_app: the searches list, the spec editor, spec diffs and frozen searches.
 
 Thin views: reads go through selectors (404 for outsiders), writes through services
-(PermissionDenied → 403, ValidationError → the page again with the problems, status 400).
+(PermissionDenied → 403, ValidationError → the page again with the problems, status 400), and
+what a page shows of them is built in search_app/presenters.py.
 """
 
 from __future__ import annotations
