@@ -11,7 +11,7 @@ from ninja import Field, Router, Schema, Status
 
 from runtime_app.metrics import metric_source
 from runtime_app.selectors import project_for_user, repository_for_user
-from search_app import selectors, services
+from search_app import diffs, selectors, services
 from search_app.execution import search_spec
 from search_app.preflight import provider_problems
 from search_app.spec import spec_validate
@@ -148,7 +148,7 @@ def spec_duplicate(request: HttpRequest, spec_id: int):
 def spec_diff(request: HttpRequest, spec_id: int, old: int, new: int):
     """Unified diff between versions `old` and `new` of a spec."""
     spec = selectors.spec_for_user(request.user, spec_id)
-    return {"diff": selectors.spec_diff(
+    return {"diff": diffs.spec_diff(
         selectors.spec_version_get(spec, old), selectors.spec_version_get(spec, new)
     )}
 

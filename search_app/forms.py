@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 
+from runtime_app.presenters import NAME_MAX_LENGTH
 from runtime_app.selectors import projects_for_user, repositories_for_user
+from search_app.models import Approval, Merge, Spec
+from search_app.selectors import SEARCH_LIST_SORTS, SEARCH_LIST_STATUSES
+
+if TYPE_CHECKING:
+    from search_app.selectors import User
 
 
 def normalize_newlines(text: str) -> str:
@@ -25,11 +31,12 @@ class SpecEditorForm(forms.Form):
     project = forms.ModelChoiceField(queryset=None, empty_label="Pick a project")
     repository = RepositoryChoiceField(queryset=None, required=False, empty_label="Pick a repository")
     ref = forms.CharField(max_length=255, required=False, label="Baseline ref")
-    title = forms.CharField(max_length=96, required=False, help_text="Defaults to the spec's name.")
+    title = forms.CharField(max_length=NAME_MAX_LENGTH, required=False,
+                            help_text="Defaults to the spec's name.")
     # No max_length: the services and the validator report oversized specs with their own message.
     text = forms.CharField(required=False, strip=False, widget=forms.Textarea)
 
-    def __init__(self, user: Any, *args: Any, spec: Any = None, **kwargs: Any):
+    def __init__(self, user: User, *args: Any, spec: Spec | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         projects = projects_for_user(user).order_by("name")
         repositories = repositories_for_user(user).order_by("project__name", "name")
@@ -81,9 +88,7 @@ class SearchListForm(forms.Form):
     }))
     sort = forms.ChoiceField(required=False, widget=forms.HiddenInput)
 
-    def __init__(self, user: Any, *args: Any, **kwargs: Any):
-        from search_app.selectors import SEARCH_LIST_SORTS, SEARCH_LIST_STATUSES
-
+    def __init__(self, user: User, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.fields["status"].choices = [("", "Any status"), *SEARCH_LIST_STATUSES.items()]
         self.fields["sort"].choices = [(f"{sign}{key}", f"{sign}{key}")
@@ -116,7 +121,8 @@ class CommentForm(forms.Form):
 class DecisionForm(forms.Form):
     """Approve or request changes, bound to the patch hash the person was shown."""
 
-    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("request_changes", "Request changes")])
+    decision = forms.ChoiceField(choices=[(Approval.Decision.APPROVE, "Approve"),
+                                          (Approval.Decision.REQUEST_CHANGES, "Request changes")])
     patch_sha256 = forms.RegexField(regex=r"^[0-9a-f]{64}$", widget=forms.HiddenInput,
                                     error_messages={"invalid": "The patch hash is not a SHA-256."})
     note = forms.CharField(required=False, max_length=10_000, widget=forms.Textarea(attrs={"rows": 2}))
@@ -131,7 +137,7 @@ class RevisionForm(forms.Form):
 class MergeForm(forms.Form):
     """Where the approved winner goes: a new branch (default) or an existing one at the baseline."""
 
-    TARGETS = [("new_branch", "A new branch"),
-               ("existing_branch", "An existing branch that still points at the baseline")]
+    TARGETS = [(Merge.Target.NEW_BRANCH, "A new branch"),
+               (Merge.Target.EXISTING_BRANCH, "An existing branch that still points at the baseline")]
     target = forms.ChoiceField(choices=TARGETS, widget=forms.RadioSelect)
     branch = forms.CharField(required=False, max_length=255)

@@ -7,20 +7,23 @@ that carries `search.started` sends the whole run card instead, which brings the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from django.core.cache import cache
 from django.template.loader import render_to_string
 
 from runtime_app import access
+from search_app import presenters
+from search_app.models import Candidate, Search
+
+if TYPE_CHECKING:
+    from runtime_app.models import Event
+    from search_app.selectors import User
 
 
-def search_live_fragments(user: Any, search_pk: int, events: list) -> list[str]:
+def search_live_fragments(user: User, search_pk: int, events: list[Event]) -> list[str]:
     """Rendered once per batch of events and role pair, then shared by every viewer in this
     process: fifty people watching one search cost one render, not fifty."""
-    from django.core.cache import cache
-
-    from search_app.models import Search
-
     search = Search.objects.select_related("project").filter(pk=search_pk).first()
     if search is None:  # deleted while watched: nothing left to render
         return []
@@ -34,7 +37,7 @@ def search_live_fragments(user: Any, search_pk: int, events: list) -> list[str]:
     return cache.get_or_set(key, lambda: _render(search_pk, events, can_operate, can_approve, user), 30)
 
 
-def named_candidates(events: list) -> set[str]:
+def named_candidates(events: list[Event]) -> set[str]:
     """The candidate ids a batch of events names: one (`candidate_id`) or many (`candidate_ids`)."""
     named: set[str] = set()
     for event in events:
@@ -45,28 +48,16 @@ def named_candidates(events: list) -> set[str]:
     return named
 
 
-def _render(search_pk: int, events: list, can_operate: bool, can_approve: bool, user: Any) -> list[str]:
-    from search_app import selectors
-    from search_app.models import Candidate, Search
-    from search_app.views import CANDIDATE_COLUMNS
-
+def _render(search_pk: int, events: list[Event], can_operate: bool, can_approve: bool,
+            user: User) -> list[str]:
     search = Search.objects.filter(pk=search_pk).select_related("project").first()
     if search is None:
         return []
-    summary = selectors.run_summary(search)
-    approval = None
-    if summary["outcome"] == "winner":
-        approval = selectors.approval_state(search.run.winner)
-    context = {
-        "search": search, "report": summary, "funnel": selectors.search_funnel(search),
-        "plot": selectors.score_plot(search), "approval": approval, "oob": True,
-        "can_operate": can_operate, "can_approve": can_approve,
-        "refusals": selectors.decision_refusals(user, search) if approval else None,
-    }
+    context = {**presenters.run_card(search, user, can_operate=can_operate, can_approve=can_approve),
+               "oob": True}
     if any(event.kind == "search.started" for event in events):
         return [render_to_string("search_app/_run.html", {
-            **context, "oob": False, "run_oob": True, "table": selectors.candidate_rows(search),
-            "candidate_states": selectors.CANDIDATE_STATES, "table_columns": CANDIDATE_COLUMNS})]
+            **context, "oob": False, "run_oob": True, **presenters.candidate_table(search)})]
     parts = "".join(render_to_string(name, context) for name in (
         "search_app/_run_summary.html", "search_app/_funnel.html", "search_app/_plot.html"))
     rows = Candidate.objects.filter(search=search, candidate_id__in=named_candidates(events)).defer("patch")

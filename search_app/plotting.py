@@ -8,12 +8,24 @@ longer squashes the rest into a line), and every axis gets round-numbered ticks.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from runtime_app.prices import usd_text
+from search_app.measurement import figure_text, is_paired
 
 LOG_SPAN = 10  # highest / lowest above which a score axis is logarithmic
 LINEAR_TICKS = 5  # about this many ticks on a linear axis
 MAX_LOG_TICKS = 7
+PLOT_MAX_POINTS = 250
+# The plot's frame inside its SVG: the y title above, its tick labels on the left, the x tick
+# labels and title below.
+PLOT_MARGIN = {"left": 66, "right": 30, "top": 30, "bottom": 52}
+# One scored candidate as `selectors.score_points` reads it: candidate_id, number, score,
+# cost_microusd, diff_lines, state, spread, score_low, score_high, score_absolute.
+ScorePoint = tuple[str, int, float, int, int | None, str, float | None, float | None, float | None,
+                   float | None]
 
 
 @dataclass(frozen=True)
@@ -115,3 +127,63 @@ def score_axis(values: Iterable[float], start: float, end: float) -> Axis:
     """The score axis: logarithmic when the values call for it (`wants_log`), linear otherwise."""
     values = list(values)
     return log_axis(values, start, end) if wants_log(values) else linear_axis(values, start, end)
+
+
+def score_plot(points: Sequence[ScorePoint], score_spec: dict[str, Any], contract: int,
+               width: int = 640, height: int = 300) -> dict[str, Any]:
+    """Scored candidates as points of score against cost in dollars (or diff lines when nothing was
+    spent), with the Pareto front (better score, lower cost) and the baseline's score; SVG
+    coordinates, axes with round ticks, a log score axis when scores span over 10x. `score_spec`
+    is the spec's `score` table, `contract` the search's."""
+    baseline = next((p for p in points if p[1] == 0), None)
+    scored = [p for p in points if p[1] > 0]
+    if not scored:
+        return {"points": [], "front": "", "width": width, "height": height}
+    maximize = score_spec.get("direction", "minimize") == "maximize"
+    paired = is_paired(contract, score_spec.get("comparison", "paired"), baseline[5] if baseline else "")
+    by_cost = any(p[3] for p in scored)
+    xs = [(p[3] / 1_000_000 if by_cost else (p[4] or 0)) for p in scored]
+    ys = [p[2] for p in scored] + ([baseline[2]] if baseline else [])
+    left, right = PLOT_MARGIN["left"], width - PLOT_MARGIN["right"]
+    top, bottom = PLOT_MARGIN["top"], height - PLOT_MARGIN["bottom"]
+    if by_cost:
+        x_axis = linear_axis(xs, left, right, dollars_text)
+    else:
+        x_axis = linear_axis(xs, left, right, whole=True)
+    y_axis = score_axis(ys, bottom, top)
+
+    shown = []
+    for (candidate_id, _, score, cost, diff_lines, state, spread, low, high, absolute), x in zip(
+            scored, xs, strict=True):
+        # as the candidate table reads it: a ratio when it differs from the median value kept beside it
+        ratio = absolute is not None and score != absolute
+        shown.append({"id": candidate_id, "score": score, "ratio": ratio,
+                      "figure": figure_text(score, low, high, paired=ratio), "cost": cost,
+                      "cost_text": usd_text(cost), "diff_lines": diff_lines, "state": state, "spread": spread,
+                      "x": x, "cx": x_axis.at(x), "cy": y_axis.at(score)})
+    # The front: walking from the cheapest, each point whose score beats every cheaper one.
+    front, best = [], None
+    for point in sorted(shown, key=lambda p: (p["x"], -p["score"] if maximize else p["score"])):
+        if best is None or (point["score"] > best if maximize else point["score"] < best):
+            front.append(point)
+            best = point["score"]
+            point["on_front"] = True
+    # A plot keeps its cost flat at any population: the front plus the best-scored, up to a cap.
+    if len(shown) > PLOT_MAX_POINTS:
+        rest = sorted((p for p in shown if not p.get("on_front")), key=lambda p: p["score"], reverse=maximize)
+        shown = front + rest[:max(0, PLOT_MAX_POINTS - len(front))]
+    metric = str(score_spec.get("metric") or "score")
+    y_label = "score (× baseline)" if paired else f"score ({metric})"
+    return {
+        "points": shown, "total": len(scored), "front": " ".join(f"{p['cx']},{p['cy']}" for p in front),
+        "baseline_y": y_axis.at(baseline[2]) if baseline else None,
+        "baseline_score": baseline[2] if baseline else None,
+        "baseline_text": figure_text(baseline[2], None, None, paired=paired) if baseline else "",
+        "x_label": "cost (USD)" if by_cost else "diff lines",
+        "x_title": "cost in dollars" if by_cost else "diff lines (nothing was spent)",
+        "y_title": y_label + (", log scale" if y_axis.log else ""), "log": y_axis.log,
+        "x_ticks": x_axis.tick_positions(), "y_ticks": y_axis.tick_positions(),
+        "width": width, "height": height, "left": left, "right": right, "top": top, "bottom": bottom,
+        "x_title_x": round((left + right) / 2), "x_title_y": height - 8,
+        "direction": "higher is better" if maximize else "lower is better",
+    }

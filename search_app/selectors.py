@@ -2,35 +2,73 @@
 
 from __future__ import annotations
 
-import difflib
 import math
-import re
 import shlex
-from typing import Any
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    Exists,
+    F,
+    FloatField,
+    Max,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 from django.http import Http404
+from django.urls import reverse
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from runtime_app import access
 from runtime_app.clock import clock_text
 from runtime_app.fleet import preset_get, preset_resolve_model
-from runtime_app.models import Receipt
-from runtime_app.prices import price_for, usd_text
-from runtime_app.selectors import projects_for_user
-from search_app import plotting
+from runtime_app.git import GitError
+from runtime_app.metrics import metric_source
+from runtime_app.models import AuditEntry, ProjectMembership, Receipt
+from runtime_app.presenters import short_sha
+from runtime_app.prices import price_for
+from runtime_app.selectors import projects_for_user, receipts_for_user
+from runtime_app.subjects import Attention, ProjectSection
+from runtime_app.worktrees import git_run, object_scratch, patch_from_text, patched_tree
+from search_app.diffs import (
+    diff_new_line_texts,
+    diff_new_lines,
+    line_ranges_text,  # noqa: F401 (services reads it here; its home is diffs)
+)
 from search_app.execution import search_spec
 from search_app.forecast import Forecast, History, forecast
 from search_app.measurement import figure_text, is_paired
-from search_app.models import Candidate, Search, SearchRun, Spec, SpecVersion, Step
+from search_app.models import Approval, Candidate, Merge, Search, SearchRun, Spec, SpecVersion, Step
+from search_app.plotting import ScorePoint
 from search_app.spec import SearchSpec
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-def specs_for_user(user: Any) -> QuerySet[Spec]:
+    # Whoever a request is from: a signed-in person, or nobody (every read then finds nothing).
+    User = AbstractBaseUser | AnonymousUser
+
+
+def specs_for_user(user: User) -> QuerySet[Spec]:
     return Spec.objects.select_related("project").filter(project__in=projects_for_user(user))
 
 
-def spec_list_for_user(user: Any) -> QuerySet[Spec]:
+def spec_list_for_user(user: User) -> QuerySet[Spec]:
     """Specs with their number of versions and the latest version's number and validity."""
     latest = SpecVersion.objects.filter(spec=OuterRef("pk")).order_by("-number")
     return specs_for_user(user).select_related("created_by").annotate(
@@ -40,7 +78,7 @@ def spec_list_for_user(user: Any) -> QuerySet[Spec]:
     )
 
 
-def spec_for_user(user: Any, spec_id: int) -> Spec:
+def spec_for_user(user: User, spec_id: int) -> Spec:
     spec = specs_for_user(user).filter(pk=spec_id).first()
     if spec is None:
         raise Http404("No such spec.")
@@ -54,28 +92,13 @@ def spec_version_get(spec: Spec, number: int) -> SpecVersion:
     return version
 
 
-def _diff_lines(text: str) -> list[str]:
-    lines = text.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):  # else the diff glues `-last` and `+last` together
-        lines[-1] += "\n\\ No newline at end of file\n"
-    return lines
-
-
-def spec_diff(old: SpecVersion, new: SpecVersion) -> str:
-    """A unified diff between two versions of a spec."""
-    return "".join(difflib.unified_diff(
-        _diff_lines(old.text), _diff_lines(new.text),
-        fromfile=f"v{old.number}", tofile=f"v{new.number}",
-    ))
-
-
-def searches_for_user(user: Any) -> QuerySet[Search]:
+def searches_for_user(user: User) -> QuerySet[Search]:
     return Search.objects.select_related("project", "created_by").filter(
         project__in=projects_for_user(user)
     )
 
 
-def search_for_user(user: Any, search_id: str) -> Search:
+def search_for_user(user: User, search_id: str) -> Search:
     search = searches_for_user(user).filter(search_id=search_id).first()
     if search is None:
         raise Http404("No such search.")
@@ -95,11 +118,6 @@ def winner_standing(approval: dict[str, Any], merged: bool) -> str:
 def run_summary(search: Search) -> dict[str, Any]:
     """The run's state, budget, model-call totals, review and merge, without the candidate list:
     a fixed number of queries whatever the population."""
-    from django.db.models import Count, Sum
-
-    from runtime_app.models import Receipt
-    from search_app.models import Candidate, Merge, SearchRun
-
     run = SearchRun.objects.filter(search=search).select_related("winner").first()  # never a stale cache
     counts = dict(Candidate.objects.filter(search=search, number__gt=0).values_list("state")
                   .annotate(n=Count("pk")).values_list("state", "n"))
@@ -153,6 +171,10 @@ def run_summary(search: Search) -> dict[str, Any]:
     }
 
 
+# Steps that will not run again: the run's pace is measured over these.
+STEP_ENDED = (Step.State.DONE, Step.State.FAILED, Step.State.CANCELLED)
+
+
 def run_timing(search: Search, run: Any, now: Any = None) -> dict[str, Any]:
     """How long the run has taken (or took) and, while it runs, about how long it has left.
 
@@ -162,17 +184,15 @@ def run_timing(search: Search, run: Any, now: Any = None) -> dict[str, Any]:
     is given only once a fifth of the planned steps and at least three are done, and rounded
     up to whole minutes.
     """
-    from django.utils import timezone
-
     if run is None or run.started_at is None:
         return {"elapsed_seconds": None, "elapsed_text": "", "eta_seconds": None, "eta_text": ""}
     end = run.finished_at if run.terminal and run.finished_at else (now or timezone.now())
     elapsed = max(0.0, (end - run.started_at).total_seconds())
     eta = None
-    if run.status == "running":
-        done = search.steps.filter(state__in=("done", "failed", "cancelled")).count()
-        planned = max(_planned_steps(search), done + search.steps.filter(state__in=("pending", "running"))
-                      .count())
+    if run.status == SearchRun.Status.RUNNING:
+        done = search.steps.filter(state__in=STEP_ENDED).count()
+        planned = max(_planned_steps(search), done + search.steps.filter(
+            state__in=(Step.State.PENDING, Step.State.RUNNING)).count())
         if done >= 3 and done * 5 >= planned and planned > done:
             eta = elapsed / done * (planned - done)
     return {"elapsed_seconds": round(elapsed), "elapsed_text": clock_text(elapsed),
@@ -195,9 +215,6 @@ def _planned_steps(search: Search) -> int:
 def search_run_report(search: Search) -> dict[str, Any]:
     """The run summary plus every candidate with its fate and receipts (JSON-ready: API and CLI),
     with the metric and who measured it at the top and on every candidate."""
-    from runtime_app.metrics import metric_source
-    from runtime_app.models import Receipt
-
     report = run_summary(search)
     metric = search.spec_normalized["score"]["metric"]
     report.update(metric=metric, metric_source=metric_source(metric))
@@ -227,26 +244,20 @@ def search_run_report(search: Search) -> dict[str, Any]:
     return report
 
 
-def search_receipts(user: Any, search: Search) -> QuerySet:
-    from runtime_app.selectors import receipts_for_user
-
+def search_receipts(user: User, search: Search) -> QuerySet:
     candidate_ids = list(search.candidates.values_list("pk", flat=True))
     return receipts_for_user(user).filter(subject_type="candidate", subject_id__in=candidate_ids)
 
 
 def step_search_pk(step_pk: int) -> int | None:
-    from search_app.models import Step
-
     return Step.objects.filter(pk=step_pk).values_list("search_id", flat=True).first()
 
 
 # ---- candidates, review and approval
 
 
-def candidate_for_user(user: Any, search_id: str, candidate_id: str) -> Any:
+def candidate_for_user(user: User, search_id: str, candidate_id: str) -> Any:
     """A candidate of a search the user can see (404 otherwise, the same for outsiders)."""
-    from search_app.models import Candidate
-
     candidate = Candidate.objects.select_related(
         "search__project", "search__created_by", "duplicate_of"
     ).filter(
@@ -259,18 +270,17 @@ def candidate_for_user(user: Any, search_id: str, candidate_id: str) -> Any:
 
 def winner_replay(search: Search) -> dict[str, Any] | None:
     """The passed replay of the search's winner: why it passed and its receipts."""
-    from search_app.models import SearchRun, Step
-
     run = SearchRun.objects.filter(search=search).first()
     if run is None or run.winner_id is None:
         return None
-    step = Step.objects.filter(search=search, candidate_id=run.winner_id, kind="replay", state="done",
-                               result__passed=True).order_by("-id").first()
+    step = Step.objects.filter(search=search, candidate_id=run.winner_id, kind=Step.Kind.REPLAY,
+                               state=Step.State.DONE, result__passed=True).order_by("-id").first()
     if step is None:
         return None
     # A replay that needed more blocks ran as several steps: all their receipts are its evidence.
-    steps = Step.objects.filter(search=search, candidate_id=run.winner_id, kind="replay", state="done",
-                                plan__namespace=step.plan.get("namespace")).order_by("id")
+    steps = Step.objects.filter(search=search, candidate_id=run.winner_id, kind=Step.Kind.REPLAY,
+                                state=Step.State.DONE, plan__namespace=step.plan.get("namespace")
+                                ).order_by("id")
     receipts = [pk for each in steps for pk in (each.result or {}).get("receipts", [])]
     return {"why": step.result.get("why", ""), "receipts": receipts, "score": step.result.get("score")}
 
@@ -283,12 +293,6 @@ def approval_state(candidate: Any) -> dict[str, Any]:
     still an active member of the project with the approve permission: checked here, on every
     read, so a departure no hook saw cannot leave a decision counting.
     """
-    from django.conf import settings
-    from django.contrib.auth import get_user_model
-
-    from runtime_app import access
-    from runtime_app.models import ProjectMembership
-
     history = list(candidate.approvals.order_by("created_at", "id"))
     decisions: dict[int | None, Any] = {}
     for approval in history:
@@ -307,8 +311,8 @@ def approval_state(candidate: Any) -> dict[str, Any]:
     def counts(approval: Any) -> bool:
         return not approval.stale and approval.withdrawn_at is None and approval.user_id in deciders
 
-    standing = [a for a in decisions.values() if a.decision == "approve" and counts(a)]
-    changes = [a for a in decisions.values() if a.decision == "request_changes" and counts(a)]
+    standing = [a for a in decisions.values() if a.decision == Approval.Decision.APPROVE and counts(a)]
+    changes = [a for a in decisions.values() if a.decision == Approval.Decision.REQUEST_CHANGES and counts(a)]
     required = settings.CONFIG.required_approvals
     blocker = ""
     if changes:
@@ -322,16 +326,10 @@ def approval_state(candidate: Any) -> dict[str, Any]:
             "withdrawn": [a for a in history if a.withdrawn_at is not None]}
 
 
-def decision_refusals(user: Any, search: Search) -> dict[str, str]:
+def decision_refusals(user: User, search: Search) -> dict[str, str]:
     """Why `user` may not approve, or request changes to, `search`'s winner now: one sentence per
     decision, empty when they may. The pages show it beside a disabled button before anyone
     clicks, and services.approval_record refuses with it, so the two cannot disagree."""
-    from django.conf import settings
-    from django.core.exceptions import PermissionDenied
-
-    from runtime_app import access
-    from search_app.models import Merge
-
     try:
         access.require(user, access.APPROVER, search.project)
     except PermissionDenied as refused:
@@ -356,17 +354,12 @@ MAX_REVISIONS = 3  # per search: each one runs a writer, the gates, blocks and a
 def revisions_of(search: Search) -> list[Any]:
     """The revision requests of the search's winner, oldest first: each is the writer step that
     answered it (its plan holds the request)."""
-    return list(search.steps.filter(kind="generate", plan__revision__isnull=False).order_by("id"))
+    return list(search.steps.filter(kind=Step.Kind.GENERATE, plan__revision__isnull=False).order_by("id"))
 
 
-def revision_refusal(user: Any, search: Search) -> str:
+def revision_refusal(user: User, search: Search) -> str:
     """Why `user` may not send the winner back to its writer now, or "" when they may: the page
     shows it beside a disabled button, and services.search_revise refuses with it."""
-    from django.core.exceptions import PermissionDenied
-
-    from runtime_app import access
-    from search_app.models import Merge, SearchRun
-
     try:
         access.require(user, access.OPERATOR, search.project)
     except PermissionDenied as refused:
@@ -374,7 +367,8 @@ def revision_refusal(user: Any, search: Search) -> str:
     run = SearchRun.objects.filter(search=search).select_related("winner").first()
     if run is not None and run.phase == "revise":
         return "Its writer is revising the patch already."
-    if run is None or run.status != "finished" or run.outcome != "winner" or run.winner is None:
+    if (run is None or run.status != SearchRun.Status.FINISHED or run.outcome != "winner"
+            or run.winner is None):
         return "Only a finished search's winner can be sent back to its writer."
     if Merge.objects.filter(search=search).exists():
         return "This winner is merged already."
@@ -410,8 +404,6 @@ def revision_feedback(candidate: Any, note: str = "") -> str:
 
 def candidate_steps(candidate: Any) -> list[dict[str, Any]]:
     """Every step of the candidate, oldest first, with the receipts it wrote (two queries)."""
-    from runtime_app.models import Receipt
-
     steps = list(candidate.steps.order_by("id"))
     receipts = {r.pk: r for r in Receipt.objects.filter(subject_type="candidate", subject_id=candidate.pk)}
     shown: set[int] = set()
@@ -428,9 +420,6 @@ def candidate_steps(candidate: Any) -> list[dict[str, Any]]:
 
 def candidate_file_stats(candidate: Any) -> list[dict[str, Any]]:
     """Per changed file: path, lines added and deleted (None for binary files)."""
-    from runtime_app.git import GitError
-    from runtime_app.worktrees import patch_from_text
-
     if not candidate.patch:
         return []
     try:
@@ -443,19 +432,15 @@ def candidate_file_stats(candidate: Any) -> list[dict[str, Any]]:
 # ---- the search page: funnel, candidate table, score-vs-cost plot, budget
 
 CANDIDATE_PAGE_SIZE = 100
-PLOT_MAX_POINTS = 250
 CANDIDATE_SORTS = ("number", "state", "round", "gates", "score", "cost", "tokens", "diff")
-CANDIDATE_STATES = ("queued", "writing", "evaluating", "alive", "eliminated", "winner", "not_admitted",
-                    "cancelled")
+# Every candidate state, in the order the funnel and the table's filter show them.
+CANDIDATE_STATES = tuple(Candidate.State[name] for name in (
+    "QUEUED", "WRITING", "EVALUATING", "ALIVE", "ELIMINATED", "WINNER", "NOT_ADMITTED", "CANCELLED"))
 
 
 def candidate_rows(search: Search, sort: str = "number", state: str = "", page: int = 1) -> dict[str, Any]:
     """One page of the candidate table (baseline first on the first page), sorted and filtered;
     a fixed number of queries whatever the population."""
-    from django.db.models import F
-
-    from search_app.models import Candidate
-
     descending = sort.startswith("-")
     key = sort.lstrip("-") if sort.lstrip("-") in CANDIDATE_SORTS else "number"
     fields = {"number": F("number"), "state": F("state"), "round": F("round_reached"),
@@ -479,13 +464,9 @@ def candidate_rows(search: Search, sort: str = "number", state: str = "", page: 
 def search_funnel(search: Search) -> dict[str, Any]:
     """Per round: how many were planned, evaluated, promoted past it and eliminated in it; and
     how many candidates are in each state (one query)."""
-    from django.db.models import Count, Q
-
-    from search_app.models import Candidate
-
     rounds = list((search.spec_normalized or {}).get("rounds", []))
     aggregates = {f"r{i}": Count("pk", filter=Q(round_reached__gte=i)) for i in range(len(rounds))}
-    aggregates.update({f"out{i}": Count("pk", filter=Q(round_reached=i, state="eliminated"))
+    aggregates.update({f"out{i}": Count("pk", filter=Q(round_reached=i, state=Candidate.State.ELIMINATED))
                        for i in range(len(rounds))})
     aggregates.update({f"s_{name}": Count("pk", filter=Q(state=name)) for name in CANDIDATE_STATES})
     counts = Candidate.objects.filter(search=search, number__gt=0).aggregate(**aggregates)
@@ -498,75 +479,11 @@ def search_funnel(search: Search) -> dict[str, Any]:
     return {"rounds": steps, "states": states}
 
 
-# The plot's frame inside its SVG: the y title above, its tick labels on the left, the x tick
-# labels and title below.
-PLOT_MARGIN = {"left": 66, "right": 30, "top": 30, "bottom": 52}
-
-
-def score_plot(search: Search, width: int = 640, height: int = 300) -> dict[str, Any]:
-    """Scored candidates as points of score against cost in dollars (or diff lines when nothing was
-    spent), with the Pareto front (better score, lower cost) and the baseline's score; SVG
-    coordinates, axes with round ticks, a log score axis when scores span over 10x."""
-    from search_app.models import Candidate
-
-    points = list(Candidate.objects.filter(search=search, score__isnull=False).values_list(
+def score_points(search: Search) -> list[ScorePoint]:
+    """The scored candidates (baseline included) as `plotting.score_plot` draws them (one query)."""
+    return list(Candidate.objects.filter(search=search, score__isnull=False).values_list(
         "candidate_id", "number", "score", "cost_microusd", "diff_lines", "state", "spread",
         "score_low", "score_high", "score_absolute"))
-    baseline = next((p for p in points if p[1] == 0), None)
-    scored = [p for p in points if p[1] > 0]
-    if not scored:
-        return {"points": [], "front": "", "width": width, "height": height}
-    spec = search.spec_normalized or {}
-    score_spec = spec.get("score") or {}
-    maximize = score_spec.get("direction", "minimize") == "maximize"
-    paired = is_paired(search.contract, score_spec.get("comparison", "paired"),
-                       baseline[5] if baseline else "")
-    by_cost = any(p[3] for p in scored)
-    xs = [(p[3] / 1_000_000 if by_cost else (p[4] or 0)) for p in scored]
-    ys = [p[2] for p in scored] + ([baseline[2]] if baseline else [])
-    left, right = PLOT_MARGIN["left"], width - PLOT_MARGIN["right"]
-    top, bottom = PLOT_MARGIN["top"], height - PLOT_MARGIN["bottom"]
-    if by_cost:
-        x_axis = plotting.linear_axis(xs, left, right, plotting.dollars_text)
-    else:
-        x_axis = plotting.linear_axis(xs, left, right, whole=True)
-    y_axis = plotting.score_axis(ys, bottom, top)
-
-    shown = []
-    for (candidate_id, _, score, cost, diff_lines, state, spread, low, high, absolute), x in zip(
-            scored, xs, strict=True):
-        # as the candidate table reads it: a ratio when it differs from the median value kept beside it
-        ratio = absolute is not None and score != absolute
-        shown.append({"id": candidate_id, "score": score, "ratio": ratio,
-                      "figure": figure_text(score, low, high, paired=ratio), "cost": cost,
-                      "cost_text": usd_text(cost), "diff_lines": diff_lines, "state": state, "spread": spread,
-                      "x": x, "cx": x_axis.at(x), "cy": y_axis.at(score)})
-    # The front: walking from the cheapest, each point whose score beats every cheaper one.
-    front, best = [], None
-    for point in sorted(shown, key=lambda p: (p["x"], -p["score"] if maximize else p["score"])):
-        if best is None or (point["score"] > best if maximize else point["score"] < best):
-            front.append(point)
-            best = point["score"]
-            point["on_front"] = True
-    # A plot keeps its cost flat at any population: the front plus the best-scored, up to a cap.
-    if len(shown) > PLOT_MAX_POINTS:
-        rest = sorted((p for p in shown if not p.get("on_front")), key=lambda p: p["score"], reverse=maximize)
-        shown = front + rest[:max(0, PLOT_MAX_POINTS - len(front))]
-    metric = str(score_spec.get("metric") or "score")
-    y_label = "score (× baseline)" if paired else f"score ({metric})"
-    return {
-        "points": shown, "total": len(scored), "front": " ".join(f"{p['cx']},{p['cy']}" for p in front),
-        "baseline_y": y_axis.at(baseline[2]) if baseline else None,
-        "baseline_score": baseline[2] if baseline else None,
-        "baseline_text": figure_text(baseline[2], None, None, paired=paired) if baseline else "",
-        "x_label": "cost (USD)" if by_cost else "diff lines",
-        "x_title": "cost in dollars" if by_cost else "diff lines (nothing was spent)",
-        "y_title": y_label + (", log scale" if y_axis.log else ""), "log": y_axis.log,
-        "x_ticks": x_axis.tick_positions(), "y_ticks": y_axis.tick_positions(),
-        "width": width, "height": height, "left": left, "right": right, "top": top, "bottom": bottom,
-        "x_title_x": round((left + right) / 2), "x_title_y": height - 8,
-        "direction": "higher is better" if maximize else "lower is better",
-    }
 
 
 # ---- the searches list
@@ -574,8 +491,8 @@ def score_plot(search: Search, width: int = 640, height: int = 300) -> dict[str,
 SEARCH_LIST_LIMIT = 200
 # The `status` filter's values and the status each stands for.
 SEARCH_LIST_STATUSES = {
-    "not-started": "not started", "queued": "queued", "running": "running", "cancelling": "cancelling",
-    "cancelled": "cancelled", "finished": "finished",
+    "not-started": "not started", "queued": "queued",
+    **{status: status for status in SearchRun.Status.values},
 }
 SEARCH_LIST_OUTCOMES = ("winner", "none", "undecided")
 # The `sort` values (a leading "-" means descending) and the column each orders by.
@@ -583,12 +500,13 @@ SEARCH_LIST_SORTS = {
     "created": "created_at", "name": "name", "best": "best_score", "spend": "run__spent_cost_microusd",
     "started": "run__started_at",
 }
-SEARCH_LIST_LIVE = ("queued", "running", "cancelling")  # the list refreshes itself while one shows
+# The list refreshes itself while one of these shows.
+SEARCH_LIST_LIVE = ("queued", SearchRun.Status.RUNNING, SearchRun.Status.CANCELLING)
 SEARCH_LIST_WORDS = 8  # at most this many words of the text filter are matched
 
 
 def search_list_rows(
-    user: Any, *, status: str = "", outcome: str = "", project: Any = None, text: str = "",
+    user: User, *, status: str = "", outcome: str = "", project: Any = None, text: str = "",
     sort: str = "-created",
 ) -> QuerySet[Search]:
     """The searches the user can see, filtered and sorted, with everything the list shows in
@@ -600,11 +518,6 @@ def search_list_rows(
     from the normalized spec; the run, repository, project and author joined in. The big frozen
     fields (spec text, hashed inputs) are not loaded.
     """
-    from django.db.models import Case, CharField, Exists, F, FloatField, Q, Value, When
-    from django.db.models.fields.json import KT
-
-    from search_app.models import Candidate, Step
-
     scored = Candidate.objects.filter(search=OuterRef("pk"), number__gt=0, score__isnull=False).annotate(
         measured=Coalesce("score_absolute", "score"))
     stepped = Step.objects.filter(search=OuterRef("pk"), started_at__isnull=False)
@@ -613,7 +526,7 @@ def search_list_rows(
     ).annotate(
         list_status=Case(
             When(run__isnull=True, then=Value("not started")),
-            When(Q(run__status="running") & ~Exists(stepped), then=Value("queued")),
+            When(Q(run__status=SearchRun.Status.RUNNING) & ~Exists(stepped), then=Value("queued")),
             default=F("run__status"), output_field=CharField(),
         ),
         score_direction=KT("spec_normalized__score__direction"),
@@ -636,7 +549,7 @@ def search_list_rows(
     if outcome == "winner":
         rows = rows.filter(run__outcome="winner")
     elif outcome == "none":
-        rows = rows.filter(run__outcome="NONE")
+        rows = rows.filter(run__outcome=SearchRun.NONE)
     elif outcome == "undecided":
         rows = rows.filter(Q(run__isnull=True) | Q(run__outcome=""))
     if project is not None:
@@ -658,14 +571,11 @@ def search_list_rows(
 COMPARE_MIN = 2  # candidates picked at least …
 COMPARE_MAX = 4  # … and at most
 COMPARE_DIFF_MAX_BYTES = 2_000_000  # the tree diff is cut here, with a note
-COMPARE_LARGE_FILE_LINES = 400  # a file changing more lines starts collapsed
 
 
 def compare_choices(search: Search) -> list[Any]:
     """Every candidate of the search for the compare picker, baseline first: id, number and
     state only (one query, whatever the population)."""
-    from search_app.models import Candidate
-
     return list(Candidate.objects.filter(search=search).only(
         "pk", "search_id", "candidate_id", "number", "state").order_by("number"))
 
@@ -674,8 +584,6 @@ def compare_pick(requested: list[str], known: list[str]) -> tuple[list[str], lis
     """The candidate ids to compare, in the order asked, and what is wrong with the request:
     ids the search does not have, an id asked twice, fewer than COMPARE_MIN or more than COMPARE_MAX.
     Blank values are ignored; nothing is picked while there is a problem."""
-    from collections import Counter
-
     known_ids = set(known)
     asked = [value.strip() for value in requested if value.strip()]
     problems: list[str] = []
@@ -699,28 +607,9 @@ def compare_pick(requested: list[str], known: list[str]) -> tuple[list[str], lis
 
 def compare_candidates(search: Search, candidate_ids: list[str]) -> list[Any]:
     """The picked candidates, patches included, in the order picked (one query)."""
-    from search_app.models import Candidate
-
     picked = Candidate.objects.filter(search=search, candidate_id__in=candidate_ids)
     found = {candidate.candidate_id: candidate for candidate in picked}
     return [found[candidate_id] for candidate_id in candidate_ids if candidate_id in found]
-
-
-def _number_text(value: float | None) -> str:
-    if value is None:
-        return "—"
-    if value != value or abs(value) == float("inf"):
-        return str(value)
-    return f"{int(value):,}" if value == int(value) and abs(value) < 1e15 else f"{value:.6g}"
-
-
-def _exact(value: float | None) -> str:
-    return "" if value is None else repr(value)
-
-
-def _round_key(key: Any) -> tuple[int, str]:
-    text = str(key)
-    return (int(text), text) if text.isdigit() else (1 << 30, text)
 
 
 def search_paired(search: Search) -> bool:
@@ -730,77 +619,10 @@ def search_paired(search: Search) -> bool:
     return is_paired(search.contract, comparison, state)
 
 
-def compare_rows(search: Search, candidates: list[Any], *, paired: bool = False) -> list[dict[str, Any]]:
-    """The metric rows of the compare table (no queries): per row its label, one cell per
-    candidate ({"text", "title"}) and `same`, true when every candidate has the same value.
-    `paired`: scores are ratios to the baseline, shown with their intervals."""
-    spec = search.spec_normalized or {}
-    rounds = list(spec.get("rounds") or [])
-    gates = len((spec.get("hard_gates") or {}).get("commands") or [])
-
-    def cell(value: Any, text: str, title: str = "") -> dict[str, Any]:
-        return {"value": value, "text": text, "title": title}
-
-    def reached(c: Any) -> dict[str, Any]:
-        if c.round_reached < 0:
-            return cell(c.round_reached, "—", "not evaluated in any round")
-        last = " (last)" if rounds and c.round_reached == len(rounds) - 1 else ""
-        admits = f", which admits {rounds[c.round_reached]}" if c.round_reached < len(rounds) else ""
-        return cell(c.round_reached, f"{c.round_reached}{last}",
-                    f"round {c.round_reached} of rounds {rounds}{admits}" if rounds else "")
-
-    def trials(c: Any, key: str) -> dict[str, Any]:
-        values = (c.trials or {}).get(key)
-        if not values:
-            return cell(None, "—")
-        return cell(list(values), ", ".join(_number_text(v) for v in values))
-
-    def files(c: Any) -> dict[str, Any]:
-        paths = list(c.files or [])
-        return cell(paths, str(len(paths)), "\n".join(paths))
-
-    def sha(c: Any) -> dict[str, Any]:
-        return cell(c.patch_sha256, c.patch_sha256[:12] if c.patch_sha256 else "—", c.patch_sha256)
-
-    specs: list[tuple[str, Any]] = [
-        ("State", lambda c: cell(c.state, c.get_state_display())),
-        ("Round reached", reached),
-        ("Gates passed", lambda c: cell(c.gates_passed, f"{c.gates_passed} of {gates}" if gates
-                                        else str(c.gates_passed))),
-        ("Score", lambda c: cell(c.score, figure_text(c.score, c.score_low, c.score_high, paired=paired),
-                                 "median ratio to the baseline in the same block, with its confidence "
-                                 "interval" if paired else _exact(c.score))),
-        ("Median value", lambda c: cell(c.score_absolute, _number_text(c.score_absolute),
-                                        _exact(c.score_absolute))),
-        ("Spread (max − min)", lambda c: cell(c.spread, _number_text(c.spread), _exact(c.spread))),
-    ]
-    keys = sorted({str(k) for c in candidates for k in (c.trials or {})}, key=_round_key)
-    specs += [(f"Trials, round {key}", lambda c, key=key: trials(c, key)) for key in keys]
-    specs += [
-        ("Runtime (mean trial)", lambda c: cell(c.runtime_seconds, "—" if c.runtime_seconds is None
-                                                 else f"{c.runtime_seconds:.2f} s")),
-        ("Cost", lambda c: cell(c.cost_microusd, usd_text(c.cost_microusd), f"{c.cost_microusd:,} µUSD")),
-        ("Tokens", lambda c: cell(c.tokens, f"{c.tokens:,}")),
-        ("Diff lines", lambda c: cell(c.diff_lines, _number_text(c.diff_lines))),
-        ("Files changed", files),
-        ("Patch SHA-256", sha),
-        ("Reason", lambda c: cell(c.reason, c.reason or "—")),
-    ]
-    rows = []
-    for label, make in specs:
-        cells = [make(c) for c in candidates]
-        rows.append({"label": label, "cells": cells,
-                     "same": all(item["value"] == cells[0]["value"] for item in cells)})
-    return rows
-
-
 def _compare_tree(search: Search, candidate: Any, scratch: Any) -> str:
     """The tree of the candidate's patch applied to the search's baseline commit (the baseline
     commit's own tree for an empty patch), built in a temporary index with its objects in
     `scratch` (never the repository's): no worktree."""
-    from runtime_app.git import GitError
-    from runtime_app.worktrees import patched_tree
-
     try:
         return patched_tree(search.repository_path, search.baseline_commit, bytes(candidate.patch or b""),
                             scratch=scratch)
@@ -813,11 +635,6 @@ def compare_tree_diff(search: Search, first: Any, second: Any, limit: int | None
     {"text", "truncated", "error"}. A patch that no longer applies or a repository that is
     gone gives the reason in `error` and no text; past `limit` bytes (COMPARE_DIFF_MAX_BYTES) the
     text is cut at a line."""
-    from pathlib import Path
-
-    from runtime_app.git import GitError
-    from runtime_app.worktrees import git_run, object_scratch
-
     try:
         with object_scratch(search.repository_path) as scratch:
             trees = [_compare_tree(search, candidate, scratch) for candidate in (first, second)]
@@ -832,70 +649,6 @@ def compare_tree_diff(search: Search, first: Any, second: Any, limit: int | None
         out = out[:limit]
         out = out[: out.rfind(b"\n") + 1] or out
     return {"text": out.decode(errors="replace"), "truncated": truncated, "error": ""}
-
-
-def compare_diff_files(text: str, large: int = COMPARE_LARGE_FILE_LINES) -> list[dict[str, Any]]:
-    """The diff split per file for the page's no-JavaScript view: path, lines added and
-    deleted, `large` when it changes more than `large` lines, and its lines as (kind, text)."""
-    files: list[dict[str, Any]] = []
-    current: dict[str, Any] = {}
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    for line in lines:
-        if line.startswith("diff --git ") or not current:
-            header = line.removeprefix("diff --git ")
-            path = header[header.rfind(" b/") + 3:] if " b/" in header else header
-            current = {"path": path, "added": 0, "deleted": 0, "lines": [], "header": True}
-            files.append(current)
-        if current["header"] and line.startswith(("--- ", "+++ ")):
-            kind = "file"
-            named = line[4:]
-            if named != "/dev/null":
-                current["path"] = named[2:] if named.startswith(("a/", "b/")) else named
-        elif line.startswith("@@"):
-            kind = "hunk"
-            current["header"] = False
-        elif current["header"]:
-            kind = "file"
-        elif line.startswith("+"):
-            kind = "add"
-            current["added"] += 1
-        elif line.startswith("-"):
-            kind = "del"
-            current["deleted"] += 1
-        elif line.startswith("\\"):
-            kind = "note"
-        else:
-            kind = "context"
-        current["lines"].append((kind, line))
-    for item in files:
-        item["large"] = item["added"] + item["deleted"] > large
-        del item["header"]
-    return files
-
-
-def diff_new_line_texts(text: str, path: str) -> dict[int, str]:
-    """The new-side lines the diff shows for `path` (added and context lines of its hunks), by
-    number, with their text (without the leading "+" or " "): the lines a comment may anchor on."""
-    numbered: dict[int, str] = {}
-    for item in compare_diff_files(text):
-        if item["path"] != path:
-            continue
-        number = 0
-        for kind, line in item["lines"]:
-            if kind == "hunk":
-                start = re.match(r"@@ -\d+(?:,\d+)? \+(\d+)", line)
-                number = int(start.group(1)) if start else 0
-            elif kind in ("add", "context") and number:
-                numbered[number] = line[1:]
-                number += 1
-    return numbered
-
-
-def diff_new_lines(text: str, path: str) -> list[int]:
-    """The new-side line numbers the diff shows for `path`, in order."""
-    return list(diff_new_line_texts(text, path))
 
 
 def diff_anchors(candidate: Any) -> dict[str, list[int]]:
@@ -934,17 +687,6 @@ def candidate_threads(candidate: Any) -> list[dict[str, Any]]:
     return threads
 
 
-def line_ranges_text(numbers: list[int]) -> str:
-    """1, 2, 3, 7 as "1–3, 7": a short list of the lines a diff shows."""
-    ranges: list[list[int]] = []
-    for number in sorted(set(numbers)):
-        if ranges and number == ranges[-1][1] + 1:
-            ranges[-1][1] = number
-        else:
-            ranges.append([number, number])
-    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in ranges)
-
-
 # ---- the forecast before launch
 
 FORECAST_HISTORY_SEARCHES = 20  # the newest finished searches of a repository a forecast reads
@@ -974,7 +716,7 @@ def forecast_history(project_pk: int, repository_path: str, provider: str, reque
     steps of the same provider and model (or command line), their model-call receipts' totals,
     and gate and trial durations by command. Six queries, however many searches and receipts."""
     past = Search.objects.filter(project_id=project_pk, repository_path=repository_path,
-                                 run__status="finished")
+                                 run__status=SearchRun.Status.FINISHED)
     if exclude_pk is not None:
         past = past.exclude(pk=exclude_pk)
     rows = list(past.order_by("-run__finished_at", "-pk").values_list(
@@ -983,8 +725,8 @@ def forecast_history(project_pk: int, repository_path: str, provider: str, reque
         return History()
     searches = [pk for pk, _, _ in rows]
     writers = [pk for pk, used, model in rows if used == provider and model == requested_model]
-    steps = Step.objects.filter(search_id__in=writers, kind="generate")
-    spans = steps.filter(state="done", started_at__isnull=False, finished_at__isnull=False).order_by(
+    steps = Step.objects.filter(search_id__in=writers, kind=Step.Kind.GENERATE)
+    spans = steps.filter(state=Step.State.DONE, started_at__isnull=False, finished_at__isnull=False).order_by(
         "-id").values_list("started_at", "finished_at")[:FORECAST_SAMPLE]
     calls = Receipt.objects.filter(
         kind="llm_call", subject_type="candidate", label__contains=" writer call ",
@@ -998,7 +740,7 @@ def forecast_history(project_pk: int, repository_path: str, provider: str, reque
     return History(
         searches=len(searches), writer_searches=len(writers),
         writer_seconds=tuple((end - start).total_seconds() for start, end in spans),
-        writer_steps=steps.filter(state__in=("done", "failed")).count() if writers else 0,
+        writer_steps=steps.filter(state__in=(Step.State.DONE, Step.State.FAILED)).count() if writers else 0,
         writer_calls=calls["calls"], writer_cost_microusd=calls["cost"] or 0,
         writer_tokens=sum(calls[name] or 0 for name in ("input", "output", "read", "write")),
         gate_seconds=_durations(commands, "gate"), trial_seconds=_durations(commands, "trial"),
@@ -1047,15 +789,10 @@ PROJECT_PAGE_ROWS = 10  # searches and specs shown on a project's page; the list
 PROJECT_PAGE_ATTENTION = 20  # awaiting winners checked for approvals on one page view
 
 
-def project_searches_section(user: Any, project: Any) -> Any:
+def project_searches_section(user: User, project: Any) -> Any:
     """The project's specs and latest searches, and what needs someone: winners awaiting
     approval (or approved and ready to merge), searches stopped by a command that cannot
     start, and searches running now."""
-    from django.db.models import Max
-    from django.urls import reverse
-
-    from runtime_app.subjects import Attention, ProjectSection
-
     rows = search_list_rows(user, project=project)
     attention = []
     awaiting = rows.filter(run__outcome="winner", merge__isnull=True).select_related("run__winner")
@@ -1097,9 +834,6 @@ def candidate_timeline(candidate: Any, threads: list[dict[str, Any]] | None = No
     reviewer verdicts, replays, refinements of its patch and its merge. Each entry has `at`,
     `kind` and the row it is about; a few queries whatever the length. Give `threads` when read
     already (candidate_threads)."""
-    from runtime_app.models import AuditEntry
-    from search_app.models import Merge
-
     search = candidate.search
     entries: list[dict[str, Any]] = []
     for thread in candidate_threads(candidate) if threads is None else threads:
@@ -1117,9 +851,10 @@ def candidate_timeline(candidate: Any, threads: list[dict[str, Any]] | None = No
             entries.append({"at": approval.withdrawn_at, "kind": "withdrawn", "approval": approval})
     for review in candidate.reviews.order_by("created_at", "id"):
         entries.append({"at": review.created_at, "kind": "review", "review": review})
-    for step in candidate.steps.filter(state="done", kind__in=("replay", "generate")).order_by("id"):
+    for step in candidate.steps.filter(state=Step.State.DONE,
+                                           kind__in=(Step.Kind.REPLAY, Step.Kind.GENERATE)).order_by("id"):
         result = step.result or {}
-        if step.kind == "replay":
+        if step.kind == Step.Kind.REPLAY:
             undecided = "passed" in result and result["passed"] is None  # it went on with more blocks
             entries.append({"at": step.finished_at or step.created_at, "kind": "replay", "step": step,
                             "passed": bool(result.get("passed")), "undecided": undecided,
@@ -1128,10 +863,10 @@ def candidate_timeline(candidate: Any, threads: list[dict[str, Any]] | None = No
             if result.get("eliminated"):
                 outcome = f"the refinement failed ({result['eliminated']}); it kept its earlier patch"
             else:
-                outcome = f"its writer wrote patch {str(result.get('patch_sha256', ''))[:12]}"
+                outcome = f"its writer wrote patch {short_sha(str(result.get('patch_sha256', '')))}"
             entries.append({"at": step.finished_at or step.created_at, "kind": "refinement", "step": step,
                             "outcome": outcome})
-    for step in candidate.steps.filter(kind="generate", plan__revision__isnull=False).order_by("id"):
+    for step in candidate.steps.filter(kind=Step.Kind.GENERATE, plan__revision__isnull=False).order_by("id"):
         entries.append({"at": step.created_at, "kind": "revision", "number": step.plan["revision"],
                         "by": step.plan.get("requested_by", ""), "note": step.plan.get("note", "")})
         ended = parse_datetime(str((step.result or {}).get("revision_ended_at", "")))

@@ -17,7 +17,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from search_app import selectors
+from search_app import diffs, selectors
 from search_app.models import Candidate
 from tests.helpers import login
 from tests.search_app.runs import frozen, run_inline
@@ -273,7 +273,7 @@ def test_a_file_changing_many_lines_starts_collapsed_in_the_fallback():
             f"@@ -0,0 +1,401 @@\n{many}"
             "diff --git a/gone.txt b/gone.txt\ndeleted file mode 100644\n--- a/gone.txt\n+++ /dev/null\n"
             "@@ -1 +0,0 @@\n-bye\n")
-    big, gone = selectors.compare_diff_files(text)
+    big, gone = diffs.compare_diff_files(text)
     assert (big["path"], big["added"], big["deleted"], big["large"]) == ("big.txt", 401, 0, True)
     assert (gone["path"], gone["added"], gone["deleted"], gone["large"]) == ("gone.txt", 0, 1, False)
     assert gone["lines"][-1] == ("del", "-bye") and big["lines"][0][0] == "file"

@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from search_app.models import Candidate
-from search_app.views import PAGE_PATCH_MAX_BYTES, patch_shown
+from search_app.presenters import PAGE_PATCH_MAX_BYTES, patch_shown
 from tests.helpers import login
 from tests.search_app.runs import frozen, run_inline
 

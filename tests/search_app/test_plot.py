@@ -10,7 +10,8 @@ import pytest
 
 from search_app import plotting
 from search_app.models import Candidate
-from search_app.selectors import score_plot, search_funnel
+from search_app.presenters import score_plot
+from search_app.selectors import search_funnel
 from tests.helpers import login
 
 
