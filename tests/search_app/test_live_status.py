@@ -50,7 +50,7 @@ def test_a_baseline_that_cannot_be_measured_is_announced_with_its_row(small_sear
     services.search_start(personas.member, search, enqueue=False)
     step = Step.objects.get(search=search, candidate__number=0)
     services.step_claim(step.pk, "w")
-    services._step_record(step.pk, "w", {"error": "the runtime fell over"})
+    services.steps._step_record(step.pk, "w", {"error": "the runtime fell over"})
     event = search_events(search, payload__candidate_id="baseline")[-1]
     assert event.payload["state"] == "eliminated" and "baseline not measured" in event.payload["reason"]
 

@@ -231,7 +231,7 @@ def test_a_step_whose_worker_vanished_is_taken_over_and_the_late_result_is_refus
     assert run.outcome == "winner"
     step = Step.objects.get(pk=step_pk)
     assert step.state == "done" and step.attempts == 2
-    assert services._step_record(step_pk, "ghost", {"error": "late"}) is False  # the ghost's result
+    assert services.steps._step_record(step_pk, "ghost", {"error": "late"}) is False  # the ghost's result
     assert Step.objects.get(pk=step_pk).state == "done"
 
 
