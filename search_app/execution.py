@@ -26,47 +26,28 @@ from django.utils import timezone
 from runtime_app import services as runtime_services
 from runtime_app.egress import EgressError, EgressProxy
 from runtime_app.fleet import preset_get
-from runtime_app.git import GitError
+from runtime_app.git import GitError, file_at, repo_open
 from runtime_app.lane import EXCLUSIVE, SHARED
+from runtime_app.llm import LLMError, ToolChat
 from runtime_app.metrics import MetricReading, last_json_line, metric_read
-from runtime_app.mirrors import repository_local
 from runtime_app.models import Receipt
 from runtime_app.policy import PolicyRules, read_only_paths
-from runtime_app.sandbox import Limits, SandboxError
+from runtime_app.prices import price_for, worst_case_microusd
+from runtime_app.sandbox import SYSTEM_DIRS, Limits, SandboxError
 from runtime_app.services import ReceiptBatch
+from runtime_app.tools import EDITOR_TOOL, SHELL_TOOL, tool_dispatch
 from runtime_app.worktrees import patch_extract, worktree_create, worktree_remove, worktrees_root
+from search_app.frozen import search_repository, search_spec
 from search_app.hidden import hidden_files_write, readable_for
 from search_app.measurement import block_order
 from search_app.models import Search, Step
 from search_app.preflight import search_start_failure
-from search_app.spec import SearchSpec, spec_validate
+from search_app.spec import SearchSpec
 
 LLM_KINDS = ("anthropic", "bedrock", "openai-compatible")
 WRITER_TIMEOUT_SECONDS = 1800
 REVIEW_TIMEOUT_SECONDS = 300
 REVIEWER_SCRIPT = Path(__file__).resolve().parent / "reviewer.py"
-
-
-def search_spec(search: Search) -> SearchSpec:
-    """The spec as frozen: every default filled in, a preset's effort defaults included."""
-    if search.spec_normalized:
-        return SearchSpec.model_validate(search.spec_normalized)
-    report = spec_validate(search.spec_text)
-    if report.spec is None:  # frozen specs were valid; this only guards a corrupted row
-        raise ValueError(f"{search.search_id}: its frozen spec no longer validates")
-    return report.spec
-
-
-def search_repository(search: Search) -> str:
-    """The repository this host runs the search's steps against: its registered path when that
-    holds the baseline here, else this worker's mirror fetched from the web node
-    (runtime_app/mirrors.py). Looked up once per step: kept on the step's Search instance."""
-    local = getattr(search, "_repository_local", None)
-    if local is None:
-        local = repository_local(search.repository_path, search.baseline_commit,
-                                 search_pk=search.pk, search_id=search.search_id)
-        search._repository_local = local
-    return local
 
 
 def effort_for(spec: SearchSpec, round_index: int) -> str:
@@ -117,10 +98,6 @@ EVIDENCE_FILE_LIMIT = 50_000
 
 def _evidence_files(search: Search, files: list[dict]) -> list[str]:
     """Each public evidence file as it was at the baseline (checked against its frozen hash)."""
-    import hashlib
-
-    from runtime_app.git import file_at, repo_open
-
     lines: list[str] = []
     if not files:
         return lines
@@ -770,9 +747,6 @@ reaching outside the program. End with one line of JSON:
 def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
                 admit: Receipt) -> dict[str, Any]:
     """The same provider as the writers, with the read-only tool set."""
-    from runtime_app.llm import LLMError, ToolChat
-    from runtime_app.tools import EDITOR_TOOL, SHELL_TOOL, tool_dispatch
-
     search, candidate = step.search, step.candidate
     preset = preset_get(spec.worker.provider)
     patch = bytes(candidate.patch).decode(errors="replace")[:100_000]
@@ -829,7 +803,6 @@ def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.
             "receipts": receipts, "review_receipt": last.pk if last else None, "usage": usage}
 
 
-
 # ---------------------------------------------------------------------------------- LLM writers
 
 MAX_TURNS = 30
@@ -845,10 +818,6 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
     Before each call the worst case (every prompt byte a cache-written token, full output) must
     fit what is left of the step's reservation, so a writer never spends beyond it.
     """
-    from runtime_app.llm import LLMError, ToolChat
-    from runtime_app.prices import price_for, worst_case_microusd
-    from runtime_app.tools import EDITOR_TOOL, SHELL_TOOL, tool_dispatch
-
     search, candidate = step.search, step.candidate
     preset = preset_get(spec.worker.provider)
     prefix, suffix = writer_prompt_parts(search, spec, candidate.candidate_id, step.round, refining)
@@ -973,8 +942,6 @@ def agent_cli_write(step: Step, spec: SearchSpec, worktree: Path, cancel: thread
 def _venv_bases(cli_dir: Path) -> list[Path]:
     """The Python installations the Python venvs under `cli_dir` (aider's) were made from: their
     interpreters are symlinks there, so the sandbox must show them too."""
-    from runtime_app.sandbox import SYSTEM_DIRS
-
     bases = []
     for config in cli_dir.glob("*/pyvenv.cfg"):
         for line in config.read_text(errors="replace").splitlines():

@@ -28,8 +28,7 @@ from typing import Any
 from runtime_app.fleet import PRESETS
 from runtime_app.prices import Price, Usage, cost_microusd, usd_text
 from search_app.execution import WRITER_TIMEOUT_SECONDS
-from search_app.measurement import replay_blocks
-from search_app.services import MAX_REPLAYS
+from search_app.measurement import MAX_REPLAYS, replay_blocks
 from search_app.spec import SearchSpec
 
 # With no past writer step of the same provider and model, one writer step is priced as this

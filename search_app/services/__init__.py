@@ -3,7 +3,8 @@ into a search (`freeze`), starting, planning and ending a search run (`runs`), s
 step results (`steps`), revising a winner (`revisions`), and comments, approval and merge
 (`decisions`). Callers use the package: `from search_app import services; services.x(...)`."""
 
-from search_app.services._common import MAX_REPLAYS, comparison_for, review_blocks
+from search_app.measurement import MAX_REPLAYS
+from search_app.services._common import comparison_for, review_blocks
 from search_app.services.decisions import (
     MAX_BRANCH_CHARS,
     MAX_COMMENT_CHARS,

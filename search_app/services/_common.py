@@ -4,22 +4,23 @@ reservation test and the figures a round and a replay compare by."""
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from runtime_app.services import event_emit
-from search_app.models import Search
+from search_app.execution import parked_trees_remove
+from search_app.measurement import Interval, is_paired, min_blocks
+from search_app.models import Merge, Search, SearchRun, Step
+from search_app.selectors import approval_state, winner_standing
 
 logger = logging.getLogger(__name__)
 
 
-MAX_REPLAYS = 3
-
-
 def _lease_seconds() -> int:
-    from django.conf import settings
-
     return settings.CONFIG.step_lease_seconds
 
 
@@ -33,8 +34,6 @@ def _search_event(search: Search, kind: str, message: str, **payload: Any) -> No
 
 
 def _parked_trees_release(search: Search) -> None:
-    from search_app.execution import parked_trees_remove
-
     try:
         parked_trees_remove(search)
     except Exception:  # the search has ended either way: a tree left behind costs only disk
@@ -67,14 +66,10 @@ def comparison_for(search: Search, spec: Any, baseline: Any) -> str:
     """How this search compares candidates now: `paired` (per-block ratios to the baseline) when
     its spec asks for it and the baseline is measured; `absolute` otherwise, and always for a
     search frozen before paired blocks existed (contract 1), which runs as it was frozen."""
-    from search_app.measurement import is_paired
-
     return "paired" if is_paired(search.contract, spec.score.comparison, baseline.state) else "absolute"
 
 
 def _interval(candidate: Any, spec: Any) -> Any:
-    from search_app.measurement import Interval
-
     return Interval(candidate.score, candidate.score_low, candidate.score_high, spec.score.confidence,
                     len(candidate.blocks.get(str(candidate.round_reached), {})))
 
@@ -94,8 +89,6 @@ def _refinement_kept(candidate: Any, step: Any, why: str) -> None:
 
 def _one_line(text: str) -> str:
     """Reasons are shown in tables and event logs: keep each on one line."""
-    import re
-
     return re.sub(r"\s*\n\s*(?:-\s*)?", "; ", text.strip()).replace(":;", ":")
 
 
@@ -115,9 +108,6 @@ def _winner_reason(winner: Any, verdict: str | None = None) -> str:
     """A winner's reason: how it won, then where it stands with people (selectors.winner_standing)
     — awaiting approval, approved, changes requested or merged — so every page, the API and the
     CLI say the same once someone decides."""
-    from search_app.models import Merge
-    from search_app.selectors import approval_state, winner_standing
-
     if verdict is None:
         review = winner.reviews.order_by("-id").first()
         verdict = review.verdict if review else "nothing"
@@ -140,10 +130,6 @@ def _winner_reason(winner: Any, verdict: str | None = None) -> str:
 
 def _winner_reason_refresh(winner: Any) -> None:
     """After a decision or a merge: the winner's and its run's reason say where it stands now."""
-    from django.utils import timezone
-
-    from search_app.models import SearchRun
-
     winner.reason = _winner_reason(winner)
     winner.save(update_fields=["reason", "updated_at"])
     SearchRun.objects.filter(search_id=winner.search_id, winner=winner).update(reason=winner.reason,
@@ -153,8 +139,6 @@ def _winner_reason_refresh(winner: Any) -> None:
 def _replay_values(step: Any, candidate: Any, result: dict) -> dict[str, dict[int, float]]:
     """The replay's values by member and block: this step's and those of the replay steps it
     extends (one replay, measured in more than one step when it needed more blocks)."""
-    from search_app.models import Step
-
     merged: dict[str, dict[int, float]] = {}
     earlier = Step.objects.filter(search=step.search, candidate=candidate, kind="replay", state="done",
                                   plan__namespace=step.plan.get("namespace")).exclude(pk=step.pk)
@@ -167,6 +151,4 @@ def _replay_values(step: Any, candidate: Any, result: dict) -> dict[str, dict[in
 def _replay_more_blocks(spec: Any, have: int) -> int:
     """Blocks to add to a replay that cannot decide yet: enough to decide at its confidence, in
     steps of `trials`, never past the ceiling."""
-    from search_app.measurement import min_blocks
-
     return min(spec.score.trials_ceiling - have, max(spec.score.trials, min_blocks(spec.score.confidence)))

@@ -9,18 +9,33 @@ SHA-256 is the approved one, onto a branch name git reads as a plain branch.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from datetime import UTC, datetime
 from pathlib import Path
+from time import monotonic
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
+from dulwich.refs import check_ref_format
 
 from runtime_app import access, remotes
-from runtime_app.models import Project
-from runtime_app.services import audit_record
-from search_app.models import Comment, Search
+from runtime_app.git import GitError, commit_create, repo_open
+from runtime_app.models import Project, Receipt
+from runtime_app.services import audit_record, receipt_record
+from runtime_app.worktrees import patch_apply, worktree_remove
+from search_app.models import Approval, Candidate, Comment, Merge, Search, SearchRun
+from search_app.selectors import (
+    REVISING,
+    approval_state,
+    decision_refusals,
+    diff_new_line_texts,
+    diff_new_lines,
+    line_ranges_text,
+    winner_replay,
+)
 from search_app.services._common import _search_event, _winner_reason_refresh
 
 MAX_COMMENT_CHARS = 10_000
@@ -78,8 +93,6 @@ def comment_add(user: Any, candidate: Any, body: str, path: str = "", line: int 
         raise ValidationError(errors)
     line_text = ""
     if thread is None and line is not None:
-        from search_app.selectors import diff_new_line_texts
-
         line_text = diff_new_line_texts(_patch_text(candidate), path).get(line, "")
     with transaction.atomic():
         comment = Comment.objects.create(
@@ -160,8 +173,6 @@ def _thread_state_set(user: Any, candidate: Any, comment_id: Any, state: str) ->
 
 def _line_in_diff_errors(candidate: Any, path: str, line: int) -> dict[str, str]:
     """A line comment anchors on a line the diff shows, or a reader could never find it."""
-    from search_app.selectors import diff_new_lines, line_ranges_text
-
     shown = diff_new_lines(_patch_text(candidate), path)
     if line in shown:
         return {}
@@ -170,9 +181,6 @@ def _line_in_diff_errors(candidate: Any, path: str, line: int) -> dict[str, str]
 
 
 def _winner_of(search: Search) -> Any:
-    from search_app.models import SearchRun
-    from search_app.selectors import REVISING
-
     run = SearchRun.objects.filter(search=search).select_related("winner").first()
     if run is not None and run.phase == "revise":
         raise ValidationError(REVISING)
@@ -189,9 +197,6 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
     Submitting the same decision on the same hash again returns the standing one (a double
     click is harmless). A later decision by the same person replaces theirs.
     """
-    from search_app.models import Approval, Merge
-    from search_app.selectors import approval_state, decision_refusals, winner_replay
-
     search = candidate.search
     access.require(user, access.APPROVER, search.project)
     if decision not in Approval.Decision.values:
@@ -238,10 +243,6 @@ def approvals_withdraw(actor: Any, user: Any, *, project: Project | None = None,
     """Withdraw, for good, the decisions `user` made on winners not merged yet (in `project`,
     or in every project): they left it or lost the approve permission. Each candidate's
     withdrawal is audited and announced; returns how many decisions were withdrawn."""
-    from django.utils import timezone
-
-    from search_app.models import Approval, Candidate
-
     pending = Approval.objects.filter(user=user, withdrawn_at__isnull=True,
                                       candidate__search__merge__isnull=True)
     if project is not None:
@@ -270,8 +271,6 @@ def approvals_withdraw(actor: Any, user: Any, *, project: Project | None = None,
 def branch_name_check(branch: str) -> str:
     """A branch name git's `check-ref-format --branch` accepts and that git cannot read as
     something else (HEAD-like names, options, full ref names); else a ValidationError."""
-    from dulwich.refs import check_ref_format
-
     name = (branch or "").strip()
     problem = ""
     if len(name) > MAX_BRANCH_CHARS:
@@ -310,8 +309,6 @@ class PatchMismatch(ValidationError):
 
 def _patch_verified(winner: Any) -> bytes:
     """The exact bytes to apply, once their SHA-256 is the one the approvals were bound to."""
-    import hashlib
-
     patch = bytes(winner.patch or b"")
     actual = hashlib.sha256(patch).hexdigest()
     if actual != winner.patch_sha256:
@@ -329,8 +326,6 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
     The branch name is checked (branch_name_check) and the bytes committed must hash to the
     approved patch hash, else nothing is merged and the refusal is audited.
     """
-    from search_app.models import Merge
-
     access.require(user, access.APPROVER, search.project)
     if target not in Merge.Target.values:
         raise ValidationError({"target": "Choose a new branch or an existing branch."})
@@ -348,14 +343,6 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
 
 
 def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
-    from datetime import UTC, datetime
-    from time import monotonic
-
-    from runtime_app.models import Receipt
-    from runtime_app.services import receipt_record
-    from search_app.models import Merge, SearchRun
-    from search_app.selectors import approval_state
-
     with transaction.atomic():
         SearchRun.objects.select_for_update().get(search=search)  # one merge decision at a time
         if Merge.objects.filter(search=search).exists():
@@ -416,11 +403,6 @@ def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: A
                   patch: bytes | None = None) -> str:
     """The winner's patch on a clean baseline, committed with dulwich onto `branch`; `patch` is
     the bytes merge_create verified (read and verified here when not given)."""
-    from time import monotonic
-
-    from runtime_app.git import GitError, commit_create
-    from runtime_app.worktrees import patch_apply, worktree_remove
-
     patch = _patch_verified(winner) if patch is None else patch
     # No repo lock here: worktree creation takes it, and the branch moves by compare-and-set.
     if target == "new_branch" and _branch_exists(search.repository_path, branch):
@@ -450,8 +432,6 @@ def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: A
 
 def _earlier_merge_commit(search: Search, winner: Any, branch: str) -> str | None:
     """The head of `branch` if it is this search's merge of this patch onto the baseline."""
-    from runtime_app.git import repo_open
-
     with repo_open(search.repository_path) as repo:
         ref = f"refs/heads/{branch}".encode()
         if ref not in repo.refs:
@@ -466,8 +446,6 @@ def _earlier_merge_commit(search: Search, winner: Any, branch: str) -> str | Non
 
 
 def _identity(user: Any) -> str:
-    import re
-
     name = re.sub(r"[<>\n\r\0]", "", user.get_full_name() or user.get_username()).strip() or "user"
     local = re.sub(r"[^A-Za-z0-9._-]", "", user.get_username()) or "user"
     email = re.sub(r"[<>\s\0]", "", user.email or "") or f"{local}@crucible.invalid"
@@ -475,15 +453,11 @@ def _identity(user: Any) -> str:
 
 
 def _branch_exists(repo_path: str, branch: str) -> bool:
-    from runtime_app.git import repo_open
-
     with repo_open(repo_path) as repo:
         return f"refs/heads/{branch}".encode() in repo.refs
 
 
 def _branch_at_baseline(search: Search, branch: str) -> None:
-    from runtime_app.git import repo_open
-
     with repo_open(search.repository_path) as repo:
         ref = f"refs/heads/{branch}".encode()
         if ref not in repo.refs:

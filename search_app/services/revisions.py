@@ -3,14 +3,26 @@ beside the baseline and reviewed; the winner stands unless the revised patch pas
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from runtime_app import access
+from runtime_app.queue import task_send
 from runtime_app.services import audit_record
-from search_app.models import Search
+from search_app.frozen import search_spec
+from search_app.measurement import (
+    median_interval,
+    paired_ratios,
+    replay_blocks,
+    revision_beats,
+    revision_beats_absolute,
+)
+from search_app.models import Search, SearchRun, Step
+from search_app.selectors import revision_feedback, revision_refusal, revisions_of
 from search_app.services._common import (
     _candidate_event,
     _fits,
@@ -34,10 +46,6 @@ def search_revise(user: Any, search: Search, note: str = "", *, enqueue: bool = 
     revised patch is gated, measured against the baseline in interleaved blocks, and read by the
     reviewer, then it waits for approval again. If any of that fails, the winner keeps the patch
     it had. Within the run's budget; at most MAX_REVISIONS per search."""
-    from search_app.execution import search_spec
-    from search_app.models import SearchRun, Step
-    from search_app.selectors import revision_feedback, revision_refusal, revisions_of
-
     note = (note or "").strip()
     if len(note) > MAX_COMMENT_CHARS:
         raise ValidationError({"note": f"Keep the note under {MAX_COMMENT_CHARS:,} characters."})
@@ -77,9 +85,7 @@ def search_revise(user: Any, search: Search, note: str = "", *, enqueue: bool = 
         _search_event(search, "search.revising", f"{search.name}: {winner.candidate_id} sent back to its "
                       f"writer by {_user_name(user)} (revision {number})", candidate_id=winner.candidate_id)
         if enqueue:
-            from search_app.tasks import search_drive
-
-            transaction.on_commit(lambda: search_drive.delay(search.pk))
+            transaction.on_commit(lambda: task_send("search_app.tasks.search_drive", search.pk))
     return run
 
 
@@ -97,8 +103,6 @@ def _budget_text(run: Any) -> str:
 
 def _revision_of(step: Any) -> Any:
     """The writer step of the revision `step` belongs to (its plan holds the request)."""
-    from search_app.models import Step
-
     number = step.plan.get("revision")
     return Step.objects.filter(search=step.search, kind="generate", plan__revision=number).first()
 
@@ -106,10 +110,6 @@ def _revision_of(step: Any) -> Any:
 def _revision_written(step: Any, candidate: Any, result: dict) -> None:
     """The writer answered: a new patch goes to its gates and blocks (the replay step); none, or
     the same patch, ends the revision with the patch the winner had."""
-    from search_app.execution import search_spec
-    from search_app.measurement import replay_blocks
-    from search_app.models import Step
-
     if "eliminated" in result:
         _revision_end(step, f"the writer's revision failed: {result['eliminated']}")
         return
@@ -137,9 +137,6 @@ def _revision_written(step: Any, candidate: Any, result: dict) -> None:
 
 def _revision_measured(step: Any, candidate: Any, passed: bool, why: str) -> None:
     """The revised patch passed its gates and beats the baseline: the reviewer reads it."""
-    from search_app.execution import search_spec
-    from search_app.models import SearchRun, Step
-
     if not passed:
         _revision_end(step, why)
         return
@@ -162,9 +159,6 @@ def _revision_measured(step: Any, candidate: Any, passed: bool, why: str) -> Non
 def _revision_reviewed(step: Any, candidate: Any, review: Any) -> None:
     """The reviewer's verdict on the revised patch: a reject that blocks ends the revision with
     the patch the winner had; otherwise the revised patch is the winner's, awaiting approval."""
-    from search_app.execution import search_spec
-    from search_app.models import SearchRun
-
     if review.verdict == "reject" and review_blocks(step.search, search_spec(step.search)):
         serious = [f for f in review.findings if isinstance(f, dict) and f.get("severity") == "high"]
         first = (serious or review.findings or [{}])[0]
@@ -184,8 +178,6 @@ def _revision_reviewed(step: Any, candidate: Any, review: Any) -> None:
 def _revision_end(step: Any, why: str) -> None:
     """The revision failed, or was cancelled: the winner keeps the patch (and score) it had, and
     the decisions on that patch count again."""
-    from search_app.models import SearchRun
-
     revision = _revision_of(step)
     previous = revision.plan["previous"]
     candidate = type(step.candidate).objects.get(pk=step.candidate_id)
@@ -204,16 +196,12 @@ def _revision_end(step: Any, why: str) -> None:
 
 
 def _revision_record(revision: Any, passed: bool, outcome: str) -> None:
-    from django.utils import timezone
-
     revision.result = {**(revision.result or {}), "revision_passed": passed, "revision_outcome": outcome,
                        "revision_ended_at": timezone.now().isoformat()}
     revision.save(update_fields=["result"])
 
 
 def _revision_settle(run: Any, candidate: Any, outcome: str) -> None:
-    from django.utils import timezone
-
     run.status, run.phase, run.outcome, run.winner = "finished", "done", "winner", candidate
     run.reason, run.finished_at = candidate.reason, timezone.now()
     run.save()
@@ -223,8 +211,6 @@ def _revision_settle(run: Any, candidate: Any, outcome: str) -> None:
 
 
 def _revision_stalled(search: Search, why: str = "it stopped without a verdict") -> None:
-    from search_app.selectors import revisions_of
-
     _revision_end(revisions_of(search)[-1], why)
 
 
@@ -233,13 +219,6 @@ def _revision_verdict(spec: Any, values: dict[int, float], base: dict[int, float
     """(passed, why, more blocks) for a revised patch: it must beat the baseline it ran beside,
     by its paired interval (more blocks while that still holds 1, up to the ceiling) or, with
     `absolute` scoring, by its median."""
-    from search_app.measurement import (
-        median_interval,
-        paired_ratios,
-        revision_beats,
-        revision_beats_absolute,
-    )
-
     direction, ceiling = spec.score.direction, spec.score.trials_ceiling
     if not base:
         return False, "the baseline was not measured beside the revised patch", 0
@@ -255,11 +234,6 @@ def _revision_verdict(spec: Any, values: dict[int, float], base: dict[int, float
 
 def _revision_scores(step: Any, candidate: Any) -> None:
     """The revised patch's figures, from the blocks it ran beside the baseline."""
-    import statistics
-
-    from search_app.execution import search_spec
-    from search_app.measurement import paired_ratios
-
     merged = _replay_values(step, candidate, step.result)
     values, base = merged.get(candidate.candidate_id, {}), merged.get("baseline", {})
     ordered = sorted(values.values())

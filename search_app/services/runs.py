@@ -11,19 +11,37 @@ expires (`steps_reconcile`).
 
 from __future__ import annotations
 
+import os
+import socket
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
 
 from runtime_app import access
+from runtime_app.queue import task_send
 from runtime_app.services import audit_record
-from search_app.models import Search, SearchRun, Step
-from search_app.preflight import provider_problems, start_problems
-from search_app.services._common import (
+from search_app.frozen import search_spec
+from search_app.measurement import (
     MAX_REPLAYS,
+    beats,
+    contested,
+    describe,
+    head_to_head,
+    min_blocks,
+    replay_blocks,
+    tie_groups,
+    tied_scores,
+    undecided_against,
+)
+from search_app.models import Candidate, Search, SearchRun, Step
+from search_app.preflight import provider_problems, start_problems
+from search_app.selection import Entry, is_better, select
+from search_app.services._common import (
     _candidate_event,
     _carry_on,
     _eliminate,
@@ -49,9 +67,6 @@ def search_start_checked(
     """`search_start` as people ask for it (the page, the API, the CLI): a search whose provider
     has no key or no reachable server is refused with the reason (ProviderUnready) unless they
     start it anyway, since the key may live only in the workers' environment."""
-    from search_app.execution import search_spec
-    from search_app.models import SearchRun
-
     access.require(user, access.OPERATOR, search.project)
     if not start_anyway and not SearchRun.objects.filter(search=search).exists():
         problems = provider_problems(search_spec(search).worker.provider)
@@ -66,9 +81,6 @@ def search_start(user: Any, search: Search, *, enqueue: bool = True) -> Any:
     Starting a search that already runs or ran returns its run unchanged. `enqueue=False`
     leaves driving it to the caller (the CLI's `search_run_inline`).
     """
-    from search_app.execution import search_spec
-    from search_app.models import Candidate, SearchRun, Step
-
     access.require(user, access.OPERATOR, search.project)
     spec = search_spec(search)
     if not SearchRun.objects.filter(search=search).exists():
@@ -95,9 +107,7 @@ def search_start(user: Any, search: Search, *, enqueue: bool = True) -> Any:
         ])
         Step.objects.create(search=search, candidate=baseline, kind="evaluate", round=0)
         if enqueue:
-            from search_app.tasks import search_drive
-
-            transaction.on_commit(lambda: search_drive.delay(search.pk))
+            transaction.on_commit(lambda: task_send("search_app.tasks.search_drive", search.pk))
         audit_record(user, "search.start", project=search.project, target=f"{search.search_id} {search.name}")
         _search_event(search, "search.started", f"{search.name} started: {spec.population} candidates, "
                       f"rounds {spec.rounds}")
@@ -106,8 +116,6 @@ def search_start(user: Any, search: Search, *, enqueue: bool = True) -> Any:
 
 def search_cancel(user: Any, search: Search) -> Any:
     """Ask a running search to stop: no new steps; running ones are stopped and say so."""
-    from search_app.models import SearchRun
-
     access.require(user, access.OPERATOR, search.project)
     with transaction.atomic():
         run = SearchRun.objects.select_for_update().filter(search=search).first()
@@ -139,8 +147,6 @@ def search_advance(search_pk: int) -> list[int]:
     Incremental: a call reads a constant number of rows whatever the population (indexed counts
     and lookups, no patches or results), without the write lock; it takes the lock, and reads
     again under it, only when there is something to write."""
-    from search_app.execution import search_spec
-
     run = _run_for_planning(search_pk, lock=False)
     if run is None or run.terminal:
         return []
@@ -326,8 +332,6 @@ def _round_complete(run: Any) -> bool:
 
 
 def _entries(candidates: list, scores: dict[str, float] | None = None) -> list:
-    from search_app.selection import Entry
-
     scores = scores or {}
     return [Entry(c.candidate_id, score=scores.get(c.candidate_id, c.score), cost_microusd=c.cost_microusd,
                   tokens=c.tokens, diff_lines=c.diff_lines or 0, runtime_seconds=c.runtime_seconds or 0.0,
@@ -337,8 +341,6 @@ def _entries(candidates: list, scores: dict[str, float] | None = None) -> list:
 def _separated(candidates: list, intervals: dict, round_index: int, spec: Any) -> Any:
     """Whether two of the round's candidates can be told apart: their intervals do not overlap,
     or head to head over the blocks both ran (measurement.head_to_head) one is clearly better."""
-    from search_app.measurement import head_to_head
-
     key = str(round_index)
     values = {c.candidate_id: {int(block): entry["value"] for block, entry in c.blocks.get(key, {}).items()
                                if entry.get("value") is not None} for c in candidates}
@@ -355,8 +357,6 @@ def _separated(candidates: list, intervals: dict, round_index: int, spec: Any) -
 def _round_next(run: Any, spec: Any) -> None:
     """The round's gates are done: measure its survivors in blocks, add blocks where the
     candidates at the cut (or against the baseline) cannot be told apart yet, then close it."""
-    from search_app.measurement import beats, contested, min_blocks, undecided_against
-
     search, round_index = run.search, run.round_index
     baseline = search.candidates.get(number=0)
     participants = list(search.candidates.filter(state="alive", round_reached=round_index, number__gt=0))
@@ -403,8 +403,6 @@ def _round_next(run: Any, spec: Any) -> None:
 
 
 def _measure_create(run: Any, round_index: int, part: int, members: list[str], first: int, last: int) -> None:
-    from search_app.models import Step
-
     baseline = run.search.candidates.get(number=0)
     Step.objects.create(search=run.search, candidate=baseline, kind="measure", round=round_index, part=part,
                         plan={"members": sorted(members), "blocks": [first, last]})
@@ -412,9 +410,6 @@ def _measure_create(run: Any, round_index: int, part: int, members: list[str], f
 
 def _round_close(run: Any, spec: Any) -> None:
     """Select the round's survivors; promote them to the next round, or go on to replay."""
-    from search_app.measurement import beats, describe, tie_groups, tied_scores
-    from search_app.selection import is_better, select
-
     search, round_index = run.search, run.round_index
     baseline = search.candidates.get(number=0)
     paired = comparison_for(search, spec, baseline) == "paired"
@@ -487,8 +482,6 @@ def _promote(run: Any, spec: Any, candidate: Any, next_round: int) -> None:
     """On to the next round's blocks with the patch it has; with `worker.refine`, its writer
     revises the patch first, if the budget can cover one more writer (otherwise the patch goes
     on as it is)."""
-    from search_app.models import Step
-
     if spec.worker.refine:
         cost, tokens = _reservation(run, spec.concurrency)
         if _fits(run, cost, tokens):
@@ -517,9 +510,6 @@ def _replay_order(run: Any) -> list[str]:
 def _replay_next(run: Any, spec: Any) -> None:
     """Replay the best candidate not yet replayed, interleaved with the baseline; after
     MAX_REPLAYS failures, NONE."""
-    from search_app.measurement import replay_blocks
-    from search_app.models import Step
-
     search = run.search
     # A replayed candidate already reviewed was rejected by a blocking review: the next one is due.
     passed = search.steps.filter(kind="replay", state="done", result__passed=True).exclude(
@@ -555,8 +545,6 @@ def _replay_next(run: Any, spec: Any) -> None:
 
 
 def _outcome_winner(run: Any, spec: Any) -> None:
-    from django.utils import timezone
-
     review = run.search.reviews.order_by("-id").select_related("candidate").first()
     if review is None:
         _outcome_none(run, "the review step did not finish")
@@ -585,8 +573,6 @@ def _outcome_winner(run: Any, spec: Any) -> None:
 
 
 def _outcome_none(run: Any, reason: str) -> None:
-    from django.utils import timezone
-
     run.outcome, run.status, run.phase, run.reason = "NONE", "finished", "done", reason
     run.finished_at = timezone.now()
     for candidate in run.search.candidates.filter(state__in=("alive", "evaluating")).exclude(number=0):
@@ -595,8 +581,6 @@ def _outcome_none(run: Any, reason: str) -> None:
 
 
 def _cancel_settle(run: Any) -> None:
-    from django.utils import timezone
-
     search = run.search
     search.steps.filter(state="pending").update(state="cancelled", finished_at=timezone.now())
     if search.steps.filter(state="running").exists():
@@ -630,15 +614,6 @@ def _cancel_settle(run: Any) -> None:
 def search_run_inline(search: Search, *, workers: int | None = None, progress: Any = None,
                       poll: float = 0.2) -> Any:
     """Drive a started search to its end in this process (the CLI's way; no Celery needed)."""
-    import os
-    import socket
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
-    from django.db import connection
-
-    from search_app.execution import search_spec
-    from search_app.models import SearchRun
-
     owner = f"inline@{socket.gethostname()}:{os.getpid()}"
     concurrency = workers or search_spec(search).concurrency
 

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from runtime_app import access
+from runtime_app.fleet import PRESETS
+from runtime_app.llm import LLMError, ToolChat
 from runtime_app.models import Project
+from runtime_app.services import receipt_record
 from search_app.models import Spec, SpecVersion
+from search_app.reference import spec_reference_markdown
 from search_app.spec import MAX_SPEC_BYTES, spec_validate
+from search_app.spec_templates import spec_template_get
 
 
 def _check_title(title: str) -> str:
@@ -96,16 +103,6 @@ plausible for the repository described; the person will edit them before saving.
 def spec_draft_write(user: Any, project: Project, description: str) -> tuple[str, str]:
     """Ask the configured model for a spec; returns (TOML text, who drafted it). Nothing is saved:
     the text is shown in the editor as an editable draft and validated like any other."""
-    import re
-
-    from django.conf import settings
-
-    from runtime_app.fleet import PRESETS
-    from runtime_app.llm import LLMError, ToolChat
-    from runtime_app.services import receipt_record
-    from search_app.reference import spec_reference_markdown
-    from search_app.spec_templates import spec_template_get
-
     access.require(user, access.OPERATOR, project)
     description = (description or "").strip()
     if not 10 <= len(description) <= 4000:

@@ -4,15 +4,26 @@ died, and their results applied to the candidate and the run in one transaction.
 from __future__ import annotations
 
 import logging
+import statistics
+import threading
 import time
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
-from search_app.models import Search, SearchRun
+from search_app import execution
+from search_app.frozen import search_spec
+from search_app.measurement import (
+    median_interval,
+    paired_ratios,
+    replay_consistent,
+    replay_undecided,
+    replay_within_band,
+)
+from search_app.models import Review, Search, SearchRun, Step
 from search_app.services._common import (
     _candidate_event,
     _carry_on,
@@ -46,8 +57,6 @@ RESULT_FIELDS_NOT_STORED = ("patch_hex",)
 
 def _replay_extend(step: Any, candidate: Any, more: int, why: str) -> None:
     """The replay's next blocks, as a step of their own (its gates already passed)."""
-    from search_app.models import Step
-
     step.result = {**step.result, "passed": None, "why": why}
     step.save(update_fields=["result"])
     first = step.plan["blocks"][1]
@@ -71,13 +80,6 @@ def steps_enqueue_mark(step_pks: list[int]) -> list[int]:
     """Mark steps handed to the broker; a step already handed over within a lease is skipped,
     so each completion does not flood the queue with duplicates (a lost message is handed
     over again once a lease has passed)."""
-    from datetime import timedelta
-
-    from django.db.models import Q
-    from django.utils import timezone
-
-    from search_app.models import Step
-
     now = timezone.now()
     stale = now - timedelta(seconds=_lease_seconds())
     marked = []
@@ -109,13 +111,6 @@ def search_drive_started(search_pk: int) -> None:
 
 def step_claim(step_pk: int, owner: str) -> Any:
     """Take a pending step (or one whose lease expired) by compare-and-set; None if taken."""
-    from datetime import timedelta
-
-    from django.db.models import F, Q
-    from django.utils import timezone
-
-    from search_app.models import Step
-
     now = timezone.now()
     claimed = Step.objects.filter(pk=step_pk).filter(
         Q(state="pending") | Q(state="running", lease_expires_at__lt=now)
@@ -130,13 +125,6 @@ def step_claim(step_pk: int, owner: str) -> Any:
 
 def _heartbeat(step_pk: int, owner: str, search_pk: int, cancel: Any, stop: Any) -> None:
     """Extend the lease while the step works; notice cancellation or a lost lease."""
-    from datetime import timedelta
-
-    from django.db import connection
-    from django.utils import timezone
-
-    from search_app.models import SearchRun, Step
-
     renew_every = max(_lease_seconds() / 6, 0.5)
     renewed = time.monotonic()
     try:
@@ -155,10 +143,6 @@ def _heartbeat(step_pk: int, owner: str, search_pk: int, cancel: Any, stop: Any)
 
 def step_execute(step_pk: int, owner: str) -> bool:
     """Claim a step, do its work, and record the result if the lease is still ours."""
-    import threading
-
-    from search_app import execution
-
     step = step_claim(step_pk, owner)
     if step is None:
         return False
@@ -185,10 +169,6 @@ def step_execute(step_pk: int, owner: str) -> bool:
 
 
 def _step_record(step_pk: int, owner: str, result: dict) -> bool:
-    from django.utils import timezone
-
-    from search_app.models import Review, SearchRun, Step
-
     with transaction.atomic():
         run = SearchRun.objects.select_for_update().get(search__steps__pk=step_pk)
         step = Step.objects.select_related("candidate", "search__project").get(pk=step_pk)
@@ -315,8 +295,6 @@ def _result_apply(step: Any, candidate: Any, result: dict, review_model: Any) ->
 def _measurement_apply(step: Any, result: dict) -> None:
     """Record a round's blocks: each member's values, a member whose trial failed eliminated, then
     every measured candidate's figure and interval for the round so far."""
-    from search_app.execution import search_spec
-
     search = step.search
     spec = search_spec(search)
     key = str(step.round)
@@ -349,10 +327,6 @@ def _scores_update(search: Search, spec: Any, round_index: int) -> None:
     """Each measured candidate's figure for the round: its median paired ratio to the baseline
     with its interval (paired), or the median of its values (absolute); the absolute median is
     kept either way."""
-    import statistics
-
-    from search_app.measurement import median_interval, paired_ratios
-
     key = str(round_index)
     baseline = search.candidates.get(number=0)
     paired = comparison_for(search, spec, baseline) == "paired"
@@ -384,17 +358,6 @@ def _replay_verdict(step: Any, candidate: Any, result: dict) -> tuple[bool | Non
     with and still beat the baseline; while it only holds the baseline for want of blocks, it
     gets more (up to the spec's ceiling) instead of a verdict: None. Absolute: its median must
     stay within the band of its earlier trials."""
-    import statistics
-
-    from search_app.execution import search_spec
-    from search_app.measurement import (
-        median_interval,
-        paired_ratios,
-        replay_consistent,
-        replay_undecided,
-        replay_within_band,
-    )
-
     if "eliminated" in result:  # its patch or its gates
         return False, result["eliminated"], 0
     spec = search_spec(step.search)
@@ -450,10 +413,6 @@ def steps_reconcile() -> list[int]:
     Returns the searches still running, so the caller drives each of them (a lost message
     delays work but never loses it).
     """
-    from django.utils import timezone
-
-    from search_app.models import SearchRun, Step
-
     now = timezone.now()
     for step in Step.objects.filter(state="running", lease_expires_at__lt=now).select_related("candidate"):
         with transaction.atomic():
@@ -479,8 +438,6 @@ def steps_reconcile() -> list[int]:
 
 def _reservation_release(step: Any) -> None:
     """A step that failed without a result hands its budget reservation back to its run."""
-    from search_app.models import SearchRun
-
     if step.reserved_cost_microusd or step.reserved_tokens:
         run = SearchRun.objects.select_for_update().get(search_id=step.search_id)
         run.reserved_cost_microusd -= step.reserved_cost_microusd
