@@ -16,7 +16,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from search_app.measurement import block_order
 from search_app.models import Search, Step
 from search_app.preflight import search_start_failure
 from search_app.spec import SearchSpec
+from search_app.step_result import StepResult
 
 LLM_KINDS = ("anthropic", "bedrock", "openai-compatible")
 WRITER_TIMEOUT_SECONDS = 1800
@@ -311,7 +312,7 @@ def refine_note(search: Search, spec: SearchSpec, candidate: Any) -> str:
             "Improve it, or leave the files as they are to keep it. ")
 
 
-def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
+def generate(step: Step, cancel: threading.Event) -> StepResult:
     """Run the writer in its own worktree; once it has ended, extract its patch.
 
     In round 0 the worktree is the baseline. A later round's generate step is a refinement: the
@@ -337,8 +338,8 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
         )
         receipts.append(admit.pk)
         if worktree is None:
-            return {"eliminated": f"its patch could not be set up for refinement: {admit.detail['reason']}",
-                    "receipts": receipts}
+            return StepResult(eliminated=f"its patch could not be set up for refinement: "
+                                         f"{admit.detail['reason']}", receipts=receipts)
     try:
         env = {
             "CRUCIBLE_CANDIDATE_ID": candidate.candidate_id, "CRUCIBLE_ROUND": str(step.round),
@@ -356,7 +357,7 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
         if kind in LLM_KINDS:
             written = llm_write(step, spec, worktree, cancel, refining)
             if written.get("cancelled"):
-                return written
+                return StepResult(cancelled=True, receipts=written["receipts"])
             writer = written.pop("receipt")
         elif kind == "command":
             prompt = writer_prompt(search, spec, candidate.candidate_id, step.round, refining)
@@ -367,35 +368,33 @@ def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
             # A writer that cannot start stops the search (search_app/preflight.py), not just this candidate.
             failure = search_start_failure(search, writer, "worker.command", spec.worker.command)
             if failure:
-                return {**failure.result(), "receipts": receipts + written["receipts"],
-                        "usage": written["usage"]}
+                return failure.result(receipts=receipts + written["receipts"], usage=written["usage"])
         elif kind == "agent-cli":
             written = agent_cli_write(step, spec, worktree, cancel, env, refining)
             writer = written.pop("receipt")
         else:
-            return {"eliminated": f"provider kind {kind!r} has no writer in this version of Crucible "
-                                  "(anthropic and command workers run today)"}
+            return StepResult(eliminated=f"provider kind {kind!r} has no writer in this version of "
+                                         "Crucible (anthropic and command workers run today)")
         written["receipts"] = receipts + written["receipts"]
         if writer.detail.get("cancelled"):
-            return {"cancelled": True, "receipts": written["receipts"]}
+            return StepResult(cancelled=True, receipts=written["receipts"])
         # The writer's processes are gone (the sandbox killed its group and cgroup): its tree
         # is frozen, so the patch extracted now is final.
         try:
             patch = patch_extract(worktree, limits=policy_rules(spec).limits)
         except GitError as error:
-            return {"eliminated": f"its patch could not be extracted: {error}",
-                    "receipts": written["receipts"], "usage": written["usage"]}
+            return StepResult(eliminated=f"its patch could not be extracted: {error}",
+                              receipts=written["receipts"], usage=written["usage"])
     finally:
         worktree_remove(search_repository(search), worktree)
-    result = {
-        "receipts": written["receipts"], "writer_outcome": writer.outcome, "usage": written["usage"],
-        "stop": written.get("stop", ""), "transcript": written.get("transcript", []),
-        "patch_sha256": patch.sha256, "diff_lines": patch.diff_lines, "files": patch.files[:200],
-        "refining": refining,
-    }
-    if patch.empty:
-        result["eliminated"] = f"the writer ({writer.outcome}) changed nothing"
-    return {**result, "patch_hex": patch.text.hex()}
+    return StepResult(
+        receipts=written["receipts"], writer_outcome=writer.outcome, usage=written["usage"],
+        stop=written.get("stop", ""), transcript=written.get("transcript", []),
+        patch_sha256=patch.sha256, diff_lines=patch.diff_lines, files=patch.files[:200],
+        refining=refining,
+        eliminated=f"the writer ({writer.outcome}) changed nothing" if patch.empty else None,
+        patch_hex=patch.text.hex(),
+    )
 
 
 # ------------------------------------------------------------------------------------ evaluate
@@ -445,25 +444,25 @@ def _gates(step: Step, spec: SearchSpec, tree: Path, read_only: list[str], label
 
 
 def _gates_judged(step: Step, ran: list[tuple[int, str, Receipt]], receipts: list[int]
-                  ) -> dict[str, Any] | None:
+                  ) -> StepResult | None:
     """None if every gate that ran passed, else the step's result (eliminated or cancelled); the
     gates' receipts are written by now, so their numbers can be named."""
     receipts += [gate.pk for _, _, gate in ran]
     for number, command, gate in ran:
         if gate.detail.get("cancelled"):
-            return {"cancelled": True, "receipts": receipts}
+            return StepResult(cancelled=True, receipts=receipts)
         # Cannot start: the spec's failure (stop the search), or a script its patch deleted.
         failure = search_start_failure(step.search, gate, f"hard_gates.commands[{number - 1}]", command)
         if failure:
-            return {**failure.result(), "receipts": receipts, "gates_passed": number - 1}
+            return failure.result(receipts=receipts, gates_passed=number - 1)
         if not gate.succeeded:
-            return {"eliminated": f"gate {number} `{command}` {gate.outcome} (receipt #{gate.pk})",
-                    "receipts": receipts, "gates_passed": number - 1}
+            return StepResult(eliminated=f"gate {number} `{command}` {gate.outcome} (receipt #{gate.pk})",
+                              receipts=receipts, gates_passed=number - 1)
     return None
 
 
 def _gated(step: Step, spec: SearchSpec, purpose: str, label: str, cancel: threading.Event, *,
-           park: bool = False) -> tuple[dict[str, Any] | None, list[int]]:
+           park: bool = False) -> tuple[StepResult | None, list[int]]:
     """The candidate's pristine evaluation tree and its gates in order; (the step's result if it
     stopped there, the receipts). The tree is removed, unless `park` and every gate passed: then
     it is kept for the round's trials on this host. The apply receipt is written with the first
@@ -486,8 +485,8 @@ def _gated(step: Step, spec: SearchSpec, purpose: str, label: str, cancel: threa
         batch.write()
     receipts = [admit.pk]
     if tree is None:
-        return {"eliminated": f"patch refused at {admit.detail['stage']}: {admit.detail['reason']}",
-                "receipts": receipts}, receipts
+        return StepResult(eliminated=f"patch refused at {admit.detail['stage']}: {admit.detail['reason']}",
+                          receipts=receipts), receipts
     judged = _gates_judged(step, ran, receipts)
     if kept and not (judged is None and _tree_park(step, candidate.candidate_id, tree, read_only,
                                                    admit.detail.get("patch_sha256", ""), admit.pk)):
@@ -495,13 +494,13 @@ def _gated(step: Step, spec: SearchSpec, purpose: str, label: str, cancel: threa
     return judged, receipts
 
 
-def evaluate(step: Step, cancel: threading.Event) -> dict[str, Any]:
+def evaluate(step: Step, cancel: threading.Event) -> StepResult:
     """Fresh baseline + the patch, change policy, hidden files, then the gates in order. Trials
     run later, in the round's measurement blocks (`measure`)."""
     spec = search_spec(step.search)
     label = f"{step.candidate.candidate_id} r{step.round} {step.kind}"
     stopped, receipts = _gated(step, spec, step.kind, label, cancel, park=True)
-    return stopped or {"receipts": receipts, "gates_passed": len(spec.hard_gates.commands)}
+    return stopped or StepResult(receipts=receipts, gates_passed=len(spec.hard_gates.commands))
 
 
 # ------------------------------------------------------------------------------------- measure
@@ -533,7 +532,7 @@ def _trial_reading(spec: SearchSpec, trial: Receipt, metrics_file: Path | None) 
             metrics_file.unlink(missing_ok=True)
 
 
-def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
+def measure(step: Step, cancel: threading.Event) -> StepResult:
     """Run blocks `plan.blocks` of a round for `plan.members` (candidate ids, the baseline
     among them): in each block every member runs one trial, in the block's seeded order, with no
     other command of this host running at the same time. A member whose trial fails (or whose
@@ -606,11 +605,11 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
             readings = [_trial_reading(spec, trial, metrics_file) for _, trial, metrics_file in ran]
             for (cid, trial, _), reading in zip(ran, readings, strict=True):
                 if trial.detail.get("cancelled"):
-                    return {"cancelled": True, "receipts": receipts}
+                    return StepResult(cancelled=True, receipts=receipts)
                 # As for the gates: a score command that cannot start stops the search (preflight.py).
                 failure = search_start_failure(search, trial, "score.command", spec.score.command)
                 if failure and failure.spec:
-                    return {"spec_failure": failure.message, "receipts": receipts}
+                    return StepResult(spec_failure=failure.message, receipts=receipts)
                 if failure:
                     dropped[cid] = failure.message
                     continue
@@ -620,13 +619,13 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
                 values[cid][str(block)] = reading.value
                 durations[cid][str(block)] = trial.duration_seconds
             if stopped:
-                return {"cancelled": True, "receipts": receipts}
+                return StepResult(cancelled=True, receipts=receipts)
     finally:
         keep = step.kind == "measure" and not cancel.is_set()
         _trees_release(step, members, trees, built_by, keep=keep, dropped=dropped)
-    return {"receipts": receipts, "values": values, "durations": durations, "dropped": dropped,
-            "blocks": [first, last], "members": sorted(members),
-            **({"trees_parked_before": sorted(parked_from)} if parked_from else {})}
+    return StepResult(receipts=receipts, values=values, durations=durations, dropped=dropped,
+                      blocks=[first, last], members=sorted(members),
+                      trees_parked_before=sorted(parked_from) if parked_from else None)
 
 
 def _trees_release(step: Step, members: dict[str, Any], trees: dict[str, tuple[Path, list[str]]],
@@ -645,7 +644,7 @@ def _trees_release(step: Step, members: dict[str, Any], trees: dict[str, tuple[P
     parked_trees_remove(search, rounds_before=step.round if keep else step.round + 1)
 
 
-def replay(step: Step, cancel: threading.Event) -> dict[str, Any]:
+def replay(step: Step, cancel: threading.Event) -> StepResult:
     """The provisional winner again on a clean baseline: its gates, then `trials` blocks
     interleaved with the baseline (the replay's own block order). A step that extends a replay
     with more blocks measures only: its gates passed in the step it extends."""
@@ -656,14 +655,13 @@ def replay(step: Step, cancel: threading.Event) -> dict[str, Any]:
     if stopped:
         return stopped
     measured = measure(step, cancel)
-    measured["receipts"] = receipts + measured["receipts"]
-    return measured
+    return replace(measured, receipts=receipts + (measured.receipts or []))
 
 
 # -------------------------------------------------------------------------------------- review
 
 
-def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
+def review(step: Step, cancel: threading.Event) -> StepResult:
     """An independent reviewer reads the patched tree (read-only) and the patch."""
     search, candidate = step.search, step.candidate
     spec = search_spec(search)
@@ -675,8 +673,8 @@ def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
         label=f"{candidate.candidate_id} review apply",
     )
     if worktree is None:
-        return {"verdict": "reject", "findings": [{"severity": "high", "message": admit.detail["reason"]}],
-                "receipts": [admit.pk]}
+        return StepResult(verdict="reject", receipts=[admit.pk],
+                          findings=[{"severity": "high", "message": admit.detail["reason"]}])
     try:
         preset = preset_get(spec.worker.provider)
         budgeted = search.run.budget_cost_microusd or search.run.budget_tokens
@@ -684,20 +682,20 @@ def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
         if not (llm and (step.reserved_cost_microusd or not budgeted)):
             return _static_review(step, spec, worktree, cancel, [admit.pk])
         result = _llm_review(step, spec, worktree, cancel, admit)
-        if result.get("verdict") is not None or result.get("cancelled"):
+        if result.verdict is not None or result.cancelled:
             return result
         # No verdict (an outage, or a patch whose text talked the model out of one): the static
         # reviewer, which no text can talk round, reads it instead; the model's calls stay counted.
-        static = _static_review(step, spec, worktree, cancel, result["receipts"])
-        note = {"severity": "low", "message": f"{result['reviewer']} gave no JSON verdict; the static "
+        static = _static_review(step, spec, worktree, cancel, result.receipts or [])
+        note = {"severity": "low", "message": f"{result.reviewer} gave no JSON verdict; the static "
                                               "reviewer read the patch instead"}
-        return {**static, "findings": [note, *static.get("findings", [])], "usage": result["usage"]}
+        return replace(static, findings=[note, *(static.findings or [])], usage=result.usage)
     finally:
         worktree_remove(search_repository(search), worktree)
 
 
 def _static_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
-                   receipts: list[int]) -> dict[str, Any]:
+                   receipts: list[int]) -> StepResult:
     """Crucible's static reviewer (search_app/reviewer.py) reads the patch in the sandbox."""
     candidate = step.candidate
     protected = [*spec.hard_gates.protected_paths, "tests"]
@@ -709,7 +707,7 @@ def _static_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threadi
     )
     receipts = [*receipts, reviewer.pk]
     if reviewer.detail.get("cancelled"):
-        return {"cancelled": True, "receipts": receipts}
+        return StepResult(cancelled=True, receipts=receipts)
     verdict, findings = "reject", [{"severity": "high", "message": f"the reviewer {reviewer.outcome}"}]
     if reviewer.succeeded:
         data, _ = last_json_line(reviewer.stdout_excerpt)
@@ -717,8 +715,8 @@ def _static_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threadi
             findings = [{"severity": "high", "message": "the reviewer's last line is not its JSON verdict"}]
         elif data.get("verdict") in ("approve", "reject") and isinstance(data.get("findings"), list):
             verdict, findings = data["verdict"], data["findings"][:100]
-    return {"verdict": verdict, "findings": findings, "reviewer": "crucible static reviewer",
-            "receipts": receipts, "review_receipt": reviewer.pk}
+    return StepResult(verdict=verdict, findings=findings, reviewer="crucible static reviewer",
+                      receipts=receipts, review_receipt=reviewer.pk)
 
 
 def _verdict_from(text: str) -> tuple[str, list] | None:
@@ -745,7 +743,7 @@ reaching outside the program. End with one line of JSON:
 
 
 def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
-                admit: Receipt) -> dict[str, Any]:
+                admit: Receipt) -> StepResult:
     """The same provider as the writers, with the read-only tool set."""
     search, candidate = step.search, step.candidate
     preset = preset_get(spec.worker.provider)
@@ -775,7 +773,7 @@ def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.
     last = None
     for _turn in range(MAX_TURNS):
         if cancel.is_set():
-            return {"cancelled": True, "receipts": receipts}
+            return StepResult(cancelled=True, receipts=receipts)
         try:
             reply, uses = chat.turn(record, cancel)
         except LLMError as error:
@@ -798,9 +796,9 @@ def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.
         chat.results([(use.id, *tool_dispatch(use.name, use.input, worktree=worktree, shell=shell,
                                               read_only=True)) for use in uses])
     found, findings = verdict or (None, [])  # None: no verdict; `review` asks the static reviewer
-    return {"verdict": found, "findings": findings,
-            "reviewer": f"{preset.name} {chat.model} (read-only tools)",
-            "receipts": receipts, "review_receipt": last.pk if last else None, "usage": usage}
+    return StepResult(verdict=found, findings=findings,
+                      reviewer=f"{preset.name} {chat.model} (read-only tools)",
+                      receipts=receipts, review_receipt=last.pk if last else None, usage=usage)
 
 
 # ---------------------------------------------------------------------------------- LLM writers

@@ -33,6 +33,7 @@ from runtime_app.worktrees import worktrees_root
 from search_app.frozen import search_repository, search_spec
 from search_app.hidden import HostReport, read_path_records, readable_for
 from search_app.spec import SearchSpec
+from search_app.step_result import StepResult
 
 _SEPARATORS = {";", "&&", "||", "|", "&", "|&", "\n"}
 _REDIRECTIONS = {">", ">>", "<", ">&", "<&", ">|", "&>", "&>>", "<>"}
@@ -462,9 +463,12 @@ class StartFailure:
     message: str
     spec: bool
 
-    def result(self) -> dict[str, str]:
-        """The step result key the scheduler acts on (`spec_failure` stops the search)."""
-        return {"spec_failure": self.message} if self.spec else {"eliminated": self.message}
+    def result(self, **fields: Any) -> StepResult:
+        """The step's result, with `fields` (`spec_failure` stops the search, `eliminated` ends the
+        candidate)."""
+        if self.spec:
+            return StepResult(spec_failure=self.message, **fields)
+        return StepResult(eliminated=self.message, **fields)
 
 
 def start_failure(receipt: Any, section: str, command: str, baseline_has: Callable[[str], bool],

@@ -40,7 +40,6 @@ from search_app.services.specs import (
 )
 from search_app.services.steps import (
     MAX_ATTEMPTS,
-    RESULT_FIELDS_NOT_STORED,
     search_drive_request,
     search_drive_started,
     step_claim,
@@ -55,7 +54,6 @@ __all__ = [
     "MAX_BRANCH_CHARS",
     "MAX_COMMENT_CHARS",
     "MAX_REPLAYS",
-    "RESULT_FIELDS_NOT_STORED",
     "REVISION_PART",
     "VALID_BRANCH_HINT",
     "Conflict",

@@ -36,6 +36,7 @@ from search_app.services._common import (
     review_blocks,
 )
 from search_app.services.decisions import MAX_COMMENT_CHARS, _user_name
+from search_app.step_result import StepResult
 
 REVISION_PART = 1000  # a revision's steps are parts REVISION_PART × n of the last round (unique per kind)
 
@@ -107,20 +108,21 @@ def _revision_of(step: Any) -> Any:
     return Step.objects.filter(search=step.search, kind="generate", plan__revision=number).first()
 
 
-def _revision_written(step: Any, candidate: Any, result: dict) -> None:
+def _revision_written(step: Any, candidate: Any, result: StepResult) -> None:
     """The writer answered: a new patch goes to its gates and blocks (the replay step); none, or
     the same patch, ends the revision with the patch the winner had."""
-    if "eliminated" in result:
-        _revision_end(step, f"the writer's revision failed: {result['eliminated']}")
+    if result.eliminated is not None:
+        _revision_end(step, f"the writer's revision failed: {result.eliminated}")
         return
-    if result["patch_sha256"] == candidate.patch_sha256:
+    if result.patch_sha256 == candidate.patch_sha256:
         _revision_end(step, "its writer kept the patch as it was")
         return
     spec = search_spec(step.search)
     candidate.state = "evaluating"
-    candidate.patch = bytes.fromhex(result["patch_hex"])
-    candidate.patch_sha256 = result["patch_sha256"]
-    candidate.diff_lines, candidate.files = result.get("diff_lines"), result.get("files", [])
+    candidate.patch = bytes.fromhex(result.patch_hex or "")
+    candidate.patch_sha256 = result.patch_sha256
+    candidate.diff_lines = result.diff_lines
+    candidate.files = result.files if result.files is not None else []
     candidate.save()
     baseline = step.search.candidates.get(number=0)
     members = [candidate.candidate_id, *(["baseline"] if baseline.state == "alive" else [])]

@@ -7,6 +7,8 @@ import logging
 import statistics
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +25,7 @@ from search_app.measurement import (
     replay_undecided,
     replay_within_band,
 )
-from search_app.models import Review, Search, SearchRun, Step
+from search_app.models import Candidate, Review, Search, SearchRun, Step
 from search_app.services._common import (
     _candidate_event,
     _carry_on,
@@ -45,14 +47,12 @@ from search_app.services.revisions import (
     _revision_verdict,
     _revision_written,
 )
+from search_app.step_result import StepResult
 
 logger = logging.getLogger(__name__)
 
 
 MAX_ATTEMPTS = 3
-
-
-RESULT_FIELDS_NOT_STORED = ("patch_hex",)
 
 
 def _replay_extend(step: Any, candidate: Any, more: int, why: str) -> None:
@@ -150,13 +150,11 @@ def step_execute(step_pk: int, owner: str) -> bool:
     beat = threading.Thread(target=_heartbeat, args=(step.pk, owner, step.search_id, cancel, stop),
                             daemon=True)
     beat.start()
-    work = {"generate": execution.generate, "evaluate": execution.evaluate, "measure": execution.measure,
-            "replay": execution.replay, "review": execution.review}[step.kind]
     try:
-        result = work(step, cancel)
+        result = _HANDLERS[step.kind].work(step, cancel)
     except Exception as error:  # a runtime fault: the step fails with its reason, the search goes on
         logger.exception("step %s failed", step_pk)
-        result = {"error": f"{type(error).__name__}: {error}"}
+        result = StepResult(error=f"{type(error).__name__}: {error}")
     finally:
         stop.set()
         beat.join()
@@ -168,18 +166,17 @@ def step_execute(step_pk: int, owner: str) -> bool:
     return recorded
 
 
-def _step_record(step_pk: int, owner: str, result: dict) -> bool:
+def _step_record(step_pk: int, owner: str, result: StepResult) -> bool:
     with transaction.atomic():
         run = SearchRun.objects.select_for_update().get(search__steps__pk=step_pk)
         step = Step.objects.select_related("candidate", "search__project").get(pk=step_pk)
         if step.state != "running" or step.lease_owner != owner:
             return False  # another worker took it over; our receipts stay as evidence
         candidate = step.candidate
-        stored = {k: v for k, v in result.items() if k not in RESULT_FIELDS_NOT_STORED}
-        step.result, step.finished_at = stored, timezone.now()
-        step.state = "cancelled" if result.get("cancelled") else ("failed" if "error" in result else "done")
-        step.error = result.get("error", "")
-        usage = result.get("usage", {})
+        step.result, step.finished_at = result.stored(), timezone.now()
+        step.state = "cancelled" if result.cancelled else ("failed" if result.error is not None else "done")
+        step.error = result.error or ""
+        usage = result.usage or {}
         if step.reserved_cost_microusd or step.reserved_tokens or usage:
             # Actual use replaces the reservation; a writer never counts beyond what it reserved.
             run.reserved_cost_microusd -= step.reserved_cost_microusd
@@ -198,92 +195,96 @@ def _step_record(step_pk: int, owner: str, result: dict) -> bool:
         run.save()
         if step.state == "cancelled":
             return True
-        if "spec_failure" in result and "revision" in step.plan:  # the winner stands as it was
-            _revision_end(step, result["spec_failure"])
+        if result.spec_failure is not None and "revision" in step.plan:  # the winner stands as it was
+            _revision_end(step, result.spec_failure)
             return True
-        if "spec_failure" in result:  # a command of the spec cannot start: stop the search (preflight.py)
-            _spec_failure_stop(run, result["spec_failure"])
+        if result.spec_failure is not None:  # a command of the spec cannot start: stop the search
+            _spec_failure_stop(run, result.spec_failure)  # (preflight.py)
             return True
-        if "error" in result:
+        if result.error is not None:
             if step.kind == "measure":
                 pass  # the round cannot be decided: search_advance ends the search with the reason
             elif candidate.number == 0:
-                candidate.state, candidate.reason = "eliminated", f"baseline not measured: {result['error']}"
+                candidate.state, candidate.reason = "eliminated", f"baseline not measured: {result.error}"
                 candidate.save()
                 _candidate_event(candidate, candidate.reason)
             elif "revision" in step.plan:
-                _revision_end(step, f"{step.kind} step failed in the runtime: {result['error']}")
+                _revision_end(step, f"{step.kind} step failed in the runtime: {result.error}")
             elif step.refines:
-                _refinement_kept(candidate, step, f"a runtime fault: {result['error']}")
+                _refinement_kept(candidate, step, f"a runtime fault: {result.error}")
             else:
-                _eliminate(candidate, f"{step.kind} step failed in the runtime: {result['error']}")
+                _eliminate(candidate, f"{step.kind} step failed in the runtime: {result.error}")
             return True
-        _result_apply(step, candidate, result, Review)
+        _HANDLERS[step.kind].apply(step, candidate, result)
     return True
 
 
-def _result_apply(step: Any, candidate: Any, result: dict, review_model: Any) -> None:
-    if step.kind == "generate" and "revision" in step.plan:
+def _generated(step: Step, candidate: Candidate, result: StepResult) -> None:
+    if "revision" in step.plan:
         _revision_written(step, candidate, result)
         return
     if step.refines:
         _refinement_apply(step, candidate, result)
         return
-    if step.kind == "generate":
-        candidate.patch = bytes.fromhex(result.get("patch_hex", ""))
-        candidate.patch_sha256 = result.get("patch_sha256", "")
-        candidate.diff_lines = result.get("diff_lines")
-        candidate.files = result.get("files", [])
-        if "eliminated" in result:
-            _eliminate(candidate, result["eliminated"])
-        else:
-            candidate.state = "evaluating"
-            candidate.save()
-            _candidate_event(candidate, f"wrote a patch of {candidate.diff_lines} lines")
+    candidate.patch = bytes.fromhex(result.patch_hex or "")
+    candidate.patch_sha256 = result.patch_sha256 or ""
+    candidate.diff_lines = result.diff_lines
+    candidate.files = result.files if result.files is not None else []
+    if result.eliminated is not None:
+        _eliminate(candidate, result.eliminated)
+    else:
+        candidate.state = "evaluating"
+        candidate.save()
+        _candidate_event(candidate, f"wrote a patch of {candidate.diff_lines} lines")
+
+
+def _reviewed(step: Step, candidate: Candidate, result: StepResult) -> None:
+    findings = result.findings if result.findings is not None else []
+    Review.objects.create(search=step.search, candidate=candidate, verdict=result.verdict,
+                          findings=findings, reviewer=result.reviewer if result.reviewer is not None else "",
+                          receipt_id=result.review_receipt)
+    _candidate_event(candidate, f"reviewer says {result.verdict} ({len(findings)} findings)")
+    if "revision" in step.plan:
+        _revision_reviewed(step, candidate, candidate.reviews.order_by("-id").first())
+
+
+def _replayed(step: Step, candidate: Candidate, result: StepResult) -> None:
+    passed, why, more = _replay_verdict(step, candidate, result)
+    if passed is None:
+        _replay_extend(step, candidate, more, "replay undecided: " + why)
         return
-    if step.kind == "review":
-        review_model.objects.create(search=step.search, candidate=candidate, verdict=result["verdict"],
-                                    findings=result.get("findings", []), reviewer=result.get("reviewer", ""),
-                                    receipt_id=result.get("review_receipt"))
-        findings = len(result.get("findings", []))
-        _candidate_event(candidate, f"reviewer says {result['verdict']} ({findings} findings)")
-        if "revision" in step.plan:
-            _revision_reviewed(step, candidate, candidate.reviews.order_by("-id").first())
+    why = ("replay passed: " if passed else "replay failed: ") + why
+    step.result = {**step.result, "passed": passed, "why": why}
+    step.save(update_fields=["result"])
+    if "revision" in step.plan:
+        _revision_measured(step, candidate, passed, why)
         return
-    if step.kind == "replay":
-        passed, why, more = _replay_verdict(step, candidate, result)
-        if passed is None:
-            _replay_extend(step, candidate, more, "replay undecided: " + why)
-            return
-        why = ("replay passed: " if passed else "replay failed: ") + why
-        step.result = {**step.result, "passed": passed, "why": why}
-        step.save(update_fields=["result"])
-        if "revision" in step.plan:
-            _revision_measured(step, candidate, passed, why)
-            return
-        if not passed:
-            _eliminate(candidate, why)
-        else:
-            candidate.reason = why
-            candidate.save()
-            _candidate_event(candidate, why)
-        return
-    if step.kind == "measure":
-        _measurement_apply(step, result)
-        return
-    # evaluate: the gates (a new patch's, or the baseline's)
-    candidate.gates_passed = max(candidate.gates_passed, result.get("gates_passed", 0))
-    if "eliminated" in result:
+    if not passed:
+        _eliminate(candidate, why)
+    else:
+        candidate.reason = why
+        candidate.save()
+        _candidate_event(candidate, why)
+
+
+def _measured(step: Step, candidate: Candidate, result: StepResult) -> None:
+    _measurement_apply(step, result)
+
+
+def _evaluated(step: Step, candidate: Candidate, result: StepResult) -> None:
+    """The gates (a new patch's, or the baseline's)."""
+    candidate.gates_passed = max(candidate.gates_passed, result.gates_passed or 0)
+    if result.eliminated is not None:
         if candidate.number == 0:
-            candidate.state, candidate.reason = "eliminated", f"baseline: {result['eliminated']}"
+            candidate.state, candidate.reason = "eliminated", f"baseline: {result.eliminated}"
             candidate.save()
             _candidate_event(candidate, candidate.reason)
             _search_event(step.search, "search.baseline_failed", f"the baseline failed its gates "
-                          f"({result['eliminated']}): candidates are compared by absolute values",
+                          f"({result.eliminated}): candidates are compared by absolute values",
                           round=step.round)
         else:
             candidate.round_reached = step.round
-            _eliminate(candidate, f"round {step.round}: {result['eliminated']}")
+            _eliminate(candidate, f"round {step.round}: {result.eliminated}")
         return
     candidate.round_reached = step.round
     candidate.state = "alive"
@@ -292,21 +293,21 @@ def _result_apply(step: Any, candidate: Any, result: dict, review_model: Any) ->
                                 "measured with the round's blocks")
 
 
-def _measurement_apply(step: Any, result: dict) -> None:
+def _measurement_apply(step: Any, result: StepResult) -> None:
     """Record a round's blocks: each member's values, a member whose trial failed eliminated, then
     every measured candidate's figure and interval for the round so far."""
     search = step.search
     spec = search_spec(search)
     key = str(step.round)
-    members = {c.candidate_id: c for c in search.candidates.filter(candidate_id__in=result["members"])}
+    members = {c.candidate_id: c for c in search.candidates.filter(candidate_id__in=result.members or [])}
     for cid, candidate in members.items():
-        values, seconds = result["values"].get(cid, {}), result["durations"].get(cid, {})
+        values, seconds = (result.values or {}).get(cid, {}), (result.durations or {}).get(cid, {})
         round_blocks = dict(candidate.blocks.get(key, {}))
         round_blocks.update({block: {"value": value, "seconds": seconds.get(block)}
                              for block, value in values.items()})
         candidate.blocks = {**candidate.blocks, key: round_blocks}
         candidate.save(update_fields=["blocks", "updated_at"])
-    for cid, why in result["dropped"].items():
+    for cid, why in (result.dropped or {}).items():
         candidate = members[cid]
         if candidate.number == 0:
             candidate.state, candidate.reason = "eliminated", f"baseline not measured: {why}"
@@ -353,26 +354,27 @@ def _scores_update(search: Search, spec: Any, round_index: int) -> None:
         _candidate_event(candidate, f"round {round_index}: {shown} over {len(figures)} block(s)")
 
 
-def _replay_verdict(step: Any, candidate: Any, result: dict) -> tuple[bool | None, str, int]:
+def _replay_verdict(step: Any, candidate: Any, result: StepResult) -> tuple[bool | None, str, int]:
     """(passed, why, more blocks). Paired: the replay's interval must overlap the one it won
     with and still beat the baseline; while it only holds the baseline for want of blocks, it
     gets more (up to the spec's ceiling) instead of a verdict: None. Absolute: its median must
     stay within the band of its earlier trials."""
-    if "eliminated" in result:  # its patch or its gates
-        return False, result["eliminated"], 0
+    if result.eliminated is not None:  # its patch or its gates
+        return False, result.eliminated, 0
     spec = search_spec(step.search)
     cid = candidate.candidate_id
-    if cid in result["dropped"]:
-        return False, result["dropped"][cid], 0
-    merged = _replay_values(step, candidate, result)
+    dropped = result.dropped or {}
+    if cid in dropped:
+        return False, dropped[cid], 0
+    merged = _replay_values(step, candidate, result.as_dict())
     values, base = merged.get(cid, {}), merged.get("baseline", {})
     if not values:
         return False, "the replay measured nothing", 0
     baseline = step.search.candidates.get(number=0)
     paired = comparison_for(step.search, spec, baseline) == "paired"
     if "revision" in step.plan:
-        return _revision_verdict(spec, values, base, paired and "baseline" not in result["dropped"])
-    if paired and base and "baseline" not in result["dropped"]:
+        return _revision_verdict(spec, values, base, paired and "baseline" not in dropped)
+    if paired and base and "baseline" not in dropped:
         won, direction = _interval(candidate, spec), spec.score.direction
         replayed = median_interval(paired_ratios(values, base), spec.score.confidence)
         passed, why = replay_consistent(won, replayed, direction)
@@ -390,21 +392,40 @@ def _replay_verdict(step: Any, candidate: Any, result: dict) -> tuple[bool | Non
     return (*replay_within_band(earlier, statistics.median(values.values()), spec.score.replay_tolerance), 0)
 
 
-def _refinement_apply(step: Any, candidate: Any, result: dict) -> None:
-    if "eliminated" in result:
-        _refinement_kept(candidate, step, result["eliminated"])
+def _refinement_apply(step: Any, candidate: Any, result: StepResult) -> None:
+    if result.eliminated is not None:
+        _refinement_kept(candidate, step, result.eliminated)
         return
-    if result["patch_sha256"] == candidate.patch_sha256:
+    if result.patch_sha256 == candidate.patch_sha256:
         _carry_on(candidate, step.round)  # the same patch passed its gates already
         _candidate_event(candidate, f"round {step.round}: its writer kept its patch")
         return
     candidate.state = "evaluating"
-    candidate.patch = bytes.fromhex(result["patch_hex"])
-    candidate.patch_sha256, candidate.patch_round = result["patch_sha256"], step.round
-    candidate.diff_lines, candidate.files = result.get("diff_lines"), result.get("files", [])
+    candidate.patch = bytes.fromhex(result.patch_hex or "")
+    candidate.patch_sha256, candidate.patch_round = result.patch_sha256, step.round
+    candidate.diff_lines = result.diff_lines
+    candidate.files = result.files if result.files is not None else []
     candidate.save()
     _candidate_event(candidate, f"round {step.round}: its writer refined its patch "
                                 f"({candidate.diff_lines} lines); gates run again")
+
+
+@dataclass
+class StepHandler:
+    """A step kind's work (execution.py, outside any transaction) and how its result is applied
+    (inside the transaction that records it)."""
+
+    work: Callable[[Step, threading.Event], StepResult]
+    apply: Callable[[Step, Candidate, StepResult], None]
+
+
+_HANDLERS: dict[str, StepHandler] = {
+    Step.Kind.GENERATE: StepHandler(execution.generate, _generated),
+    Step.Kind.EVALUATE: StepHandler(execution.evaluate, _evaluated),
+    Step.Kind.MEASURE: StepHandler(execution.measure, _measured),
+    Step.Kind.REPLAY: StepHandler(execution.replay, _replayed),
+    Step.Kind.REVIEW: StepHandler(execution.review, _reviewed),
+}
 
 
 def steps_reconcile() -> list[int]:
