@@ -40,7 +40,7 @@ from runtime_app.worktrees import patch_extract, worktree_create, worktree_remov
 from search_app.frozen import search_repository, search_spec
 from search_app.hidden import hidden_files_write, readable_for
 from search_app.measurement import block_order
-from search_app.models import Search, Step
+from search_app.models import Review, Search, SearchRun, Step
 from search_app.preflight import search_start_failure
 from search_app.spec import SearchSpec
 from search_app.step_result import StepResult
@@ -230,7 +230,7 @@ def parked_trees_sweep() -> int:
         search = searches.get(record.get("search"))
         run = getattr(search, "run", None) if search is not None else None
         parked_in = record.get("round")
-        if run is not None and run.status == "running" and (
+        if run is not None and run.status == SearchRun.Status.RUNNING and (
                 not isinstance(parked_in, int) or parked_in >= run.round_index - 1):
             continue
         _parked_record(tree).unlink(missing_ok=True)
@@ -561,7 +561,7 @@ def measure(step: Step, cancel: threading.Event) -> StepResult:
             for cid, member in sorted(members.items()):
                 label = f"{cid} r{step.round}"
                 # A replay's trees are its own clean checkouts: only a round's trials take a parked one.
-                parked = _tree_parked(step, member) if step.kind == "measure" else None
+                parked = _tree_parked(step, member) if step.kind == Step.Kind.MEASURE else None
                 if parked is not None:  # a pristine tree no command ran in: no second checkout
                     trees[cid] = (parked.tree, parked.read_only)
                     built_by[cid] = parked.apply_receipt
@@ -621,7 +621,7 @@ def measure(step: Step, cancel: threading.Event) -> StepResult:
             if stopped:
                 return StepResult(cancelled=True, receipts=receipts)
     finally:
-        keep = step.kind == "measure" and not cancel.is_set()
+        keep = step.kind == Step.Kind.MEASURE and not cancel.is_set()
         _trees_release(step, members, trees, built_by, keep=keep, dropped=dropped)
     return StepResult(receipts=receipts, values=values, durations=durations, dropped=dropped,
                       blocks=[first, last], members=sorted(members),
@@ -673,7 +673,7 @@ def review(step: Step, cancel: threading.Event) -> StepResult:
         label=f"{candidate.candidate_id} review apply",
     )
     if worktree is None:
-        return StepResult(verdict="reject", receipts=[admit.pk],
+        return StepResult(verdict=Review.Verdict.REJECT, receipts=[admit.pk],
                           findings=[{"severity": "high", "message": admit.detail["reason"]}])
     try:
         preset = preset_get(spec.worker.provider)
@@ -708,12 +708,13 @@ def _static_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threadi
     receipts = [*receipts, reviewer.pk]
     if reviewer.detail.get("cancelled"):
         return StepResult(cancelled=True, receipts=receipts)
-    verdict, findings = "reject", [{"severity": "high", "message": f"the reviewer {reviewer.outcome}"}]
+    verdict = Review.Verdict.REJECT
+    findings = [{"severity": "high", "message": f"the reviewer {reviewer.outcome}"}]
     if reviewer.succeeded:
         data, _ = last_json_line(reviewer.stdout_excerpt)
         if data is None:
             findings = [{"severity": "high", "message": "the reviewer's last line is not its JSON verdict"}]
-        elif data.get("verdict") in ("approve", "reject") and isinstance(data.get("findings"), list):
+        elif data.get("verdict") in Review.Verdict.values and isinstance(data.get("findings"), list):
             verdict, findings = data["verdict"], data["findings"][:100]
     return StepResult(verdict=verdict, findings=findings, reviewer="crucible static reviewer",
                       receipts=receipts, review_receipt=reviewer.pk)
@@ -726,7 +727,7 @@ def _verdict_from(text: str) -> tuple[str, list] | None:
             data = json.loads(line)
         except ValueError:
             continue
-        if isinstance(data, dict) and data.get("verdict") in ("approve", "reject") and \
+        if isinstance(data, dict) and data.get("verdict") in Review.Verdict.values and \
                 isinstance(data.get("findings", []), list):
             return data["verdict"], data.get("findings", [])[:100]
     return None

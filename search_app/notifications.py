@@ -81,7 +81,7 @@ def search_event_notify(event_id: int) -> None:
                           event.payload.get("message", ""), url, actor=_cancelled_by(search),
                           event_kind=event.kind)
         return
-    if outcome == "winner":
+    if outcome == SearchRun.WINNER:
         run = SearchRun.objects.filter(search=search).select_related("winner").first()
         winner = run.winner if run else None
         if winner is not None:

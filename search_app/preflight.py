@@ -29,6 +29,7 @@ from runtime_app import sandbox
 from runtime_app.fleet import Preset, host_is_local, preset_get
 from runtime_app.git import GitError, file_at, is_tree, repo_open
 from runtime_app.keys import provider_key
+from runtime_app.presenters import short_sha
 from runtime_app.worktrees import worktrees_root
 from search_app.frozen import search_repository, search_spec
 from search_app.hidden import HostReport, read_path_records, readable_for
@@ -351,7 +352,7 @@ def _name_in_tree(path: str, relative: str, place: _Place, invocation: Invocatio
 
 def _tree_problem(repo: Any, commit: str, path: str, evaluator: bool) -> str | None:
     """None if the baseline tree has `path`, else why not."""
-    where = f"in the baseline tree ({commit[:12]})"
+    where = f"in the baseline tree ({short_sha(commit)})"
     if evaluator:
         where += " or among the hidden evaluator files"
     try:

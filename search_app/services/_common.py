@@ -11,10 +11,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from runtime_app.presenters import short_sha
 from runtime_app.services import event_emit
 from search_app.execution import parked_trees_remove
 from search_app.measurement import Interval, is_paired, min_blocks
-from search_app.models import Merge, Search, SearchRun, Step
+from search_app.models import Candidate, Merge, Search, SearchRun, Step
 from search_app.selectors import approval_state, winner_standing
 
 logger = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ def _interval(candidate: Any, spec: Any) -> Any:
 
 def _carry_on(candidate: Any, round_index: int) -> None:
     """A patch that passed its gates goes into `round_index`'s blocks as it is."""
-    candidate.state, candidate.round_reached = "alive", round_index
+    candidate.state, candidate.round_reached = Candidate.State.ALIVE, round_index
     candidate.save(update_fields=["state", "round_reached", "updated_at"])
 
 
@@ -93,7 +94,7 @@ def _one_line(text: str) -> str:
 
 
 def _eliminate(candidate: Any, reason: str) -> None:
-    candidate.state, candidate.reason = "eliminated", _one_line(reason)
+    candidate.state, candidate.reason = Candidate.State.ELIMINATED, _one_line(reason)
     candidate.save(update_fields=["state", "reason", "duplicate_of", "updated_at"])
     _candidate_event(candidate, f"eliminated — {reason}")
 
@@ -117,7 +118,8 @@ def _winner_reason(winner: Any, verdict: str | None = None) -> str:
     approvers = ", ".join(a.user_name for a in approval["standing_approvals"])
     text = f"winner: replay passed; reviewer says {verdict}"
     if standing == "merged":
-        return f"{text}; merged onto {merge.branch} as {merge.commit_sha[:12]} by {merge.merged_by_name}"
+        return (f"{text}; merged onto {merge.branch} as {short_sha(merge.commit_sha)} "
+                f"by {merge.merged_by_name}")
     if standing == "approved":
         return f"{text}; approved by {approvers}; ready to merge"
     if standing == "changes requested":
@@ -140,8 +142,9 @@ def _replay_values(step: Any, candidate: Any, result: dict) -> dict[str, dict[in
     """The replay's values by member and block: this step's and those of the replay steps it
     extends (one replay, measured in more than one step when it needed more blocks)."""
     merged: dict[str, dict[int, float]] = {}
-    earlier = Step.objects.filter(search=step.search, candidate=candidate, kind="replay", state="done",
-                                  plan__namespace=step.plan.get("namespace")).exclude(pk=step.pk)
+    earlier = Step.objects.filter(search=step.search, candidate=candidate, kind=Step.Kind.REPLAY,
+                                  state=Step.State.DONE, plan__namespace=step.plan.get("namespace")
+                                  ).exclude(pk=step.pk)
     for source in [*(s.result for s in earlier.order_by("id")), result]:
         for member, by_block in (source.get("values") or {}).items():
             merged.setdefault(member, {}).update({int(block): v for block, v in by_block.items()})

@@ -24,6 +24,7 @@ from dulwich.refs import check_ref_format
 from runtime_app import access, remotes
 from runtime_app.git import GitError, commit_create, repo_open
 from runtime_app.models import Project, Receipt
+from runtime_app.presenters import short_sha
 from runtime_app.services import audit_record, receipt_record
 from runtime_app.worktrees import patch_apply, worktree_remove
 from search_app.models import Approval, Candidate, Comment, Merge, Search, SearchRun
@@ -140,12 +141,12 @@ def _thread_of(candidate: Any, comment_id: Any, verb: str, field: str | None = N
 
 def thread_resolve(user: Any, candidate: Any, comment_id: Any) -> Any:
     """Mark a thread resolved (any project member). Resolving a resolved thread changes nothing."""
-    return _thread_state_set(user, candidate, comment_id, "resolved")
+    return _thread_state_set(user, candidate, comment_id, Comment.State.RESOLVED)
 
 
 def thread_reopen(user: Any, candidate: Any, comment_id: Any) -> Any:
     """Open a resolved thread again (any project member). Reopening an open thread changes nothing."""
-    return _thread_state_set(user, candidate, comment_id, "open")
+    return _thread_state_set(user, candidate, comment_id, Comment.State.OPEN)
 
 
 def _thread_state_set(user: Any, candidate: Any, comment_id: Any, state: str) -> Any:
@@ -182,11 +183,12 @@ def _line_in_diff_errors(candidate: Any, path: str, line: int) -> dict[str, str]
 
 def _winner_of(search: Search) -> Any:
     run = SearchRun.objects.filter(search=search).select_related("winner").first()
-    if run is not None and run.phase == "revise":
+    if run is not None and run.phase == SearchRun.Phase.REVISE:
         raise ValidationError(REVISING)
-    if run is None or run.status != "finished" or run.outcome != "winner" or run.winner is None:
+    if run is None or run.status != SearchRun.Status.FINISHED or run.outcome != SearchRun.WINNER \
+            or run.winner is None:
         raise ValidationError("Only a finished search's winner can be approved or merged; "
-                              "this search has none yet." if not run or run.outcome != "NONE"
+                              "this search has none yet." if not run or run.outcome != SearchRun.NONE
                               else "This search ended with NONE: there is nothing to approve or merge.")
     return run.winner
 
@@ -215,7 +217,7 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
             raise Conflict("This winner is merged already.")
         if patch_sha256 != candidate.patch_sha256:
             raise Conflict({"patch_sha256": "The patch changed since you looked "
-                            f"(now {candidate.patch_sha256[:12]}): read it again, then decide."})
+                            f"(now {short_sha(candidate.patch_sha256)}): read it again, then decide."})
         refused = decision_refusals(user, search)[decision]
         if refused:
             raise ValidationError(refused)
@@ -227,14 +229,14 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
         approval = Approval.objects.create(
             candidate=candidate, user=user, user_name=_user_name(user), decision=decision,
             patch_sha256=patch_sha256, replay=replay["why"] if replay else "", note=(note or "").strip())
-        action = "approval.approve" if decision == "approve" else "approval.request_changes"
+        action = "approval.approve" if decision == Approval.Decision.APPROVE else "approval.request_changes"
         audit_record(user, action, project=search.project,
                      target=f"{search.search_id} {candidate.candidate_id}",
                      detail={"patch_sha256": patch_sha256})
-        verb = "approved" if decision == "approve" else "requested changes to"
+        verb = "approved" if decision == Approval.Decision.APPROVE else "requested changes to"
         _winner_reason_refresh(candidate)
         _search_event(search, f"approval.{decision}", f"{_user_name(user)} {verb} {candidate.candidate_id} "
-                      f"(patch {patch_sha256[:12]})", candidate_id=candidate.candidate_id,
+                      f"(patch {short_sha(patch_sha256)})", candidate_id=candidate.candidate_id,
                       state=candidate.state, reason=candidate.reason)
     return approval
 
@@ -261,7 +263,7 @@ def approvals_withdraw(actor: Any, user: Any, *, project: Project | None = None,
             audit_record(actor, "approval.withdraw", project=search.project,
                          target=f"{search.search_id} {candidate.candidate_id}",
                          detail={"user": username, "reason": reason, "decisions": by_candidate[candidate.pk]})
-            if candidate.state == "winner":
+            if candidate.state == Candidate.State.WINNER:
                 _winner_reason_refresh(candidate)
             _search_event(search, "approval.withdrawn", f"{username}'s decision on {candidate.candidate_id} "
                           f"was withdrawn: {reason}", candidate_id=candidate.candidate_id)
@@ -302,9 +304,9 @@ class PatchMismatch(ValidationError):
 
     def __init__(self, approved: str, actual: str) -> None:
         self.approved, self.actual = approved, actual
-        super().__init__(f"The winner's patch bytes (SHA-256 {actual[:12]}) do not match the approved hash "
-                         f"({approved[:12]}): they changed after approval, so nothing was merged. Ask an "
-                         "administrator to look at how the stored patch was altered.")
+        super().__init__(f"The winner's patch bytes (SHA-256 {short_sha(actual)}) do not match the "
+                         f"approved hash ({short_sha(approved)}): they changed after approval, so nothing "
+                         "was merged. Ask an administrator to look at how the stored patch was altered.")
 
 
 def _patch_verified(winner: Any) -> bytes:
@@ -316,7 +318,7 @@ def _patch_verified(winner: Any) -> bytes:
     return patch
 
 
-def merge_create(user: Any, search: Search, target: str = "new_branch", branch: str = "") -> Any:
+def merge_create(user: Any, search: Search, target: str = Merge.Target.NEW_BRANCH, branch: str = "") -> Any:
     """Commit the approved winner's patch onto the baseline: on a new branch (default
     `crucible/<search-id>`) or on an existing branch that still points at the baseline.
 
@@ -329,7 +331,9 @@ def merge_create(user: Any, search: Search, target: str = "new_branch", branch: 
     access.require(user, access.APPROVER, search.project)
     if target not in Merge.Target.values:
         raise ValidationError({"target": "Choose a new branch or an existing branch."})
-    branch = (branch or "").strip() or (merge_branch_default(search) if target == "new_branch" else "")
+    branch = (branch or "").strip()
+    if not branch and target == Merge.Target.NEW_BRANCH:
+        branch = merge_branch_default(search)
     if not branch:
         raise ValidationError({"branch": "Name the existing branch to commit on."})
     branch = branch_name_check(branch)
@@ -346,7 +350,7 @@ def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
     with transaction.atomic():
         SearchRun.objects.select_for_update().get(search=search)  # one merge decision at a time
         if Merge.objects.filter(search=search).exists():
-            raise Conflict(f"Merged already: {search.merge.branch} @ {search.merge.commit_sha[:12]}.")
+            raise Conflict(f"Merged already: {search.merge.branch} @ {short_sha(search.merge.commit_sha)}.")
         winner = _winner_of(search)
         state = approval_state(winner)
         if not state["mergeable"]:
@@ -376,8 +380,9 @@ def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
                      detail={"commit": commit, "candidate": winner.candidate_id,
                              "patch_sha256": winner.patch_sha256})
         _winner_reason_refresh(winner)
-        _search_event(search, "search.merged", f"{winner.candidate_id} merged onto {branch} as {commit[:12]} "
-                      f"by {_user_name(user)} ({f'pushed to {pushed}' if pushed else 'not pushed'})",
+        where = f"pushed to {pushed}" if pushed else "not pushed"
+        _search_event(search, "search.merged", f"{winner.candidate_id} merged onto {branch} as "
+                      f"{short_sha(commit)} by {_user_name(user)} ({where})",
                       candidate_id=winner.candidate_id,
                       state=winner.state, reason=winner.reason)
     return merge
@@ -393,9 +398,9 @@ def _merge_push(search: Search, branch: str, commit: str) -> str:
     try:
         remotes.remote_push(url, Path(search.repository_path), branch)
     except remotes.RemoteError as error:
-        raise ValidationError(f"The merge commit {commit[:12]} was made on {branch} in the server's clone, "
-                              f"but not pushed: {error}. Fix the server's access to the remote, then merge "
-                              "again.") from None
+        raise ValidationError(f"The merge commit {short_sha(commit)} was made on {branch} in the server's "
+                              f"clone, but not pushed: {error}. Fix the server's access to the remote, then "
+                              "merge again.") from None
     return url
 
 
@@ -405,9 +410,9 @@ def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: A
     the bytes merge_create verified (read and verified here when not given)."""
     patch = _patch_verified(winner) if patch is None else patch
     # No repo lock here: worktree creation takes it, and the branch moves by compare-and-set.
-    if target == "new_branch" and _branch_exists(search.repository_path, branch):
+    if target == Merge.Target.NEW_BRANCH and _branch_exists(search.repository_path, branch):
         raise ValidationError({"branch": f"Branch {branch} exists already; choose another name."})
-    if target == "existing_branch":
+    if target == Merge.Target.EXISTING_BRANCH:
         _branch_at_baseline(search, branch)
     worktree = None
     try:
@@ -464,5 +469,5 @@ def _branch_at_baseline(search: Search, branch: str) -> None:
             raise ValidationError({"branch": f"There is no branch {branch}."})
         head = repo.refs[ref].decode()
     if head != search.baseline_commit:
-        raise ValidationError({"branch": f"{branch} has moved on from the baseline ({head[:12]} is not "
-                               f"{search.baseline_commit[:12]}); merge to a new branch instead."})
+        raise ValidationError({"branch": f"{branch} has moved on from the baseline ({short_sha(head)} is not "
+                               f"{short_sha(search.baseline_commit)}); merge to a new branch instead."})

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runtime_app import access
+from runtime_app.presenters import short_sha
 from runtime_app.queue import task_send
 from runtime_app.services import audit_record
 from search_app.frozen import search_spec
@@ -21,7 +22,7 @@ from search_app.measurement import (
     revision_beats,
     revision_beats_absolute,
 )
-from search_app.models import Search, SearchRun, Step
+from search_app.models import Candidate, Review, Search, SearchRun, Step
 from search_app.selectors import revision_feedback, revision_refusal, revisions_of
 from search_app.services._common import (
     _candidate_event,
@@ -68,16 +69,16 @@ def search_revise(user: Any, search: Search, note: str = "", *, enqueue: bool = 
                     "files": winner.files, "score": winner.score, "score_absolute": winner.score_absolute,
                     "spread": winner.spread}
         Step.objects.create(
-            search=search, candidate=winner, kind="generate", round=len(spec.rounds) - 1,
+            search=search, candidate=winner, kind=Step.Kind.GENERATE, round=len(spec.rounds) - 1,
             part=REVISION_PART * number, reserved_cost_microusd=cost, reserved_tokens=tokens,
             plan={"revision": number, "requested_by": _user_name(user), "note": note,
                   "feedback": revision_feedback(winner, note), "previous": previous})
         run.reserved_cost_microusd += cost
         run.reserved_tokens += tokens
-        run.status, run.phase, run.finished_at = "running", "revise", None
+        run.status, run.phase, run.finished_at = SearchRun.Status.RUNNING, SearchRun.Phase.REVISE, None
         run.reason = f"revision {number}: its writer answers the changes requested"
         run.save()
-        winner.state = "writing"
+        winner.state = Candidate.State.WRITING
         winner.save(update_fields=["state", "updated_at"])
         audit_record(user, "search.revise", project=search.project,
                      target=f"{search.search_id} {winner.candidate_id}",
@@ -105,7 +106,7 @@ def _budget_text(run: Any) -> str:
 def _revision_of(step: Any) -> Any:
     """The writer step of the revision `step` belongs to (its plan holds the request)."""
     number = step.plan.get("revision")
-    return Step.objects.filter(search=step.search, kind="generate", plan__revision=number).first()
+    return Step.objects.filter(search=step.search, kind=Step.Kind.GENERATE, plan__revision=number).first()
 
 
 def _revision_written(step: Any, candidate: Any, result: StepResult) -> None:
@@ -118,23 +119,23 @@ def _revision_written(step: Any, candidate: Any, result: StepResult) -> None:
         _revision_end(step, "its writer kept the patch as it was")
         return
     spec = search_spec(step.search)
-    candidate.state = "evaluating"
+    candidate.state = Candidate.State.EVALUATING
     candidate.patch = bytes.fromhex(result.patch_hex or "")
     candidate.patch_sha256 = result.patch_sha256
     candidate.diff_lines = result.diff_lines
     candidate.files = result.files if result.files is not None else []
     candidate.save()
     baseline = step.search.candidates.get(number=0)
-    members = [candidate.candidate_id, *(["baseline"] if baseline.state == "alive" else [])]
+    members = [candidate.candidate_id, *(["baseline"] if baseline.state == Candidate.State.ALIVE else [])]
     blocks = replay_blocks(spec.score.trials, spec.score.trials_ceiling, spec.score.confidence,
                            paired=comparison_for(step.search, spec, baseline) == "paired")
-    Step.objects.create(search=step.search, candidate=candidate, kind="replay", round=step.round,
+    Step.objects.create(search=step.search, candidate=candidate, kind=Step.Kind.REPLAY, round=step.round,
                         part=step.part, plan={"members": sorted(members), "blocks": [0, blocks],
                                               "namespace": f"revision-{step.plan['revision']}",
                                               "revision": step.plan["revision"]})
     _candidate_event(candidate, f"revision {step.plan['revision']}: its writer wrote patch "
-                                f"{candidate.patch_sha256[:12]} ({candidate.diff_lines} lines); gates and "
-                                "blocks against the baseline run")
+                                f"{short_sha(candidate.patch_sha256)} ({candidate.diff_lines} lines); "
+                                "gates and blocks against the baseline run")
 
 
 def _revision_measured(step: Any, candidate: Any, passed: bool, why: str) -> None:
@@ -152,7 +153,7 @@ def _revision_measured(step: Any, candidate: Any, passed: bool, why: str) -> Non
     run.reserved_cost_microusd += cost
     run.reserved_tokens += tokens
     run.save(update_fields=["reserved_cost_microusd", "reserved_tokens", "updated_at"])
-    Step.objects.create(search=step.search, candidate=candidate, kind="review", round=step.round,
+    Step.objects.create(search=step.search, candidate=candidate, kind=Step.Kind.REVIEW, round=step.round,
                         part=_revision_of(step).part, reserved_cost_microusd=cost, reserved_tokens=tokens,
                         plan={"revision": step.plan["revision"]})
     _candidate_event(candidate, f"revision {step.plan['revision']}: {why}; an independent reviewer reads it")
@@ -161,18 +162,18 @@ def _revision_measured(step: Any, candidate: Any, passed: bool, why: str) -> Non
 def _revision_reviewed(step: Any, candidate: Any, review: Any) -> None:
     """The reviewer's verdict on the revised patch: a reject that blocks ends the revision with
     the patch the winner had; otherwise the revised patch is the winner's, awaiting approval."""
-    if review.verdict == "reject" and review_blocks(step.search, search_spec(step.search)):
+    if review.verdict == Review.Verdict.REJECT and review_blocks(step.search, search_spec(step.search)):
         serious = [f for f in review.findings if isinstance(f, dict) and f.get("severity") == "high"]
         first = (serious or review.findings or [{}])[0]
         _revision_end(step, f"the reviewer rejects it: {first.get('message', 'no reason given')}")
         return
     revision = _revision_of(step)
     run = SearchRun.objects.get(search_id=step.search_id)
-    candidate.state = "winner"
+    candidate.state = Candidate.State.WINNER
     candidate.reason = _winner_reason(candidate, review.verdict)
     candidate.save(update_fields=["state", "reason", "updated_at"])
-    outcome = (f"revision {revision.plan['revision']} is in: patch {candidate.patch_sha256[:12]} replaces "
-               f"{revision.plan['previous']['patch_sha256'][:12]}; it needs approval again")
+    outcome = (f"revision {revision.plan['revision']} is in: patch {short_sha(candidate.patch_sha256)} "
+               f"replaces {short_sha(revision.plan['previous']['patch_sha256'])}; it needs approval again")
     _revision_record(revision, True, outcome)
     _revision_settle(run, candidate, outcome)
 
@@ -188,11 +189,11 @@ def _revision_end(step: Any, why: str) -> None:
     candidate.diff_lines, candidate.files = previous["diff_lines"], previous["files"]
     candidate.score, candidate.score_absolute = previous["score"], previous["score_absolute"]
     candidate.spread = previous["spread"]
-    candidate.state = "winner"
+    candidate.state = Candidate.State.WINNER
     candidate.reason = _winner_reason(candidate)
     candidate.save()
     outcome = (f"revision {revision.plan['revision']} failed ({_one_line(why)}); it keeps patch "
-               f"{candidate.patch_sha256[:12]}")
+               f"{short_sha(candidate.patch_sha256)}")
     _revision_record(revision, False, outcome)
     _revision_settle(SearchRun.objects.get(search_id=step.search_id), candidate, outcome)
 
@@ -204,12 +205,13 @@ def _revision_record(revision: Any, passed: bool, outcome: str) -> None:
 
 
 def _revision_settle(run: Any, candidate: Any, outcome: str) -> None:
-    run.status, run.phase, run.outcome, run.winner = "finished", "done", "winner", candidate
+    run.status, run.phase, run.outcome, run.winner = (SearchRun.Status.FINISHED, SearchRun.Phase.DONE,
+                                                      SearchRun.WINNER, candidate)
     run.reason, run.finished_at = candidate.reason, timezone.now()
     run.save()
     _candidate_event(candidate, outcome)
     _search_event(run.search, "search.finished", f"{run.search.name}: {outcome}; winner "
-                  f"{candidate.candidate_id} awaiting approval", outcome="winner")
+                  f"{candidate.candidate_id} awaiting approval", outcome=SearchRun.WINNER)
 
 
 def _revision_stalled(search: Search, why: str = "it stopped without a verdict") -> None:

@@ -38,7 +38,7 @@ from search_app.measurement import (
     tied_scores,
     undecided_against,
 )
-from search_app.models import Candidate, Search, SearchRun, Step
+from search_app.models import Candidate, Review, Search, SearchRun, Step
 from search_app.preflight import provider_problems, start_problems
 from search_app.selection import Entry, is_better, select
 from search_app.services._common import (
@@ -97,7 +97,7 @@ def search_start(user: Any, search: Search, *, enqueue: bool = True) -> Any:
         if not created:
             return run
         baseline = Candidate.objects.create(
-            search=search, candidate_id="baseline", number=0, batch=0, state="evaluating",
+            search=search, candidate_id="baseline", number=0, batch=0, state=Candidate.State.EVALUATING,
             reason="the unchanged baseline, for comparison",
         )
         Candidate.objects.bulk_create([
@@ -105,7 +105,7 @@ def search_start(user: Any, search: Search, *, enqueue: bool = True) -> Any:
             for batch, ids in enumerate(search.candidate_batches)
             for number, candidate_id in ((int(cid.split("_")[1]), cid) for cid in ids)
         ])
-        Step.objects.create(search=search, candidate=baseline, kind="evaluate", round=0)
+        Step.objects.create(search=search, candidate=baseline, kind=Step.Kind.EVALUATE, round=0)
         if enqueue:
             transaction.on_commit(lambda: task_send("search_app.tasks.search_drive", search.pk))
         audit_record(user, "search.start", project=search.project, target=f"{search.search_id} {search.name}")
@@ -121,9 +121,9 @@ def search_cancel(user: Any, search: Search) -> Any:
         run = SearchRun.objects.select_for_update().filter(search=search).first()
         if run is None:
             raise ValidationError("This search has not started.")
-        if run.terminal or run.status == "cancelling":
+        if run.terminal or run.status == SearchRun.Status.CANCELLING:
             return run
-        run.status = "cancelling"
+        run.status = SearchRun.Status.CANCELLING
         run.save(update_fields=["status", "updated_at"])
         audit_record(user, "search.cancel", project=search.project, target=search.search_id)
         _search_event(search, "search.cancelling", f"{search.name}: cancel requested by {user}")
@@ -135,7 +135,11 @@ _PLAN_FIELDS = ("id", "search_id", "candidate_id", "number", "batch", "state", "
                 "patch_sha256", "patch_round", "duplicate_of_id", "score", "reason")
 
 
-_LIVE_STATES = ("pending", "running")
+_LIVE_STATES = (Step.State.PENDING, Step.State.RUNNING)
+# Candidates not yet through their writer (round 0 admits them in turn).
+_UNWRITTEN_STATES = (Candidate.State.QUEUED, Candidate.State.WRITING)
+# Candidates whose fate is decided: a cancellation leaves them as they are.
+_SETTLED_STATES = (Candidate.State.ELIMINATED, Candidate.State.NOT_ADMITTED, Candidate.State.WINNER)
 
 
 _PLAN_PASSES = 3  # a round closes, the next one starts; never more than that in one call
@@ -183,16 +187,17 @@ def _live_steps(search: Search) -> Any:
 
 def _writing_first(search: Search) -> int | None:
     """The number of the first candidate whose writer has not finished: later ones wait for it."""
-    return search.candidates.filter(number__gt=0, state__in=("queued", "writing")).order_by("number") \
+    return search.candidates.filter(number__gt=0, state__in=_UNWRITTEN_STATES).order_by("number") \
         .values_list("number", flat=True).first()
 
 
 def _to_evaluate(search: Search, round_index: int, before: int | None) -> Any:
     """Candidates whose writer finished this round, with no evaluation yet, before `before`."""
     steps = Step.objects.filter(candidate=OuterRef("pk"), round=round_index)
-    candidates = search.candidates.filter(number__gt=0, state="evaluating").filter(
-        Exists(steps.filter(kind="generate", state__in=("done", "failed")))).exclude(
-        Exists(steps.filter(kind="evaluate")))
+    candidates = search.candidates.filter(number__gt=0, state=Candidate.State.EVALUATING).filter(
+        Exists(steps.filter(kind=Step.Kind.GENERATE, state__in=(Step.State.DONE, Step.State.FAILED)))
+    ).exclude(
+        Exists(steps.filter(kind=Step.Kind.EVALUATE)))
     if before is not None:
         candidates = candidates.filter(number__lt=before)
     return candidates.order_by("number").only(*_PLAN_FIELDS)
@@ -201,14 +206,15 @@ def _to_evaluate(search: Search, round_index: int, before: int | None) -> Any:
 def _planner_has_work(run: Any, spec: Any) -> bool:
     """Whether a locked pass would write anything (read without the lock; the pass re-checks)."""
     search = run.search
-    if run.status == "cancelling":
+    if run.status == SearchRun.Status.CANCELLING:
         return True
-    if run.phase != "rounds":
-        return run.phase in ("replay", "review", "revise") and not _live_steps(search).exists()
+    if run.phase != SearchRun.Phase.ROUNDS:
+        return run.phase in _ENDGAME_PHASES and not _live_steps(search).exists()
     if _to_evaluate(search, run.round_index, _writing_first(search)).exists():
         return True
     live = _live_steps(search).count()
-    if live < spec.concurrency and search.candidates.filter(number__gt=0, state="queued").exists():
+    queued = search.candidates.filter(number__gt=0, state=Candidate.State.QUEUED)
+    if live < spec.concurrency and queued.exists():
         # A writer is admitted, or the rest are not admitted; unless the budget waits for a live writer.
         return _fits(run, *_reservation(run, spec.concurrency)) or not _live_reserved(search)
     return live == 0 and _round_complete(run)
@@ -222,19 +228,20 @@ def _live_reserved(search: Search) -> bool:
 def _plan(run: Any, spec: Any) -> bool:
     """The planner's writes, under the run's lock; False when the search stopped planning."""
     search = run.search
-    if run.status == "cancelling":
+    if run.status == SearchRun.Status.CANCELLING:
         _cancel_settle(run)
         return False
-    if run.phase == "rounds":
+    if run.phase == SearchRun.Phase.ROUNDS:
         live = _admit(run, spec)
         if not live and _round_complete(run):
             _round_next(run, spec)
     busy = _live_steps(search).exists
-    if run.phase == "replay" and not busy():
+    if run.phase == SearchRun.Phase.REPLAY and not busy():
         _replay_next(run, spec)
-    if run.phase == "review" and not busy():
+    if run.phase == SearchRun.Phase.REVIEW and not busy():
         _outcome_winner(run, spec)
-    if run.phase == "revise" and not busy():  # every revision step ends it; this never waits forever
+    # Every revision step ends it; this never waits forever.
+    if run.phase == SearchRun.Phase.REVISE and not busy():
         run.save()
         _revision_stalled(search)
         return False
@@ -245,10 +252,11 @@ def _plan(run: Any, spec: Any) -> bool:
 def _ready_steps(search: Search, concurrency: int) -> list[int]:
     # Never more than `concurrency` steps running, however many are pending (a round's
     # promotions are all created at once).
-    slots = concurrency - search.steps.filter(state="running").count()
+    slots = concurrency - search.steps.filter(state=Step.State.RUNNING).count()
     if slots <= 0:
         return []
-    return list(search.steps.filter(state="pending").order_by("id").values_list("id", flat=True)[:slots])
+    pending = search.steps.filter(state=Step.State.PENDING).order_by("id")
+    return list(pending.values_list("id", flat=True)[:slots])
 
 
 def _admit(run: Any, spec: Any) -> int:
@@ -265,16 +273,18 @@ def _admit(run: Any, spec: Any) -> int:
     live = _live_steps(search).count()
     for candidate in _to_evaluate(search, run.round_index, _writing_first(search)):
         original = _identical_earlier(candidate)
-        if original is not None and original.state == "writing":
+        if original is not None and original.state == Candidate.State.WRITING:
             continue  # its writer may still change that patch: the group waits for it
         if original is not None:
             candidate.duplicate_of = original
             _eliminate(candidate, f"identical patch to {original.candidate_id}: evaluated once and credited "
                                   f"to {original.candidate_id}, the earliest candidate with it")
             continue
-        Step.objects.create(search=search, candidate=candidate, kind="evaluate", round=run.round_index)
+        Step.objects.create(search=search, candidate=candidate, kind=Step.Kind.EVALUATE,
+                            round=run.round_index)
         live += 1
-    queued = search.candidates.filter(number__gt=0, state="queued").order_by("number").only(*_PLAN_FIELDS)
+    queued = search.candidates.filter(number__gt=0, state=Candidate.State.QUEUED).order_by("number") \
+        .only(*_PLAN_FIELDS)
     reserved_here = False  # a writer admitted by this call holds a reservation too
     for candidate in queued[: max(spec.concurrency - live, 0)]:
         cost, tokens = _reservation(run, spec.concurrency)
@@ -286,9 +296,9 @@ def _admit(run: Any, spec: Any) -> int:
         run.reserved_cost_microusd += cost
         run.reserved_tokens += tokens
         reserved_here = reserved_here or bool(cost or tokens)
-        candidate.state = "writing"
+        candidate.state = Candidate.State.WRITING
         candidate.save(update_fields=["state", "updated_at"])
-        Step.objects.create(search=search, candidate=candidate, kind="generate", round=0,
+        Step.objects.create(search=search, candidate=candidate, kind=Step.Kind.GENERATE, round=0,
                             reserved_cost_microusd=cost, reserved_tokens=tokens)
         live += 1
         _candidate_event(candidate, "admitted; its writer starts")
@@ -296,7 +306,9 @@ def _admit(run: Any, spec: Any) -> int:
 
 
 # States of candidates whose patch is still in the race (a refining writer's until it lands).
-_GROUPED_STATES = ("evaluating", "alive", "winner", "writing")
+_ENDGAME_PHASES = (SearchRun.Phase.REPLAY, SearchRun.Phase.REVIEW, SearchRun.Phase.REVISE)
+_GROUPED_STATES = (Candidate.State.EVALUATING, Candidate.State.ALIVE, Candidate.State.WINNER,
+                   Candidate.State.WRITING)
 
 
 def _identical_earlier(candidate: Any) -> Any:
@@ -308,7 +320,8 @@ def _identical_earlier(candidate: Any) -> Any:
         return None
     earlier = Q(patch_round__lt=candidate.patch_round) | Q(patch_round=candidate.patch_round,
                                                            number__lt=candidate.number)
-    holding = Q(state__in=_GROUPED_STATES) | Q(state="eliminated", patch_round=candidate.patch_round)
+    holding = Q(state__in=_GROUPED_STATES) | Q(state=Candidate.State.ELIMINATED,
+                                                patch_round=candidate.patch_round)
     return candidate.search.candidates.filter(
         earlier, holding, number__gt=0, patch_sha256=candidate.patch_sha256, duplicate_of__isnull=True,
     ).order_by("patch_round", "number").only(*_PLAN_FIELDS).first()
@@ -317,7 +330,7 @@ def _identical_earlier(candidate: Any) -> Any:
 def _not_admitted(run: Any, candidates: list) -> None:
     spent = f"{run.spent_cost_microusd:,} µUSD and {run.spent_tokens:,} tokens spent"
     for candidate in candidates:
-        candidate.state = "not_admitted"
+        candidate.state = Candidate.State.NOT_ADMITTED
         candidate.reason = f"not admitted: the budget cannot cover another writer ({spent})"
         candidate.save(update_fields=["state", "reason", "updated_at"])
     _search_event(run.search, "search.budget_exhausted",
@@ -326,7 +339,7 @@ def _not_admitted(run: Any, candidates: list) -> None:
 
 
 def _round_complete(run: Any) -> bool:
-    if run.round_index == 0 and run.search.candidates.filter(state__in=("queued", "writing")).exists():
+    if run.round_index == 0 and run.search.candidates.filter(state__in=_UNWRITTEN_STATES).exists():
         return False
     return not _live_steps(run.search).exists()
 
@@ -359,17 +372,18 @@ def _round_next(run: Any, spec: Any) -> None:
     candidates at the cut (or against the baseline) cannot be told apart yet, then close it."""
     search, round_index = run.search, run.round_index
     baseline = search.candidates.get(number=0)
-    participants = list(search.candidates.filter(state="alive", round_reached=round_index, number__gt=0))
-    measures = list(search.steps.filter(kind="measure", round=round_index).defer("result")
+    participants = list(search.candidates.filter(state=Candidate.State.ALIVE, round_reached=round_index,
+                                                 number__gt=0))
+    measures = list(search.steps.filter(kind=Step.Kind.MEASURE, round=round_index).defer("result")
                     .order_by("part", "id"))
-    failed = next((s for s in measures if s.state == "failed"), None)
+    failed = next((s for s in measures if s.state == Step.State.FAILED), None)
     if failed is not None:
         _outcome_none(run, f"round {round_index} could not be measured: {failed.error}")
         return
     if not participants:
         _round_close(run, spec)
         return
-    members = ["baseline"] if baseline.state == "alive" else []
+    members = ["baseline"] if baseline.state == Candidate.State.ALIVE else []
     if not measures:
         _measure_create(run, round_index, 0, [*members, *(c.candidate_id for c in participants)],
                         0, spec.score.trials)
@@ -404,8 +418,8 @@ def _round_next(run: Any, spec: Any) -> None:
 
 def _measure_create(run: Any, round_index: int, part: int, members: list[str], first: int, last: int) -> None:
     baseline = run.search.candidates.get(number=0)
-    Step.objects.create(search=run.search, candidate=baseline, kind="measure", round=round_index, part=part,
-                        plan={"members": sorted(members), "blocks": [first, last]})
+    Step.objects.create(search=run.search, candidate=baseline, kind=Step.Kind.MEASURE, round=round_index,
+                        part=part, plan={"members": sorted(members), "blocks": [first, last]})
 
 
 def _round_close(run: Any, spec: Any) -> None:
@@ -414,7 +428,8 @@ def _round_close(run: Any, spec: Any) -> None:
     baseline = search.candidates.get(number=0)
     paired = comparison_for(search, spec, baseline) == "paired"
     direction = spec.score.direction
-    participants = list(search.candidates.filter(state="alive", round_reached=round_index, number__gt=0))
+    participants = list(search.candidates.filter(state=Candidate.State.ALIVE, round_reached=round_index,
+                                                 number__gt=0))
     labels: dict[str, str] = {}
     if paired:
         for candidate in list(participants):
@@ -470,10 +485,10 @@ def _round_close(run: Any, spec: Any) -> None:
     _search_event(search, "search.round_closed", f"round {round_index} closed: "
                   f"{sum(d.promoted for d in decisions)} of {len(decisions)} go on", round=round_index)
     if last:
-        run.phase = "replay"
+        run.phase = SearchRun.Phase.REPLAY
     else:
         run.round_index = round_index + 1
-        if baseline.state == "alive":  # the baseline runs in every round's blocks
+        if baseline.state == Candidate.State.ALIVE:  # the baseline runs in every round's blocks
             baseline.round_reached = round_index + 1
             baseline.save(update_fields=["round_reached", "updated_at"])
 
@@ -487,10 +502,10 @@ def _promote(run: Any, spec: Any, candidate: Any, next_round: int) -> None:
         if _fits(run, cost, tokens):
             run.reserved_cost_microusd += cost
             run.reserved_tokens += tokens
-            candidate.state = "writing"
+            candidate.state = Candidate.State.WRITING
             candidate.save(update_fields=["state", "updated_at"])
-            Step.objects.create(search=run.search, candidate=candidate, kind="generate", round=next_round,
-                                reserved_cost_microusd=cost, reserved_tokens=tokens)
+            Step.objects.create(search=run.search, candidate=candidate, kind=Step.Kind.GENERATE,
+                                round=next_round, reserved_cost_microusd=cost, reserved_tokens=tokens)
             _candidate_event(candidate, f"promoted to round {next_round}; its writer refines its patch")
             return
         _candidate_event(candidate, f"promoted to round {next_round}; not refined: the budget cannot "
@@ -512,32 +527,33 @@ def _replay_next(run: Any, spec: Any) -> None:
     MAX_REPLAYS failures, NONE."""
     search = run.search
     # A replayed candidate already reviewed was rejected by a blocking review: the next one is due.
-    passed = search.steps.filter(kind="replay", state="done", result__passed=True).exclude(
+    passed = search.steps.filter(kind=Step.Kind.REPLAY, state=Step.State.DONE, result__passed=True).exclude(
         candidate__reviews__isnull=False).select_related("candidate")
     if passed.exists():
         candidate = passed.first().candidate
-        run.phase = "review"
+        run.phase = SearchRun.Phase.REVIEW
         cost, tokens = _reservation(run, spec.concurrency)
         if not _fits(run, cost, tokens):
             cost = tokens = 0  # no room for a model review: the static reviewer reads it instead
         run.reserved_cost_microusd += cost
         run.reserved_tokens += tokens
-        Step.objects.create(search=search, candidate=candidate, kind="review", round=run.round_index,
+        Step.objects.create(search=search, candidate=candidate, kind=Step.Kind.REVIEW, round=run.round_index,
                             reserved_cost_microusd=cost, reserved_tokens=tokens)
         _candidate_event(candidate, "replay passed; an independent reviewer reads it")
         return
     remaining = [cid for cid in _replay_order(run) if cid not in run.replayed]
     if not remaining or len(run.replayed) >= MAX_REPLAYS:
-        stage = "replay and review" if search.reviews.filter(verdict="reject").exists() else "replay"
+        rejected = search.reviews.filter(verdict=Review.Verdict.REJECT).exists()
+        stage = "replay and review" if rejected else "replay"
         _outcome_none(run, f"no candidate passed {stage} ({', '.join(run.replayed) or 'none replayed'})")
         return
     candidate = search.candidates.get(candidate_id=remaining[0])
     baseline = search.candidates.get(number=0)
-    members = [candidate.candidate_id, *(["baseline"] if baseline.state == "alive" else [])]
+    members = [candidate.candidate_id, *(["baseline"] if baseline.state == Candidate.State.ALIVE else [])]
     run.replayed = [*run.replayed, candidate.candidate_id]
     blocks = replay_blocks(spec.score.trials, spec.score.trials_ceiling, spec.score.confidence,
                            paired=comparison_for(search, spec, baseline) == "paired")
-    Step.objects.create(search=search, candidate=candidate, kind="replay", round=run.round_index,
+    Step.objects.create(search=search, candidate=candidate, kind=Step.Kind.REPLAY, round=run.round_index,
                         plan={"members": sorted(members), "blocks": [0, blocks],
                               "namespace": f"replay-{candidate.candidate_id}"})
     _candidate_event(candidate, "provisional winner: replaying on a clean baseline, interleaved with the "
@@ -550,7 +566,7 @@ def _outcome_winner(run: Any, spec: Any) -> None:
         _outcome_none(run, "the review step did not finish")
         return
     candidate = review.candidate
-    if review.verdict == "reject" and review_blocks(run.search, spec):
+    if review.verdict == Review.Verdict.REJECT and review_blocks(run.search, spec):
         # The gates ran the candidate's code, which can force their exit code (os._exit(0) at import);
         # the reviewer read its patch from outside: its reject stands. The next candidate is replayed.
         serious = [f for f in review.findings if isinstance(f, dict) and f.get("severity") == "high"]
@@ -558,56 +574,62 @@ def _outcome_winner(run: Any, spec: Any) -> None:
         where = f" at {first['path']}:{first['line']}" if first.get("path") and first.get("line") else ""
         _eliminate(candidate, f"the reviewer rejects it: {first.get('message', 'no reason given')}{where} "
                               f"({len(review.findings)} finding(s); selection.review is blocking)")
-        run.phase = "replay"
+        run.phase = SearchRun.Phase.REPLAY
         _replay_next(run, spec)
         return
-    candidate.state = "winner"
+    candidate.state = Candidate.State.WINNER
     candidate.reason = _winner_reason(candidate, review.verdict)
     candidate.save(update_fields=["state", "reason", "updated_at"])
-    run.outcome, run.winner, run.status, run.phase = "winner", candidate, "finished", "done"
+    run.outcome, run.winner = SearchRun.WINNER, candidate
+    run.status, run.phase = SearchRun.Status.FINISHED, SearchRun.Phase.DONE
     run.reason = candidate.reason
     run.finished_at = timezone.now()
     _candidate_event(candidate, candidate.reason)
     _search_event(run.search, "search.finished", f"{run.search.name}: winner {candidate.candidate_id} "
-                  f"(score {candidate.score:g}), awaiting approval", outcome="winner")
+                  f"(score {candidate.score:g}), awaiting approval", outcome=SearchRun.WINNER)
 
 
 def _outcome_none(run: Any, reason: str) -> None:
-    run.outcome, run.status, run.phase, run.reason = "NONE", "finished", "done", reason
+    run.outcome, run.reason = SearchRun.NONE, reason
+    run.status, run.phase = SearchRun.Status.FINISHED, SearchRun.Phase.DONE
     run.finished_at = timezone.now()
-    for candidate in run.search.candidates.filter(state__in=("alive", "evaluating")).exclude(number=0):
+    racing = (Candidate.State.ALIVE, Candidate.State.EVALUATING)
+    for candidate in run.search.candidates.filter(state__in=racing).exclude(number=0):
         _eliminate(candidate, candidate.reason or reason)
-    _search_event(run.search, "search.finished", f"{run.search.name}: NONE — {reason}", outcome="NONE")
+    _search_event(run.search, "search.finished", f"{run.search.name}: NONE — {reason}",
+                  outcome=SearchRun.NONE)
 
 
 def _cancel_settle(run: Any) -> None:
     search = run.search
-    search.steps.filter(state="pending").update(state="cancelled", finished_at=timezone.now())
-    if search.steps.filter(state="running").exists():
+    search.steps.filter(state=Step.State.PENDING).update(state=Step.State.CANCELLED,
+                                                         finished_at=timezone.now())
+    if search.steps.filter(state=Step.State.RUNNING).exists():
         run.save()
         return
-    if run.phase == "revise":  # cancelling a revision leaves the winner as it was
+    if run.phase == SearchRun.Phase.REVISE:  # cancelling a revision leaves the winner as it was
         run.reserved_cost_microusd = run.reserved_tokens = 0
         run.save()
         _revision_stalled(search, "cancelled by a person")
         return
-    stopped = run.outcome == "NONE"  # by _spec_failure_stop, not by a person
+    stopped = run.outcome == SearchRun.NONE  # by _spec_failure_stop, not by a person
     run.reserved_cost_microusd = run.reserved_tokens = 0
-    run.status, run.phase, run.finished_at = "finished" if stopped else "cancelled", "done", timezone.now()
+    run.status = SearchRun.Status.FINISHED if stopped else SearchRun.Status.CANCELLED
+    run.phase, run.finished_at = SearchRun.Phase.DONE, timezone.now()
     run.reason = run.reason if stopped else "cancelled by a person"
     settled = []
-    for candidate in search.candidates.exclude(state__in=("eliminated", "not_admitted", "winner")):
-        candidate.state = "cancelled"
+    for candidate in search.candidates.exclude(state__in=_SETTLED_STATES):
+        candidate.state = Candidate.State.CANCELLED
         candidate.reason = candidate.reason or (
             "the search stopped" if stopped else "the search was cancelled")
         candidate.save(update_fields=["state", "reason", "updated_at"])
         settled.append(candidate.candidate_id)
     run.save()
     if stopped:
-        _search_event(search, "search.finished", f"{search.name}: NONE — {run.reason}", outcome="NONE",
-                      candidate_ids=settled)
+        _search_event(search, "search.finished", f"{search.name}: NONE — {run.reason}",
+                      outcome=SearchRun.NONE, candidate_ids=settled)
         return
-    _search_event(search, "search.cancelled", f"{search.name}: cancelled", outcome="cancelled",
+    _search_event(search, "search.cancelled", f"{search.name}: cancelled", outcome=SearchRun.Status.CANCELLED,
                   candidate_ids=settled)
 
 

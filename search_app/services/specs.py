@@ -13,6 +13,7 @@ from runtime_app import access
 from runtime_app.fleet import PRESETS
 from runtime_app.llm import LLMError, ToolChat
 from runtime_app.models import Project
+from runtime_app.presenters import NAME_MAX_LENGTH
 from runtime_app.services import receipt_record
 from search_app.models import Spec, SpecVersion
 from search_app.reference import spec_reference_markdown
@@ -22,8 +23,8 @@ from search_app.spec_templates import spec_template_get
 
 def _check_title(title: str) -> str:
     title = (title or "").strip()
-    if not 1 <= len(title) <= 96:
-        raise ValidationError({"title": "Give the spec a title of 1–96 characters."})
+    if not 1 <= len(title) <= NAME_MAX_LENGTH:
+        raise ValidationError({"title": f"Give the spec a title of 1–{NAME_MAX_LENGTH} characters."})
     return title
 
 
@@ -75,7 +76,7 @@ def spec_duplicate(user: Any, spec: Spec) -> Spec:
     latest = spec.latest
     with transaction.atomic():
         copy = Spec.objects.create(
-            project=spec.project, title=f"{spec.title} (copy)"[:96], duplicated_from=spec,
+            project=spec.project, title=f"{spec.title} (copy)"[:NAME_MAX_LENGTH], duplicated_from=spec,
             created_by=user,
         )
         _version_add(user, copy, latest.text if latest else "")

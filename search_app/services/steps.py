@@ -60,7 +60,7 @@ def _replay_extend(step: Any, candidate: Any, more: int, why: str) -> None:
     step.result = {**step.result, "passed": None, "why": why}
     step.save(update_fields=["result"])
     first = step.plan["blocks"][1]
-    Step.objects.create(search=step.search, candidate=candidate, kind="replay", round=step.round,
+    Step.objects.create(search=step.search, candidate=candidate, kind=Step.Kind.REPLAY, round=step.round,
                         part=step.part + 1,
                         plan={**step.plan, "blocks": [first, first + more], "extends": step.pk})
     _candidate_event(candidate, why)
@@ -69,9 +69,10 @@ def _replay_extend(step: Any, candidate: Any, more: int, why: str) -> None:
 def _spec_failure_stop(run: Any, message: str) -> None:
     """The first command that cannot start stops the search with NONE and its reason: the rest
     would hit the same wall. Running steps are cancelled (as by a person) and settled below."""
-    if run.status != "running":
+    if run.status != SearchRun.Status.RUNNING:
         return  # stopping already: the first reason stands
-    run.status, run.outcome, run.reason = "cancelling", "NONE", _one_line(f"stopped: {message}")
+    run.status, run.outcome = SearchRun.Status.CANCELLING, SearchRun.NONE
+    run.reason = _one_line(f"stopped: {message}")
     run.save(update_fields=["status", "outcome", "reason", "updated_at"])
     _search_event(run.search, "search.spec_failure", f"{run.search.name}: {run.reason}")
 
@@ -87,7 +88,7 @@ def steps_enqueue_mark(step_pks: list[int]) -> list[int]:
         return marked
     with transaction.atomic():  # one write transaction for the lot, not one per step
         for step_pk in step_pks:
-            if Step.objects.filter(pk=step_pk, state="pending").filter(
+            if Step.objects.filter(pk=step_pk, state=Step.State.PENDING).filter(
                     Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=stale)).update(enqueued_at=now):
                 marked.append(step_pk)
     return marked
@@ -113,9 +114,10 @@ def step_claim(step_pk: int, owner: str) -> Any:
     """Take a pending step (or one whose lease expired) by compare-and-set; None if taken."""
     now = timezone.now()
     claimed = Step.objects.filter(pk=step_pk).filter(
-        Q(state="pending") | Q(state="running", lease_expires_at__lt=now)
+        Q(state=Step.State.PENDING) | Q(state=Step.State.RUNNING, lease_expires_at__lt=now)
     ).filter(attempts__lt=MAX_ATTEMPTS).update(
-        state="running", lease_owner=owner, lease_expires_at=now + timedelta(seconds=_lease_seconds()),
+        state=Step.State.RUNNING, lease_owner=owner,
+        lease_expires_at=now + timedelta(seconds=_lease_seconds()),
         attempts=F("attempts") + 1, started_at=now,
     )
     if not claimed:
@@ -132,9 +134,10 @@ def _heartbeat(step_pk: int, owner: str, search_pk: int, cancel: Any, stop: Any)
             kept = True
             if time.monotonic() - renewed >= renew_every:
                 renewed = time.monotonic()
-                kept = Step.objects.filter(pk=step_pk, state="running", lease_owner=owner).update(
+                kept = Step.objects.filter(pk=step_pk, state=Step.State.RUNNING, lease_owner=owner).update(
                     lease_expires_at=timezone.now() + timedelta(seconds=_lease_seconds()))
-            cancelling = SearchRun.objects.filter(search_id=search_pk, status="cancelling").exists()
+            cancelling = SearchRun.objects.filter(search_id=search_pk,
+                                                  status=SearchRun.Status.CANCELLING).exists()
             if not kept or cancelling:
                 cancel.set()
     finally:
@@ -160,8 +163,8 @@ def step_execute(step_pk: int, owner: str) -> bool:
         beat.join()
     recorded = _step_record(step.pk, owner, result)
     # The search ended while this step ran: no trial will need the trees it parked.
-    if step.kind in ("evaluate", "measure") and \
-            not SearchRun.objects.filter(search_id=step.search_id, status="running").exists():
+    if step.kind in (Step.Kind.EVALUATE, Step.Kind.MEASURE) and \
+            not SearchRun.objects.filter(search_id=step.search_id, status=SearchRun.Status.RUNNING).exists():
         _parked_trees_release(step.search)
     return recorded
 
@@ -170,11 +173,12 @@ def _step_record(step_pk: int, owner: str, result: StepResult) -> bool:
     with transaction.atomic():
         run = SearchRun.objects.select_for_update().get(search__steps__pk=step_pk)
         step = Step.objects.select_related("candidate", "search__project").get(pk=step_pk)
-        if step.state != "running" or step.lease_owner != owner:
+        if step.state != Step.State.RUNNING or step.lease_owner != owner:
             return False  # another worker took it over; our receipts stay as evidence
         candidate = step.candidate
         step.result, step.finished_at = result.stored(), timezone.now()
-        step.state = "cancelled" if result.cancelled else ("failed" if result.error is not None else "done")
+        step.state = Step.State.CANCELLED if result.cancelled else (
+            Step.State.FAILED if result.error is not None else Step.State.DONE)
         step.error = result.error or ""
         usage = result.usage or {}
         if step.reserved_cost_microusd or step.reserved_tokens or usage:
@@ -193,7 +197,7 @@ def _step_record(step_pk: int, owner: str, result: StepResult) -> bool:
             candidate.tokens += tokens
         step.save()
         run.save()
-        if step.state == "cancelled":
+        if step.state == Step.State.CANCELLED:
             return True
         if result.spec_failure is not None and "revision" in step.plan:  # the winner stands as it was
             _revision_end(step, result.spec_failure)
@@ -202,10 +206,11 @@ def _step_record(step_pk: int, owner: str, result: StepResult) -> bool:
             _spec_failure_stop(run, result.spec_failure)  # (preflight.py)
             return True
         if result.error is not None:
-            if step.kind == "measure":
+            if step.kind == Step.Kind.MEASURE:
                 pass  # the round cannot be decided: search_advance ends the search with the reason
             elif candidate.number == 0:
-                candidate.state, candidate.reason = "eliminated", f"baseline not measured: {result.error}"
+                candidate.state = Candidate.State.ELIMINATED
+                candidate.reason = f"baseline not measured: {result.error}"
                 candidate.save()
                 _candidate_event(candidate, candidate.reason)
             elif "revision" in step.plan:
@@ -233,7 +238,7 @@ def _generated(step: Step, candidate: Candidate, result: StepResult) -> None:
     if result.eliminated is not None:
         _eliminate(candidate, result.eliminated)
     else:
-        candidate.state = "evaluating"
+        candidate.state = Candidate.State.EVALUATING
         candidate.save()
         _candidate_event(candidate, f"wrote a patch of {candidate.diff_lines} lines")
 
@@ -276,7 +281,7 @@ def _evaluated(step: Step, candidate: Candidate, result: StepResult) -> None:
     candidate.gates_passed = max(candidate.gates_passed, result.gates_passed or 0)
     if result.eliminated is not None:
         if candidate.number == 0:
-            candidate.state, candidate.reason = "eliminated", f"baseline: {result.eliminated}"
+            candidate.state, candidate.reason = Candidate.State.ELIMINATED, f"baseline: {result.eliminated}"
             candidate.save()
             _candidate_event(candidate, candidate.reason)
             _search_event(step.search, "search.baseline_failed", f"the baseline failed its gates "
@@ -287,7 +292,7 @@ def _evaluated(step: Step, candidate: Candidate, result: StepResult) -> None:
             _eliminate(candidate, f"round {step.round}: {result.eliminated}")
         return
     candidate.round_reached = step.round
-    candidate.state = "alive"
+    candidate.state = Candidate.State.ALIVE
     candidate.save()
     _candidate_event(candidate, f"round {step.round}: passed its {candidate.gates_passed} gate(s); "
                                 "measured with the round's blocks")
@@ -310,7 +315,7 @@ def _measurement_apply(step: Any, result: StepResult) -> None:
     for cid, why in (result.dropped or {}).items():
         candidate = members[cid]
         if candidate.number == 0:
-            candidate.state, candidate.reason = "eliminated", f"baseline not measured: {why}"
+            candidate.state, candidate.reason = Candidate.State.ELIMINATED, f"baseline not measured: {why}"
             candidate.save(update_fields=["state", "reason", "updated_at"])
             _candidate_event(candidate, candidate.reason)
             _search_event(search, "search.baseline_failed", f"the baseline could not be measured ({why}): "
@@ -332,7 +337,7 @@ def _scores_update(search: Search, spec: Any, round_index: int) -> None:
     baseline = search.candidates.get(number=0)
     paired = comparison_for(search, spec, baseline) == "paired"
     base_values = _block_values(baseline, key)
-    for candidate in search.candidates.filter(state="alive", round_reached=round_index):
+    for candidate in search.candidates.filter(state=Candidate.State.ALIVE, round_reached=round_index):
         values = _block_values(candidate, key)
         if not values:
             continue
@@ -400,7 +405,7 @@ def _refinement_apply(step: Any, candidate: Any, result: StepResult) -> None:
         _carry_on(candidate, step.round)  # the same patch passed its gates already
         _candidate_event(candidate, f"round {step.round}: its writer kept its patch")
         return
-    candidate.state = "evaluating"
+    candidate.state = Candidate.State.EVALUATING
     candidate.patch = bytes.fromhex(result.patch_hex or "")
     candidate.patch_sha256, candidate.patch_round = result.patch_sha256, step.round
     candidate.diff_lines = result.diff_lines
@@ -435,11 +440,13 @@ def steps_reconcile() -> list[int]:
     delays work but never loses it).
     """
     now = timezone.now()
-    for step in Step.objects.filter(state="running", lease_expires_at__lt=now).select_related("candidate"):
+    expired = Step.objects.filter(state=Step.State.RUNNING, lease_expires_at__lt=now)
+    for step in expired.select_related("candidate"):
         with transaction.atomic():
             if step.attempts >= MAX_ATTEMPTS:
-                claimed = Step.objects.filter(pk=step.pk, state="running", lease_expires_at__lt=now).update(
-                    state="failed", error=f"lost its worker {step.attempts} times", finished_at=now)
+                claimed = Step.objects.filter(pk=step.pk, state=Step.State.RUNNING, lease_expires_at__lt=now
+                                              ).update(state=Step.State.FAILED, finished_at=now,
+                                                       error=f"lost its worker {step.attempts} times")
                 if not claimed:
                     continue
                 _reservation_release(step)
@@ -451,9 +458,9 @@ def steps_reconcile() -> list[int]:
                 elif step.candidate.number:
                     _eliminate(step.candidate, why)
             else:
-                Step.objects.filter(pk=step.pk, state="running", lease_expires_at__lt=now).update(
-                    state="pending", lease_owner="", enqueued_at=None)
-    running = SearchRun.objects.filter(status__in=("running", "cancelling"))
+                Step.objects.filter(pk=step.pk, state=Step.State.RUNNING, lease_expires_at__lt=now).update(
+                    state=Step.State.PENDING, lease_owner="", enqueued_at=None)
+    running = SearchRun.objects.filter(status__in=(SearchRun.Status.RUNNING, SearchRun.Status.CANCELLING))
     return list(running.values_list("search_id", flat=True))
 
 
