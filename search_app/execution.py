@@ -1,9 +1,10 @@
 """The work of each step: write a candidate, evaluate it, replay it, review it.
 
 Each function does the runtime's part — worktrees, the sandbox, the change policy, hidden
-files, metrics — writes a receipt for everything it runs, and returns a plain dict that
-`services.step_execute` records in one transaction. Nothing here changes a Candidate or a
-Step: a step that dies half-way leaves only receipts, and running it again is safe.
+files, metrics — writes a receipt for everything it runs, and returns a StepResult
+(search_app/step_result.py) that `services.step_execute` records in one transaction. Nothing here
+changes a Candidate or a Step: a step that dies half-way leaves only receipts, and running it
+again is safe.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from runtime_app.llm import LLMError, ToolChat
 from runtime_app.metrics import MetricReading, last_json_line, metric_read
 from runtime_app.models import Receipt
 from runtime_app.policy import PolicyRules, read_only_paths
-from runtime_app.prices import price_for, worst_case_microusd
+from runtime_app.prices import Price, price_for, worst_case_microusd
 from runtime_app.sandbox import SYSTEM_DIRS, Limits, SandboxError
 from runtime_app.services import ReceiptBatch
 from runtime_app.tools import EDITOR_TOOL, SHELL_TOOL, tool_dispatch
@@ -319,62 +320,20 @@ def generate(step: Step, cancel: threading.Event) -> StepResult:
     candidate's patch is applied first (and judged again by the change policy), and whatever
     the writer leaves is its new patch against the baseline.
     """
-    search, candidate = step.search, step.candidate
+    search = step.search
     spec = search_spec(search)
     name = _worktree_name(step, "write")
     _fresh_worktree_path(search_repository(search), name)
-    refining, receipts = "", []
-    if not step.refines:
-        worktree = worktree_create(search_repository(search), search.baseline_commit, name)
-    else:
-        refining = refine_note(search, spec, candidate)
-        if "revision" in step.plan:  # sent back by a person: the reviewers' requests come first
-            refining = (f"Your patch won this search and is already applied in your working directory. "
-                        f"{step.plan['feedback']}")
-        worktree, admit = runtime_services.patch_admit(
-            search_repository(search), search.baseline_commit, bytes(candidate.patch), name,
-            policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
-            label=f"{candidate.candidate_id} r{step.round} refine apply",
-        )
-        receipts.append(admit.pk)
-        if worktree is None:
-            return StepResult(eliminated=f"its patch could not be set up for refinement: "
-                                         f"{admit.detail['reason']}", receipts=receipts)
+    receipts: list[int] = []
+    prepared = _writer_tree(step, spec, name, receipts)
+    if isinstance(prepared, StepResult):
+        return prepared
+    worktree, refining = prepared
     try:
-        env = {
-            "CRUCIBLE_CANDIDATE_ID": candidate.candidate_id, "CRUCIBLE_ROUND": str(step.round),
-            "CRUCIBLE_EFFORT": effort_for(spec, step.round), "CRUCIBLE_SEARCH_ID": search.search_id,
-            "CRUCIBLE_MAX_COST_MICROUSD": str(step.reserved_cost_microusd),
-            "CRUCIBLE_MAX_TOKENS": str(step.reserved_tokens),
-        }
-        if step.refines:
-            env["CRUCIBLE_REFINE"] = "1"
-            if "revision" in step.plan:
-                env["CRUCIBLE_REVISION"] = str(step.plan["revision"])
-            measured = previous_score(candidate)
-            env["CRUCIBLE_PREVIOUS_SCORE"] = "" if measured is None else f"{measured:g}"
-        kind = preset_get(spec.worker.provider).kind
-        if kind in LLM_KINDS:
-            written = llm_write(step, spec, worktree, cancel, refining)
-            if written.get("cancelled"):
-                return StepResult(cancelled=True, receipts=written["receipts"])
-            writer = written.pop("receipt")
-        elif kind == "command":
-            prompt = writer_prompt(search, spec, candidate.candidate_id, step.round, refining)
-            writer = _run(step, spec.worker.command, f"{candidate.candidate_id} writer", cwd=worktree,
-                          timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel, env=env, stdin=prompt.encode(),
-                          readable=readable_for(spec, "worker"))
-            written = {"usage": _usage(writer), "receipts": [writer.pk]}
-            # A writer that cannot start stops the search (search_app/preflight.py), not just this candidate.
-            failure = search_start_failure(search, writer, "worker.command", spec.worker.command)
-            if failure:
-                return failure.result(receipts=receipts + written["receipts"], usage=written["usage"])
-        elif kind == "agent-cli":
-            written = agent_cli_write(step, spec, worktree, cancel, env, refining)
-            writer = written.pop("receipt")
-        else:
-            return StepResult(eliminated=f"provider kind {kind!r} has no writer in this version of "
-                                         "Crucible (anthropic and command workers run today)")
+        ran = _write(step, spec, worktree, cancel, refining, receipts)
+        if isinstance(ran, StepResult):
+            return ran
+        written, writer = ran
         written["receipts"] = receipts + written["receipts"]
         if writer.detail.get("cancelled"):
             return StepResult(cancelled=True, receipts=written["receipts"])
@@ -395,6 +354,79 @@ def generate(step: Step, cancel: threading.Event) -> StepResult:
         eliminated=f"the writer ({writer.outcome}) changed nothing" if patch.empty else None,
         patch_hex=patch.text.hex(),
     )
+
+
+def _writer_tree(step: Step, spec: SearchSpec, name: str, receipts: list[int]
+                 ) -> tuple[Path, str] | StepResult:
+    """The writer's worktree and the note it starts from: the baseline in round 0; in a refinement,
+    the candidate's patch applied (its apply receipt goes to `receipts`), or the step's result when
+    the patch cannot be set up again."""
+    search, candidate = step.search, step.candidate
+    if not step.refines:
+        return worktree_create(search_repository(search), search.baseline_commit, name), ""
+    refining = refine_note(search, spec, candidate)
+    if "revision" in step.plan:  # sent back by a person: the reviewers' requests come first
+        refining = (f"Your patch won this search and is already applied in your working directory. "
+                    f"{step.plan['feedback']}")
+    worktree, admit = runtime_services.patch_admit(
+        search_repository(search), search.baseline_commit, bytes(candidate.patch), name,
+        policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
+        label=f"{candidate.candidate_id} r{step.round} refine apply",
+    )
+    receipts.append(admit.pk)
+    if worktree is None:
+        return StepResult(eliminated=f"its patch could not be set up for refinement: "
+                                     f"{admit.detail['reason']}", receipts=receipts)
+    return worktree, refining
+
+
+def _writer_env(step: Step, spec: SearchSpec) -> dict[str, str]:
+    """What a command or agent-CLI writer is told through its environment."""
+    search, candidate = step.search, step.candidate
+    env = {
+        "CRUCIBLE_CANDIDATE_ID": candidate.candidate_id, "CRUCIBLE_ROUND": str(step.round),
+        "CRUCIBLE_EFFORT": effort_for(spec, step.round), "CRUCIBLE_SEARCH_ID": search.search_id,
+        "CRUCIBLE_MAX_COST_MICROUSD": str(step.reserved_cost_microusd),
+        "CRUCIBLE_MAX_TOKENS": str(step.reserved_tokens),
+    }
+    if step.refines:
+        env["CRUCIBLE_REFINE"] = "1"
+        if "revision" in step.plan:
+            env["CRUCIBLE_REVISION"] = str(step.plan["revision"])
+        measured = previous_score(candidate)
+        env["CRUCIBLE_PREVIOUS_SCORE"] = "" if measured is None else f"{measured:g}"
+    return env
+
+
+def _write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event, refining: str,
+           receipts: list[int]) -> tuple[dict[str, Any], Receipt] | StepResult:
+    """The writer of the spec's provider kind, run in `worktree`: (what it wrote, its receipt), or
+    the step's result when the writer ended the step (cancelled, cannot start, no such kind)."""
+    search, candidate = step.search, step.candidate
+    env = _writer_env(step, spec)
+    kind = preset_get(spec.worker.provider).kind
+    if kind in LLM_KINDS:
+        written = llm_write(step, spec, worktree, cancel, refining)
+        if written.get("cancelled"):
+            return StepResult(cancelled=True, receipts=written["receipts"])
+        writer = written.pop("receipt")
+    elif kind == "command":
+        prompt = writer_prompt(search, spec, candidate.candidate_id, step.round, refining)
+        writer = _run(step, spec.worker.command, f"{candidate.candidate_id} writer", cwd=worktree,
+                      timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel, env=env, stdin=prompt.encode(),
+                      readable=readable_for(spec, "worker"))
+        written = {"usage": _usage(writer), "receipts": [writer.pk]}
+        # A writer that cannot start stops the search (search_app/preflight.py), not just this candidate.
+        failure = search_start_failure(search, writer, "worker.command", spec.worker.command)
+        if failure:
+            return failure.result(receipts=receipts + written["receipts"], usage=written["usage"])
+    elif kind == "agent-cli":
+        written = agent_cli_write(step, spec, worktree, cancel, env, refining)
+        writer = written.pop("receipt")
+    else:
+        return StepResult(eliminated=f"provider kind {kind!r} has no writer in this version of "
+                                     "Crucible (anthropic and command workers run today)")
+    return written, writer
 
 
 # ------------------------------------------------------------------------------------ evaluate
@@ -532,6 +564,10 @@ def _trial_reading(spec: SearchSpec, trial: Receipt, metrics_file: Path | None) 
             metrics_file.unlink(missing_ok=True)
 
 
+# A block's trial: the member it measured, its receipt, the file its metrics were written to.
+Trial = tuple[str, Receipt, Path | None]
+
+
 def measure(step: Step, cancel: threading.Event) -> StepResult:
     """Run blocks `plan.blocks` of a round for `plan.members` (candidate ids, the baseline
     among them): in each block every member runs one trial, in the block's seeded order, with no
@@ -553,71 +589,15 @@ def measure(step: Step, cancel: threading.Event) -> StepResult:
     scratch = worktrees_root().parent / "sandbox"
     scratch.mkdir(parents=True, exist_ok=True)
     try:
-        # The members' apply receipts are one batch, and so are each block's trials: one write
-        # transaction each, written whatever happens on the way.
-        batch = ReceiptBatch(tails_wait=False)
-        admits = []
-        try:
-            for cid, member in sorted(members.items()):
-                label = f"{cid} r{step.round}"
-                # A replay's trees are its own clean checkouts: only a round's trials take a parked one.
-                parked = _tree_parked(step, member) if step.kind == Step.Kind.MEASURE else None
-                if parked is not None:  # a pristine tree no command ran in: no second checkout
-                    trees[cid] = (parked.tree, parked.read_only)
-                    built_by[cid] = parked.apply_receipt
-                    parked_from.append(cid)
-                    continue
-                tree, admit, read_only = _evaluation_tree(step, member, spec, "measure", label, pending=batch)
-                admits.append(admit)
-                built_by[cid] = admit
-                if tree is None:
-                    dropped[cid] = f"its patch could not be set up again: {admit.detail.get('reason')}"
-                else:
-                    trees[cid] = (tree, read_only)
-        finally:
-            batch.write()
-        receipts += [admit.pk for admit in admits]
-        built_by = {cid: getattr(built, "pk", built) for cid, built in built_by.items()}
+        receipts += _member_trees(step, spec, members, trees, built_by, parked_from, dropped)
         for block in range(first, last):
             running = [cid for cid in trees if cid not in dropped]
             order = block_order(search.search_id, namespace, block, running)
-            ran: list[tuple[str, Receipt, Path | None]] = []
-            stopped = False  # cancelled before a trial started
-            try:
-                for position, cid in enumerate(order):
-                    if cancel.is_set():
-                        stopped = True
-                        break
-                    tree, read_only = trees[cid]
-                    label = f"{cid} r{step.round}"
-                    trial, metrics_file = _trial(step, spec, members[cid], tree, read_only, label, cancel,
-                                                 block, position, scratch, batch)
-                    ran.append((cid, trial, metrics_file))
-                    if trial.detail.get("cancelled"):
-                        break
-                    # A score command that cannot start stops the search: no more trials of this block.
-                    failure = search_start_failure(search, trial, "score.command", spec.score.command)
-                    if failure and failure.spec:
-                        break
-            finally:
-                batch.write()
+            ran, stopped = _block_trials(step, spec, members, trees, order, block, cancel, scratch)
             receipts += [trial.pk for _, trial, _ in ran]
-            readings = [_trial_reading(spec, trial, metrics_file) for _, trial, metrics_file in ran]
-            for (cid, trial, _), reading in zip(ran, readings, strict=True):
-                if trial.detail.get("cancelled"):
-                    return StepResult(cancelled=True, receipts=receipts)
-                # As for the gates: a score command that cannot start stops the search (preflight.py).
-                failure = search_start_failure(search, trial, "score.command", spec.score.command)
-                if failure and failure.spec:
-                    return StepResult(spec_failure=failure.message, receipts=receipts)
-                if failure:
-                    dropped[cid] = failure.message
-                    continue
-                if not reading.counted:
-                    dropped[cid] = f"trial in block {block}: {reading.reason} (receipt #{trial.pk})"
-                    continue
-                values[cid][str(block)] = reading.value
-                durations[cid][str(block)] = trial.duration_seconds
+            ended = _block_judged(step, spec, ran, block, receipts, values, durations, dropped)
+            if ended is not None:
+                return ended
             if stopped:
                 return StepResult(cancelled=True, receipts=receipts)
     finally:
@@ -626,6 +606,93 @@ def measure(step: Step, cancel: threading.Event) -> StepResult:
     return StepResult(receipts=receipts, values=values, durations=durations, dropped=dropped,
                       blocks=[first, last], members=sorted(members),
                       trees_parked_before=sorted(parked_from) if parked_from else None)
+
+
+def _member_trees(step: Step, spec: SearchSpec, members: dict[str, Any],
+                  trees: dict[str, tuple[Path, list[str]]], built_by: dict[str, Any], parked_from: list[str],
+                  dropped: dict[str, str]) -> list[int]:
+    """Each member's pristine tree: a parked one, or a fresh checkout with its patch; filled into
+    `trees`, `built_by`, `parked_from` and `dropped` as it goes (the caller releases whatever was
+    built, even when this fails half-way). Returns the apply receipts written. The members' apply
+    receipts are one batch: one write transaction, written whatever happens on the way."""
+    batch = ReceiptBatch(tails_wait=False)
+    admits = []
+    try:
+        for cid, member in sorted(members.items()):
+            label = f"{cid} r{step.round}"
+            # A replay's trees are its own clean checkouts: only a round's trials take a parked one.
+            parked = _tree_parked(step, member) if step.kind == Step.Kind.MEASURE else None
+            if parked is not None:  # a pristine tree no command ran in: no second checkout
+                trees[cid] = (parked.tree, parked.read_only)
+                built_by[cid] = parked.apply_receipt
+                parked_from.append(cid)
+                continue
+            tree, admit, read_only = _evaluation_tree(step, member, spec, "measure", label, pending=batch)
+            admits.append(admit)
+            built_by[cid] = admit
+            if tree is None:
+                dropped[cid] = f"its patch could not be set up again: {admit.detail.get('reason')}"
+            else:
+                trees[cid] = (tree, read_only)
+    finally:
+        batch.write()
+    built_by.update({cid: getattr(built, "pk", built) for cid, built in built_by.items()})
+    return [admit.pk for admit in admits]
+
+
+def _block_trials(step: Step, spec: SearchSpec, members: dict[str, Any],
+                  trees: dict[str, tuple[Path, list[str]]], order: list[str], block: int,
+                  cancel: threading.Event, scratch: Path) -> tuple[list[Trial], bool]:
+    """One block: each running member's trial in the block's order, written as one batch.
+    Returns (member, trial, metrics file) for each trial run, and whether the block was
+    cancelled before a trial started."""
+    ran: list[Trial] = []
+    stopped = False  # cancelled before a trial started
+    batch = ReceiptBatch(tails_wait=False)
+    try:
+        for position, cid in enumerate(order):
+            if cancel.is_set():
+                stopped = True
+                break
+            tree, read_only = trees[cid]
+            label = f"{cid} r{step.round}"
+            trial, metrics_file = _trial(step, spec, members[cid], tree, read_only, label, cancel,
+                                         block, position, scratch, batch)
+            ran.append((cid, trial, metrics_file))
+            if trial.detail.get("cancelled"):
+                break
+            # A score command that cannot start stops the search: no more trials of this block.
+            failure = search_start_failure(step.search, trial, "score.command", spec.score.command)
+            if failure and failure.spec:
+                break
+    finally:
+        batch.write()
+    return ran, stopped
+
+
+def _block_judged(step: Step, spec: SearchSpec, ran: list[Trial], block: int,
+                  receipts: list[int], values: dict[str, dict[str, float]],
+                  durations: dict[str, dict[str, float]], dropped: dict[str, str]) -> StepResult | None:
+    """A block's readings into `values` and `durations`, a member whose trial failed into
+    `dropped`; the step's result when the block ends it (cancelled, or a score command that
+    cannot start), else None."""
+    readings = [_trial_reading(spec, trial, metrics_file) for _, trial, metrics_file in ran]
+    for (cid, trial, _), reading in zip(ran, readings, strict=True):
+        if trial.detail.get("cancelled"):
+            return StepResult(cancelled=True, receipts=receipts)
+        # As for the gates: a score command that cannot start stops the search (preflight.py).
+        failure = search_start_failure(step.search, trial, "score.command", spec.score.command)
+        if failure and failure.spec:
+            return StepResult(spec_failure=failure.message, receipts=receipts)
+        if failure:
+            dropped[cid] = failure.message
+            continue
+        if not reading.counted:
+            dropped[cid] = f"trial in block {block}: {reading.reason} (receipt #{trial.pk})"
+            continue
+        values[cid][str(block)] = reading.value
+        durations[cid][str(block)] = trial.duration_seconds
+    return None
 
 
 def _trees_release(step: Step, members: dict[str, Any], trees: dict[str, tuple[Path, list[str]]],
@@ -809,6 +876,24 @@ MAX_TOKENS_PER_WRITER = 2_000_000  # without a token budget; with one, the step'
 SHELL_TIMEOUT_SECONDS = 120
 
 
+# The tokens a writer's calls are counted by (each against the step's token reservation).
+TOKEN_KINDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens")
+
+
+def _next_call_beyond(step: Step, chat: ToolChat, price: Price | None, totals: dict[str, int]) -> str:
+    """Why the writer's next call could go beyond what its step reserved ("" when it cannot): its
+    worst case (every prompt byte a cache-written token, full output) is counted before it is made."""
+    limit = step.reserved_cost_microusd
+    worst = worst_case_microusd(price, chat.prompt_bytes(), chat.max_tokens) if price else 0
+    if limit and price is not None and totals["cost_microusd"] + worst > limit:
+        return "the next call could exceed the step's budget reservation"
+    used = sum(totals[name] for name in TOKEN_KINDS)
+    token_limit = step.reserved_tokens or MAX_TOKENS_PER_WRITER
+    if used + chat.prompt_bytes() + chat.max_tokens > token_limit:
+        return f"the next call could exceed the writer's token limit ({token_limit:,})"
+    return ""
+
+
 def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
               refining: str = "") -> dict[str, Any]:
     """Crucible's own tool loop: the model edits the worktree through the editor tool and runs
@@ -844,16 +929,9 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
     for _turn in range(MAX_TURNS):
         if cancel.is_set():
             return {"cancelled": True, "receipts": receipts}
-        limit = step.reserved_cost_microusd
-        worst = worst_case_microusd(price, chat.prompt_bytes(), chat.max_tokens) if price else 0
-        if limit and price is not None and totals["cost_microusd"] + worst > limit:
-            stop = "the next call could exceed the step's budget reservation"
-            break
-        used = sum(totals[name] for name in ("input_tokens", "output_tokens", "cache_write_tokens",
-                                               "cache_read_tokens"))
-        token_limit = step.reserved_tokens or MAX_TOKENS_PER_WRITER
-        if used + chat.prompt_bytes() + chat.max_tokens > token_limit:
-            stop = f"the next call could exceed the writer's token limit ({token_limit:,})"
+        beyond = _next_call_beyond(step, chat, price, totals)
+        if beyond:
+            stop = beyond
             break
         try:
             reply, uses = chat.turn(record, cancel)
@@ -865,7 +943,7 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
             break
         receipts.append(reply.receipt.pk)
         last = reply.receipt
-        for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"):
+        for name in TOKEN_KINDS:
             totals[name] += getattr(reply.usage, name)
         totals["cost_microusd"] += reply.cost_microusd
         if not uses:
@@ -880,8 +958,7 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
         last = _record(Receipt(kind="llm_call", started_at=now, finished_at=now, duration_seconds=0,
                                error=stop), step, f"{candidate.candidate_id} writer")
         receipts.append(last.pk)
-    tokens = sum(totals[name] for name in ("input_tokens", "output_tokens", "cache_write_tokens",
-                                             "cache_read_tokens"))
+    tokens = sum(totals[name] for name in TOKEN_KINDS)
     return {"receipt": last, "receipts": receipts, "stop": stop, "transcript": chat.transcript(),
             "usage": {"cost_microusd": totals["cost_microusd"], "tokens": tokens, **totals}}
 

@@ -430,6 +430,38 @@ def _round_close(run: Any, spec: Any) -> None:
     direction = spec.score.direction
     participants = list(search.candidates.filter(state=Candidate.State.ALIVE, round_reached=round_index,
                                                  number__gt=0))
+    labels = _baseline_cut(participants, baseline, spec, round_index, paired)
+    if not participants:
+        _outcome_none(run, f"no candidate survived round {round_index}")
+        return
+    last = round_index >= len(spec.rounds) - 1
+    keep = len(participants) if last else spec.rounds[round_index + 1]
+    scores, ties = _ties(participants, spec, round_index) if paired else (None, {})
+    decisions = select(_entries(participants, scores), keep, direction=direction,
+                       policy=spec.selection.policy, ordering=spec.selection.ordering,
+                       tie_breakers=spec.score.tie_breakers,
+                       retain_diversity=spec.selection.retain_diversity, labels=labels)
+    by_id = {c.candidate_id: c for c in participants}
+    run.rankings = {**run.rankings, str(round_index): [d.candidate_id for d in decisions
+                                                       if not d.duplicate_of]}
+    for decision in decisions:
+        _decision_apply(run, spec, decision, by_id, ties, round_index, last)
+    _search_event(search, "search.round_closed", f"round {round_index} closed: "
+                  f"{sum(d.promoted for d in decisions)} of {len(decisions)} go on", round=round_index)
+    if last:
+        run.phase = SearchRun.Phase.REPLAY
+    else:
+        run.round_index = round_index + 1
+        if baseline.state == Candidate.State.ALIVE:  # the baseline runs in every round's blocks
+            baseline.round_reached = round_index + 1
+            baseline.save(update_fields=["round_reached", "updated_at"])
+
+
+def _baseline_cut(participants: list[Any], baseline: Any, spec: Any, round_index: int,
+                  paired: bool) -> dict[str, str]:
+    """Eliminate (and take out of `participants`) every candidate not clearly better than the
+    baseline; the paired interval's label of each candidate, for the selection's reasons."""
+    direction = spec.score.direction
     labels: dict[str, str] = {}
     if paired:
         for candidate in list(participants):
@@ -444,53 +476,44 @@ def _round_close(run: Any, spec: Any) -> None:
             _eliminate(candidate, f"round {round_index}: score {candidate.score:g} is not better than the "
                                   f"baseline's {baseline.score:g}")
             participants.remove(candidate)
-    if not participants:
-        _outcome_none(run, f"no candidate survived round {round_index}")
-        return
-    last = round_index >= len(spec.rounds) - 1
-    keep = len(participants) if last else spec.rounds[round_index + 1]
-    scores, ties = None, {}
-    if paired:
-        intervals = {c.candidate_id: _interval(c, spec) for c in participants}
-        separated = _separated(participants, intervals, round_index, spec)
-        scores = tied_scores(intervals, direction, separated)
-        for group in tie_groups(intervals, direction, separated):
-            for cid in group:
-                if len(group) > 1:
-                    ties[cid] = [other for other in group if other != cid]
-    decisions = select(_entries(participants, scores), keep, direction=direction,
-                       policy=spec.selection.policy, ordering=spec.selection.ordering,
-                       tie_breakers=spec.score.tie_breakers,
-                       retain_diversity=spec.selection.retain_diversity, labels=labels)
-    by_id = {c.candidate_id: c for c in participants}
-    run.rankings = {**run.rankings, str(round_index): [d.candidate_id for d in decisions
-                                                       if not d.duplicate_of]}
-    for decision in decisions:
-        candidate = by_id[decision.candidate_id]
-        reason = decision.reason
-        if decision.candidate_id in ties:
-            reason += f"; tied with {', '.join(ties[decision.candidate_id])} (neither is clearly better, " \
-                      f"head to head), so the tie-breakers ({', '.join(spec.score.tie_breakers)}) order them"
-        if decision.duplicate_of:
-            candidate.duplicate_of = by_id[decision.duplicate_of]
-        if decision.promoted and not last:
-            candidate.reason = f"round {round_index}: {reason}"
-            candidate.save(update_fields=["reason", "duplicate_of", "updated_at"])
-            _promote(run, spec, candidate, round_index + 1)
-        elif not decision.promoted:
-            _eliminate(candidate, f"round {round_index}: {reason}")
-        else:
-            candidate.reason = f"round {round_index}: {reason}"
-            candidate.save(update_fields=["reason", "duplicate_of", "updated_at"])
-    _search_event(search, "search.round_closed", f"round {round_index} closed: "
-                  f"{sum(d.promoted for d in decisions)} of {len(decisions)} go on", round=round_index)
-    if last:
-        run.phase = SearchRun.Phase.REPLAY
+    return labels
+
+
+def _ties(participants: list[Any], spec: Any, round_index: int
+          ) -> tuple[dict[str, float] | None, dict[str, list[str]]]:
+    """Paired: the scores selection orders by (tied candidates share one) and, for each tied
+    candidate, those it is tied with."""
+    direction = spec.score.direction
+    ties: dict[str, list[str]] = {}
+    intervals = {c.candidate_id: _interval(c, spec) for c in participants}
+    separated = _separated(participants, intervals, round_index, spec)
+    scores = tied_scores(intervals, direction, separated)
+    for group in tie_groups(intervals, direction, separated):
+        for cid in group:
+            if len(group) > 1:
+                ties[cid] = [other for other in group if other != cid]
+    return scores, ties
+
+
+def _decision_apply(run: Any, spec: Any, decision: Any, by_id: dict[str, Any], ties: dict[str, list[str]],
+                    round_index: int, last: bool) -> None:
+    """One candidate's fate at the round's cut: promoted, eliminated, or (in the last round) kept."""
+    candidate = by_id[decision.candidate_id]
+    reason = decision.reason
+    if decision.candidate_id in ties:
+        reason += f"; tied with {', '.join(ties[decision.candidate_id])} (neither is clearly better, " \
+                  f"head to head), so the tie-breakers ({', '.join(spec.score.tie_breakers)}) order them"
+    if decision.duplicate_of:
+        candidate.duplicate_of = by_id[decision.duplicate_of]
+    if decision.promoted and not last:
+        candidate.reason = f"round {round_index}: {reason}"
+        candidate.save(update_fields=["reason", "duplicate_of", "updated_at"])
+        _promote(run, spec, candidate, round_index + 1)
+    elif not decision.promoted:
+        _eliminate(candidate, f"round {round_index}: {reason}")
     else:
-        run.round_index = round_index + 1
-        if baseline.state == Candidate.State.ALIVE:  # the baseline runs in every round's blocks
-            baseline.round_reached = round_index + 1
-            baseline.save(update_fields=["round_reached", "updated_at"])
+        candidate.reason = f"round {round_index}: {reason}"
+        candidate.save(update_fields=["reason", "duplicate_of", "updated_at"])
 
 
 def _promote(run: Any, spec: Any, candidate: Any, next_round: int) -> None:
