@@ -1,9 +1,10 @@
 """The work of each step: write a candidate, evaluate it, replay it, review it.
 
 Each function does the runtime's part — worktrees, the sandbox, the change policy, hidden
-files, metrics — writes a receipt for everything it runs, and returns a plain dict that
-`services.step_execute` records in one transaction. Nothing here changes a Candidate or a
-Step: a step that dies half-way leaves only receipts, and running it again is safe.
+files, metrics — writes a receipt for everything it runs, and returns a StepResult
+(search_app/step_result.py) that `services.step_execute` records in one transaction. Nothing here
+changes a Candidate or a Step: a step that dies half-way leaves only receipts, and running it
+again is safe.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,47 +27,29 @@ from django.utils import timezone
 from runtime_app import services as runtime_services
 from runtime_app.egress import EgressError, EgressProxy
 from runtime_app.fleet import preset_get
-from runtime_app.git import GitError
+from runtime_app.git import GitError, file_at, repo_open
 from runtime_app.lane import EXCLUSIVE, SHARED
+from runtime_app.llm import LLMError, ToolChat
 from runtime_app.metrics import MetricReading, last_json_line, metric_read
-from runtime_app.mirrors import repository_local
 from runtime_app.models import Receipt
 from runtime_app.policy import PolicyRules, read_only_paths
-from runtime_app.sandbox import Limits, SandboxError
+from runtime_app.prices import Price, price_for, worst_case_microusd
+from runtime_app.sandbox import SYSTEM_DIRS, Limits, SandboxError
 from runtime_app.services import ReceiptBatch
+from runtime_app.tools import EDITOR_TOOL, SHELL_TOOL, tool_dispatch
 from runtime_app.worktrees import patch_extract, worktree_create, worktree_remove, worktrees_root
+from search_app.frozen import search_repository, search_spec
 from search_app.hidden import hidden_files_write, readable_for
 from search_app.measurement import block_order
-from search_app.models import Search, Step
+from search_app.models import Review, Search, SearchRun, Step
 from search_app.preflight import search_start_failure
-from search_app.spec import SearchSpec, spec_validate
+from search_app.spec import SearchSpec
+from search_app.step_result import StepResult
 
 LLM_KINDS = ("anthropic", "bedrock", "openai-compatible")
 WRITER_TIMEOUT_SECONDS = 1800
 REVIEW_TIMEOUT_SECONDS = 300
 REVIEWER_SCRIPT = Path(__file__).resolve().parent / "reviewer.py"
-
-
-def search_spec(search: Search) -> SearchSpec:
-    """The spec as frozen: every default filled in, a preset's effort defaults included."""
-    if search.spec_normalized:
-        return SearchSpec.model_validate(search.spec_normalized)
-    report = spec_validate(search.spec_text)
-    if report.spec is None:  # frozen specs were valid; this only guards a corrupted row
-        raise ValueError(f"{search.search_id}: its frozen spec no longer validates")
-    return report.spec
-
-
-def search_repository(search: Search) -> str:
-    """The repository this host runs the search's steps against: its registered path when that
-    holds the baseline here, else this worker's mirror fetched from the web node
-    (runtime_app/mirrors.py). Looked up once per step: kept on the step's Search instance."""
-    local = getattr(search, "_repository_local", None)
-    if local is None:
-        local = repository_local(search.repository_path, search.baseline_commit,
-                                 search_pk=search.pk, search_id=search.search_id)
-        search._repository_local = local
-    return local
 
 
 def effort_for(spec: SearchSpec, round_index: int) -> str:
@@ -117,10 +100,6 @@ EVIDENCE_FILE_LIMIT = 50_000
 
 def _evidence_files(search: Search, files: list[dict]) -> list[str]:
     """Each public evidence file as it was at the baseline (checked against its frozen hash)."""
-    import hashlib
-
-    from runtime_app.git import file_at, repo_open
-
     lines: list[str] = []
     if not files:
         return lines
@@ -252,7 +231,7 @@ def parked_trees_sweep() -> int:
         search = searches.get(record.get("search"))
         run = getattr(search, "run", None) if search is not None else None
         parked_in = record.get("round")
-        if run is not None and run.status == "running" and (
+        if run is not None and run.status == SearchRun.Status.RUNNING and (
                 not isinstance(parked_in, int) or parked_in >= run.round_index - 1):
             continue
         _parked_record(tree).unlink(missing_ok=True)
@@ -334,91 +313,120 @@ def refine_note(search: Search, spec: SearchSpec, candidate: Any) -> str:
             "Improve it, or leave the files as they are to keep it. ")
 
 
-def generate(step: Step, cancel: threading.Event) -> dict[str, Any]:
+def generate(step: Step, cancel: threading.Event) -> StepResult:
     """Run the writer in its own worktree; once it has ended, extract its patch.
 
     In round 0 the worktree is the baseline. A later round's generate step is a refinement: the
     candidate's patch is applied first (and judged again by the change policy), and whatever
     the writer leaves is its new patch against the baseline.
     """
-    search, candidate = step.search, step.candidate
+    search = step.search
     spec = search_spec(search)
     name = _worktree_name(step, "write")
     _fresh_worktree_path(search_repository(search), name)
-    refining, receipts = "", []
-    if not step.refines:
-        worktree = worktree_create(search_repository(search), search.baseline_commit, name)
-    else:
-        refining = refine_note(search, spec, candidate)
-        if "revision" in step.plan:  # sent back by a person: the reviewers' requests come first
-            refining = (f"Your patch won this search and is already applied in your working directory. "
-                        f"{step.plan['feedback']}")
-        worktree, admit = runtime_services.patch_admit(
-            search_repository(search), search.baseline_commit, bytes(candidate.patch), name,
-            policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
-            label=f"{candidate.candidate_id} r{step.round} refine apply",
-        )
-        receipts.append(admit.pk)
-        if worktree is None:
-            return {"eliminated": f"its patch could not be set up for refinement: {admit.detail['reason']}",
-                    "receipts": receipts}
+    receipts: list[int] = []
+    prepared = _writer_tree(step, spec, name, receipts)
+    if isinstance(prepared, StepResult):
+        return prepared
+    worktree, refining = prepared
     try:
-        env = {
-            "CRUCIBLE_CANDIDATE_ID": candidate.candidate_id, "CRUCIBLE_ROUND": str(step.round),
-            "CRUCIBLE_EFFORT": effort_for(spec, step.round), "CRUCIBLE_SEARCH_ID": search.search_id,
-            "CRUCIBLE_MAX_COST_MICROUSD": str(step.reserved_cost_microusd),
-            "CRUCIBLE_MAX_TOKENS": str(step.reserved_tokens),
-        }
-        if step.refines:
-            env["CRUCIBLE_REFINE"] = "1"
-            if "revision" in step.plan:
-                env["CRUCIBLE_REVISION"] = str(step.plan["revision"])
-            measured = previous_score(candidate)
-            env["CRUCIBLE_PREVIOUS_SCORE"] = "" if measured is None else f"{measured:g}"
-        kind = preset_get(spec.worker.provider).kind
-        if kind in LLM_KINDS:
-            written = llm_write(step, spec, worktree, cancel, refining)
-            if written.get("cancelled"):
-                return written
-            writer = written.pop("receipt")
-        elif kind == "command":
-            prompt = writer_prompt(search, spec, candidate.candidate_id, step.round, refining)
-            writer = _run(step, spec.worker.command, f"{candidate.candidate_id} writer", cwd=worktree,
-                          timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel, env=env, stdin=prompt.encode(),
-                          readable=readable_for(spec, "worker"))
-            written = {"usage": _usage(writer), "receipts": [writer.pk]}
-            # A writer that cannot start stops the search (search_app/preflight.py), not just this candidate.
-            failure = search_start_failure(search, writer, "worker.command", spec.worker.command)
-            if failure:
-                return {**failure.result(), "receipts": receipts + written["receipts"],
-                        "usage": written["usage"]}
-        elif kind == "agent-cli":
-            written = agent_cli_write(step, spec, worktree, cancel, env, refining)
-            writer = written.pop("receipt")
-        else:
-            return {"eliminated": f"provider kind {kind!r} has no writer in this version of Crucible "
-                                  "(anthropic and command workers run today)"}
+        ran = _write(step, spec, worktree, cancel, refining, receipts)
+        if isinstance(ran, StepResult):
+            return ran
+        written, writer = ran
         written["receipts"] = receipts + written["receipts"]
         if writer.detail.get("cancelled"):
-            return {"cancelled": True, "receipts": written["receipts"]}
+            return StepResult(cancelled=True, receipts=written["receipts"])
         # The writer's processes are gone (the sandbox killed its group and cgroup): its tree
         # is frozen, so the patch extracted now is final.
         try:
             patch = patch_extract(worktree, limits=policy_rules(spec).limits)
         except GitError as error:
-            return {"eliminated": f"its patch could not be extracted: {error}",
-                    "receipts": written["receipts"], "usage": written["usage"]}
+            return StepResult(eliminated=f"its patch could not be extracted: {error}",
+                              receipts=written["receipts"], usage=written["usage"])
     finally:
         worktree_remove(search_repository(search), worktree)
-    result = {
-        "receipts": written["receipts"], "writer_outcome": writer.outcome, "usage": written["usage"],
-        "stop": written.get("stop", ""), "transcript": written.get("transcript", []),
-        "patch_sha256": patch.sha256, "diff_lines": patch.diff_lines, "files": patch.files[:200],
-        "refining": refining,
+    return StepResult(
+        receipts=written["receipts"], writer_outcome=writer.outcome, usage=written["usage"],
+        stop=written.get("stop", ""), transcript=written.get("transcript", []),
+        patch_sha256=patch.sha256, diff_lines=patch.diff_lines, files=patch.files[:200],
+        refining=refining,
+        eliminated=f"the writer ({writer.outcome}) changed nothing" if patch.empty else None,
+        patch_hex=patch.text.hex(),
+    )
+
+
+def _writer_tree(step: Step, spec: SearchSpec, name: str, receipts: list[int]
+                 ) -> tuple[Path, str] | StepResult:
+    """The writer's worktree and the note it starts from: the baseline in round 0; in a refinement,
+    the candidate's patch applied (its apply receipt goes to `receipts`), or the step's result when
+    the patch cannot be set up again."""
+    search, candidate = step.search, step.candidate
+    if not step.refines:
+        return worktree_create(search_repository(search), search.baseline_commit, name), ""
+    refining = refine_note(search, spec, candidate)
+    if "revision" in step.plan:  # sent back by a person: the reviewers' requests come first
+        refining = (f"Your patch won this search and is already applied in your working directory. "
+                    f"{step.plan['feedback']}")
+    worktree, admit = runtime_services.patch_admit(
+        search_repository(search), search.baseline_commit, bytes(candidate.patch), name,
+        policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
+        label=f"{candidate.candidate_id} r{step.round} refine apply",
+    )
+    receipts.append(admit.pk)
+    if worktree is None:
+        return StepResult(eliminated=f"its patch could not be set up for refinement: "
+                                     f"{admit.detail['reason']}", receipts=receipts)
+    return worktree, refining
+
+
+def _writer_env(step: Step, spec: SearchSpec) -> dict[str, str]:
+    """What a command or agent-CLI writer is told through its environment."""
+    search, candidate = step.search, step.candidate
+    env = {
+        "CRUCIBLE_CANDIDATE_ID": candidate.candidate_id, "CRUCIBLE_ROUND": str(step.round),
+        "CRUCIBLE_EFFORT": effort_for(spec, step.round), "CRUCIBLE_SEARCH_ID": search.search_id,
+        "CRUCIBLE_MAX_COST_MICROUSD": str(step.reserved_cost_microusd),
+        "CRUCIBLE_MAX_TOKENS": str(step.reserved_tokens),
     }
-    if patch.empty:
-        result["eliminated"] = f"the writer ({writer.outcome}) changed nothing"
-    return {**result, "patch_hex": patch.text.hex()}
+    if step.refines:
+        env["CRUCIBLE_REFINE"] = "1"
+        if "revision" in step.plan:
+            env["CRUCIBLE_REVISION"] = str(step.plan["revision"])
+        measured = previous_score(candidate)
+        env["CRUCIBLE_PREVIOUS_SCORE"] = "" if measured is None else f"{measured:g}"
+    return env
+
+
+def _write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event, refining: str,
+           receipts: list[int]) -> tuple[dict[str, Any], Receipt] | StepResult:
+    """The writer of the spec's provider kind, run in `worktree`: (what it wrote, its receipt), or
+    the step's result when the writer ended the step (cancelled, cannot start, no such kind)."""
+    search, candidate = step.search, step.candidate
+    env = _writer_env(step, spec)
+    kind = preset_get(spec.worker.provider).kind
+    if kind in LLM_KINDS:
+        written = llm_write(step, spec, worktree, cancel, refining)
+        if written.get("cancelled"):
+            return StepResult(cancelled=True, receipts=written["receipts"])
+        writer = written.pop("receipt")
+    elif kind == "command":
+        prompt = writer_prompt(search, spec, candidate.candidate_id, step.round, refining)
+        writer = _run(step, spec.worker.command, f"{candidate.candidate_id} writer", cwd=worktree,
+                      timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel, env=env, stdin=prompt.encode(),
+                      readable=readable_for(spec, "worker"))
+        written = {"usage": _usage(writer), "receipts": [writer.pk]}
+        # A writer that cannot start stops the search (search_app/preflight.py), not just this candidate.
+        failure = search_start_failure(search, writer, "worker.command", spec.worker.command)
+        if failure:
+            return failure.result(receipts=receipts + written["receipts"], usage=written["usage"])
+    elif kind == "agent-cli":
+        written = agent_cli_write(step, spec, worktree, cancel, env, refining)
+        writer = written.pop("receipt")
+    else:
+        return StepResult(eliminated=f"provider kind {kind!r} has no writer in this version of "
+                                     "Crucible (anthropic and command workers run today)")
+    return written, writer
 
 
 # ------------------------------------------------------------------------------------ evaluate
@@ -468,25 +476,25 @@ def _gates(step: Step, spec: SearchSpec, tree: Path, read_only: list[str], label
 
 
 def _gates_judged(step: Step, ran: list[tuple[int, str, Receipt]], receipts: list[int]
-                  ) -> dict[str, Any] | None:
+                  ) -> StepResult | None:
     """None if every gate that ran passed, else the step's result (eliminated or cancelled); the
     gates' receipts are written by now, so their numbers can be named."""
     receipts += [gate.pk for _, _, gate in ran]
     for number, command, gate in ran:
         if gate.detail.get("cancelled"):
-            return {"cancelled": True, "receipts": receipts}
+            return StepResult(cancelled=True, receipts=receipts)
         # Cannot start: the spec's failure (stop the search), or a script its patch deleted.
         failure = search_start_failure(step.search, gate, f"hard_gates.commands[{number - 1}]", command)
         if failure:
-            return {**failure.result(), "receipts": receipts, "gates_passed": number - 1}
+            return failure.result(receipts=receipts, gates_passed=number - 1)
         if not gate.succeeded:
-            return {"eliminated": f"gate {number} `{command}` {gate.outcome} (receipt #{gate.pk})",
-                    "receipts": receipts, "gates_passed": number - 1}
+            return StepResult(eliminated=f"gate {number} `{command}` {gate.outcome} (receipt #{gate.pk})",
+                              receipts=receipts, gates_passed=number - 1)
     return None
 
 
 def _gated(step: Step, spec: SearchSpec, purpose: str, label: str, cancel: threading.Event, *,
-           park: bool = False) -> tuple[dict[str, Any] | None, list[int]]:
+           park: bool = False) -> tuple[StepResult | None, list[int]]:
     """The candidate's pristine evaluation tree and its gates in order; (the step's result if it
     stopped there, the receipts). The tree is removed, unless `park` and every gate passed: then
     it is kept for the round's trials on this host. The apply receipt is written with the first
@@ -509,8 +517,8 @@ def _gated(step: Step, spec: SearchSpec, purpose: str, label: str, cancel: threa
         batch.write()
     receipts = [admit.pk]
     if tree is None:
-        return {"eliminated": f"patch refused at {admit.detail['stage']}: {admit.detail['reason']}",
-                "receipts": receipts}, receipts
+        return StepResult(eliminated=f"patch refused at {admit.detail['stage']}: {admit.detail['reason']}",
+                          receipts=receipts), receipts
     judged = _gates_judged(step, ran, receipts)
     if kept and not (judged is None and _tree_park(step, candidate.candidate_id, tree, read_only,
                                                    admit.detail.get("patch_sha256", ""), admit.pk)):
@@ -518,13 +526,13 @@ def _gated(step: Step, spec: SearchSpec, purpose: str, label: str, cancel: threa
     return judged, receipts
 
 
-def evaluate(step: Step, cancel: threading.Event) -> dict[str, Any]:
+def evaluate(step: Step, cancel: threading.Event) -> StepResult:
     """Fresh baseline + the patch, change policy, hidden files, then the gates in order. Trials
     run later, in the round's measurement blocks (`measure`)."""
     spec = search_spec(step.search)
     label = f"{step.candidate.candidate_id} r{step.round} {step.kind}"
     stopped, receipts = _gated(step, spec, step.kind, label, cancel, park=True)
-    return stopped or {"receipts": receipts, "gates_passed": len(spec.hard_gates.commands)}
+    return stopped or StepResult(receipts=receipts, gates_passed=len(spec.hard_gates.commands))
 
 
 # ------------------------------------------------------------------------------------- measure
@@ -556,7 +564,11 @@ def _trial_reading(spec: SearchSpec, trial: Receipt, metrics_file: Path | None) 
             metrics_file.unlink(missing_ok=True)
 
 
-def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
+# A block's trial: the member it measured, its receipt, the file its metrics were written to.
+Trial = tuple[str, Receipt, Path | None]
+
+
+def measure(step: Step, cancel: threading.Event) -> StepResult:
     """Run blocks `plan.blocks` of a round for `plan.members` (candidate ids, the baseline
     among them): in each block every member runs one trial, in the block's seeded order, with no
     other command of this host running at the same time. A member whose trial fails (or whose
@@ -577,79 +589,110 @@ def measure(step: Step, cancel: threading.Event) -> dict[str, Any]:
     scratch = worktrees_root().parent / "sandbox"
     scratch.mkdir(parents=True, exist_ok=True)
     try:
-        # The members' apply receipts are one batch, and so are each block's trials: one write
-        # transaction each, written whatever happens on the way.
-        batch = ReceiptBatch(tails_wait=False)
-        admits = []
-        try:
-            for cid, member in sorted(members.items()):
-                label = f"{cid} r{step.round}"
-                # A replay's trees are its own clean checkouts: only a round's trials take a parked one.
-                parked = _tree_parked(step, member) if step.kind == "measure" else None
-                if parked is not None:  # a pristine tree no command ran in: no second checkout
-                    trees[cid] = (parked.tree, parked.read_only)
-                    built_by[cid] = parked.apply_receipt
-                    parked_from.append(cid)
-                    continue
-                tree, admit, read_only = _evaluation_tree(step, member, spec, "measure", label, pending=batch)
-                admits.append(admit)
-                built_by[cid] = admit
-                if tree is None:
-                    dropped[cid] = f"its patch could not be set up again: {admit.detail.get('reason')}"
-                else:
-                    trees[cid] = (tree, read_only)
-        finally:
-            batch.write()
-        receipts += [admit.pk for admit in admits]
-        built_by = {cid: getattr(built, "pk", built) for cid, built in built_by.items()}
+        receipts += _member_trees(step, spec, members, trees, built_by, parked_from, dropped)
         for block in range(first, last):
             running = [cid for cid in trees if cid not in dropped]
             order = block_order(search.search_id, namespace, block, running)
-            ran: list[tuple[str, Receipt, Path | None]] = []
-            stopped = False  # cancelled before a trial started
-            try:
-                for position, cid in enumerate(order):
-                    if cancel.is_set():
-                        stopped = True
-                        break
-                    tree, read_only = trees[cid]
-                    label = f"{cid} r{step.round}"
-                    trial, metrics_file = _trial(step, spec, members[cid], tree, read_only, label, cancel,
-                                                 block, position, scratch, batch)
-                    ran.append((cid, trial, metrics_file))
-                    if trial.detail.get("cancelled"):
-                        break
-                    # A score command that cannot start stops the search: no more trials of this block.
-                    failure = search_start_failure(search, trial, "score.command", spec.score.command)
-                    if failure and failure.spec:
-                        break
-            finally:
-                batch.write()
+            ran, stopped = _block_trials(step, spec, members, trees, order, block, cancel, scratch)
             receipts += [trial.pk for _, trial, _ in ran]
-            readings = [_trial_reading(spec, trial, metrics_file) for _, trial, metrics_file in ran]
-            for (cid, trial, _), reading in zip(ran, readings, strict=True):
-                if trial.detail.get("cancelled"):
-                    return {"cancelled": True, "receipts": receipts}
-                # As for the gates: a score command that cannot start stops the search (preflight.py).
-                failure = search_start_failure(search, trial, "score.command", spec.score.command)
-                if failure and failure.spec:
-                    return {"spec_failure": failure.message, "receipts": receipts}
-                if failure:
-                    dropped[cid] = failure.message
-                    continue
-                if not reading.counted:
-                    dropped[cid] = f"trial in block {block}: {reading.reason} (receipt #{trial.pk})"
-                    continue
-                values[cid][str(block)] = reading.value
-                durations[cid][str(block)] = trial.duration_seconds
+            ended = _block_judged(step, spec, ran, block, receipts, values, durations, dropped)
+            if ended is not None:
+                return ended
             if stopped:
-                return {"cancelled": True, "receipts": receipts}
+                return StepResult(cancelled=True, receipts=receipts)
     finally:
-        keep = step.kind == "measure" and not cancel.is_set()
+        keep = step.kind == Step.Kind.MEASURE and not cancel.is_set()
         _trees_release(step, members, trees, built_by, keep=keep, dropped=dropped)
-    return {"receipts": receipts, "values": values, "durations": durations, "dropped": dropped,
-            "blocks": [first, last], "members": sorted(members),
-            **({"trees_parked_before": sorted(parked_from)} if parked_from else {})}
+    return StepResult(receipts=receipts, values=values, durations=durations, dropped=dropped,
+                      blocks=[first, last], members=sorted(members),
+                      trees_parked_before=sorted(parked_from) if parked_from else None)
+
+
+def _member_trees(step: Step, spec: SearchSpec, members: dict[str, Any],
+                  trees: dict[str, tuple[Path, list[str]]], built_by: dict[str, Any], parked_from: list[str],
+                  dropped: dict[str, str]) -> list[int]:
+    """Each member's pristine tree: a parked one, or a fresh checkout with its patch; filled into
+    `trees`, `built_by`, `parked_from` and `dropped` as it goes (the caller releases whatever was
+    built, even when this fails half-way). Returns the apply receipts written. The members' apply
+    receipts are one batch: one write transaction, written whatever happens on the way."""
+    batch = ReceiptBatch(tails_wait=False)
+    admits = []
+    try:
+        for cid, member in sorted(members.items()):
+            label = f"{cid} r{step.round}"
+            # A replay's trees are its own clean checkouts: only a round's trials take a parked one.
+            parked = _tree_parked(step, member) if step.kind == Step.Kind.MEASURE else None
+            if parked is not None:  # a pristine tree no command ran in: no second checkout
+                trees[cid] = (parked.tree, parked.read_only)
+                built_by[cid] = parked.apply_receipt
+                parked_from.append(cid)
+                continue
+            tree, admit, read_only = _evaluation_tree(step, member, spec, "measure", label, pending=batch)
+            admits.append(admit)
+            built_by[cid] = admit
+            if tree is None:
+                dropped[cid] = f"its patch could not be set up again: {admit.detail.get('reason')}"
+            else:
+                trees[cid] = (tree, read_only)
+    finally:
+        batch.write()
+    built_by.update({cid: getattr(built, "pk", built) for cid, built in built_by.items()})
+    return [admit.pk for admit in admits]
+
+
+def _block_trials(step: Step, spec: SearchSpec, members: dict[str, Any],
+                  trees: dict[str, tuple[Path, list[str]]], order: list[str], block: int,
+                  cancel: threading.Event, scratch: Path) -> tuple[list[Trial], bool]:
+    """One block: each running member's trial in the block's order, written as one batch.
+    Returns (member, trial, metrics file) for each trial run, and whether the block was
+    cancelled before a trial started."""
+    ran: list[Trial] = []
+    stopped = False  # cancelled before a trial started
+    batch = ReceiptBatch(tails_wait=False)
+    try:
+        for position, cid in enumerate(order):
+            if cancel.is_set():
+                stopped = True
+                break
+            tree, read_only = trees[cid]
+            label = f"{cid} r{step.round}"
+            trial, metrics_file = _trial(step, spec, members[cid], tree, read_only, label, cancel,
+                                         block, position, scratch, batch)
+            ran.append((cid, trial, metrics_file))
+            if trial.detail.get("cancelled"):
+                break
+            # A score command that cannot start stops the search: no more trials of this block.
+            failure = search_start_failure(step.search, trial, "score.command", spec.score.command)
+            if failure and failure.spec:
+                break
+    finally:
+        batch.write()
+    return ran, stopped
+
+
+def _block_judged(step: Step, spec: SearchSpec, ran: list[Trial], block: int,
+                  receipts: list[int], values: dict[str, dict[str, float]],
+                  durations: dict[str, dict[str, float]], dropped: dict[str, str]) -> StepResult | None:
+    """A block's readings into `values` and `durations`, a member whose trial failed into
+    `dropped`; the step's result when the block ends it (cancelled, or a score command that
+    cannot start), else None."""
+    readings = [_trial_reading(spec, trial, metrics_file) for _, trial, metrics_file in ran]
+    for (cid, trial, _), reading in zip(ran, readings, strict=True):
+        if trial.detail.get("cancelled"):
+            return StepResult(cancelled=True, receipts=receipts)
+        # As for the gates: a score command that cannot start stops the search (preflight.py).
+        failure = search_start_failure(step.search, trial, "score.command", spec.score.command)
+        if failure and failure.spec:
+            return StepResult(spec_failure=failure.message, receipts=receipts)
+        if failure:
+            dropped[cid] = failure.message
+            continue
+        if not reading.counted:
+            dropped[cid] = f"trial in block {block}: {reading.reason} (receipt #{trial.pk})"
+            continue
+        values[cid][str(block)] = reading.value
+        durations[cid][str(block)] = trial.duration_seconds
+    return None
 
 
 def _trees_release(step: Step, members: dict[str, Any], trees: dict[str, tuple[Path, list[str]]],
@@ -668,7 +711,7 @@ def _trees_release(step: Step, members: dict[str, Any], trees: dict[str, tuple[P
     parked_trees_remove(search, rounds_before=step.round if keep else step.round + 1)
 
 
-def replay(step: Step, cancel: threading.Event) -> dict[str, Any]:
+def replay(step: Step, cancel: threading.Event) -> StepResult:
     """The provisional winner again on a clean baseline: its gates, then `trials` blocks
     interleaved with the baseline (the replay's own block order). A step that extends a replay
     with more blocks measures only: its gates passed in the step it extends."""
@@ -679,14 +722,13 @@ def replay(step: Step, cancel: threading.Event) -> dict[str, Any]:
     if stopped:
         return stopped
     measured = measure(step, cancel)
-    measured["receipts"] = receipts + measured["receipts"]
-    return measured
+    return replace(measured, receipts=receipts + (measured.receipts or []))
 
 
 # -------------------------------------------------------------------------------------- review
 
 
-def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
+def review(step: Step, cancel: threading.Event) -> StepResult:
     """An independent reviewer reads the patched tree (read-only) and the patch."""
     search, candidate = step.search, step.candidate
     spec = search_spec(search)
@@ -698,8 +740,8 @@ def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
         label=f"{candidate.candidate_id} review apply",
     )
     if worktree is None:
-        return {"verdict": "reject", "findings": [{"severity": "high", "message": admit.detail["reason"]}],
-                "receipts": [admit.pk]}
+        return StepResult(verdict=Review.Verdict.REJECT, receipts=[admit.pk],
+                          findings=[{"severity": "high", "message": admit.detail["reason"]}])
     try:
         preset = preset_get(spec.worker.provider)
         budgeted = search.run.budget_cost_microusd or search.run.budget_tokens
@@ -707,20 +749,20 @@ def review(step: Step, cancel: threading.Event) -> dict[str, Any]:
         if not (llm and (step.reserved_cost_microusd or not budgeted)):
             return _static_review(step, spec, worktree, cancel, [admit.pk])
         result = _llm_review(step, spec, worktree, cancel, admit)
-        if result.get("verdict") is not None or result.get("cancelled"):
+        if result.verdict is not None or result.cancelled:
             return result
         # No verdict (an outage, or a patch whose text talked the model out of one): the static
         # reviewer, which no text can talk round, reads it instead; the model's calls stay counted.
-        static = _static_review(step, spec, worktree, cancel, result["receipts"])
-        note = {"severity": "low", "message": f"{result['reviewer']} gave no JSON verdict; the static "
+        static = _static_review(step, spec, worktree, cancel, result.receipts or [])
+        note = {"severity": "low", "message": f"{result.reviewer} gave no JSON verdict; the static "
                                               "reviewer read the patch instead"}
-        return {**static, "findings": [note, *static.get("findings", [])], "usage": result["usage"]}
+        return replace(static, findings=[note, *(static.findings or [])], usage=result.usage)
     finally:
         worktree_remove(search_repository(search), worktree)
 
 
 def _static_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
-                   receipts: list[int]) -> dict[str, Any]:
+                   receipts: list[int]) -> StepResult:
     """Crucible's static reviewer (search_app/reviewer.py) reads the patch in the sandbox."""
     candidate = step.candidate
     protected = [*spec.hard_gates.protected_paths, "tests"]
@@ -732,16 +774,17 @@ def _static_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threadi
     )
     receipts = [*receipts, reviewer.pk]
     if reviewer.detail.get("cancelled"):
-        return {"cancelled": True, "receipts": receipts}
-    verdict, findings = "reject", [{"severity": "high", "message": f"the reviewer {reviewer.outcome}"}]
+        return StepResult(cancelled=True, receipts=receipts)
+    verdict = Review.Verdict.REJECT
+    findings = [{"severity": "high", "message": f"the reviewer {reviewer.outcome}"}]
     if reviewer.succeeded:
         data, _ = last_json_line(reviewer.stdout_excerpt)
         if data is None:
             findings = [{"severity": "high", "message": "the reviewer's last line is not its JSON verdict"}]
-        elif data.get("verdict") in ("approve", "reject") and isinstance(data.get("findings"), list):
+        elif data.get("verdict") in Review.Verdict.values and isinstance(data.get("findings"), list):
             verdict, findings = data["verdict"], data["findings"][:100]
-    return {"verdict": verdict, "findings": findings, "reviewer": "crucible static reviewer",
-            "receipts": receipts, "review_receipt": reviewer.pk}
+    return StepResult(verdict=verdict, findings=findings, reviewer="crucible static reviewer",
+                      receipts=receipts, review_receipt=reviewer.pk)
 
 
 def _verdict_from(text: str) -> tuple[str, list] | None:
@@ -751,7 +794,7 @@ def _verdict_from(text: str) -> tuple[str, list] | None:
             data = json.loads(line)
         except ValueError:
             continue
-        if isinstance(data, dict) and data.get("verdict") in ("approve", "reject") and \
+        if isinstance(data, dict) and data.get("verdict") in Review.Verdict.values and \
                 isinstance(data.get("findings", []), list):
             return data["verdict"], data.get("findings", [])[:100]
     return None
@@ -768,11 +811,8 @@ reaching outside the program. End with one line of JSON:
 
 
 def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
-                admit: Receipt) -> dict[str, Any]:
+                admit: Receipt) -> StepResult:
     """The same provider as the writers, with the read-only tool set."""
-    from runtime_app.llm import LLMError, ToolChat
-    from runtime_app.tools import EDITOR_TOOL, SHELL_TOOL, tool_dispatch
-
     search, candidate = step.search, step.candidate
     preset = preset_get(spec.worker.provider)
     patch = bytes(candidate.patch).decode(errors="replace")[:100_000]
@@ -801,7 +841,7 @@ def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.
     last = None
     for _turn in range(MAX_TURNS):
         if cancel.is_set():
-            return {"cancelled": True, "receipts": receipts}
+            return StepResult(cancelled=True, receipts=receipts)
         try:
             reply, uses = chat.turn(record, cancel)
         except LLMError as error:
@@ -824,10 +864,9 @@ def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.
         chat.results([(use.id, *tool_dispatch(use.name, use.input, worktree=worktree, shell=shell,
                                               read_only=True)) for use in uses])
     found, findings = verdict or (None, [])  # None: no verdict; `review` asks the static reviewer
-    return {"verdict": found, "findings": findings,
-            "reviewer": f"{preset.name} {chat.model} (read-only tools)",
-            "receipts": receipts, "review_receipt": last.pk if last else None, "usage": usage}
-
+    return StepResult(verdict=found, findings=findings,
+                      reviewer=f"{preset.name} {chat.model} (read-only tools)",
+                      receipts=receipts, review_receipt=last.pk if last else None, usage=usage)
 
 
 # ---------------------------------------------------------------------------------- LLM writers
@@ -835,6 +874,24 @@ def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.
 MAX_TURNS = 30
 MAX_TOKENS_PER_WRITER = 2_000_000  # without a token budget; with one, the step's reservation
 SHELL_TIMEOUT_SECONDS = 120
+
+
+# The tokens a writer's calls are counted by (each against the step's token reservation).
+TOKEN_KINDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens")
+
+
+def _next_call_beyond(step: Step, chat: ToolChat, price: Price | None, totals: dict[str, int]) -> str:
+    """Why the writer's next call could go beyond what its step reserved ("" when it cannot): its
+    worst case (every prompt byte a cache-written token, full output) is counted before it is made."""
+    limit = step.reserved_cost_microusd
+    worst = worst_case_microusd(price, chat.prompt_bytes(), chat.max_tokens) if price else 0
+    if limit and price is not None and totals["cost_microusd"] + worst > limit:
+        return "the next call could exceed the step's budget reservation"
+    used = sum(totals[name] for name in TOKEN_KINDS)
+    token_limit = step.reserved_tokens or MAX_TOKENS_PER_WRITER
+    if used + chat.prompt_bytes() + chat.max_tokens > token_limit:
+        return f"the next call could exceed the writer's token limit ({token_limit:,})"
+    return ""
 
 
 def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
@@ -845,10 +902,6 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
     Before each call the worst case (every prompt byte a cache-written token, full output) must
     fit what is left of the step's reservation, so a writer never spends beyond it.
     """
-    from runtime_app.llm import LLMError, ToolChat
-    from runtime_app.prices import price_for, worst_case_microusd
-    from runtime_app.tools import EDITOR_TOOL, SHELL_TOOL, tool_dispatch
-
     search, candidate = step.search, step.candidate
     preset = preset_get(spec.worker.provider)
     prefix, suffix = writer_prompt_parts(search, spec, candidate.candidate_id, step.round, refining)
@@ -876,16 +929,9 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
     for _turn in range(MAX_TURNS):
         if cancel.is_set():
             return {"cancelled": True, "receipts": receipts}
-        limit = step.reserved_cost_microusd
-        worst = worst_case_microusd(price, chat.prompt_bytes(), chat.max_tokens) if price else 0
-        if limit and price is not None and totals["cost_microusd"] + worst > limit:
-            stop = "the next call could exceed the step's budget reservation"
-            break
-        used = sum(totals[name] for name in ("input_tokens", "output_tokens", "cache_write_tokens",
-                                               "cache_read_tokens"))
-        token_limit = step.reserved_tokens or MAX_TOKENS_PER_WRITER
-        if used + chat.prompt_bytes() + chat.max_tokens > token_limit:
-            stop = f"the next call could exceed the writer's token limit ({token_limit:,})"
+        beyond = _next_call_beyond(step, chat, price, totals)
+        if beyond:
+            stop = beyond
             break
         try:
             reply, uses = chat.turn(record, cancel)
@@ -897,7 +943,7 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
             break
         receipts.append(reply.receipt.pk)
         last = reply.receipt
-        for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"):
+        for name in TOKEN_KINDS:
             totals[name] += getattr(reply.usage, name)
         totals["cost_microusd"] += reply.cost_microusd
         if not uses:
@@ -912,8 +958,7 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
         last = _record(Receipt(kind="llm_call", started_at=now, finished_at=now, duration_seconds=0,
                                error=stop), step, f"{candidate.candidate_id} writer")
         receipts.append(last.pk)
-    tokens = sum(totals[name] for name in ("input_tokens", "output_tokens", "cache_write_tokens",
-                                             "cache_read_tokens"))
+    tokens = sum(totals[name] for name in TOKEN_KINDS)
     return {"receipt": last, "receipts": receipts, "stop": stop, "transcript": chat.transcript(),
             "usage": {"cost_microusd": totals["cost_microusd"], "tokens": tokens, **totals}}
 
@@ -973,8 +1018,6 @@ def agent_cli_write(step: Step, spec: SearchSpec, worktree: Path, cancel: thread
 def _venv_bases(cli_dir: Path) -> list[Path]:
     """The Python installations the Python venvs under `cli_dir` (aider's) were made from: their
     interpreters are symlinks there, so the sandbox must show them too."""
-    from runtime_app.sandbox import SYSTEM_DIRS
-
     bases = []
     for config in cli_dir.glob("*/pyvenv.cfg"):
         for line in config.read_text(errors="replace").splitlines():

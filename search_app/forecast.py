@@ -28,8 +28,7 @@ from typing import Any
 from runtime_app.fleet import PRESETS
 from runtime_app.prices import Price, Usage, cost_microusd, usd_text
 from search_app.execution import WRITER_TIMEOUT_SECONDS
-from search_app.measurement import replay_blocks
-from search_app.services import MAX_REPLAYS
+from search_app.measurement import MAX_REPLAYS, replay_blocks
 from search_app.spec import SearchSpec
 
 # With no past writer step of the same provider and model, one writer step is priced as this
@@ -289,7 +288,40 @@ def forecast(
         notes.append("Refinements are planned for every promoted candidate; one whose candidate falls "
                      "earlier, or that the budget cannot cover, is not run.")
 
-    # --- cost
+    model_calls, tokens, cost, cost_source = _cost(spec, history, kind, writers, price, price_label, model)
+    if kind == "llm":
+        notes.append("An LLM writer step makes several model calls; the reviewer's calls are not counted.")
+    budget_cost, budget_tokens = spec.budget.max_cost_microusd, spec.budget.max_tokens
+    for figure, ceiling, what, text in ((cost, budget_cost, "cost", usd_text),
+                                        (tokens, budget_tokens, "token use",
+                                         lambda n: f"{round(n):,} tokens")):
+        if figure is not None and ceiling and figure.high > ceiling:
+            warnings.append(f"The expected {what} ({text(figure.high)}) exceeds the budget "
+                            f"({text(ceiling)}): admission stops before a writer could exceed it, so some "
+                            "candidates are not written.")
+
+    plans, wall_seconds, wall_source = _wall_time(spec, history, rounds, replay, model)
+    gate_timeouts = spec.hard_gates.timeout_seconds * len(spec.hard_gates.commands)
+    ceiling = _wall(spec, rounds, replay, WRITER_TIMEOUT_SECONDS, gate_timeouts, spec.score.timeout_seconds)
+    unlimited = " (LLM writers have no clock limit: counted at that)" if kind == "llm" else ""
+    ceiling_source = (f"An upper bound from the timeouts: {duration_text(WRITER_TIMEOUT_SECONDS)} per writer "
+                      f"step{unlimited}, {spec.hard_gates.timeout_seconds} s per gate, "
+                      f"{spec.score.timeout_seconds} s per trial, every count at its most.")
+    return Forecast(
+        writer_kind=kind, provider=spec.worker.provider, model=model, rounds=tuple(plans),
+        replays=replay["replays"], replay_gate_runs=replay["gates"], replay_trial_runs=replay["trials"],
+        writer_steps=writers, gate_runs=gate_runs, trial_runs=trial_runs, model_calls=model_calls,
+        cost_microusd=cost, cost_source=cost_source, tokens=tokens, budget_cost_microusd=budget_cost,
+        budget_tokens=budget_tokens, wall_seconds=wall_seconds, wall_source=wall_source,
+        wall_ceiling_seconds=ceiling["total"].high, wall_ceiling_source=ceiling_source,
+        history_searches=history.searches, notes=tuple(notes), warnings=tuple(warnings),
+    )
+
+
+def _cost(spec: SearchSpec, history: History, kind: str, writers: Span, price: Price | None, price_label: str,
+          model: str) -> tuple[Span | None, Span | None, Span | None, str]:
+    """The writers' expected model calls, tokens and cost, and where the figures come from: past
+    searches' receipts, else the price table with an assumed usage, else unknown."""
     model_calls = tokens = cost = None
     if kind == "command":
         cost_source = ("Command writers report no cost the runtime can measure (a command's own usage "
@@ -312,18 +344,13 @@ def forecast(
     else:
         cost_source = (f"Unknown: the price table lists no price for {model or spec.worker.provider} and no "
                        "past search of this repository used it.")
-    if kind == "llm":
-        notes.append("An LLM writer step makes several model calls; the reviewer's calls are not counted.")
-    budget_cost, budget_tokens = spec.budget.max_cost_microusd, spec.budget.max_tokens
-    for figure, ceiling, what, text in ((cost, budget_cost, "cost", usd_text),
-                                        (tokens, budget_tokens, "token use",
-                                         lambda n: f"{round(n):,} tokens")):
-        if figure is not None and ceiling and figure.high > ceiling:
-            warnings.append(f"The expected {what} ({text(figure.high)}) exceeds the budget "
-                            f"({text(ceiling)}): admission stops before a writer could exceed it, so some "
-                            "candidates are not written.")
+    return model_calls, tokens, cost, cost_source
 
-    # --- wall time
+
+def _wall_time(spec: SearchSpec, history: History, rounds: list[dict[str, Span]], replay: dict[str, Span],
+               model: str) -> tuple[list[RoundPlan], Span | None, str]:
+    """Each round's plan with its expected wall time, the search's, and where they come from (the
+    medians of past searches; unknown without them)."""
     writer_seconds = _median(history.writer_seconds)
     per_gate = [_command_seconds(history.gate_seconds, command) for command in spec.hard_gates.commands]
     trial_seconds, same_trial = _command_seconds(history.trial_seconds, spec.score.command)
@@ -350,21 +377,7 @@ def forecast(
         ) if absent]
         wall_source = ("Unknown: no finished search of this repository yet." if not history.searches else
                        f"Unknown: {_searches_text(history.searches)} recorded no {' and no '.join(missing)}.")
-    gate_timeouts = spec.hard_gates.timeout_seconds * len(spec.hard_gates.commands)
-    ceiling = _wall(spec, rounds, replay, WRITER_TIMEOUT_SECONDS, gate_timeouts, spec.score.timeout_seconds)
-    unlimited = " (LLM writers have no clock limit: counted at that)" if kind == "llm" else ""
-    ceiling_source = (f"An upper bound from the timeouts: {duration_text(WRITER_TIMEOUT_SECONDS)} per writer "
-                      f"step{unlimited}, {spec.hard_gates.timeout_seconds} s per gate, "
-                      f"{spec.score.timeout_seconds} s per trial, every count at its most.")
-    return Forecast(
-        writer_kind=kind, provider=spec.worker.provider, model=model, rounds=tuple(plans),
-        replays=replay["replays"], replay_gate_runs=replay["gates"], replay_trial_runs=replay["trials"],
-        writer_steps=writers, gate_runs=gate_runs, trial_runs=trial_runs, model_calls=model_calls,
-        cost_microusd=cost, cost_source=cost_source, tokens=tokens, budget_cost_microusd=budget_cost,
-        budget_tokens=budget_tokens, wall_seconds=wall_seconds, wall_source=wall_source,
-        wall_ceiling_seconds=ceiling["total"].high, wall_ceiling_source=ceiling_source,
-        history_searches=history.searches, notes=tuple(notes), warnings=tuple(warnings),
-    )
+    return plans, wall_seconds, wall_source
 
 
 def _round_plan(index: int, item: dict[str, Any], seconds: Span | None) -> RoundPlan:

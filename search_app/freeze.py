@@ -20,6 +20,7 @@ from dulwich.repo import Repo
 
 from runtime_app.fleet import preset_efforts, preset_resolve_model
 from runtime_app.git import GitError, file_at, is_tree, ref_resolve, repo_open, worktree_changes
+from runtime_app.presenters import short_sha
 from search_app.hidden import HiddenSnapshot, HostReport, hidden_snapshots, read_path_records
 from search_app.spec import SearchSpec, SpecError, _locate, key_positions, spec_normalized, spec_validate
 
@@ -188,7 +189,7 @@ def freeze_inputs(spec_text: str, repository_path: str, ref: str) -> FrozenInput
         for path in spec.evidence.files:
             data, missing = _evidence_file(repo, commit, path)
             if data is None:
-                problems.append(f"evidence.files: {path}: {missing} at {commit[:12]}")
+                problems.append(f"evidence.files: {path}: {missing} at {short_sha(commit)}")
             else:
                 contents[path] = data
         host, host_problems = host_inputs(spec, spec_text)

@@ -21,6 +21,8 @@ from typing import Any
 
 from django.conf import settings
 
+from search_app.frozen import search_spec
+from search_app.models import HiddenFile
 from search_app.spec import SearchSpec, _check_repo_path
 
 MIB = 1 << 20
@@ -271,8 +273,6 @@ def hidden_snapshots(spec: SearchSpec, report: HostReport) -> None:
 def hidden_files(search: Any) -> dict[str, bytes]:
     """Every hidden file an evaluation tree of `search` receives, as frozen: inline contents from
     its spec, host files from its snapshot; each checked against its frozen hash."""
-    from search_app.execution import search_spec
-
     frozen = {item["path"]: item["sha256"]
               for item in (search.hashed_inputs or {}).get("evaluator", {}).get("hidden_files", [])}
     files = {path: content.encode() for path, content in search_spec(search).evaluator.inline().items()}
@@ -289,8 +289,6 @@ def hidden_files(search: Any) -> dict[str, bytes]:
 def hidden_files_write(worktree: Path, search: Any) -> None:
     """Hidden evaluator files arrive only now, after every writer's authority is gone: the bytes
     frozen with the search, with the mode they had on the host."""
-    from search_app.models import HiddenFile
-
     executable = set(HiddenFile.objects.filter(search=search, executable=True).values_list("path", flat=True))
     root = worktree.resolve()
     for relative, data in hidden_files(search).items():

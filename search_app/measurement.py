@@ -67,6 +67,10 @@ def min_blocks(confidence: float) -> int:
     return count
 
 
+# Replays a search makes at most before it ends without a winner (services and the forecast).
+MAX_REPLAYS = 3
+
+
 def replay_blocks(trials: int, ceiling: int, confidence: float, *, paired: bool) -> int:
     """Blocks a replay runs: enough for an interval at `confidence` when it is judged by one
     (paired), within the spec's ceiling; `trials` when it is judged by a band (absolute)."""

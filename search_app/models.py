@@ -6,13 +6,14 @@ from django.conf import settings
 from django.db import models
 
 from runtime_app.models import Project, Repository
+from runtime_app.presenters import NAME_MAX_LENGTH, short_sha
 
 
 class Spec(models.Model):
     """A draft a person edits; every saved text is kept as a SpecVersion."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="specs")
-    title = models.CharField(max_length=96)
+    title = models.CharField(max_length=NAME_MAX_LENGTH)
     duplicated_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="duplicates"
     )
@@ -69,7 +70,7 @@ class Search(models.Model):
     )
     repository_path = models.CharField(max_length=1000)
     ref = models.CharField(max_length=255)
-    name = models.CharField(max_length=96)
+    name = models.CharField(max_length=NAME_MAX_LENGTH)
     objective = models.TextField()
     baseline_commit = models.CharField(max_length=40)
     requested_model_id = models.CharField(max_length=200)
@@ -116,10 +117,13 @@ class SearchRun(models.Model):
         ROUNDS = "rounds", "rounds"
         REPLAY = "replay", "replay"
         REVIEW = "review", "review"
+        REVISE = "revise", "revise"  # a person sent the winner back to its writer
         DONE = "done", "done"
 
     # The answer of a search whose every candidate failed.
     NONE = "NONE"
+    # The answer of a search that found one.
+    WINNER = "winner"
 
     search = models.OneToOneField(Search, on_delete=models.CASCADE, related_name="run")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
@@ -365,7 +369,8 @@ class Approval(models.Model):
         ordering = ["created_at", "id"]
 
     def __str__(self) -> str:
-        return f"{self.user_name} {self.decision} {self.candidate.candidate_id} @ {self.patch_sha256[:12]}"
+        return (f"{self.user_name} {self.decision} {self.candidate.candidate_id} "
+                f"@ {short_sha(self.patch_sha256)}")
 
     @property
     def stale(self) -> bool:
@@ -395,7 +400,7 @@ class Merge(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
-        return f"{self.search.search_id} → {self.branch} @ {self.commit_sha[:12]}"
+        return f"{self.search.search_id} → {self.branch} @ {short_sha(self.commit_sha)}"
 
 
 class HiddenFile(models.Model):

@@ -13,10 +13,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.urls import reverse
 
+from runtime_app.models import AuditEntry, Event
 from runtime_app.notifications import notification_send
 from runtime_app.selectors import page_url
+from search_app.models import Comment, Search, SearchRun
+from search_app.selectors import decision_refusals
 
 logger = logging.getLogger(__name__)
 
@@ -27,16 +32,12 @@ SEARCH_EVENT_KINDS = ("search.finished", "search.cancelled")
 def approvers_of(search: Any) -> list[Any]:
     """Who may approve `search`'s winner now: the project's active members whom the approval rule
     (selectors.decision_refusals, the same one the pages and approval_record use) lets approve."""
-    from search_app.selectors import decision_refusals
-
     members = search.project.members.filter(is_active=True).order_by("pk")
     return [user for user in members if not decision_refusals(user, search)["approve"]]
 
 
 def starters_of(search: Any) -> list[Any]:
     """Who froze the search and who started it (often one person)."""
-    from search_app.models import SearchRun
-
     run = SearchRun.objects.filter(search=search).select_related("started_by").first()
     people = {user.pk: user for user in (search.created_by, run.started_by if run else None) if user}
     return list(people.values())
@@ -46,8 +47,6 @@ def reply_recipients(comment: Any) -> list[Any]:
     """Who hears of a comment, among the project's active members: for a reply, the thread's
     author and its earlier repliers; for a new thread, the earlier commenters on its candidate
     and the search's author."""
-    from django.contrib.auth import get_user_model
-
     candidate = comment.candidate
     if comment.reply_to_id:
         thread = candidate.comments.filter(pk=comment.reply_to_id)
@@ -62,8 +61,6 @@ def reply_recipients(comment: Any) -> list[Any]:
 
 
 def _cancelled_by(search: Any) -> Any:
-    from runtime_app.models import AuditEntry
-
     entry = (AuditEntry.objects.filter(action="search.cancel", project=search.project,
                                        target=search.search_id).select_related("actor").first())
     return entry.actor if entry else None
@@ -71,9 +68,6 @@ def _cancelled_by(search: Any) -> Any:
 
 def search_event_notify(event_id: int) -> None:
     """Notify for a committed search event (a winner, NONE, a cancellation)."""
-    from runtime_app.models import Event
-    from search_app.models import Search, SearchRun
-
     event = Event.objects.filter(pk=event_id, subject_type="search").first()
     searches = Search.objects.select_related("project", "created_by")
     search = event and searches.filter(pk=event.subject_id).first()
@@ -87,7 +81,7 @@ def search_event_notify(event_id: int) -> None:
                           event.payload.get("message", ""), url, actor=_cancelled_by(search),
                           event_kind=event.kind)
         return
-    if outcome == "winner":
+    if outcome == SearchRun.WINNER:
         run = SearchRun.objects.filter(search=search).select_related("winner").first()
         winner = run.winner if run else None
         if winner is not None:
@@ -108,8 +102,6 @@ def search_event_notify(event_id: int) -> None:
 def comment_notify(comment_id: int) -> None:
     """Notify for a committed comment: its thread's (or candidate's) earlier participants,
     never its author."""
-    from search_app.models import Comment
-
     comment = (Comment.objects.select_related("candidate__search__project", "author")
                .filter(pk=comment_id).first())
     if comment is None:
@@ -135,13 +127,9 @@ def _safely(action: Any, *args: Any) -> None:
 
 def event_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
     if created and instance.subject_type == "search" and instance.kind in SEARCH_EVENT_KINDS:
-        from django.db import transaction
-
         transaction.on_commit(lambda: _safely(search_event_notify, instance.pk))
 
 
 def comment_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
     if created:
-        from django.db import transaction
-
         transaction.on_commit(lambda: _safely(comment_notify, instance.pk))

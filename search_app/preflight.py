@@ -29,9 +29,12 @@ from runtime_app import sandbox
 from runtime_app.fleet import Preset, host_is_local, preset_get
 from runtime_app.git import GitError, file_at, is_tree, repo_open
 from runtime_app.keys import provider_key
+from runtime_app.presenters import short_sha
 from runtime_app.worktrees import worktrees_root
+from search_app.frozen import search_repository, search_spec
 from search_app.hidden import HostReport, read_path_records, readable_for
 from search_app.spec import SearchSpec
+from search_app.step_result import StepResult
 
 _SEPARATORS = {";", "&&", "||", "|", "&", "|&", "\n"}
 _REDIRECTIONS = {">", ">>", "<", ">&", "<&", ">|", "&>", "&>>", "<>"}
@@ -349,7 +352,7 @@ def _name_in_tree(path: str, relative: str, place: _Place, invocation: Invocatio
 
 def _tree_problem(repo: Any, commit: str, path: str, evaluator: bool) -> str | None:
     """None if the baseline tree has `path`, else why not."""
-    where = f"in the baseline tree ({commit[:12]})"
+    where = f"in the baseline tree ({short_sha(commit)})"
     if evaluator:
         where += " or among the hidden evaluator files"
     try:
@@ -405,8 +408,6 @@ def _shebang(repo: Any, commit: str, path: str) -> str | None:
 def start_problems(search: Any) -> list[str]:
     """What `search_start` refuses for: a command that cannot start now, or a read path whose
     files changed since the search was frozen (the evaluation would not be the one frozen)."""
-    from search_app.execution import search_spec
-
     spec = search_spec(search)
     problems = preflight_problems(spec, search.repository_path, search.baseline_commit)
     report = HostReport()
@@ -463,9 +464,12 @@ class StartFailure:
     message: str
     spec: bool
 
-    def result(self) -> dict[str, str]:
-        """The step result key the scheduler acts on (`spec_failure` stops the search)."""
-        return {"spec_failure": self.message} if self.spec else {"eliminated": self.message}
+    def result(self, **fields: Any) -> StepResult:
+        """The step's result, with `fields` (`spec_failure` stops the search, `eliminated` ends the
+        candidate)."""
+        if self.spec:
+            return StepResult(spec_failure=self.message, **fields)
+        return StepResult(eliminated=self.message, **fields)
 
 
 def start_failure(receipt: Any, section: str, command: str, baseline_has: Callable[[str], bool],
@@ -563,8 +567,6 @@ def _advice(path: str, key: str) -> str:
 
 def baseline_has(search: Any) -> Callable[[str], bool]:
     """Whether the baseline tree (or the hidden evaluator files) of `search` holds a path."""
-    from search_app.execution import search_repository
-
     hidden = list((search.spec_normalized or {}).get("evaluator", {}).get("files", {}))
 
     def has(path: str) -> bool:
@@ -584,8 +586,6 @@ def baseline_has(search: Any) -> Callable[[str], bool]:
 def search_start_failure(search: Any, receipt: Any, section: str, command: str) -> StartFailure | None:
     """`start_failure` for a command of `search` (`section` its spec key): the hook execution.py calls
     when a writer, gate or trial did not succeed."""
-    from search_app.execution import search_spec
-
     if receipt.succeeded:
         return None
     readable = readable_for(search_spec(search), section.split(".")[0])

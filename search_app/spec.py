@@ -30,6 +30,7 @@ from pydantic import (
 
 from runtime_app.fleet import EFFORTS, PRESETS, preset_get, preset_names
 from runtime_app.policy import DEFAULT_MAX_PATCH_BYTES, DEFAULT_MAX_PATCH_FILES
+from runtime_app.presenters import NAME_MAX_LENGTH
 from search_app.measurement import min_blocks
 
 LIVE_CEILING = 16  # the runtime's live-step ceiling; no search runs more at once
@@ -37,7 +38,7 @@ MAX_STEPS = 1000
 MAX_SPEC_BYTES = 256 * 1024
 TIE_BREAKERS = ("diff_lines", "cost_microusd", "score", "tokens")
 ORDERING_KEYS = ("score", "runtime", "diff_lines", "cost_microusd")
-NAME_RE = r"^[a-z0-9_-]{1,96}$"
+NAME_RE = rf"^[a-z0-9_-]{{1,{NAME_MAX_LENGTH}}}$"
 # Metrics the runtime measures from outside the score command (docs/sandbox.md, the score contract).
 RUNTIME_METRICS = ("runtime:wall_seconds", "runtime:cpu_seconds", "runtime:max_rss_kib")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -372,7 +373,7 @@ class SearchSpec(_Section):
     """A search: what to achieve, how many candidates, and how the field narrows."""
 
     schema_version: Literal[1] = Field(1, description="the spec format version")
-    name: str = Field(pattern=NAME_RE, description="1–96 characters of a-z 0-9 - _")
+    name: str = Field(pattern=NAME_RE, description=f"1–{NAME_MAX_LENGTH} characters of a-z 0-9 - _")
     objective: str = Field(min_length=1, max_length=4000, description="what the writers must achieve")
     population: int = Field(ge=2, le=MAX_STEPS, description="candidates admitted")
     rounds: Annotated[list[int], Field(min_length=2, max_length=20)] = Field(
@@ -590,7 +591,7 @@ def _expected(error: dict[str, Any], path: tuple[str, ...]) -> str:
     if kind in {"too_long", "string_too_long"}:
         return f"at most {ctx.get('max_length')} {'characters' if 'string' in kind else 'items'}"
     if kind == "string_pattern_mismatch":
-        return "1–96 characters of a-z 0-9 - _"
+        return f"1–{NAME_MAX_LENGTH} characters of a-z 0-9 - _"
     if kind == "missing":
         return "this key"
     return error["msg"].replace("Input should be ", "")

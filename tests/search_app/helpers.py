@@ -9,7 +9,7 @@ from tests.gitrepo import git
 
 def patch_write(repo, candidate, text: str) -> None:
     """Give `candidate` the patch that makes code/answer.py read `text`, the way a refinement
-    rewrites it (services._refinement_apply): new bytes, hash, round, line count and files."""
+    rewrites it (services.steps._refinement_apply): new bytes, hash, round, line count and files."""
     answer = repo / "code" / "answer.py"
     baseline = answer.read_text()
     answer.write_text(text)

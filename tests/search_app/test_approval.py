@@ -202,8 +202,8 @@ def test_a_merge_whose_commit_was_made_before_a_crash_is_adopted_not_repeated(fi
     records that commit instead of refusing the branch or committing twice."""
     search, winner, repo = finished
     services.approval_record(approver, winner, "approve", winner.patch_sha256)
-    made = services._merge_commit(search, winner, f"crucible/{search.search_id}", "new_branch", approver,
-                                  "approver")
+    made = services.decisions._merge_commit(search, winner, f"crucible/{search.search_id}", "new_branch",
+                                            approver, "approver")
     assert not Merge.objects.exists()
     merge = services.merge_create(approver, search)
     assert merge.commit_sha == made and Receipt.objects.get(kind="merge").detail["adopted"] is True
@@ -368,7 +368,8 @@ def test_altered_bytes_are_refused_even_where_an_earlier_merge_commit_would_be_a
     search, winner, _ = finished
     services.approval_record(approver, winner, "approve", winner.patch_sha256)
     branch = f"crucible/{search.search_id}"
-    services._merge_commit(search, winner, branch, "new_branch", approver, "approver")  # then a crash
+    services.decisions._merge_commit(search, winner, branch, "new_branch", approver,
+                                     "approver")  # then a crash
     Candidate.objects.filter(pk=winner.pk).update(patch=bytes(winner.patch).replace(b"return 9", b"return 6"))
     with pytest.raises(ValidationError, match="do not match the approved hash"):
         services.merge_create(approver, search)
@@ -379,8 +380,8 @@ def test_the_merge_commit_itself_refuses_bytes_that_do_not_hash_to_the_approved_
     search, winner, repo = finished
     Candidate.objects.filter(pk=winner.pk).update(patch=bytes(winner.patch).replace(b"return 9", b"return 6"))
     with pytest.raises(ValidationError, match="do not match the approved hash"):
-        services._merge_commit(search, Candidate.objects.get(pk=winner.pk), "side", "new_branch", approver,
-                               "approver")
+        services.decisions._merge_commit(search, Candidate.objects.get(pk=winner.pk), "side", "new_branch",
+                                         approver, "approver")
     assert git(repo, "branch", "--list", "side") == ""
 
 

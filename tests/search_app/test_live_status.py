@@ -17,6 +17,7 @@ from runtime_app.models import Event, Receipt
 from search_app import selectors, services
 from search_app.live import search_live_fragments
 from search_app.models import SearchRun, Step
+from search_app.step_result import StepResult
 from tests.helpers import login
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,7 +51,7 @@ def test_a_baseline_that_cannot_be_measured_is_announced_with_its_row(small_sear
     services.search_start(personas.member, search, enqueue=False)
     step = Step.objects.get(search=search, candidate__number=0)
     services.step_claim(step.pk, "w")
-    services._step_record(step.pk, "w", {"error": "the runtime fell over"})
+    services.steps._step_record(step.pk, "w", StepResult(error="the runtime fell over"))
     event = search_events(search, payload__candidate_id="baseline")[-1]
     assert event.payload["state"] == "eliminated" and "baseline not measured" in event.payload["reason"]
 

@@ -12,6 +12,7 @@ from runtime_app import access
 from runtime_app.models import AuditEntry, ProjectMembership, Receipt
 from search_app import selectors, services
 from search_app.models import SearchRun, Step
+from search_app.step_result import StepResult
 from tests.helpers import login, make_user, text_of
 from tests.search_app.runs import fates, frozen, run_inline
 from tests.search_app.test_review_api import cli
@@ -236,14 +237,12 @@ def test_the_api_answers_202_and_the_run_report_shows_the_revision(personas, app
 
 def test_a_revision_whose_writer_cannot_start_leaves_the_winner_and_never_turns_the_search_to_none(
         personas, approver, tmp_path, data_dir, monkeypatch):
-    from search_app import execution
-
     search, winner = _finished(personas, tmp_path, 11)
     old_sha = winner.patch_sha256
     _changes_requested(search, winner, approver, personas)
     # As when the writer's command has vanished from the host since the search ran.
-    monkeypatch.setattr(execution, "generate", lambda step, cancel: {
-        "spec_failure": "worker.command `python scripts/writer.py` cannot start: exit 127", "receipts": []})
+    monkeypatch.setattr(services.steps._HANDLERS[Step.Kind.GENERATE], "work", lambda step, cancel: StepResult(
+        spec_failure="worker.command `python scripts/writer.py` cannot start: exit 127", receipts=[]))
     run = _revise(personas.member, search)
     winner.refresh_from_db()
     assert (run.status, run.outcome, run.winner_id) == ("finished", "winner", winner.pk)

@@ -15,6 +15,7 @@ import pytest
 from runtime_app.models import Event, Receipt
 from search_app import services
 from search_app.models import Candidate, SearchRun, Step
+from search_app.step_result import StepResult
 from tests.search_app.runs import fates, frozen, run_inline
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -231,7 +232,8 @@ def test_a_step_whose_worker_vanished_is_taken_over_and_the_late_result_is_refus
     assert run.outcome == "winner"
     step = Step.objects.get(pk=step_pk)
     assert step.state == "done" and step.attempts == 2
-    assert services._step_record(step_pk, "ghost", {"error": "late"}) is False  # the ghost's result
+    # the ghost's result
+    assert services.steps._step_record(step_pk, "ghost", StepResult(error="late")) is False
     assert Step.objects.get(pk=step_pk).state == "done"
 
 

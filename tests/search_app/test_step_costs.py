@@ -23,7 +23,7 @@ def test_a_generate_and_an_evaluate_step_start_few_git_processes(personas, tmp_p
         with writes_counted(costs, Step.objects.get(pk=step_pk).kind):
             return real(step_pk, owner)
 
-    monkeypatch.setattr(services, "step_execute", counted)
+    monkeypatch.setattr(services.runs, "step_execute", counted)  # search_run_inline calls it
     search = frozen(personas, tmp_path, {"cand_001": 5, "cand_002": 9}, population=2, rounds=[2, 1])
     with git_counted(costs):
         run = run_inline(personas, search)

@@ -1,0 +1,473 @@
+"""Review, approval and merge.
+
+A person decides; the reviewer's verdict is advice. An approval is bound to the exact patch
+hash the approver was shown, so a changed patch leaves it stale. A merge needs enough
+standing approvals, makes one commit with dulwich on a new or unmoved branch, and never pushes.
+A decision is withdrawn when its maker may no longer decide; a merge commits only bytes whose
+SHA-256 is the approved one, onto a branch name git reads as a plain branch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from time import monotonic
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+from dulwich.refs import check_ref_format
+
+from runtime_app import access, remotes
+from runtime_app.git import GitError, commit_create, repo_open
+from runtime_app.models import Project, Receipt
+from runtime_app.presenters import short_sha
+from runtime_app.services import audit_record, receipt_record
+from runtime_app.worktrees import patch_apply, worktree_remove
+from search_app.models import Approval, Candidate, Comment, Merge, Search, SearchRun
+from search_app.selectors import (
+    REVISING,
+    approval_state,
+    decision_refusals,
+    diff_new_line_texts,
+    diff_new_lines,
+    line_ranges_text,
+    winner_replay,
+)
+from search_app.services._common import _search_event, _winner_reason_refresh
+
+MAX_COMMENT_CHARS = 10_000
+
+
+MAX_BRANCH_CHARS = 200
+
+
+VALID_BRANCH_HINT = ("A valid branch name looks like crucible/faster-parser or feature/x-2: letters, digits "
+                     "and . _ - / ; it does not start with '-', '.', '/' or 'refs/', is not HEAD or another "
+                     "*_HEAD name, has no spaces, '..', '~^:?*[\\' or control characters and does not end in "
+                     "'/', '.' or '.lock'.")
+
+
+class Conflict(ValidationError):
+    """A refusal because the state moved on from what the caller saw (a stale patch hash, a
+    winner merged already, stored bytes that no longer match): the API answers 409."""
+
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def _user_name(user: Any) -> str:
+    return user.get_username()
+
+
+def comment_add(user: Any, candidate: Any, body: str, path: str = "", line: int | None = None,
+                reply_to: int | None = None) -> Any:
+    """A project member's comment on a candidate. Without `reply_to` it starts a thread on the
+    candidate, one file, or one line the diff shows (keeping the patch hash and the line's text, so
+    a refinement can mark it outdated); with it, a reply in that thread, which has no place of its own."""
+    access.require(user, access.VIEWER, candidate.search.project)
+    body = (body or "").strip()
+    errors = {}
+    if not body:
+        errors["body"] = "Write something."
+    elif len(body) > MAX_COMMENT_CHARS:
+        errors["body"] = f"Keep a comment under {MAX_COMMENT_CHARS:,} characters ({len(body):,} now)."
+    path = (path or "").strip()
+    thread = None
+    if reply_to is not None:
+        thread = _thread_of(candidate, reply_to, "reply to", "reply_to")
+        if path or line is not None:
+            errors["reply_to"] = ("A reply belongs to its thread's place; give it no file or line "
+                                  f"(thread #{thread.pk} is on {_place(thread)}).")
+    elif path and path not in (candidate.files or []):
+        errors["path"] = f"{path!r} is not a file this candidate's patch changes."
+    if thread is None and line is not None and not path:
+        errors["line"] = "A line needs a file."
+    elif thread is None and line is not None and not 1 <= line <= 10_000_000:
+        errors["line"] = "Give a line number from 1."
+    elif thread is None and line is not None and "path" not in errors:
+        errors.update(_line_in_diff_errors(candidate, path, line))
+    if errors:
+        raise ValidationError(errors)
+    line_text = ""
+    if thread is None and line is not None:
+        line_text = diff_new_line_texts(_patch_text(candidate), path).get(line, "")
+    with transaction.atomic():
+        comment = Comment.objects.create(
+            candidate=candidate, reply_to=thread, author=user, author_name=_user_name(user),
+            path=path, line=line, body=body, patch_sha256=candidate.patch_sha256, line_text=line_text)
+        if thread is not None:
+            what = f"replied to thread #{thread.pk} on {candidate.candidate_id}"
+        else:
+            what = f"commented on {candidate.candidate_id}" + (f" on {path}" + (f":{line}" if line else "")
+                                                              if path else "")
+        _search_event(candidate.search, "candidate.comment", f"{_user_name(user)} {what}",
+                      candidate_id=candidate.candidate_id, comment=comment.pk, thread=(thread or comment).pk)
+    return comment
+
+
+def _patch_text(candidate: Any) -> str:
+    return bytes(candidate.patch or b"").decode(errors="replace")
+
+
+def _place(comment: Any) -> str:
+    if not comment.path:
+        return "the whole candidate"
+    return f"{comment.path}:{comment.line}" if comment.line else comment.path
+
+
+def _thread_of(candidate: Any, comment_id: Any, verb: str, field: str | None = None) -> Any:
+    """The thread `comment_id` names on this candidate, or a refusal in the words every door uses
+    (as an error of `field`, or of the whole request). A comment of another candidate, or of a
+    project the user cannot see, reads as not existing."""
+
+    def refuse(message: str) -> ValidationError:
+        return ValidationError({field: message} if field else message)
+
+    try:
+        number = int(comment_id)
+    except (TypeError, ValueError):
+        raise refuse(f"{comment_id!r} is not a comment number.") from None
+    comment = Comment.objects.filter(pk=number, candidate=candidate).first()
+    if comment is None:
+        raise refuse(f"#{number} is not a comment on this candidate ({candidate.candidate_id}).")
+    if comment.reply_to_id is not None:
+        raise refuse(f"#{number} is a reply; {verb} its thread (#{comment.reply_to_id}) instead.")
+    return comment
+
+
+def thread_resolve(user: Any, candidate: Any, comment_id: Any) -> Any:
+    """Mark a thread resolved (any project member). Resolving a resolved thread changes nothing."""
+    return _thread_state_set(user, candidate, comment_id, Comment.State.RESOLVED)
+
+
+def thread_reopen(user: Any, candidate: Any, comment_id: Any) -> Any:
+    """Open a resolved thread again (any project member). Reopening an open thread changes nothing."""
+    return _thread_state_set(user, candidate, comment_id, Comment.State.OPEN)
+
+
+def _thread_state_set(user: Any, candidate: Any, comment_id: Any, state: str) -> Any:
+    search = candidate.search
+    access.require(user, access.VIEWER, search.project)
+    verb = "resolve" if state == Comment.State.RESOLVED else "reopen"
+    with transaction.atomic():
+        thread = _thread_of(candidate, comment_id, verb)
+        thread = Comment.objects.select_for_update().get(pk=thread.pk)
+        if thread.state == state:
+            return thread  # a double click, or someone else was first: harmless
+        thread.state = state
+        thread.state_changed_by, thread.state_changed_by_name = user, _user_name(user)
+        thread.state_changed_at = timezone.now()
+        thread.save(update_fields=["state", "state_changed_by", "state_changed_by_name", "state_changed_at"])
+        audit_record(user, f"comment.{verb}", project=search.project,
+                     target=f"{search.search_id} {candidate.candidate_id} #{thread.pk}",
+                     detail={"comment": thread.pk, "candidate": candidate.candidate_id})
+        done = "resolved" if state == Comment.State.RESOLVED else "reopened"
+        _search_event(search, f"candidate.comment.{done}",
+                      f"{_user_name(user)} {done} thread #{thread.pk} on {candidate.candidate_id}",
+                      candidate_id=candidate.candidate_id, thread=thread.pk, state=state)
+    return thread
+
+
+def _line_in_diff_errors(candidate: Any, path: str, line: int) -> dict[str, str]:
+    """A line comment anchors on a line the diff shows, or a reader could never find it."""
+    shown = diff_new_lines(_patch_text(candidate), path)
+    if line in shown:
+        return {}
+    where = f"it shows lines {line_ranges_text(shown)}" if shown else "it shows no line of the new file"
+    return {"line": f"Line {line} of {path} is not in this candidate's diff ({where})."}
+
+
+def _winner_of(search: Search) -> Any:
+    run = SearchRun.objects.filter(search=search).select_related("winner").first()
+    if run is not None and run.phase == SearchRun.Phase.REVISE:
+        raise ValidationError(REVISING)
+    if run is None or run.status != SearchRun.Status.FINISHED or run.outcome != SearchRun.WINNER \
+            or run.winner is None:
+        raise ValidationError("Only a finished search's winner can be approved or merged; "
+                              "this search has none yet." if not run or run.outcome != SearchRun.NONE
+                              else "This search ended with NONE: there is nothing to approve or merge.")
+    return run.winner
+
+
+def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str, note: str = "") -> Any:
+    """An approver's decision on a winner, bound to the patch hash they confirmed.
+
+    Submitting the same decision on the same hash again returns the standing one (a double
+    click is harmless). A later decision by the same person replaces theirs.
+    """
+    search = candidate.search
+    access.require(user, access.APPROVER, search.project)
+    if decision not in Approval.Decision.values:
+        raise ValidationError({"decision": "Choose approve or request changes."})
+    if not _SHA256_HEX.fullmatch(patch_sha256 or ""):
+        raise ValidationError({"patch_sha256": "The patch hash is not a SHA-256."})
+    if len(note or "") > MAX_COMMENT_CHARS:
+        raise ValidationError({"note": f"Keep the note under {MAX_COMMENT_CHARS:,} characters."})
+    with transaction.atomic():
+        winner = _winner_of(search)
+        candidate = type(candidate).objects.select_for_update().get(pk=candidate.pk)
+        if candidate.pk != winner.pk:
+            raise ValidationError(f"{candidate.candidate_id} is not this search's winner "
+                                  f"({winner.candidate_id}); only the winner is approved or merged.")
+        if Merge.objects.filter(search=search).exists():
+            raise Conflict("This winner is merged already.")
+        if patch_sha256 != candidate.patch_sha256:
+            raise Conflict({"patch_sha256": "The patch changed since you looked "
+                            f"(now {short_sha(candidate.patch_sha256)}): read it again, then decide."})
+        refused = decision_refusals(user, search)[decision]
+        if refused:
+            raise ValidationError(refused)
+        standing = approval_state(candidate)["decisions"].get(user.pk)
+        if (standing is not None and standing.decision == decision and not standing.stale
+                and standing.withdrawn_at is None):
+            return standing
+        replay = winner_replay(search)
+        approval = Approval.objects.create(
+            candidate=candidate, user=user, user_name=_user_name(user), decision=decision,
+            patch_sha256=patch_sha256, replay=replay["why"] if replay else "", note=(note or "").strip())
+        action = "approval.approve" if decision == Approval.Decision.APPROVE else "approval.request_changes"
+        audit_record(user, action, project=search.project,
+                     target=f"{search.search_id} {candidate.candidate_id}",
+                     detail={"patch_sha256": patch_sha256})
+        verb = "approved" if decision == Approval.Decision.APPROVE else "requested changes to"
+        _winner_reason_refresh(candidate)
+        _search_event(search, f"approval.{decision}", f"{_user_name(user)} {verb} {candidate.candidate_id} "
+                      f"(patch {short_sha(patch_sha256)})", candidate_id=candidate.candidate_id,
+                      state=candidate.state, reason=candidate.reason)
+    return approval
+
+
+def approvals_withdraw(actor: Any, user: Any, *, project: Project | None = None, reason: str) -> int:
+    """Withdraw, for good, the decisions `user` made on winners not merged yet (in `project`,
+    or in every project): they left it or lost the approve permission. Each candidate's
+    withdrawal is audited and announced; returns how many decisions were withdrawn."""
+    pending = Approval.objects.filter(user=user, withdrawn_at__isnull=True,
+                                      candidate__search__merge__isnull=True)
+    if project is not None:
+        pending = pending.filter(candidate__search__project=project)
+    with transaction.atomic():
+        by_candidate: dict[int, list[str]] = {}
+        for candidate_id, decision in pending.values_list("candidate_id", "decision"):
+            by_candidate.setdefault(candidate_id, []).append(decision)
+        if not by_candidate:
+            return 0
+        withdrawn = Approval.objects.filter(pk__in=list(pending.values_list("pk", flat=True))).update(
+            withdrawn_at=timezone.now(), withdrawn_reason=reason[:200])
+        username = user.get_username()
+        for candidate in Candidate.objects.filter(pk__in=by_candidate).select_related("search__project"):
+            search = candidate.search
+            audit_record(actor, "approval.withdraw", project=search.project,
+                         target=f"{search.search_id} {candidate.candidate_id}",
+                         detail={"user": username, "reason": reason, "decisions": by_candidate[candidate.pk]})
+            if candidate.state == Candidate.State.WINNER:
+                _winner_reason_refresh(candidate)
+            _search_event(search, "approval.withdrawn", f"{username}'s decision on {candidate.candidate_id} "
+                          f"was withdrawn: {reason}", candidate_id=candidate.candidate_id)
+    return withdrawn
+
+
+def branch_name_check(branch: str) -> str:
+    """A branch name git's `check-ref-format --branch` accepts and that git cannot read as
+    something else (HEAD-like names, options, full ref names); else a ValidationError."""
+    name = (branch or "").strip()
+    problem = ""
+    if len(name) > MAX_BRANCH_CHARS:
+        problem = f"it is {len(name)} characters long (at most {MAX_BRANCH_CHARS})"
+    elif name.startswith("-"):
+        problem = "it starts with '-', so git would read it as an option"
+    elif name.startswith("refs/"):
+        problem = "it starts with 'refs/'; give the branch's short name"
+    elif _head_like(name):
+        problem = "git reads it as a special ref, not a branch"
+    elif not check_ref_format(f"refs/heads/{name}".encode()):
+        problem = "git refuses it as a branch name"
+    if problem:
+        raise ValidationError({"branch": f"{name!r} cannot be a branch: {problem}. {VALID_BRANCH_HINT}"})
+    return name
+
+
+def _head_like(name: str) -> bool:
+    """HEAD, ORIG_HEAD, FETCH_HEAD, MERGE_HEAD, …_HEAD and @: git resolves these before any branch."""
+    return name == "@" or (name.endswith("HEAD") and all(c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ_" for c in name))
+
+
+def merge_branch_default(search: Search) -> str:
+    return f"crucible/{search.search_id}"
+
+
+class PatchMismatch(ValidationError):
+    """The winner's stored bytes do not hash to the patch hash its approvals were bound to."""
+
+    def __init__(self, approved: str, actual: str) -> None:
+        self.approved, self.actual = approved, actual
+        super().__init__(f"The winner's patch bytes (SHA-256 {short_sha(actual)}) do not match the "
+                         f"approved hash ({short_sha(approved)}): they changed after approval, so nothing "
+                         "was merged. Ask an administrator to look at how the stored patch was altered.")
+
+
+def _patch_verified(winner: Any) -> bytes:
+    """The exact bytes to apply, once their SHA-256 is the one the approvals were bound to."""
+    patch = bytes(winner.patch or b"")
+    actual = hashlib.sha256(patch).hexdigest()
+    if actual != winner.patch_sha256:
+        raise PatchMismatch(winner.patch_sha256, actual)
+    return patch
+
+
+def merge_create(user: Any, search: Search, target: str = Merge.Target.NEW_BRANCH, branch: str = "") -> Any:
+    """Commit the approved winner's patch onto the baseline: on a new branch (default
+    `crucible/<search-id>`) or on an existing branch that still points at the baseline.
+
+    Needs the approver role and enough standing approvals; one merge per search. Pushes the branch
+    only to a repository registered by URL (where it lives); a repository registered by path is
+    never pushed.
+    The branch name is checked (branch_name_check) and the bytes committed must hash to the
+    approved patch hash, else nothing is merged and the refusal is audited.
+    """
+    access.require(user, access.APPROVER, search.project)
+    if target not in Merge.Target.values:
+        raise ValidationError({"target": "Choose a new branch or an existing branch."})
+    branch = (branch or "").strip()
+    if not branch and target == Merge.Target.NEW_BRANCH:
+        branch = merge_branch_default(search)
+    if not branch:
+        raise ValidationError({"branch": "Name the existing branch to commit on."})
+    branch = branch_name_check(branch)
+    try:
+        return _merge_create(user, search, target, branch)
+    except PatchMismatch as mismatch:  # recorded outside the refused merge's rolled-back transaction
+        audit_record(user, "merge.refuse", project=search.project, target=f"{search.search_id} → {branch}",
+                     detail={"reason": "patch bytes do not match the approved hash",
+                             "approved_sha256": mismatch.approved, "actual_sha256": mismatch.actual})
+        raise Conflict(mismatch.messages[0]) from None
+
+
+def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
+    with transaction.atomic():
+        SearchRun.objects.select_for_update().get(search=search)  # one merge decision at a time
+        if Merge.objects.filter(search=search).exists():
+            raise Conflict(f"Merged already: {search.merge.branch} @ {short_sha(search.merge.commit_sha)}.")
+        winner = _winner_of(search)
+        state = approval_state(winner)
+        if not state["mergeable"]:
+            raise ValidationError(state["blocker"])
+        patch = _patch_verified(winner)
+        approvers = ", ".join(sorted({a.user_name for a in state["standing_approvals"]}))
+        started_at, started = datetime.now(UTC), monotonic()
+        # A merge whose commit was made but whose row was not (a crash between the two) is adopted.
+        commit = _earlier_merge_commit(search, winner, branch)
+        adopted = commit is not None
+        if not adopted:
+            commit = _merge_commit(search, winner, branch, target, user, approvers, patch=patch)
+        pushed = _merge_push(search, branch, commit)
+        receipt = receipt_record(Receipt(
+            kind="merge", argv=["crucible", "merge", branch], cwd=".", started_at=started_at,
+            finished_at=datetime.now(UTC), duration_seconds=round(monotonic() - started, 6), exit_code=0,
+            detail={"branch": branch, "target": target, "commit": commit, "baseline": search.baseline_commit,
+                    "patch_sha256": winner.patch_sha256, "approved_by": approvers,
+                    "pushed": bool(pushed), "pushed_to": pushed,
+                    "adopted": adopted},
+        ), project=search.project, subject=("candidate", winner.pk), label=f"{winner.candidate_id} merge")
+        merge = Merge.objects.create(
+            search=search, candidate=winner, target=target, branch=branch, commit_sha=commit,
+            patch_sha256=winner.patch_sha256, merged_by=user, merged_by_name=_user_name(user),
+            receipt=receipt)
+        audit_record(user, "merge.create", project=search.project, target=f"{search.search_id} → {branch}",
+                     detail={"commit": commit, "candidate": winner.candidate_id,
+                             "patch_sha256": winner.patch_sha256})
+        _winner_reason_refresh(winner)
+        where = f"pushed to {pushed}" if pushed else "not pushed"
+        _search_event(search, "search.merged", f"{winner.candidate_id} merged onto {branch} as "
+                      f"{short_sha(commit)} by {_user_name(user)} ({where})",
+                      candidate_id=winner.candidate_id,
+                      state=winner.state, reason=winner.reason)
+    return merge
+
+
+def _merge_push(search: Search, branch: str, commit: str) -> str:
+    """Push the merged branch back to a repository registered by URL (where it lives); the URL pushed
+    to, or "" for a repository registered by path, which Crucible never pushes. A push that fails
+    refuses the merge with the reason; merging again adopts the commit already made and pushes it."""
+    url = search.repository.remote_url if search.repository_id else ""
+    if not url:
+        return ""
+    try:
+        remotes.remote_push(url, Path(search.repository_path), branch)
+    except remotes.RemoteError as error:
+        raise ValidationError(f"The merge commit {short_sha(commit)} was made on {branch} in the server's "
+                              f"clone, but not pushed: {error}. Fix the server's access to the remote, then "
+                              "merge again.") from None
+    return url
+
+
+def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: Any, approvers: str,
+                  patch: bytes | None = None) -> str:
+    """The winner's patch on a clean baseline, committed with dulwich onto `branch`; `patch` is
+    the bytes merge_create verified (read and verified here when not given)."""
+    patch = _patch_verified(winner) if patch is None else patch
+    # No repo lock here: worktree creation takes it, and the branch moves by compare-and-set.
+    if target == Merge.Target.NEW_BRANCH and _branch_exists(search.repository_path, branch):
+        raise ValidationError({"branch": f"Branch {branch} exists already; choose another name."})
+    if target == Merge.Target.EXISTING_BRANCH:
+        _branch_at_baseline(search, branch)
+    worktree = None
+    try:
+        worktree = patch_apply(search.repository_path, search.baseline_commit, patch,
+                               f"merge-{search.search_id}-{int(monotonic() * 1000)}")
+        return commit_create(
+            search.repository_path,
+            message=f"{search.name}: {winner.candidate_id}\n\n{search.objective}",
+            author=_identity(user), committer="Crucible <crucible@localhost>",
+            trailers={"Crucible-Search": search.search_id,
+                      "Crucible-Preregistration": search.preregistration_hash,
+                      "Crucible-Candidate": f"{winner.candidate_id} {winner.patch_sha256}",
+                      "Approved-by": approvers},
+            parent_commit=search.baseline_commit, tree_from_worktree=worktree, branch=branch,
+        )
+    except GitError as error:
+        raise ValidationError(f"The merge was not made: {error}") from None
+    finally:
+        if worktree is not None:
+            worktree_remove(search.repository_path, worktree)
+
+
+def _earlier_merge_commit(search: Search, winner: Any, branch: str) -> str | None:
+    """The head of `branch` if it is this search's merge of this patch onto the baseline."""
+    with repo_open(search.repository_path) as repo:
+        ref = f"refs/heads/{branch}".encode()
+        if ref not in repo.refs:
+            return None
+        commit = repo[repo.refs[ref]]
+        if [parent.decode() for parent in getattr(commit, "parents", [])] != [search.baseline_commit]:
+            return None
+        message = commit.message.decode(errors="replace")
+    wanted = (f"Crucible-Search: {search.search_id}",
+              f"Crucible-Candidate: {winner.candidate_id} {winner.patch_sha256}")
+    return commit.id.decode() if all(line in message.splitlines() for line in wanted) else None
+
+
+def _identity(user: Any) -> str:
+    name = re.sub(r"[<>\n\r\0]", "", user.get_full_name() or user.get_username()).strip() or "user"
+    local = re.sub(r"[^A-Za-z0-9._-]", "", user.get_username()) or "user"
+    email = re.sub(r"[<>\s\0]", "", user.email or "") or f"{local}@crucible.invalid"
+    return f"{name} <{email}>"
+
+
+def _branch_exists(repo_path: str, branch: str) -> bool:
+    with repo_open(repo_path) as repo:
+        return f"refs/heads/{branch}".encode() in repo.refs
+
+
+def _branch_at_baseline(search: Search, branch: str) -> None:
+    with repo_open(search.repository_path) as repo:
+        ref = f"refs/heads/{branch}".encode()
+        if ref not in repo.refs:
+            raise ValidationError({"branch": f"There is no branch {branch}."})
+        head = repo.refs[ref].decode()
+    if head != search.baseline_commit:
+        raise ValidationError({"branch": f"{branch} has moved on from the baseline ({short_sha(head)} is not "
+                               f"{short_sha(search.baseline_commit)}); merge to a new branch instead."})
