@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint setup bench clean
+.PHONY: run test lint typecheck setup bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,9 +22,14 @@ run: setup
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# The type checker over the apps (settings in pyproject.toml's [tool.mypy]).
+typecheck: export CRUCIBLE_DATA_DIR := $(CURDIR)/var/test
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
 # Tests keep their database, broker queue and keys apart from the data `make run` uses.
 test: export CRUCIBLE_DATA_DIR := $(CURDIR)/var/test
-test: lint
+test: lint typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: setup
