@@ -1,5 +1,7 @@
 """Forms collect input; the services hold the rules and raise ValidationError."""
 
+from urllib.parse import urlencode
+
 from django import forms
 
 
@@ -105,8 +107,6 @@ class AuditFilterForm(forms.Form):
 
     def query(self, **extra) -> str:
         """The filter as a query string of its valid, set fields, plus `extra`."""
-        from urllib.parse import urlencode
-
         values = {name: value.isoformat() if hasattr(value, "isoformat") else value
                   for name, value in self.filters().items()}
         return urlencode({**values, **{key: value for key, value in extra.items() if value}})

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
+
+from runtime_app.fleet import EFFORTS, PRESETS, Preset
 
 
 class Project(models.Model):
@@ -359,10 +364,6 @@ class ProviderPreset(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
-        from runtime_app.fleet import EFFORTS, PRESETS
-
         if self.name in PRESETS:
             raise ValidationError({"name": f"{self.name!r} is a built-in preset; choose another name."})
         if self.concurrency < 1:
@@ -376,8 +377,6 @@ class ProviderPreset(models.Model):
         return [part.strip() for part in self.efforts.split(",") if part.strip()]
 
     def as_preset(self):
-        from runtime_app.fleet import Preset
-
         return Preset(
             self.name, self.kind, self.description or f"{self.get_kind_display()} preset",
             key_variable=self.key_variable or self.KEY_DEFAULTS[self.kind],
@@ -434,8 +433,6 @@ class Webhook(models.Model):
     def url_shown(self) -> str:
         """The URL without what may be a credential: scheme, host and port, the path elided
         (a Slack URL's path is its token)."""
-        from urllib.parse import urlsplit
-
         parts = urlsplit(self.url)
         host = parts.hostname or ""
         host = f"[{host}]" if ":" in host else host

@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
+from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.mail import send_mail
@@ -38,6 +39,8 @@ from django.utils import timezone
 
 from runtime_app import access
 from runtime_app.models import NotificationSetting, Project, Receipt, Webhook, WebhookDelivery
+from runtime_app.queue import task_send
+from runtime_app.records import audit_record, receipt_record
 from runtime_app.subjects import subject_label_register
 
 logger = logging.getLogger(__name__)
@@ -84,8 +87,6 @@ def notification_setting_update(user: Any, *, email_address: str, email: bool, a
             raise ValidationError({"email_address": f"{email_address!r} is not an email address."}) from None
     elif email:
         raise ValidationError({"email_address": "Give an email address, or turn email off."})
-    from runtime_app.services import audit_record
-
     chosen = {"email": email, "approval_waiting": approval_waiting, "search_done": search_done,
               "replies": replies}
     with transaction.atomic():
@@ -166,10 +167,8 @@ def _deliveries_create(project: Project, topic: str, subject: str, text: str, ur
 
 
 def _enqueue(delivery_id: int, countdown: float = 0) -> None:
-    from runtime_app.tasks import webhook_deliver
-
     try:
-        webhook_deliver.apply_async((delivery_id,), countdown=countdown or None)
+        task_send("runtime_app.tasks.webhook_deliver", delivery_id, countdown=countdown or None)
     except Exception:  # the reconciler sends it once it is due
         logger.warning("could not enqueue webhook delivery %s", delivery_id, exc_info=True)
 
@@ -178,15 +177,11 @@ def _enqueue(delivery_id: int, countdown: float = 0) -> None:
 
 
 def _fernet():
-    from cryptography.fernet import Fernet
-
     digest = hashlib.sha256(b"crucible webhook secrets\0" + settings.SECRET_KEY.encode()).digest()
     return Fernet(base64.urlsafe_b64encode(digest))
 
 
 def _secret_of(webhook: Webhook) -> str | None:
-    from cryptography.fernet import InvalidToken
-
     try:
         return _fernet().decrypt(webhook.secret_ciphertext.encode()).decode()
     except InvalidToken:
@@ -352,8 +347,6 @@ def project_admin_is(user: Any, project: Project) -> bool:
 def webhook_create(user: Any, project: Project, name: str, url: str, secret: str = "") -> tuple[Webhook, str]:
     """Add a webhook; with no secret given Crucible makes one. Returns the webhook and the
     secret to show once if Crucible made it (else ""): it is never shown again."""
-    from runtime_app.services import audit_record
-
     _require_project_admin(user, project)
     name, secret = (name or "").strip(), (secret or "").strip()
     errors = {}
@@ -381,8 +374,6 @@ def webhook_create(user: Any, project: Project, name: str, url: str, secret: str
 
 def webhook_deactivate(user: Any, webhook: Webhook) -> Webhook:
     """Stop sending to a webhook; its pending deliveries fail at their next attempt."""
-    from runtime_app.services import audit_record
-
     _require_project_admin(user, webhook.project)
     if webhook.active:
         with transaction.atomic():
@@ -395,8 +386,6 @@ def webhook_deactivate(user: Any, webhook: Webhook) -> Webhook:
 
 def webhook_delete(user: Any, webhook: Webhook) -> None:
     """Remove a webhook and its deliveries (their receipts stay)."""
-    from runtime_app.services import audit_record
-
     _require_project_admin(user, webhook.project)
     with transaction.atomic():
         audit_record(user, "webhook.delete", project=webhook.project,
@@ -527,8 +516,6 @@ def webhook_delivery_attempt(delivery_id: int) -> WebhookDelivery | None:
         detail={"verdict": verdict, "attempt": attempt, "max_attempts": MAX_ATTEMPTS, "status": status,
                 "address": address, "webhook": webhook.name, "event": delivery.kind, "delivery": delivery.pk},
     )
-    from runtime_app.services import receipt_record
-
     with transaction.atomic():
         receipt_record(receipt, project=webhook.project, subject=(RECEIPT_SUBJECT, delivery.pk),
                        label=f"webhook {webhook.name} attempt {attempt}")

@@ -74,6 +74,9 @@ METRICS_NAME = "metrics.json"
 # port its forwarder listens on in the sandbox's own loopback (runtime_app.egress).
 EGRESS_DIR_INSIDE = "/run/crucible-egress"
 EGRESS_PORT = 8787
+# The names of the proxy's socket and forwarder in that folder (runtime_app.egress puts them there).
+SOCKET_NAME = "proxy.sock"
+FORWARDER_NAME = "forwarder.py"
 # The host's system directories every command may read (merged-/usr links are kept as links).
 SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Runtime-owned variables whose names look secret-like but carry no secret.
@@ -1237,8 +1240,6 @@ def _egress_argv(argv: list[str], egress: EgressProxy, chosen: str) -> tuple[lis
     """`argv` under the egress forwarder, and how the receipt describes it: under bubblewrap the
     proxy's folder is bound at EGRESS_DIR_INSIDE and the port is fixed (the sandbox's own loopback);
     with rlimits only the forwarder takes a free port of the host's loopback."""
-    from runtime_app.egress import FORWARDER_NAME, SOCKET_NAME
-
     folder = Path(EGRESS_DIR_INSIDE) if chosen == BUBBLEWRAP else egress.socket_path.parent
     port = egress.port or (EGRESS_PORT if chosen == BUBBLEWRAP else 0)
     # -I -S: the forwarder is standard library only, and no variable or site file may change it.

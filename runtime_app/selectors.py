@@ -7,9 +7,11 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Max, QuerySet
 from django.http import Http404
+from dulwich.errors import ChecksumMismatch, ObjectFormatException, ObjectMissing
 
-from runtime_app.git import GitError, refs_list, repo_open
-from runtime_app.models import ApiToken, AuditEntry, Event, Project, Receipt, Repository
+from runtime_app.git import GitError, commits_log, refs_list, repo_open
+from runtime_app.models import ApiToken, AuditEntry, Event, Project, Receipt, Repository, WebhookDelivery
+from runtime_app.notifications import RECEIPT_SUBJECT
 from runtime_app.subjects import attention_sorted, project_sections, subject_labels_attach, subject_project_id
 
 
@@ -220,10 +222,6 @@ def audit_filter_suggestions(user: Any) -> dict[str, list[str]]:
 
 def repository_commits(repository: Repository, ref: str, limit: int = 20) -> dict:
     """The newest commits of a ref, read live with dulwich; `error` says why they cannot be."""
-    from dulwich.errors import ChecksumMismatch, ObjectFormatException, ObjectMissing
-
-    from runtime_app.git import commits_log
-
     try:
         repo = repo_open(repository.path)
     except GitError as error:
@@ -247,9 +245,6 @@ def repository_searches(repository: Repository, limit: int = 100) -> list:
 
 def webhook_deliveries_recent(project: Project, limit: int = 25) -> list[Any]:
     """The project's latest webhook deliveries, each with `.receipts` (attempts, oldest first)."""
-    from runtime_app.models import WebhookDelivery
-    from runtime_app.notifications import RECEIPT_SUBJECT
-
     deliveries = list(WebhookDelivery.objects.filter(webhook__project=project)
                       .select_related("webhook").order_by("-id")[:limit])
     by_delivery: dict[int, list[Receipt]] = {d.pk: [] for d in deliveries}

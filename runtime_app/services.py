@@ -6,21 +6,25 @@ import hashlib
 import logging
 import re
 import secrets
+from contextlib import closing
+from datetime import UTC, datetime
 from pathlib import Path
+from time import monotonic
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.core.mail import send_mail
+from django.core.validators import validate_email
+from django.db import transaction
 from django.utils import timezone
 
-from runtime_app import access, remotes, signals
+from runtime_app import access, remotes, sandbox, signals, tails
 from runtime_app.git import GitError, repo_open
 from runtime_app.lane import SHARED, lane_hold
 from runtime_app.models import (
     ApiToken,
-    AuditEntry,
     Event,
     Project,
     ProjectMembership,
@@ -28,74 +32,22 @@ from runtime_app.models import (
     Repository,
     WorkerHeartbeat,
 )
+from runtime_app.policy import policy_check
+from runtime_app.queue import task_send
+
+# Re-exported: callers write records through services.
+from runtime_app.records import EVENT_LOCK_KEY as EVENT_LOCK_KEY
+from runtime_app.records import ReceiptBatch as ReceiptBatch
+from runtime_app.records import audit_record as audit_record
+from runtime_app.records import event_emit as event_emit
+from runtime_app.records import event_group as event_group
+from runtime_app.records import receipt_record as receipt_record
+from runtime_app.worktrees import object_scratch, patch_from_text, patch_stage, tree_checkout
 
 logger = logging.getLogger(__name__)
 
 PROJECT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,95}$")
 TOKEN_PREFIX = "crc_"  # noqa: S105  (a marker, not a secret)
-# An arbitrary fixed key: PostgreSQL serialises event inserts on it (see event_emit).
-EVENT_LOCK_KEY = 7_220_431
-
-
-def event_group(project_id: int) -> str:
-    """The channel-layer group nudged when an event of this project commits."""
-    return f"events.project.{project_id}"
-
-
-def _event_nudge(project_id: int) -> None:
-    try:
-        async_to_sync(get_channel_layer().group_send)(
-            event_group(project_id), {"type": "events.nudge"}
-        )
-    except Exception:  # live pages still poll the DB, so a lost nudge only delays
-        logger.warning("could not nudge %s", event_group(project_id), exc_info=True)
-
-
-def event_emit(
-    project: Project | int,
-    subject_type: str,
-    subject_id: int,
-    kind: str,
-    payload: dict[str, Any] | None = None,
-) -> Event:
-    """Append an event inside the caller's transaction; nudge watchers once it commits.
-
-    Ids must become visible in order, or a watcher that has seen id 10 would skip an id 9
-    that commits later. SQLite has one writer at a time; on PostgreSQL a transaction-level
-    advisory lock gives the same order, so keep event-emitting transactions short.
-    """
-    project_id = project if isinstance(project, int) else project.pk
-    with transaction.atomic():
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [EVENT_LOCK_KEY])
-        event = Event.objects.create(
-            project_id=project_id,
-            subject_type=subject_type,
-            subject_id=subject_id,
-            kind=kind,
-            payload=payload or {},
-        )
-    transaction.on_commit(lambda: _event_nudge(project_id))
-    return event
-
-
-def audit_record(
-    actor: Any,
-    action: str,
-    *,
-    project: Project | None = None,
-    target: str = "",
-    detail: dict[str, Any] | None = None,
-) -> AuditEntry:
-    return AuditEntry.objects.create(
-        actor=actor if actor is not None and actor.is_authenticated else None,
-        actor_name=actor.get_username() if actor is not None else "system",
-        action=action,
-        project=project,
-        target=target[:200],
-        detail=detail or {},
-    )
 
 
 def project_create(user: Any, name: str, description: str = "") -> Project:
@@ -160,10 +112,6 @@ def member_find_or_invite(actor: Any, project: Project, who: str, role: str,
     an email address no account has gets a new account and an email with a link to set its
     password (`invite_url(user)` makes the link). Returns the membership and whether an
     account was invited."""
-    from django.contrib.auth import get_user_model
-    from django.core.mail import send_mail
-    from django.core.validators import validate_email
-
     access.require(actor, access.ADMIN, project)
     _role_checked(role)
     who = (who or "").strip()
@@ -277,8 +225,6 @@ def approver_standing_end(actor: Any, user: Any, *, project: Project | None, rea
 def server_path_check(path: str, *, trusted: bool, what: str) -> Any:
     """A path on the server a web user may name: absolute, usable, and under an allowed root
     (CRUCIBLE_REPO_ROOTS) unless `trusted` (the local administrator's CLI)."""
-    from django.conf import settings
-
     raw = (path or "").strip()
     if not raw:
         raise ValidationError({"path": f"Give the {what}'s absolute path on the server."})
@@ -375,14 +321,12 @@ def repository_fetch(repository: Repository) -> None:
 def project_ping(user: Any, project: Project) -> None:
     """Ask a worker to answer with an event: proves broker, worker and live push work."""
     access.require(user, access.OPERATOR, project)
-    from runtime_app.tasks import project_ping_reply
-
     with transaction.atomic():
         event = event_emit(
             project, "project", project.pk, "worker.ping",
             {"message": f"{user.get_username()} pinged the workers"},
         )
-        transaction.on_commit(lambda: project_ping_reply.delay(event.pk))
+        transaction.on_commit(lambda: task_send("runtime_app.tasks.project_ping_reply", event.pk))
 
 
 def project_ping_answer(ping_event_id: int, hostname: str) -> Event | None:
@@ -453,57 +397,6 @@ def worker_heartbeat_record(hostname: str) -> None:
     )
 
 
-def receipt_record(
-    receipt: Receipt, *, project: Project | None = None, subject: tuple[str, int] | None = None,
-    label: str = "", pending: ReceiptBatch | None = None,
-) -> Receipt:
-    """Write a receipt once, attached to its project and subject (e.g. ("candidate", 7)); with
-    `pending`, attach it now and write it when the batch is (its pk is None until then)."""
-    if receipt.pk is not None:
-        raise ValueError("this receipt is already written")
-    receipt.project = project
-    if subject is not None:
-        receipt.subject_type, receipt.subject_id = subject
-    receipt.label = label[:200]
-    if pending is not None:
-        pending.add(receipt)
-    else:
-        receipt.save()
-    return receipt
-
-
-class ReceiptBatch:
-    """The receipts of one batch of work (a measurement block's trials; an apply and the gate
-    after it), written together in one transaction by `write`, which callers call in a
-    `finally` so they are written whatever the step does next. A command's live tail stays
-    until its receipt exists, unless `tails_wait` is False: then it goes when the command ends
-    (a block's finished trial must not look like it is still running while the next one runs)."""
-
-    def __init__(self, *, tails_wait: bool = True) -> None:
-        self.receipts: list[Receipt] = []
-        self.tails: list[Any] = []
-        self.tails_wait = tails_wait
-
-    def add(self, receipt: Receipt) -> None:
-        self.receipts.append(receipt)
-
-    def tail_keep(self, tail: Any) -> None:
-        self.tails.append(tail)
-
-    def write(self) -> None:
-        """Write every receipt not yet written, in one transaction, then drop their tails."""
-        waiting, self.receipts = [receipt for receipt in self.receipts if receipt.pk is None], []
-        try:
-            if waiting:
-                with transaction.atomic():  # one commit for the batch, not one per receipt
-                    for receipt in waiting:
-                        receipt.save()
-        finally:
-            tails, self.tails = self.tails, []
-            for tail in tails:
-                tail.close()
-
-
 def command_run(
     command: Any, *, project: Project | None = None, subject: tuple[str, int] | None = None,
     label: str = "", note: dict[str, Any] | None = None, pending: ReceiptBatch | None = None,
@@ -513,8 +406,6 @@ def command_run(
     it to `pending`, written with its batch); `note` adds what the caller knows to its detail (a
     trial's block and position). A command with a subject has a live tail for the subject's page
     (runtime_app.tails) until its receipt exists."""
-    from runtime_app import sandbox, tails
-
     tail = tails.tail_for(subject, label)
     try:
         receipt = sandbox.run(command, tail=tail, **options)
@@ -534,11 +425,6 @@ def _patch_judge(repo_path: Any, commit: str, patch_text: bytes, name: str, rule
                  numstat: list, detail: dict[str, Any]) -> Any:
     """patch_admit's stages after the limits: the patched tree in a temporary index, the change
     policy on it, then its checkout; the worktree, or None with the refusal in `detail`."""
-    from contextlib import closing
-
-    from runtime_app.policy import policy_check
-    from runtime_app.worktrees import object_scratch, patch_stage, tree_checkout
-
     with object_scratch(repo_path) as scratch:
         try:
             tree = patch_stage(repo_path, commit, patch_text, scratch, numstat=numstat)
@@ -574,11 +460,6 @@ def patch_admit(
     out. The receipt says which stage refused it and why, path by path. Nothing the patch
     brings is written into the repository's object store.
     """
-    from datetime import UTC, datetime
-    from time import monotonic
-
-    from runtime_app.worktrees import patch_from_text
-
     # Its git calls and tree reads are one piece of work on this host: no trial runs beside it.
     with lane_hold(SHARED):
         started_at, started = datetime.now(UTC), monotonic()
