@@ -4,6 +4,8 @@ from django.apps import AppConfig
 class SearchAppConfig(AppConfig):
     name = "search_app"
     verbose_name = "Experimental search"
+    # What this app adds to the demo project (runtime_app's crucible_setup finds it here).
+    demo_setup = "search_app.demo.demo_setup"
 
     def ready(self) -> None:
         # Django's documented place to wire hooks: their module imports models.
