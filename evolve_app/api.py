@@ -25,7 +25,7 @@ from evolve_app.selectors import (
     run_by_id_for_user,
     run_report,
 )
-from runtime_app.selectors import projects_for_user
+from runtime_app.selectors import project_for_reference
 
 router = Router(tags=["evolve"])
 
@@ -214,14 +214,6 @@ class RollbackOut(Schema):
 # ---- routes
 
 
-def _project_for_user(user: Any, project: int | str) -> Any:
-    projects = projects_for_user(user)
-    found = projects.filter(**{"pk" if isinstance(project, int) else "name": project}).first()
-    if found is None:
-        raise Http404("No such project.")
-    return found
-
-
 def _workspace_errors(call: Any) -> Any:
     """A workspace the services could not read or write (a folder gone, a tag that exists) is the
     caller's to read, as a 400."""
@@ -247,7 +239,7 @@ def agent_import_preview(request: HttpRequest, body: PreviewIn):
     """What importing a folder under CRUCIBLE_REPO_ROOTS would do. A folder without manifest.yaml
     gets the manifest Crucible infers (agent type, layers, where the prompt is) and the files a
     confirmed import writes: pass `manifest` (as is or edited) to POST /api/agents/import."""
-    project = _project_for_user(request.user, body.project)
+    project = project_for_reference(request.user, body.project)
     preview = selectors.import_preview(request.user, project, body.path)
     return {**{name: getattr(preview, name) for name in ("path", "has_manifest", "manifest", "prompt_from")},
             "writes": list(preview.writes), "notes": list(preview.notes),
@@ -261,7 +253,7 @@ def agent_import(request: HttpRequest, body: ImportIn):
     and line (`errors.path`), and manifest keys Crucible does not use as `warnings`. Importing
     the same folder again returns its agent. A folder without manifest.yaml needs `manifest`
     (see POST /api/agents/preview)."""
-    project = _project_for_user(request.user, body.project)
+    project = project_for_reference(request.user, body.project)
     agent = _workspace_errors(lambda: services.agent_import(request.user, project, body.path, body.name,
                                                             manifest=body.manifest))
     warnings = selectors.agent_manifest(agent)["manifest_warnings"]

@@ -35,12 +35,19 @@ def projects_for_user(user: Any) -> QuerySet[Project]:
     return Project.objects.filter(memberships__user=user)
 
 
-def project_for_user(user: Any, project_id: int) -> Project:
-    """The project if the user may see it; otherwise 404, so outsiders learn nothing."""
-    project = projects_for_user(user).filter(pk=project_id).first()
+def project_for_reference(user: Any, reference: int | str) -> Project:
+    """The project the user may see by its id (an int) or its name (a str); otherwise 404, so
+    outsiders learn nothing. The one lookup behind the pages, the API and the CLI."""
+    field = "pk" if isinstance(reference, int) else "name"
+    project = projects_for_user(user).filter(**{field: reference}).first()
     if project is None:
         raise Http404("No such project.")
     return project
+
+
+def project_for_user(user: Any, project_id: int | str) -> Project:
+    """The project by its id (a form may give it as text) if the user may see it; otherwise 404."""
+    return project_for_reference(user, int(project_id))
 
 
 def project_memberships(project: Project) -> Any:
