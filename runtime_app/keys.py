@@ -12,8 +12,10 @@ import os
 
 from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 
+from runtime_app import access
 from runtime_app.models import ProviderKey
 from runtime_app.records import audit_record
 
@@ -21,15 +23,17 @@ VARIABLE_CHOICES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "DEEPSEEK_API_KEY", "
                     "AWS_BEARER_TOKEN_BEDROCK")
 
 
-def _fernet():
+def _fernet() -> Fernet:
     digest = hashlib.sha256(b"crucible provider keys\0" + settings.SECRET_KEY.encode()).digest()
     return Fernet(base64.urlsafe_b64encode(digest))
 
 
-def provider_key_set(user, variable: str, value: str) -> ProviderKey:
+def provider_key_set(user: AbstractBaseUser, variable: str, value: str) -> ProviderKey:
     """Store (or replace) a key; superusers only."""
-    if not (user.is_active and user.is_superuser):
-        raise PermissionDenied("Only administrators can store provider keys.")
+    try:
+        access.require(user, access.ADMINISTER)
+    except PermissionDenied:  # the rule is access's; the words say what was refused
+        raise PermissionDenied("Only administrators can store provider keys.") from None
     if variable not in VARIABLE_CHOICES:
         raise ValidationError({"variable": f"Choose one of {', '.join(VARIABLE_CHOICES)}."})
     value = (value or "").strip()

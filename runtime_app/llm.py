@@ -165,7 +165,7 @@ def _call_receipt(record: Callable[[Receipt], Receipt], *, endpoint: str, model:
                   started_at: Any, started: float, request_id: str | None, usage: Usage, cost: int,
                   price_version: str, failure: str, detail: dict) -> Receipt:
     return record(Receipt(
-        kind="llm_call", argv=[endpoint, model], started_at=started_at, finished_at=timezone.now(),
+        kind=Receipt.Kind.LLM_CALL, argv=[endpoint, model], started_at=started_at, finished_at=timezone.now(),
         duration_seconds=round(time.monotonic() - started, 6), exit_code=None if failure else 0,
         error=failure, requested_model=model, resolved_model=resolved, request_id=request_id or "",
         input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,

@@ -507,7 +507,7 @@ def webhook_delivery_attempt(delivery_id: int) -> WebhookDelivery | None:
     else:
         verdict = f"{error}; gave up" if attempt >= MAX_ATTEMPTS else error
     receipt = Receipt(
-        kind="webhook", argv=["POST", webhook.url_shown], started_at=started_at,
+        kind=Receipt.Kind.WEBHOOK, argv=["POST", webhook.url_shown], started_at=started_at,
         finished_at=datetime.now(UTC),
         duration_seconds=round(time.monotonic() - started, 6),
         exit_code=0 if delivered else (1 if status is not None else None),

@@ -1050,7 +1050,7 @@ def run(
     stdin: bytes = b"",
     readable: Sequence[str | Path] = (),
     redact_values: Iterable[str] = (),
-    kind: str = "command",
+    kind: str = Receipt.Kind.COMMAND,
     writable: bool = True,
     cancel: threading.Event | None = None,
     fresh: bool = False,

@@ -33,6 +33,7 @@ from runtime_app.models import (
     WorkerHeartbeat,
 )
 from runtime_app.policy import policy_check
+from runtime_app.presenters import NAME_MAX_LENGTH, names_rule
 from runtime_app.queue import task_send
 
 # Re-exported: callers write records through services.
@@ -46,7 +47,7 @@ from runtime_app.worktrees import object_scratch, patch_from_text, patch_stage, 
 
 logger = logging.getLogger(__name__)
 
-PROJECT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,95}$")
+PROJECT_NAME_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9 ._-]{{0,{NAME_MAX_LENGTH - 1}}}$")
 TOKEN_PREFIX = "crc_"  # noqa: S105  (a marker, not a secret)
 
 
@@ -56,8 +57,7 @@ def project_create(user: Any, name: str, description: str = "") -> Project:
     name = (name or "").strip()
     if not PROJECT_NAME_RE.match(name):
         raise ValidationError(
-            {"name": "Use 1–96 letters, digits, spaces, dots, dashes or underscores, "
-             "starting with a letter or digit."}
+            {"name": f"Use {names_rule()}, starting with a letter or digit."}
         )
     if Project.objects.filter(name__iexact=name).exists():
         raise ValidationError({"name": f"A project named {name!r} already exists."})
@@ -272,8 +272,7 @@ def repository_register(
 
 def _repository_name(name: str) -> str:
     if not PROJECT_NAME_RE.match(name.strip()):
-        raise ValidationError({"name": f"{name.strip()!r} cannot be a repository name. Use 1–96 letters, "
-                                       "digits, spaces, dots, dashes or underscores."})
+        raise ValidationError({"name": f"{name.strip()!r} cannot be a repository name. Use {names_rule()}."})
     return name.strip()
 
 
@@ -477,7 +476,7 @@ def patch_admit(
         else:
             worktree = _patch_judge(repo_path, commit, patch_text, name, rules, patch.numstat, detail)
         receipt = Receipt(
-            kind="apply", argv=["git", "apply", "--cached"], cwd=".",
+            kind=Receipt.Kind.APPLY, argv=["git", "apply", "--cached"], cwd=".",
             started_at=started_at, finished_at=datetime.now(UTC),
             duration_seconds=round(monotonic() - started, 6),
             exit_code=0 if worktree is not None else 1, detail=detail,

@@ -51,6 +51,7 @@ from dulwich.objects import Commit
 
 from runtime_app.lane import SHARED, lane_hold
 from runtime_app.policy import PatchLimits
+from runtime_app.presenters import short_sha
 from runtime_app.repository import GitError, ref_resolve, repo_open
 
 GIT_TIMEOUT_SECONDS = 300.0
@@ -514,7 +515,7 @@ def patched_tree(
             try:
                 git_run(["apply", "--cached", "--binary", "-"], cwd=repo_path, env=env, stdin=patch_text)
             except GitError as error:
-                raise GitError(f"it does not apply to {sha[:12]} ({error})") from None
+                raise GitError(f"it does not apply to {short_sha(sha)} ({error})") from None
         return git_run(["write-tree"], cwd=repo_path, env=env).decode().strip()
 
 

@@ -72,6 +72,7 @@ from evolve_app.services import (
 )
 from evolve_app.workspace import WorkspaceError
 from runtime_app.cli import CrucibleCommand, console_for, printable
+from runtime_app.presenters import short_sha
 from runtime_app.selectors import page_url
 from runtime_app.templatetags.crucible_dates import when
 
@@ -396,7 +397,7 @@ class Command(CrucibleCommand):
         for column in ("tag", "cycle", "commit", "date", "message"):
             table.add_column(column, overflow="fold")
         for version in report["versions"]:
-            table.add_row(version["tag"], str(version["cycle"]), version["sha"][:12],
+            table.add_row(version["tag"], str(version["cycle"]), short_sha(version["sha"]),
                           when(version["date"]), printable(version["message"]))
         console.print(table)
         curve = Table(title="score curve", title_justify="left")

@@ -40,11 +40,13 @@ from rich.table import Table
 
 from runtime_app.cli import CrucibleCommand, console_for, printable
 from runtime_app.git import GitError, repo_open
+from runtime_app.presenters import short_sha
 from runtime_app.prices import usd_text
 from runtime_app.selectors import page_url, receipts_for_user
 from runtime_app.services import repository_register, server_path_check
 from search_app.execution import search_spec
 from search_app.forecast import Forecast
+from search_app.models import Approval, Merge, SearchRun, Step
 from search_app.preflight import provider_problems
 from search_app.reference import REFERENCE_PATH, spec_reference_markdown
 from search_app.selectors import (
@@ -137,7 +139,7 @@ class Command(CrucibleCommand):
             decide.add_argument("--user", default=None, help="who decides (default: the admin account)")
         merge = actions.add_parser("merge", help="commit the approved winner onto a branch (never pushed)")
         merge.add_argument("search_id", help="e.g. search-1a2b3c4d5e6f7a8b")
-        merge.add_argument("--target", choices=["new_branch", "existing_branch"], default="new_branch",
+        merge.add_argument("--target", choices=Merge.Target.values, default=Merge.Target.NEW_BRANCH,
                            help="a new branch (default) or an existing one still at the baseline")
         merge.add_argument("--branch", default="",
                            help="the branch (default for a new one: crucible/<search-id>)")
@@ -302,7 +304,7 @@ class Command(CrucibleCommand):
             return
         console = console_for(self.stdout._out)
         console.print(f"[bold]{printable(search.name)}[/] {search.search_id} "
-                      f"at {search.baseline_commit[:12]}")
+                      f"at {short_sha(search.baseline_commit)}")
         with Live(console=console, refresh_per_second=4, transient=True) as live:
             search_run_inline(search, progress=lambda run: live.update(_progress(search, run)))
         report = search_run_report(search)
@@ -399,13 +401,14 @@ class Command(CrucibleCommand):
                 line = (f"{search_id}: merged {merge.candidate.candidate_id} onto {merge.branch} as "
                         f"{merge.commit_sha} (not pushed)")
             else:
-                decision = "approve" if action == "approve" else "request_changes"
+                decision = (Approval.Decision.APPROVE if action == "approve"
+                            else Approval.Decision.REQUEST_CHANGES)
                 approval = approval_record(user, candidate, decision, options["patch_sha256"],
                                            options["note"])
                 state = approval_state(candidate)
-                verb = "approved" if decision == "approve" else "requested changes to"
+                verb = "approved" if decision == Approval.Decision.APPROVE else "requested changes to"
                 line = (f"{search_id}: {user} {verb} {candidate.candidate_id} (patch "
-                        f"{approval.patch_sha256[:12]}); {state['blocker'] or 'ready to merge.'}")
+                        f"{short_sha(approval.patch_sha256)}); {state['blocker'] or 'ready to merge.'}")
         except ValidationError as error:
             self.fail([" ".join(error.messages)], 1)
         except PermissionDenied as error:
@@ -485,9 +488,10 @@ def _progress(search: Any, run: Any) -> Any:
     for state in search.candidates.exclude(number=0).values_list("state", flat=True):
         counts[state] = counts.get(state, 0) + 1
     table = Table(show_header=False, box=None)
-    table.add_row("phase", f"{run.phase}, round {run.round_index}" if run.phase == "rounds" else run.phase)
+    in_rounds = run.phase == SearchRun.Phase.ROUNDS
+    table.add_row("phase", f"{run.phase}, round {run.round_index}" if in_rounds else run.phase)
     table.add_row("candidates", ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
-    live = search.steps.filter(state="running").select_related("candidate")
+    live = search.steps.filter(state=Step.State.RUNNING).select_related("candidate")
     table.add_row("running", ", ".join(f"{s.kind} {s.candidate.candidate_id}" for s in live) or "—")
     if run.budget_cost_microusd or run.budget_tokens:
         ceiling = usd_text(run.budget_cost_microusd) if run.budget_cost_microusd else "∞"
@@ -502,7 +506,8 @@ def _outcome_table(report: dict) -> Any:
     if report["winner"]:
         title += f" — {report['winner']} ({report['winner_status'] or 'awaiting approval'})"
     if report.get("elapsed_text"):
-        took = "running for" if report["status"] in ("running", "cancelling") else "took"
+        going = report["status"] in (SearchRun.Status.RUNNING, SearchRun.Status.CANCELLING)
+        took = "running for" if going else "took"
         title += f"; {took} {report['elapsed_text']}"
         title += f", {report['eta_text']}" if report.get("eta_text") else ""
     # Whoever reads a score here also reads who measured it (docs/sandbox.md, the score contract).
