@@ -10,6 +10,7 @@ from typing import Any, NoReturn, TypeVar
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import BaseCommand
 from django.core.serializers.json import DjangoJSONEncoder
@@ -61,7 +62,7 @@ class CrucibleCommand(BaseCommand):
             self.stderr.write(printable(line), style_func=lambda text: text)
         raise SystemExit(code)
 
-    def user_get(self, username: str | None) -> Any:
+    def user_get(self, username: str | None) -> AbstractBaseUser:
         """The account named `username` (who acts; None: the admin account), or exit 1."""
         username = username or settings.CONFIG.admin_username
         user = get_user_model().objects.filter(username=username).first()
@@ -69,7 +70,7 @@ class CrucibleCommand(BaseCommand):
             self.fail([f"no user named {username!r}: pass --user with an existing account"])
         return user
 
-    def project_get(self, user: Any, name: str, *, missing: str = "") -> Project:
+    def project_get(self, user: AbstractBaseUser, name: str, *, missing: str = "") -> Project:
         """The project named `name` that `user` may see, or exit 1 with `missing` (by default:
         create it first or pass --project)."""
         try:

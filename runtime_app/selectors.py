@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Max, QuerySet
 from django.http import Http404
 from dulwich.errors import ChecksumMismatch, ObjectFormatException, ObjectMissing
@@ -35,7 +36,7 @@ def projects_for_user(user: Any) -> QuerySet[Project]:
     return Project.objects.filter(memberships__user=user)
 
 
-def project_for_reference(user: Any, reference: int | str) -> Project:
+def project_for_reference(user: AbstractBaseUser | AnonymousUser, reference: int | str) -> Project:
     """The project the user may see by its id (an int) or its name (a str); otherwise 404, so
     outsiders learn nothing. The one lookup behind the pages, the API and the CLI."""
     field = "pk" if isinstance(reference, int) else "name"
