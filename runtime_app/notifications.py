@@ -30,6 +30,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
+from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.mail import send_mail
 from django.core.validators import validate_email
@@ -70,14 +71,16 @@ subject_label_register(RECEIPT_SUBJECT, _delivery_labels)
 # ------------------------------------------------------------------------------------ settings
 
 
-def notification_setting_for(user: Any) -> NotificationSetting:
+def notification_setting_for(user: AbstractUser) -> NotificationSetting:
     """The user's settings; unsaved defaults (everything on) when they never changed them."""
     found = NotificationSetting.objects.filter(user=user).first()
     return found or NotificationSetting(user=user)
 
 
-def notification_setting_update(user: Any, *, email_address: str, email: bool, approval_waiting: bool,
-                                search_done: bool, replies: bool) -> NotificationSetting:
+def notification_setting_update(
+    user: AbstractUser, *, email_address: str, email: bool, approval_waiting: bool, search_done: bool,
+    replies: bool,
+) -> NotificationSetting:
     """Save what the user wants to hear about and the address emails go to."""
     email_address = (email_address or "").strip()
     if email_address:
@@ -98,7 +101,7 @@ def notification_setting_update(user: Any, *, email_address: str, email: bool, a
     return setting
 
 
-def _wants(user: Any, topic: str, settings_by_user: dict[int, NotificationSetting]) -> bool:
+def _wants(user: AbstractUser, topic: str, settings_by_user: dict[int, NotificationSetting]) -> bool:
     setting = settings_by_user.get(user.pk) or NotificationSetting(user=user)
     return setting.email and getattr(setting, topic)
 
@@ -107,7 +110,8 @@ def _wants(user: Any, topic: str, settings_by_user: dict[int, NotificationSettin
 
 
 def notification_send(project: Project | int, topic: str, recipients: Any, subject: str, text: str, url: str,
-                      *, actor: Any = None, event_kind: str = "", webhooks: bool = True) -> dict[str, Any]:
+                      *, actor: AbstractUser | None = None, event_kind: str = "",
+                      webhooks: bool = True) -> dict[str, Any]:
     """Tell `recipients` (by email, where their settings allow and they have an address) and the
     project's active webhooks (unless `webhooks` is False: another call tells them of the same
     thing) that something happened. `actor`, who did it, is never told of their own action.
@@ -331,12 +335,12 @@ def webhook_url_check(url: str) -> Target:
 # ------------------------------------------------------------------------------ webhooks (admin)
 
 
-def _require_project_admin(user: Any, project: Project) -> None:
+def _require_project_admin(user: AbstractUser, project: Project) -> None:
     """Who may manage a project's webhooks: its project admins (and superusers)."""
     access.require(user, access.ADMIN, project)
 
 
-def project_admin_is(user: Any, project: Project) -> bool:
+def project_admin_is(user: AbstractUser, project: Project) -> bool:
     try:
         _require_project_admin(user, project)
     except PermissionDenied:
@@ -344,7 +348,8 @@ def project_admin_is(user: Any, project: Project) -> bool:
     return True
 
 
-def webhook_create(user: Any, project: Project, name: str, url: str, secret: str = "") -> tuple[Webhook, str]:
+def webhook_create(user: AbstractUser, project: Project, name: str, url: str,
+                   secret: str = "") -> tuple[Webhook, str]:
     """Add a webhook; with no secret given Crucible makes one. Returns the webhook and the
     secret to show once if Crucible made it (else ""): it is never shown again."""
     _require_project_admin(user, project)
@@ -372,7 +377,7 @@ def webhook_create(user: Any, project: Project, name: str, url: str, secret: str
     return webhook, generated
 
 
-def webhook_deactivate(user: Any, webhook: Webhook) -> Webhook:
+def webhook_deactivate(user: AbstractUser, webhook: Webhook) -> Webhook:
     """Stop sending to a webhook; its pending deliveries fail at their next attempt."""
     _require_project_admin(user, webhook.project)
     if webhook.active:
@@ -384,7 +389,7 @@ def webhook_deactivate(user: Any, webhook: Webhook) -> Webhook:
     return webhook
 
 
-def webhook_delete(user: Any, webhook: Webhook) -> None:
+def webhook_delete(user: AbstractUser, webhook: Webhook) -> None:
     """Remove a webhook and its deliveries (their receipts stay)."""
     _require_project_admin(user, webhook.project)
     with transaction.atomic():
