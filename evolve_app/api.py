@@ -24,7 +24,7 @@ from evolve_app.selectors import (
     run_by_id_for_user,
     run_report,
 )
-from runtime_app.selectors import projects_for_user
+from runtime_app.selectors import project_for_reference
 
 router = Router(tags=["evolve"])
 
@@ -213,12 +213,6 @@ class RollbackOut(Schema):
 # ---- routes
 
 
-def _project_for_user(user: Any, project: int | str) -> Any:
-    projects = projects_for_user(user)
-    found = projects.filter(**{"pk" if isinstance(project, int) else "name": project}).first()
-    if found is None:
-        raise Http404("No such project.")
-    return found
 
 
 @router.get("/agents", response=list[AgentOut])
@@ -235,7 +229,7 @@ def agent_import_preview(request: HttpRequest, body: PreviewIn):
     """What importing a folder under CRUCIBLE_REPO_ROOTS would do. A folder without manifest.yaml
     gets the manifest Crucible infers (agent type, layers, where the prompt is) and the files a
     confirmed import writes: pass `manifest` (as is or edited) to POST /api/agents/import."""
-    project = _project_for_user(request.user, body.project)
+    project = project_for_reference(request.user, body.project)
     preview = selectors.import_preview(request.user, project, body.path)
     return {**{name: getattr(preview, name) for name in ("path", "has_manifest", "manifest", "prompt_from")},
             "writes": list(preview.writes), "notes": list(preview.notes),
@@ -249,7 +243,7 @@ def agent_import(request: HttpRequest, body: ImportIn):
     and line (`errors.path`), and manifest keys Crucible does not use as `warnings`. Importing
     the same folder again returns its agent. A folder without manifest.yaml needs `manifest`
     (see POST /api/agents/preview)."""
-    project = _project_for_user(request.user, body.project)
+    project = project_for_reference(request.user, body.project)
     agent = services.agent_import(request.user, project, body.path, body.name, manifest=body.manifest)
     warnings = selectors.agent_manifest(agent)["manifest_warnings"]
     return Status(201, {**agent_summary(agent), "warnings": [str(warning) for warning in warnings]})

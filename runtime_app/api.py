@@ -11,6 +11,7 @@ from ninja import Field, Query, Router, Schema, Status
 
 from runtime_app import access, selectors, services
 from runtime_app.health import health_status
+from runtime_app.presenters import NAME_MAX_LENGTH
 
 router = Router(tags=["runtime"])
 
@@ -23,7 +24,7 @@ class ProjectOut(Schema):
 
 
 class ProjectIn(Schema):
-    name: str = Field(..., max_length=96)
+    name: str = Field(..., max_length=NAME_MAX_LENGTH)
     description: str = Field("", max_length=2000)
 
 
@@ -179,7 +180,7 @@ class RepositoryIn(Schema):
     path: str = Field("", max_length=1000, description="a clone on the server, under CRUCIBLE_REPO_ROOTS")
     url: str = Field("", max_length=1000, description="or a git URL under CRUCIBLE_REPO_URLS, which the "
                      "server clones")
-    name: str = Field("", max_length=96)
+    name: str = Field("", max_length=NAME_MAX_LENGTH)
 
 
 class RepositoryOut(Schema):

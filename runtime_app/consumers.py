@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -140,8 +141,6 @@ class EventConsumer(AsyncWebsocketConsumer):
 
 
 def _query_last_id(query_string: bytes) -> int | None:
-    from urllib.parse import parse_qs
-
     values = parse_qs(query_string.decode("latin-1")).get("last_id")
     try:
         value = int(values[0]) if values else None

@@ -41,12 +41,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.db import connections
+
 from runtime_app import llm
+from runtime_app.keys import provider_key
 from runtime_app.prices import Usage
+from runtime_app.sandbox import FORWARDER_NAME, SOCKET_NAME, sandbox_identity
 
 logger = logging.getLogger(__name__)
-SOCKET_NAME = "proxy.sock"
-FORWARDER_NAME = "forwarder.py"
 FORWARDER_SOURCE = Path(__file__).resolve().parent / "egress_forwarder.py"
 MAX_REQUEST_BYTES = 32 << 20
 MAX_JSON_RESPONSE_BYTES = 64 << 20  # a non-streaming answer is read whole to check it and its usage
@@ -240,9 +242,6 @@ class EgressProxy:
         return self.socket_path.parent / FORWARDER_NAME
 
     def start(self) -> EgressProxy:
-        from runtime_app.keys import provider_key
-        from runtime_app.sandbox import sandbox_identity
-
         if self.key_variable:
             self._key = provider_key(self.key_variable)
             if not self._key:
@@ -433,8 +432,6 @@ class EgressProxy:
                 connection.close()
 
     def price(self, model: str, resolved: str, usage: Usage) -> tuple[int, str]:
-        from django.db import connections
-
         try:
             return llm._priced(self.price_model or model, self.price_model or resolved, usage)
         finally:

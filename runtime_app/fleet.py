@@ -8,8 +8,13 @@ when the provider's model listing is not reachable.
 from __future__ import annotations
 
 import ipaddress
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
 
 EFFORTS = ("off", "low", "medium", "high", "max")  # what `reasoning_effort` may say
 
@@ -39,15 +44,11 @@ class Preset:
     egress_env: dict[str, str] = field(default_factory=dict)
 
     def base_url(self) -> str | None:
-        import os
-
         return (os.environ.get(self.base_url_variable) if self.base_url_variable else None) or \
             self.default_base_url or None
 
     def cli_path(self) -> Path:
         """The agent CLI's executable with every symlink resolved (the sandbox sees real paths)."""
-        from django.conf import settings
-
         return (Path(settings.CONFIG.agent_cli_dir) / self.cli).resolve()
 
     def cli_argv(self, model: str) -> list[str]:
@@ -126,14 +127,18 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+def _managed_presets() -> Any:
+    """The administrators' presets (runtime_app.models.ProviderPreset), looked up in the app
+    registry: the models build a Preset from this module, so it does not import them back."""
+    return apps.get_model("runtime_app", "ProviderPreset")
+
+
 def preset_get(name: str) -> Preset | None:
     """A built-in preset, or an administrator's from the database; None if there is neither."""
     if name in PRESETS:
         return PRESETS[name]
     try:
-        from runtime_app.models import ProviderPreset
-
-        row = ProviderPreset.objects.filter(name=name).first()
+        row = _managed_presets().objects.filter(name=name).first()
     except Exception:  # no database here (pure validation, or before migrate): built-ins only
         return None
     return row.as_preset() if row is not None else None
@@ -142,9 +147,7 @@ def preset_get(name: str) -> Preset | None:
 def preset_names() -> list[str]:
     """Every preset a spec may name: the built-ins, then the administrators' (if reachable)."""
     try:
-        from runtime_app.models import ProviderPreset
-
-        managed = list(ProviderPreset.objects.order_by("name").values_list("name", flat=True))
+        managed = list(_managed_presets().objects.order_by("name").values_list("name", flat=True))
     except Exception:  # no database here: built-ins only
         managed = []
     return [*PRESETS, *managed]

@@ -1,10 +1,14 @@
 """Forms collect input; the services hold the rules and raise ValidationError."""
 
+from urllib.parse import urlencode
+
 from django import forms
+
+from runtime_app.presenters import NAME_MAX_LENGTH
 
 
 class ProjectForm(forms.Form):
-    name = forms.CharField(max_length=96)
+    name = forms.CharField(max_length=NAME_MAX_LENGTH)
     description = forms.CharField(max_length=2000, required=False, widget=forms.Textarea(
         attrs={"rows": 2}))
 
@@ -40,7 +44,7 @@ class RepositoryForm(forms.Form):
     url = forms.CharField(max_length=1000, label="or git URL", required=False,
                           help_text="A remote under an allowed prefix (CRUCIBLE_REPO_URLS): the server "
                           "clones it, fetches it before each freeze and pushes merges back to it.")
-    name = forms.CharField(max_length=96, required=False,
+    name = forms.CharField(max_length=NAME_MAX_LENGTH, required=False,
                            help_text="Defaults to the directory's or the URL's last name.")
 
     def __init__(self, *args, projects=(), **kwargs):
@@ -105,8 +109,6 @@ class AuditFilterForm(forms.Form):
 
     def query(self, **extra) -> str:
         """The filter as a query string of its valid, set fields, plus `extra`."""
-        from urllib.parse import urlencode
-
         values = {name: value.isoformat() if hasattr(value, "isoformat") else value
                   for name, value in self.filters().items()}
         return urlencode({**values, **{key: value for key, value in extra.items() if value}})

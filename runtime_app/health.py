@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from crucible.celery import app as celery_app
 from runtime_app.models import WorkerHeartbeat
 
 # A worker whose beat (every 10 s) is older than this is reported as missing.
@@ -33,9 +34,7 @@ def _database() -> dict[str, Any]:
 
 
 def _broker() -> dict[str, Any]:
-    from crucible.celery import app
-
-    with app.connection_for_write() as conn:
+    with celery_app.connection_for_write() as conn:
         conn.ensure_connection(max_retries=1, timeout=2)
         transport = conn.transport_cls
     return {"transport": str(transport)}

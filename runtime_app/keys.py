@@ -10,28 +10,30 @@ import base64
 import hashlib
 import os
 
+from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 
+from runtime_app import access
 from runtime_app.models import ProviderKey
+from runtime_app.records import audit_record
 
 VARIABLE_CHOICES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "DEEPSEEK_API_KEY", "LOCAL_LLM_API_KEY",
                     "AWS_BEARER_TOKEN_BEDROCK")
 
 
-def _fernet():
-    from cryptography.fernet import Fernet
-
+def _fernet() -> Fernet:
     digest = hashlib.sha256(b"crucible provider keys\0" + settings.SECRET_KEY.encode()).digest()
     return Fernet(base64.urlsafe_b64encode(digest))
 
 
-def provider_key_set(user, variable: str, value: str) -> ProviderKey:
+def provider_key_set(user: AbstractBaseUser, variable: str, value: str) -> ProviderKey:
     """Store (or replace) a key; superusers only."""
-    from runtime_app.services import audit_record
-
-    if not (user.is_active and user.is_superuser):
-        raise PermissionDenied("Only administrators can store provider keys.")
+    try:
+        access.require(user, access.ADMINISTER)
+    except PermissionDenied:  # the rule is access's; the words say what was refused
+        raise PermissionDenied("Only administrators can store provider keys.") from None
     if variable not in VARIABLE_CHOICES:
         raise ValidationError({"variable": f"Choose one of {', '.join(VARIABLE_CHOICES)}."})
     value = (value or "").strip()
@@ -48,8 +50,6 @@ def provider_key_set(user, variable: str, value: str) -> ProviderKey:
 
 def provider_key(variable: str) -> str | None:
     """The key for `variable`: the environment's, else the stored one, else None."""
-    from cryptography.fernet import InvalidToken
-
     if os.environ.get(variable):
         return os.environ[variable]
     stored = ProviderKey.objects.filter(variable=variable).first()

@@ -13,6 +13,7 @@ the preset's URL for the server) and never enter a receipt, an event, a sandbox 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import threading
@@ -23,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
+from runtime_app.keys import provider_key
 from runtime_app.models import Receipt
 from runtime_app.prices import Usage, cost_microusd, price_for
 
@@ -56,8 +59,6 @@ def account_slot(account: str, limit: int = 0, cancel: threading.Event | None = 
 
     Threads share a semaphore and processes on this machine share `limit` lock files, so every
     worker process together keeps to the limit; the kernel frees a killed process's lock."""
-    from django.conf import settings
-
     size = limit or settings.CONFIG.provider_concurrency
     with _limits_lock:
         threads = _limits.setdefault(f"{account}/{size}", threading.BoundedSemaphore(size))
@@ -90,9 +91,7 @@ def account_slot(account: str, limit: int = 0, cancel: threading.Event | None = 
 
 
 def anthropic_client(base_url: str | None = None, key_variable: str | None = None) -> Any:
-    import anthropic
-
-    from runtime_app.keys import provider_key
+    import anthropic  # about 2 s to import: loaded by the first call, not at every start-up
 
     return anthropic.Anthropic(
         api_key=provider_key(key_variable or "ANTHROPIC_API_KEY") or "missing-key",
@@ -166,7 +165,7 @@ def _call_receipt(record: Callable[[Receipt], Receipt], *, endpoint: str, model:
                   started_at: Any, started: float, request_id: str | None, usage: Usage, cost: int,
                   price_version: str, failure: str, detail: dict) -> Receipt:
     return record(Receipt(
-        kind="llm_call", argv=[endpoint, model], started_at=started_at, finished_at=timezone.now(),
+        kind=Receipt.Kind.LLM_CALL, argv=[endpoint, model], started_at=started_at, finished_at=timezone.now(),
         duration_seconds=round(time.monotonic() - started, 6), exit_code=None if failure else 0,
         error=failure, requested_model=model, resolved_model=resolved, request_id=request_id or "",
         input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
@@ -181,7 +180,7 @@ def anthropic_call(
     thinking: dict | None = None, account: str = "anthropic", account_limit: int = 0, price_model: str = "",
 ) -> Reply:
     """One Messages call with retries; its receipt is written through `record` either way."""
-    import anthropic
+    import anthropic  # about 2 s to import: loaded by the first call, not at every start-up
 
     started_at, started = timezone.now(), time.monotonic()
     options: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "system": system,
@@ -217,9 +216,7 @@ def anthropic_call(
 def bedrock_client(base_url: str | None = None) -> Any:
     """Bedrock through the anthropic SDK: a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK) if set,
     else SigV4 with the standard AWS credentials (environment, profile, instance role)."""
-    import anthropic
-
-    from runtime_app.keys import provider_key
+    import anthropic  # about 2 s to import: loaded by the first call, not at every start-up
 
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     return anthropic.AnthropicBedrock(
@@ -229,9 +226,7 @@ def bedrock_client(base_url: str | None = None) -> Any:
 
 
 def openai_client(base_url: str | None = None, api_key_variable: str = "OPENAI_API_KEY") -> Any:
-    import openai
-
-    from runtime_app.keys import provider_key
+    import openai  # loaded by the first call, not at every start-up
 
     return openai.OpenAI(
         api_key=provider_key(api_key_variable) or "missing-key",
@@ -246,7 +241,7 @@ def openai_call(
     price_model: str = "",
 ) -> Reply:
     """One chat-completions call (any OpenAI-compatible server) with the same retries and receipt."""
-    import openai
+    import openai  # loaded by the first call, not at every start-up
 
     started_at, started = timezone.now(), time.monotonic()
     options: dict[str, Any] = {"model": model, "messages": messages, "max_completion_tokens": max_tokens}
@@ -343,8 +338,6 @@ class ToolChat:
 
     def prompt_bytes(self) -> int:
         """An upper bound of the next call's input tokens (a token is at least one byte)."""
-        import json
-
         return len(json.dumps([self.system, self.messages, self.tools]).encode())
 
     def turn(self, record: Callable[[Receipt], Receipt],
@@ -373,8 +366,6 @@ class ToolChat:
         uses = []
         for call in calls:
             try:
-                import json
-
                 arguments = json.loads(call.function.arguments or "{}")
             except ValueError:
                 arguments = "(arguments that are not JSON)"
@@ -384,8 +375,6 @@ class ToolChat:
     def transcript(self, limit: int = 4000) -> list[dict[str, str]]:
         """The conversation after the prompt, provider-neutral, each entry's text capped at `limit`:
         [{"role": "assistant" | "tool_call" | "tool_result" | "thinking", "text": ...}, ...]."""
-        import json
-
         def entry(role: str, text: Any) -> dict[str, str]:
             text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
             return {"role": role, "text": text if len(text) <= limit else text[:limit] + " …"}

@@ -32,6 +32,7 @@ from pathlib import Path
 from django.conf import settings
 
 from runtime_app.git import GitError, repo_open
+from runtime_app.presenters import short_sha
 from runtime_app.worktrees import git_run
 
 FETCH_USER = "crucible"
@@ -86,7 +87,8 @@ def repository_local(repository_path: str, commit: str, *, search_pk: int, searc
         return repository_path
     if not settings.CONFIG.git_url:
         raise MirrorError(
-            f"{repository_path} does not exist on this host (or does not hold the baseline {commit[:12]}), "
+            f"{repository_path} does not exist on this host (or does not hold the baseline "
+            f"{short_sha(commit)}), "
             "and CRUCIBLE_GIT_URL is not set: give workers the repository at that path, or set "
             "CRUCIBLE_GIT_URL to the web node's URL so they fetch the baseline from it"
         )
@@ -97,7 +99,7 @@ def repository_local(repository_path: str, commit: str, *, search_pk: int, searc
         if not holds(mirror, commit):
             _fetch(mirror, search_pk, search_id)
         if not holds(mirror, commit):
-            raise MirrorError(f"{fetch_url(search_id)} did not serve the baseline {commit[:12]}")
+            raise MirrorError(f"{fetch_url(search_id)} did not serve the baseline {short_sha(commit)}")
     return str(mirror)
 
 

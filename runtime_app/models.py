@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
+
+from runtime_app.fleet import EFFORTS, PRESETS, Preset
+from runtime_app.presenters import NAME_MAX_LENGTH
 
 
 class Project(models.Model):
     """A team's space: repositories, searches and agents belong to one project."""
 
-    name = models.CharField(max_length=96, unique=True)
+    name = models.CharField(max_length=NAME_MAX_LENGTH, unique=True)
     description = models.TextField(blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
@@ -59,7 +65,7 @@ class Repository(models.Model):
     or by a git URL the web node keeps a clone of at `path` (runtime_app.remotes)."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="repositories")
-    name = models.CharField(max_length=96)
+    name = models.CharField(max_length=NAME_MAX_LENGTH)
     path = models.CharField(max_length=1000)
     remote_url = models.CharField(max_length=1000, blank=True, default="",
                                   help_text="the git URL it was registered by, if not by path")
@@ -179,16 +185,20 @@ class Receipt(models.Model):
     appear here: env values are not stored and declared secret values are redacted from output.
     """
 
-    KINDS = [
-        ("command", "command"), ("apply", "patch apply"), ("extract", "patch extract"),
-        ("policy", "change policy"), ("llm_call", "LLM call"), ("merge", "merge"),
-        ("review", "review"), ("webhook", "webhook delivery"),
-    ]
+    class Kind(models.TextChoices):
+        COMMAND = "command", "command"
+        APPLY = "apply", "patch apply"
+        EXTRACT = "extract", "patch extract"
+        POLICY = "policy", "change policy"
+        LLM_CALL = "llm_call", "LLM call"
+        MERGE = "merge", "merge"
+        REVIEW = "review", "review"
+        WEBHOOK = "webhook", "webhook delivery"
 
     project = models.ForeignKey(
         Project, null=True, blank=True, on_delete=models.CASCADE, related_name="receipts"
     )
-    kind = models.CharField(max_length=16, choices=KINDS)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
     subject_type = models.CharField(max_length=32, blank=True)
     subject_id = models.BigIntegerField(null=True, blank=True)
     label = models.CharField(max_length=200, blank=True, help_text="e.g. cand_007 gate 1")
@@ -328,14 +338,16 @@ class ProviderPreset(models.Model):
     """An administrator's provider preset: a name specs can use for a provider, server, model
     and limits (beside the built-in presets in runtime_app/fleet.py)."""
 
-    KINDS = [
-        ("anthropic", "Anthropic"), ("bedrock", "AWS Bedrock"), ("openai-compatible", "OpenAI-compatible"),
-    ]
-    KEY_DEFAULTS = {"anthropic": "ANTHROPIC_API_KEY", "bedrock": "AWS_BEARER_TOKEN_BEDROCK",
-                    "openai-compatible": "OPENAI_API_KEY"}
+    class Kind(models.TextChoices):
+        ANTHROPIC = "anthropic", "Anthropic"
+        BEDROCK = "bedrock", "AWS Bedrock"
+        OPENAI_COMPATIBLE = "openai-compatible", "OpenAI-compatible"
+
+    KEY_DEFAULTS = {Kind.ANTHROPIC: "ANTHROPIC_API_KEY", Kind.BEDROCK: "AWS_BEARER_TOKEN_BEDROCK",
+                    Kind.OPENAI_COMPATIBLE: "OPENAI_API_KEY"}
 
     name = models.SlugField(max_length=40, unique=True, help_text="what a spec's worker.provider names")
-    kind = models.CharField(max_length=20, choices=KINDS)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
     model = models.CharField(max_length=200, blank=True, help_text="the model when a spec names none")
     base_url = models.URLField(blank=True, help_text="the provider's server; empty: the kind's default")
     key_variable = models.CharField(
@@ -359,10 +371,6 @@ class ProviderPreset(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
-        from runtime_app.fleet import EFFORTS, PRESETS
-
         if self.name in PRESETS:
             raise ValidationError({"name": f"{self.name!r} is a built-in preset; choose another name."})
         if self.concurrency < 1:
@@ -376,8 +384,6 @@ class ProviderPreset(models.Model):
         return [part.strip() for part in self.efforts.split(",") if part.strip()]
 
     def as_preset(self):
-        from runtime_app.fleet import Preset
-
         return Preset(
             self.name, self.kind, self.description or f"{self.get_kind_display()} preset",
             key_variable=self.key_variable or self.KEY_DEFAULTS[self.kind],
@@ -434,8 +440,6 @@ class Webhook(models.Model):
     def url_shown(self) -> str:
         """The URL without what may be a credential: scheme, host and port, the path elided
         (a Slack URL's path is its token)."""
-        from urllib.parse import urlsplit
-
         parts = urlsplit(self.url)
         host = parts.hostname or ""
         host = f"[{host}]" if ":" in host else host

@@ -28,7 +28,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
+from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
+from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.mail import send_mail
 from django.core.validators import validate_email
@@ -38,6 +40,8 @@ from django.utils import timezone
 
 from runtime_app import access
 from runtime_app.models import NotificationSetting, Project, Receipt, Webhook, WebhookDelivery
+from runtime_app.queue import task_send
+from runtime_app.records import audit_record, receipt_record
 from runtime_app.subjects import subject_label_register
 
 logger = logging.getLogger(__name__)
@@ -67,14 +71,16 @@ subject_label_register(RECEIPT_SUBJECT, _delivery_labels)
 # ------------------------------------------------------------------------------------ settings
 
 
-def notification_setting_for(user: Any) -> NotificationSetting:
+def notification_setting_for(user: AbstractUser) -> NotificationSetting:
     """The user's settings; unsaved defaults (everything on) when they never changed them."""
     found = NotificationSetting.objects.filter(user=user).first()
     return found or NotificationSetting(user=user)
 
 
-def notification_setting_update(user: Any, *, email_address: str, email: bool, approval_waiting: bool,
-                                search_done: bool, replies: bool) -> NotificationSetting:
+def notification_setting_update(
+    user: AbstractUser, *, email_address: str, email: bool, approval_waiting: bool, search_done: bool,
+    replies: bool,
+) -> NotificationSetting:
     """Save what the user wants to hear about and the address emails go to."""
     email_address = (email_address or "").strip()
     if email_address:
@@ -84,8 +90,6 @@ def notification_setting_update(user: Any, *, email_address: str, email: bool, a
             raise ValidationError({"email_address": f"{email_address!r} is not an email address."}) from None
     elif email:
         raise ValidationError({"email_address": "Give an email address, or turn email off."})
-    from runtime_app.services import audit_record
-
     chosen = {"email": email, "approval_waiting": approval_waiting, "search_done": search_done,
               "replies": replies}
     with transaction.atomic():
@@ -97,7 +101,7 @@ def notification_setting_update(user: Any, *, email_address: str, email: bool, a
     return setting
 
 
-def _wants(user: Any, topic: str, settings_by_user: dict[int, NotificationSetting]) -> bool:
+def _wants(user: AbstractUser, topic: str, settings_by_user: dict[int, NotificationSetting]) -> bool:
     setting = settings_by_user.get(user.pk) or NotificationSetting(user=user)
     return setting.email and getattr(setting, topic)
 
@@ -106,7 +110,8 @@ def _wants(user: Any, topic: str, settings_by_user: dict[int, NotificationSettin
 
 
 def notification_send(project: Project | int, topic: str, recipients: Any, subject: str, text: str, url: str,
-                      *, actor: Any = None, event_kind: str = "", webhooks: bool = True) -> dict[str, Any]:
+                      *, actor: AbstractUser | None = None, event_kind: str = "",
+                      webhooks: bool = True) -> dict[str, Any]:
     """Tell `recipients` (by email, where their settings allow and they have an address) and the
     project's active webhooks (unless `webhooks` is False: another call tells them of the same
     thing) that something happened. `actor`, who did it, is never told of their own action.
@@ -166,10 +171,8 @@ def _deliveries_create(project: Project, topic: str, subject: str, text: str, ur
 
 
 def _enqueue(delivery_id: int, countdown: float = 0) -> None:
-    from runtime_app.tasks import webhook_deliver
-
     try:
-        webhook_deliver.apply_async((delivery_id,), countdown=countdown or None)
+        task_send("runtime_app.tasks.webhook_deliver", delivery_id, countdown=countdown or None)
     except Exception:  # the reconciler sends it once it is due
         logger.warning("could not enqueue webhook delivery %s", delivery_id, exc_info=True)
 
@@ -178,15 +181,11 @@ def _enqueue(delivery_id: int, countdown: float = 0) -> None:
 
 
 def _fernet():
-    from cryptography.fernet import Fernet
-
     digest = hashlib.sha256(b"crucible webhook secrets\0" + settings.SECRET_KEY.encode()).digest()
     return Fernet(base64.urlsafe_b64encode(digest))
 
 
 def _secret_of(webhook: Webhook) -> str | None:
-    from cryptography.fernet import InvalidToken
-
     try:
         return _fernet().decrypt(webhook.secret_ciphertext.encode()).decode()
     except InvalidToken:
@@ -336,12 +335,12 @@ def webhook_url_check(url: str) -> Target:
 # ------------------------------------------------------------------------------ webhooks (admin)
 
 
-def _require_project_admin(user: Any, project: Project) -> None:
+def _require_project_admin(user: AbstractUser, project: Project) -> None:
     """Who may manage a project's webhooks: its project admins (and superusers)."""
     access.require(user, access.ADMIN, project)
 
 
-def project_admin_is(user: Any, project: Project) -> bool:
+def project_admin_is(user: AbstractUser, project: Project) -> bool:
     try:
         _require_project_admin(user, project)
     except PermissionDenied:
@@ -349,11 +348,10 @@ def project_admin_is(user: Any, project: Project) -> bool:
     return True
 
 
-def webhook_create(user: Any, project: Project, name: str, url: str, secret: str = "") -> tuple[Webhook, str]:
+def webhook_create(user: AbstractUser, project: Project, name: str, url: str,
+                   secret: str = "") -> tuple[Webhook, str]:
     """Add a webhook; with no secret given Crucible makes one. Returns the webhook and the
     secret to show once if Crucible made it (else ""): it is never shown again."""
-    from runtime_app.services import audit_record
-
     _require_project_admin(user, project)
     name, secret = (name or "").strip(), (secret or "").strip()
     errors = {}
@@ -379,10 +377,8 @@ def webhook_create(user: Any, project: Project, name: str, url: str, secret: str
     return webhook, generated
 
 
-def webhook_deactivate(user: Any, webhook: Webhook) -> Webhook:
+def webhook_deactivate(user: AbstractUser, webhook: Webhook) -> Webhook:
     """Stop sending to a webhook; its pending deliveries fail at their next attempt."""
-    from runtime_app.services import audit_record
-
     _require_project_admin(user, webhook.project)
     if webhook.active:
         with transaction.atomic():
@@ -393,10 +389,8 @@ def webhook_deactivate(user: Any, webhook: Webhook) -> Webhook:
     return webhook
 
 
-def webhook_delete(user: Any, webhook: Webhook) -> None:
+def webhook_delete(user: AbstractUser, webhook: Webhook) -> None:
     """Remove a webhook and its deliveries (their receipts stay)."""
-    from runtime_app.services import audit_record
-
     _require_project_admin(user, webhook.project)
     with transaction.atomic():
         audit_record(user, "webhook.delete", project=webhook.project,
@@ -518,7 +512,7 @@ def webhook_delivery_attempt(delivery_id: int) -> WebhookDelivery | None:
     else:
         verdict = f"{error}; gave up" if attempt >= MAX_ATTEMPTS else error
     receipt = Receipt(
-        kind="webhook", argv=["POST", webhook.url_shown], started_at=started_at,
+        kind=Receipt.Kind.WEBHOOK, argv=["POST", webhook.url_shown], started_at=started_at,
         finished_at=datetime.now(UTC),
         duration_seconds=round(time.monotonic() - started, 6),
         exit_code=0 if delivered else (1 if status is not None else None),
@@ -527,8 +521,6 @@ def webhook_delivery_attempt(delivery_id: int) -> WebhookDelivery | None:
         detail={"verdict": verdict, "attempt": attempt, "max_attempts": MAX_ATTEMPTS, "status": status,
                 "address": address, "webhook": webhook.name, "event": delivery.kind, "delivery": delivery.pk},
     )
-    from runtime_app.services import receipt_record
-
     with transaction.atomic():
         receipt_record(receipt, project=webhook.project, subject=(RECEIPT_SUBJECT, delivery.pk),
                        label=f"webhook {webhook.name} attempt {attempt}")

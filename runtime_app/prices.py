@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from runtime_app.models import PriceOverride
+
 TABLES_DIR = Path(__file__).resolve().parent / "price_tables"
 
 
@@ -48,8 +50,6 @@ def price_table() -> tuple[str, dict[str, Price]]:
 
 def price_for(model: str) -> tuple[Price | None, str]:
     """The price of a model id and the table version it came from (None if unlisted)."""
-    from runtime_app.models import PriceOverride
-
     version, table = price_table()
     overrides = PriceOverride.objects.filter(model_prefix__in=_prefixes(model))
     override = max(overrides, key=lambda o: len(o.model_prefix), default=None)

@@ -74,6 +74,9 @@ METRICS_NAME = "metrics.json"
 # port its forwarder listens on in the sandbox's own loopback (runtime_app.egress).
 EGRESS_DIR_INSIDE = "/run/crucible-egress"
 EGRESS_PORT = 8787
+# The names of the proxy's socket and forwarder in that folder (runtime_app.egress puts them there).
+SOCKET_NAME = "proxy.sock"
+FORWARDER_NAME = "forwarder.py"
 # The host's system directories every command may read (merged-/usr links are kept as links).
 SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Runtime-owned variables whose names look secret-like but carry no secret.
@@ -1047,7 +1050,7 @@ def run(
     stdin: bytes = b"",
     readable: Sequence[str | Path] = (),
     redact_values: Iterable[str] = (),
-    kind: str = "command",
+    kind: str = Receipt.Kind.COMMAND,
     writable: bool = True,
     cancel: threading.Event | None = None,
     fresh: bool = False,
@@ -1074,22 +1077,8 @@ def run(
     Returns an unsaved Receipt; `services.receipt_record` writes it.
     """
     limits = limits or Limits()
-    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-    if not argv or not all(isinstance(part, str) and part and "\0" not in part for part in argv[:1]):
-        raise SandboxError("the command is empty")
-    if any(not isinstance(part, str) or "\0" in part for part in argv):
-        raise SandboxError("every argument must be text without NUL bytes")
-    if not 0 < timeout <= 86_400:
-        raise SandboxError(f"timeout {timeout!r} must be between 0 and 86400 seconds")
-    cwd_path = Path(cwd).resolve()
-    tree_path = Path(tree).resolve() if tree is not None else cwd_path
-    if not cwd_path.is_dir():
-        raise SandboxError(f"working directory {cwd} does not exist")
-    if not _inside(cwd_path, tree_path):
-        raise SandboxError(f"working directory {cwd} is outside the tree {tree}")
-    for relative in read_only:
-        if Path(relative).is_absolute() or ".." in Path(relative).parts:
-            raise SandboxError(f"read-only path {relative!r} must lie inside the tree")
+    argv, cwd_path, tree_path = _command_checked(command, cwd=cwd, tree=tree, timeout=timeout,
+                                                 read_only=read_only)
     readable_paths = [Path(path).resolve() for path in readable]
     chosen = isolation_choose(isolation)
     secrets = secret_values([*redact_values, *(egress.redact_values() if egress else ())])
@@ -1098,13 +1087,7 @@ def run(
     parents = cgroup_parents()
     # The tree's copy and its removal are work on this host too: a trial never runs beside them.
     with lane_hold(lane) as lane_wait:
-        cgroups = None
-        if parents:
-            try:
-                owner = sandbox_identity() if chosen == BUBBLEWRAP else None
-                cgroups = _RunCgroups(parents, limits.processes, owner, limits.memory_bytes)
-            except OSError:
-                cgroups = None
+        cgroups = _cgroups_open(parents, limits, chosen)
         accounting = cgroups is not None and cgroups.accounts
         late_fds: list[int] = []
         try:
@@ -1165,33 +1148,14 @@ def run(
                 cgroups.remove()
             plan.scratch.remove()
 
-    exit_code: int | None
-    signal_number: int | None = None
-    if os.WIFSIGNALED(status):
-        exit_code, signal_number = None, os.WTERMSIG(status)
-    else:
-        exit_code = os.WEXITSTATUS(status)
-        # bubblewrap and the cgroup shim report a child's fatal signal as 128 + N.
-        if chosen == BUBBLEWRAP and exit_code > 128 and exit_code - 128 < signal.NSIG:
-            signal_number = exit_code - 128
-    if timed_out or cancelled:
-        signal_number = signal.SIGKILL
+    exit_code, signal_number = _exit_of(status, chosen=chosen, killed=timed_out or cancelled)
     out, err = captures.values()
     if figures is None:
         figures = {"user_cpu_seconds": rusage.ru_utime if rusage else None,
                    "sys_cpu_seconds": rusage.ru_stime if rusage else None,
                    "max_rss_kib": rusage.ru_maxrss if rusage else None}
     measured_by = "cgroup" if accounting and figures is not None and cgroups is not None else "rusage"
-    totals: dict = {}
-    if egress is not None:  # what its model calls through the proxy used and cost
-        egress.settle()  # the last call's record may still be being written
-        spent = egress.usage(egress_mark)
-        totals = {name: spent[name] for name in ("input_tokens", "output_tokens", "cache_write_tokens",
-                                                  "cache_read_tokens", "cost_microusd")}
-        totals["price_table_version"] = "+".join(spent["price_table_versions"])[:64]
-        if chosen == BUBBLEWRAP:
-            plan.view["network"] = (f"only the egress proxy (to {egress.upstream}), "
-                                    f"at 127.0.0.1:{egress_view['port']}")
+    totals = {} if egress is None else _egress_totals(egress, egress_mark, chosen, plan, egress_view)
     return Receipt(
         kind=kind,
         argv=[redact(part, secrets) for part in argv],
@@ -1233,12 +1197,74 @@ def run(
     )
 
 
+def _command_checked(command: Sequence[str] | str, *, cwd: str | Path, tree: str | Path | None,
+                     timeout: float, read_only: Sequence[str]) -> tuple[list[str], Path, Path]:
+    """run's arguments checked before anything starts: (argv, working directory, tree), resolved."""
+    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    if not argv or not all(isinstance(part, str) and part and "\0" not in part for part in argv[:1]):
+        raise SandboxError("the command is empty")
+    if any(not isinstance(part, str) or "\0" in part for part in argv):
+        raise SandboxError("every argument must be text without NUL bytes")
+    if not 0 < timeout <= 86_400:
+        raise SandboxError(f"timeout {timeout!r} must be between 0 and 86400 seconds")
+    cwd_path = Path(cwd).resolve()
+    tree_path = Path(tree).resolve() if tree is not None else cwd_path
+    if not cwd_path.is_dir():
+        raise SandboxError(f"working directory {cwd} does not exist")
+    if not _inside(cwd_path, tree_path):
+        raise SandboxError(f"working directory {cwd} is outside the tree {tree}")
+    for relative in read_only:
+        if Path(relative).is_absolute() or ".." in Path(relative).parts:
+            raise SandboxError(f"read-only path {relative!r} must lie inside the tree")
+    return argv, cwd_path, tree_path
+
+
+def _cgroups_open(parents: Mapping[str, Path], limits: Limits, chosen: str) -> _RunCgroups | None:
+    """The command's own cgroups under `parents`, or None when there are none to make or they cannot
+    be made (the rlimits still hold)."""
+    if not parents:
+        return None
+    try:
+        owner = sandbox_identity() if chosen == BUBBLEWRAP else None
+        return _RunCgroups(parents, limits.processes, owner, limits.memory_bytes)
+    except OSError:
+        return None
+
+
+def _exit_of(status: int, *, chosen: str, killed: bool) -> tuple[int | None, int | None]:
+    """(exit code, signal) of a wait status; a command killed at its timeout or cancel says SIGKILL."""
+    exit_code: int | None
+    signal_number: int | None = None
+    if os.WIFSIGNALED(status):
+        exit_code, signal_number = None, os.WTERMSIG(status)
+    else:
+        exit_code = os.WEXITSTATUS(status)
+        # bubblewrap and the cgroup shim report a child's fatal signal as 128 + N.
+        if chosen == BUBBLEWRAP and exit_code > 128 and exit_code - 128 < signal.NSIG:
+            signal_number = exit_code - 128
+    if killed:
+        signal_number = signal.SIGKILL
+    return exit_code, signal_number
+
+
+def _egress_totals(egress: EgressProxy, mark: int, chosen: str, plan: _Plan, egress_view: dict) -> dict:
+    """What the command's model calls through the proxy used and cost, as receipt fields; under
+    bubblewrap the plan's view of the network names the proxy."""
+    egress.settle()  # the last call's record may still be being written
+    spent = egress.usage(mark)
+    totals = {name: spent[name] for name in ("input_tokens", "output_tokens", "cache_write_tokens",
+                                              "cache_read_tokens", "cost_microusd")}
+    totals["price_table_version"] = "+".join(spent["price_table_versions"])[:64]
+    if chosen == BUBBLEWRAP:
+        plan.view["network"] = (f"only the egress proxy (to {egress.upstream}), "
+                                f"at 127.0.0.1:{egress_view['port']}")
+    return totals
+
+
 def _egress_argv(argv: list[str], egress: EgressProxy, chosen: str) -> tuple[list[str], dict]:
     """`argv` under the egress forwarder, and how the receipt describes it: under bubblewrap the
     proxy's folder is bound at EGRESS_DIR_INSIDE and the port is fixed (the sandbox's own loopback);
     with rlimits only the forwarder takes a free port of the host's loopback."""
-    from runtime_app.egress import FORWARDER_NAME, SOCKET_NAME
-
     folder = Path(EGRESS_DIR_INSIDE) if chosen == BUBBLEWRAP else egress.socket_path.parent
     port = egress.port or (EGRESS_PORT if chosen == BUBBLEWRAP else 0)
     # -I -S: the forwarder is standard library only, and no variable or site file may change it.

@@ -5,12 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Max, QuerySet
 from django.http import Http404
+from dulwich.errors import ChecksumMismatch, ObjectFormatException, ObjectMissing
 
-from runtime_app.git import GitError, refs_list, repo_open
-from runtime_app.models import ApiToken, AuditEntry, Event, Project, Receipt, Repository
+from runtime_app.git import GitError, commits_log, refs_list, repo_open
+from runtime_app.models import ApiToken, AuditEntry, Event, Project, Receipt, Repository, WebhookDelivery
+from runtime_app.notifications import RECEIPT_SUBJECT
 from runtime_app.subjects import attention_sorted, project_sections, subject_labels_attach, subject_project_id
+
+# Who reads: a signed-in account, or an anonymous visitor (who sees no project).
+Visitor = AbstractBaseUser | AnonymousUser
 
 
 def page_url(path: str) -> str:
@@ -25,7 +31,7 @@ def page_url(path: str) -> str:
     return f"{'https' if config.https else 'http'}://{host}:{config.port}{path}"
 
 
-def projects_for_user(user: Any) -> QuerySet[Project]:
+def projects_for_user(user: Visitor) -> QuerySet[Project]:
     if not user.is_authenticated or not user.is_active:
         return Project.objects.none()
     if user.is_superuser:
@@ -33,12 +39,19 @@ def projects_for_user(user: Any) -> QuerySet[Project]:
     return Project.objects.filter(memberships__user=user)
 
 
-def project_for_user(user: Any, project_id: int) -> Project:
-    """The project if the user may see it; otherwise 404, so outsiders learn nothing."""
-    project = projects_for_user(user).filter(pk=project_id).first()
+def project_for_reference(user: Visitor, reference: int | str) -> Project:
+    """The project the user may see by its id (an int) or its name (a str); otherwise 404, so
+    outsiders learn nothing. The one lookup behind the pages, the API and the CLI."""
+    field = "pk" if isinstance(reference, int) else "name"
+    project = projects_for_user(user).filter(**{field: reference}).first()
     if project is None:
         raise Http404("No such project.")
     return project
+
+
+def project_for_user(user: Visitor, project_id: int | str) -> Project:
+    """The project by its id (a form may give it as text) if the user may see it; otherwise 404."""
+    return project_for_reference(user, int(project_id))
 
 
 def project_memberships(project: Project) -> Any:
@@ -46,7 +59,7 @@ def project_memberships(project: Project) -> Any:
     return project.memberships.select_related("user").order_by("user__username")
 
 
-def project_hub(user: Any, project: Project) -> dict[str, Any]:
+def project_hub(user: Visitor, project: Project) -> dict[str, Any]:
     """What the project page shows: its repositories, each app's section (specs and searches,
     agents …) and, first, everything in them that needs a reader, most urgent first."""
     sections = project_sections(user, project)
@@ -57,11 +70,11 @@ def project_hub(user: Any, project: Project) -> dict[str, Any]:
     }
 
 
-def project_accessible(user: Any, project_id: int | None) -> bool:
+def project_accessible(user: Visitor, project_id: int | None) -> bool:
     return project_id is not None and projects_for_user(user).filter(pk=project_id).exists()
 
 
-def subject_accessible_project(user: Any, subject_type: str, subject_id: int) -> int | None:
+def subject_accessible_project(user: Visitor, subject_type: str, subject_id: int) -> int | None:
     """The subject's project id when the user may watch it, else None."""
     project_id = subject_project_id(subject_type, subject_id)
     return project_id if project_accessible(user, project_id) else None
@@ -72,7 +85,7 @@ def event_last_id() -> int:
 
 
 def events_for_user(
-    user: Any,
+    user: Visitor,
     *,
     after_id: int = 0,
     subject: tuple[str, int] | None = None,
@@ -88,7 +101,7 @@ def events_for_user(
 
 
 def events_recent_for_user(
-    user: Any, *, up_to_id: int, subject: tuple[str, int] | None = None, limit: int = 50
+    user: Visitor, *, up_to_id: int, subject: tuple[str, int] | None = None, limit: int = 50
 ) -> list[Event]:
     """The newest events up to up_to_id, newest first, for a page's first render."""
     events = Event.objects.select_related("project").filter(
@@ -99,7 +112,7 @@ def events_recent_for_user(
     return subject_labels_attach(list(events.order_by("-id")[:limit]))
 
 
-def audit_entries_for_user(user: Any) -> QuerySet[AuditEntry]:
+def audit_entries_for_user(user: Visitor) -> QuerySet[AuditEntry]:
     entries = AuditEntry.objects.select_related("project")
     if user.is_superuser:
         return entries
@@ -108,15 +121,15 @@ def audit_entries_for_user(user: Any) -> QuerySet[AuditEntry]:
     )
 
 
-def api_tokens_for_user(user: Any) -> QuerySet[ApiToken]:
+def api_tokens_for_user(user: Visitor) -> QuerySet[ApiToken]:
     return ApiToken.objects.filter(user=user)
 
 
-def repositories_for_user(user: Any) -> QuerySet[Repository]:
+def repositories_for_user(user: Visitor) -> QuerySet[Repository]:
     return Repository.objects.select_related("project").filter(project__in=projects_for_user(user))
 
 
-def repository_for_user(user: Any, repository_id: int) -> Repository:
+def repository_for_user(user: Visitor, repository_id: int) -> Repository:
     repository = repositories_for_user(user).filter(pk=repository_id).first()
     if repository is None:
         raise Http404("No such repository.")
@@ -140,7 +153,7 @@ def repository_refs(repository) -> dict:
             "error": ""}
 
 
-def receipts_for_user(user: Any) -> QuerySet[Receipt]:
+def receipts_for_user(user: Visitor) -> QuerySet[Receipt]:
     """Receipts of the user's projects; receipts with no project are for superusers only."""
     if not user.is_authenticated or not user.is_active:
         return Receipt.objects.none()
@@ -149,14 +162,14 @@ def receipts_for_user(user: Any) -> QuerySet[Receipt]:
     return Receipt.objects.filter(project__memberships__user=user)
 
 
-def receipt_for_user(user: Any, receipt_id: int) -> Receipt:
+def receipt_for_user(user: Visitor, receipt_id: int) -> Receipt:
     receipt = receipts_for_user(user).filter(pk=receipt_id).first()
     if receipt is None:
         raise Http404("No such receipt.")
     return receipt
 
 
-def receipts_for_subject(user: Any, subject_type: str, subject_id: int) -> QuerySet[Receipt]:
+def receipts_for_subject(user: Visitor, subject_type: str, subject_id: int) -> QuerySet[Receipt]:
     return receipts_for_user(user).filter(subject_type=subject_type, subject_id=subject_id)
 
 
@@ -164,7 +177,7 @@ def receipts_for_subject(user: Any, subject_type: str, subject_id: int) -> Query
 
 
 def audit_entries_filtered(
-    user: Any,
+    user: Visitor,
     *,
     action: str = "",
     actor: str = "",
@@ -207,7 +220,7 @@ def audit_entries_batch(entries: QuerySet[AuditEntry], *, before_id: int | None 
     return list(entries.order_by("-id")[:size])
 
 
-def audit_filter_suggestions(user: Any) -> dict[str, list[str]]:
+def audit_filter_suggestions(user: Visitor) -> dict[str, list[str]]:
     """Action names (with their dotted prefixes) and actor names the user's entries hold."""
     entries = audit_entries_for_user(user).order_by()
     actions = set(entries.values_list("action", flat=True).distinct()[:500])
@@ -220,10 +233,6 @@ def audit_filter_suggestions(user: Any) -> dict[str, list[str]]:
 
 def repository_commits(repository: Repository, ref: str, limit: int = 20) -> dict:
     """The newest commits of a ref, read live with dulwich; `error` says why they cannot be."""
-    from dulwich.errors import ChecksumMismatch, ObjectFormatException, ObjectMissing
-
-    from runtime_app.git import commits_log
-
     try:
         repo = repo_open(repository.path)
     except GitError as error:
@@ -247,9 +256,6 @@ def repository_searches(repository: Repository, limit: int = 100) -> list:
 
 def webhook_deliveries_recent(project: Project, limit: int = 25) -> list[Any]:
     """The project's latest webhook deliveries, each with `.receipts` (attempts, oldest first)."""
-    from runtime_app.models import WebhookDelivery
-    from runtime_app.notifications import RECEIPT_SUBJECT
-
     deliveries = list(WebhookDelivery.objects.filter(webhook__project=project)
                       .select_related("webhook").order_by("-id")[:limit])
     by_delivery: dict[int, list[Receipt]] = {d.pk: [] for d in deliveries}

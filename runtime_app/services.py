@@ -6,21 +6,26 @@ import hashlib
 import logging
 import re
 import secrets
+from contextlib import closing
+from datetime import UTC, datetime
 from pathlib import Path
+from time import monotonic
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.core.mail import send_mail
+from django.core.validators import validate_email
+from django.db import transaction
 from django.utils import timezone
 
-from runtime_app import access, remotes, signals
+from runtime_app import access, remotes, sandbox, signals, tails
 from runtime_app.git import GitError, repo_open
 from runtime_app.lane import SHARED, lane_hold
 from runtime_app.models import (
     ApiToken,
-    AuditEntry,
     Event,
     Project,
     ProjectMembership,
@@ -28,84 +33,32 @@ from runtime_app.models import (
     Repository,
     WorkerHeartbeat,
 )
+from runtime_app.policy import policy_check
+from runtime_app.presenters import NAME_MAX_LENGTH, names_rule
+from runtime_app.queue import task_send
+
+# Re-exported: callers write records through services.
+from runtime_app.records import EVENT_LOCK_KEY as EVENT_LOCK_KEY
+from runtime_app.records import ReceiptBatch as ReceiptBatch
+from runtime_app.records import audit_record as audit_record
+from runtime_app.records import event_emit as event_emit
+from runtime_app.records import event_group as event_group
+from runtime_app.records import receipt_record as receipt_record
+from runtime_app.worktrees import object_scratch, patch_from_text, patch_stage, tree_checkout
 
 logger = logging.getLogger(__name__)
 
-PROJECT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,95}$")
+PROJECT_NAME_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9 ._-]{{0,{NAME_MAX_LENGTH - 1}}}$")
 TOKEN_PREFIX = "crc_"  # noqa: S105  (a marker, not a secret)
-# An arbitrary fixed key: PostgreSQL serialises event inserts on it (see event_emit).
-EVENT_LOCK_KEY = 7_220_431
 
 
-def event_group(project_id: int) -> str:
-    """The channel-layer group nudged when an event of this project commits."""
-    return f"events.project.{project_id}"
-
-
-def _event_nudge(project_id: int) -> None:
-    try:
-        async_to_sync(get_channel_layer().group_send)(
-            event_group(project_id), {"type": "events.nudge"}
-        )
-    except Exception:  # live pages still poll the DB, so a lost nudge only delays
-        logger.warning("could not nudge %s", event_group(project_id), exc_info=True)
-
-
-def event_emit(
-    project: Project | int,
-    subject_type: str,
-    subject_id: int,
-    kind: str,
-    payload: dict[str, Any] | None = None,
-) -> Event:
-    """Append an event inside the caller's transaction; nudge watchers once it commits.
-
-    Ids must become visible in order, or a watcher that has seen id 10 would skip an id 9
-    that commits later. SQLite has one writer at a time; on PostgreSQL a transaction-level
-    advisory lock gives the same order, so keep event-emitting transactions short.
-    """
-    project_id = project if isinstance(project, int) else project.pk
-    with transaction.atomic():
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [EVENT_LOCK_KEY])
-        event = Event.objects.create(
-            project_id=project_id,
-            subject_type=subject_type,
-            subject_id=subject_id,
-            kind=kind,
-            payload=payload or {},
-        )
-    transaction.on_commit(lambda: _event_nudge(project_id))
-    return event
-
-
-def audit_record(
-    actor: Any,
-    action: str,
-    *,
-    project: Project | None = None,
-    target: str = "",
-    detail: dict[str, Any] | None = None,
-) -> AuditEntry:
-    return AuditEntry.objects.create(
-        actor=actor if actor is not None and actor.is_authenticated else None,
-        actor_name=actor.get_username() if actor is not None else "system",
-        action=action,
-        project=project,
-        target=target[:200],
-        detail=detail or {},
-    )
-
-
-def project_create(user: Any, name: str, description: str = "") -> Project:
+def project_create(user: AbstractUser, name: str, description: str = "") -> Project:
     """Create a project; its creator becomes its first project admin."""
     access.require(user, access.CREATE_PROJECT)
     name = (name or "").strip()
     if not PROJECT_NAME_RE.match(name):
         raise ValidationError(
-            {"name": "Use 1–96 letters, digits, spaces, dots, dashes or underscores, "
-             "starting with a letter or digit."}
+            {"name": f"Use {names_rule()}, starting with a letter or digit."}
         )
     if Project.objects.filter(name__iexact=name).exists():
         raise ValidationError({"name": f"A project named {name!r} already exists."})
@@ -133,7 +86,7 @@ def _admins_left(project: Project, leaving: Any) -> bool:
     return project.memberships.filter(role=access.ADMIN, user__is_active=True).exclude(user=leaving).exists()
 
 
-def project_member_add(actor: Any, project: Project, user: Any,
+def project_member_add(actor: AbstractUser, project: Project, user: AbstractUser,
                        role: str = access.VIEWER) -> ProjectMembership:
     """Make `user` a member of `project` with `role`; a project admin does this (a member already
     there keeps their role: change it with project_member_role_set)."""
@@ -154,16 +107,12 @@ def project_member_add(actor: Any, project: Project, user: Any,
     return membership
 
 
-def member_find_or_invite(actor: Any, project: Project, who: str, role: str,
+def member_find_or_invite(actor: AbstractUser, project: Project, who: str, role: str,
                           *, invite_url: Any = None) -> tuple[ProjectMembership, bool]:
     """Add the account named `who` (a username or an email address) to `project` with `role`;
     an email address no account has gets a new account and an email with a link to set its
     password (`invite_url(user)` makes the link). Returns the membership and whether an
     account was invited."""
-    from django.contrib.auth import get_user_model
-    from django.core.mail import send_mail
-    from django.core.validators import validate_email
-
     access.require(actor, access.ADMIN, project)
     _role_checked(role)
     who = (who or "").strip()
@@ -204,7 +153,8 @@ def member_find_or_invite(actor: Any, project: Project, who: str, role: str,
     return membership, invited
 
 
-def project_member_role_set(actor: Any, project: Project, user: Any, role: str) -> ProjectMembership:
+def project_member_role_set(actor: AbstractUser, project: Project, user: AbstractUser,
+                            role: str) -> ProjectMembership:
     """Change a member's role in `project`; a project admin does this. Dropping below approver
     withdraws their pending decisions (the membership's save hook does it, for every door)."""
     access.require(actor, access.ADMIN, project)
@@ -223,7 +173,7 @@ def project_member_role_set(actor: Any, project: Project, user: Any, role: str) 
     return membership
 
 
-def project_member_remove(actor: Any, project: Project, user: Any) -> None:
+def project_member_remove(actor: AbstractUser, project: Project, user: AbstractUser) -> None:
     """Take a user off a project; a project admin may do this (and anyone may leave).
 
     The deletion's hook (project_membership_end) records it and withdraws the user's pending
@@ -241,7 +191,7 @@ def project_member_remove(actor: Any, project: Project, user: Any) -> None:
         membership.delete()
 
 
-def project_membership_end(actor: Any, membership: ProjectMembership) -> None:
+def project_membership_end(actor: AbstractUser | None, membership: ProjectMembership) -> None:
     """What ending a membership does, however it ends (called by its pre_delete hook): audited,
     announced, and the user no longer decides on the project's winners."""
     project, username = membership.project, membership.user.get_username()
@@ -252,7 +202,8 @@ def project_membership_end(actor: Any, membership: ProjectMembership) -> None:
                           reason=f"{username} was removed from {project.name}")
 
 
-def project_membership_role_changed(actor: Any, membership: ProjectMembership, before: str) -> None:
+def project_membership_role_changed(actor: AbstractUser | None, membership: ProjectMembership,
+                                    before: str) -> None:
     """What a role change does, however it is made (called by the membership's save hook):
     audited, announced, and a member dropping below approver no longer decides on winners."""
     project, username = membership.project, membership.user.get_username()
@@ -267,7 +218,8 @@ def project_membership_role_changed(actor: Any, membership: ProjectMembership, b
                               reason=f"{username} is no longer an approver in {project.name}")
 
 
-def approver_standing_end(actor: Any, user: Any, *, project: Project | None, reason: str) -> None:
+def approver_standing_end(actor: AbstractUser | None, user: AbstractUser, *, project: Project | None,
+                          reason: str) -> None:
     """`user` may no longer decide on the winners of `project` (None: of any project); the apps
     that hold decisions withdraw the pending ones (search_app listens to approver_standing_ended)."""
     signals.approver_standing_ended.send(sender=Project, user=user, project=project, actor=actor,
@@ -277,8 +229,6 @@ def approver_standing_end(actor: Any, user: Any, *, project: Project | None, rea
 def server_path_check(path: str, *, trusted: bool, what: str) -> Any:
     """A path on the server a web user may name: absolute, usable, and under an allowed root
     (CRUCIBLE_REPO_ROOTS) unless `trusted` (the local administrator's CLI)."""
-    from django.conf import settings
-
     raw = (path or "").strip()
     if not raw:
         raise ValidationError({"path": f"Give the {what}'s absolute path on the server."})
@@ -298,7 +248,8 @@ def server_path_check(path: str, *, trusted: bool, what: str) -> Any:
 
 
 def repository_register(
-    user: Any, project: Project, path: str = "", name: str = "", *, url: str = "", trusted: bool = False
+    user: AbstractUser, project: Project, path: str = "", name: str = "", *, url: str = "",
+    trusted: bool = False,
 ) -> Repository:
     """Register a git repository for a project: a clone on the web node by `path`, or a remote by
     `url`, which the web node clones (runtime_app.remotes).
@@ -326,12 +277,11 @@ def repository_register(
 
 def _repository_name(name: str) -> str:
     if not PROJECT_NAME_RE.match(name.strip()):
-        raise ValidationError({"name": f"{name.strip()!r} cannot be a repository name. Use 1–96 letters, "
-                                       "digits, spaces, dots, dashes or underscores."})
+        raise ValidationError({"name": f"{name.strip()!r} cannot be a repository name. Use {names_rule()}."})
     return name.strip()
 
 
-def _repository_create(user: Any, project: Project, name: str, path: str, url: str) -> Repository:
+def _repository_create(user: AbstractUser, project: Project, name: str, path: str, url: str) -> Repository:
     if Repository.objects.filter(project=project, name=name).exists():
         raise ValidationError({"name": f"This project already has a repository named {name!r}."})
     with transaction.atomic():
@@ -343,7 +293,7 @@ def _repository_create(user: Any, project: Project, name: str, path: str, url: s
     return repository
 
 
-def _repository_register_remote(user: Any, project: Project, url: str, name: str) -> Repository:
+def _repository_register_remote(user: AbstractUser, project: Project, url: str, name: str) -> Repository:
     try:
         url = remotes.remote_url_check(url)
     except remotes.RemoteError as error:
@@ -372,17 +322,15 @@ def repository_fetch(repository: Repository) -> None:
         raise ValidationError({"repository": str(error)}) from None
 
 
-def project_ping(user: Any, project: Project) -> None:
+def project_ping(user: AbstractUser, project: Project) -> None:
     """Ask a worker to answer with an event: proves broker, worker and live push work."""
     access.require(user, access.OPERATOR, project)
-    from runtime_app.tasks import project_ping_reply
-
     with transaction.atomic():
         event = event_emit(
             project, "project", project.pk, "worker.ping",
             {"message": f"{user.get_username()} pinged the workers"},
         )
-        transaction.on_commit(lambda: project_ping_reply.delay(event.pk))
+        transaction.on_commit(lambda: task_send("runtime_app.tasks.project_ping_reply", event.pk))
 
 
 def project_ping_answer(ping_event_id: int, hostname: str) -> Event | None:
@@ -402,7 +350,7 @@ def project_ping_answer(ping_event_id: int, hostname: str) -> Event | None:
         )
 
 
-def api_token_create(user: Any, name: str) -> tuple[ApiToken, str]:
+def api_token_create(user: AbstractUser, name: str) -> tuple[ApiToken, str]:
     """Create a personal API token; the plain token is returned once and never stored."""
     name = (name or "").strip()
     if not 1 <= len(name) <= 64:
@@ -419,7 +367,7 @@ def api_token_create(user: Any, name: str) -> tuple[ApiToken, str]:
     return token, plain
 
 
-def api_token_revoke(user: Any, token_id: int) -> ApiToken:
+def api_token_revoke(user: AbstractUser, token_id: int) -> ApiToken:
     token = ApiToken.objects.filter(pk=token_id, user=user).first()
     if token is None:
         raise ValidationError("No such token.")
@@ -431,7 +379,7 @@ def api_token_revoke(user: Any, token_id: int) -> ApiToken:
     return token
 
 
-def api_token_authenticate(plain: str) -> Any | None:
+def api_token_authenticate(plain: str) -> AbstractUser | None:
     """The active user behind a token, or None; marks the token used."""
     if not plain.startswith(TOKEN_PREFIX):
         return None
@@ -453,57 +401,6 @@ def worker_heartbeat_record(hostname: str) -> None:
     )
 
 
-def receipt_record(
-    receipt: Receipt, *, project: Project | None = None, subject: tuple[str, int] | None = None,
-    label: str = "", pending: ReceiptBatch | None = None,
-) -> Receipt:
-    """Write a receipt once, attached to its project and subject (e.g. ("candidate", 7)); with
-    `pending`, attach it now and write it when the batch is (its pk is None until then)."""
-    if receipt.pk is not None:
-        raise ValueError("this receipt is already written")
-    receipt.project = project
-    if subject is not None:
-        receipt.subject_type, receipt.subject_id = subject
-    receipt.label = label[:200]
-    if pending is not None:
-        pending.add(receipt)
-    else:
-        receipt.save()
-    return receipt
-
-
-class ReceiptBatch:
-    """The receipts of one batch of work (a measurement block's trials; an apply and the gate
-    after it), written together in one transaction by `write`, which callers call in a
-    `finally` so they are written whatever the step does next. A command's live tail stays
-    until its receipt exists, unless `tails_wait` is False: then it goes when the command ends
-    (a block's finished trial must not look like it is still running while the next one runs)."""
-
-    def __init__(self, *, tails_wait: bool = True) -> None:
-        self.receipts: list[Receipt] = []
-        self.tails: list[Any] = []
-        self.tails_wait = tails_wait
-
-    def add(self, receipt: Receipt) -> None:
-        self.receipts.append(receipt)
-
-    def tail_keep(self, tail: Any) -> None:
-        self.tails.append(tail)
-
-    def write(self) -> None:
-        """Write every receipt not yet written, in one transaction, then drop their tails."""
-        waiting, self.receipts = [receipt for receipt in self.receipts if receipt.pk is None], []
-        try:
-            if waiting:
-                with transaction.atomic():  # one commit for the batch, not one per receipt
-                    for receipt in waiting:
-                        receipt.save()
-        finally:
-            tails, self.tails = self.tails, []
-            for tail in tails:
-                tail.close()
-
-
 def command_run(
     command: Any, *, project: Project | None = None, subject: tuple[str, int] | None = None,
     label: str = "", note: dict[str, Any] | None = None, pending: ReceiptBatch | None = None,
@@ -513,8 +410,6 @@ def command_run(
     it to `pending`, written with its batch); `note` adds what the caller knows to its detail (a
     trial's block and position). A command with a subject has a live tail for the subject's page
     (runtime_app.tails) until its receipt exists."""
-    from runtime_app import sandbox, tails
-
     tail = tails.tail_for(subject, label)
     try:
         receipt = sandbox.run(command, tail=tail, **options)
@@ -534,11 +429,6 @@ def _patch_judge(repo_path: Any, commit: str, patch_text: bytes, name: str, rule
                  numstat: list, detail: dict[str, Any]) -> Any:
     """patch_admit's stages after the limits: the patched tree in a temporary index, the change
     policy on it, then its checkout; the worktree, or None with the refusal in `detail`."""
-    from contextlib import closing
-
-    from runtime_app.policy import policy_check
-    from runtime_app.worktrees import object_scratch, patch_stage, tree_checkout
-
     with object_scratch(repo_path) as scratch:
         try:
             tree = patch_stage(repo_path, commit, patch_text, scratch, numstat=numstat)
@@ -574,11 +464,6 @@ def patch_admit(
     out. The receipt says which stage refused it and why, path by path. Nothing the patch
     brings is written into the repository's object store.
     """
-    from datetime import UTC, datetime
-    from time import monotonic
-
-    from runtime_app.worktrees import patch_from_text
-
     # Its git calls and tree reads are one piece of work on this host: no trial runs beside it.
     with lane_hold(SHARED):
         started_at, started = datetime.now(UTC), monotonic()
@@ -596,7 +481,7 @@ def patch_admit(
         else:
             worktree = _patch_judge(repo_path, commit, patch_text, name, rules, patch.numstat, detail)
         receipt = Receipt(
-            kind="apply", argv=["git", "apply", "--cached"], cwd=".",
+            kind=Receipt.Kind.APPLY, argv=["git", "apply", "--cached"], cwd=".",
             started_at=started_at, finished_at=datetime.now(UTC),
             duration_seconds=round(monotonic() - started, 6),
             exit_code=0 if worktree is not None else 1, detail=detail,

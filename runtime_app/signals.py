@@ -1,11 +1,8 @@
-"""Hooks that hold whoever changes roles and memberships, and however, to the same rules.
+"""What the membership hooks share with services: who is acting, and the signal apps listen to.
 
-A role is a project membership's `role`, so every door that changes one (the members page,
-the API, the CLI, the Django admin, the ORM) goes through these hooks: each change is audited
-and announced (services.project_membership_role_changed), and whoever may no longer decide on a
-project's winners (their membership is deleted, their role drops below approver, their account
-is deactivated or loses the superuser flag) has their pending decisions withdrawn: the hooks
-call one service, which sends `approver_standing_ended` for the apps that hold decisions
+The hooks themselves are in runtime_app.hooks (they call services, which use what is here):
+whoever may no longer decide on a project's winners has their pending decisions withdrawn by
+one service, which sends `approver_standing_ended` for the apps that hold decisions
 (runtime_app never imports them).
 
 The actor is the one a service names (`acting_as`), else the user of the request being
@@ -19,10 +16,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from django.db.models import QuerySet
 from django.dispatch import Signal
-
-from runtime_app import access
 
 _request: ContextVar[Any] = ContextVar("crucible_audit_request", default=None)
 _actor: ContextVar[Any] = ContextVar("crucible_audit_actor", default=None)
@@ -63,62 +57,3 @@ def current_actor() -> Any:
         return named
     user = getattr(_request.get(), "user", None)
     return user if user is not None and user.is_authenticated else None
-
-
-def membership_deleting(sender: Any, instance: Any, origin: Any = None, **kwargs: Any) -> None:
-    """pre_delete on ProjectMembership, whatever deletes it (service, admin, ORM, a deleted user).
-
-    Deleting the project itself deletes its searches and decisions with it: nothing to withdraw."""
-    from runtime_app.models import Project
-    from runtime_app.services import project_membership_end
-
-    if isinstance(origin, Project) or (isinstance(origin, QuerySet) and origin.model is Project):
-        return
-    project_membership_end(current_actor(), instance)
-
-
-def membership_saving(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
-    """pre_save on ProjectMembership: note the role it had, so post_save can tell a change."""
-    if raw or instance.pk is None:
-        return
-    instance.__dict__["_crucible_role_before"] = (
-        sender._default_manager.filter(pk=instance.pk).values_list("role", flat=True).first())
-
-
-def membership_saved(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
-    """post_save on ProjectMembership: a changed role is audited, announced and may end standing."""
-    before = instance.__dict__.pop("_crucible_role_before", None)
-    if raw or created or before is None or before == instance.role:
-        return
-    from runtime_app.services import project_membership_role_changed
-
-    project_membership_role_changed(current_actor(), instance, before)
-
-
-def user_saving(sender: Any, instance: Any, raw: bool = False, update_fields: Any = None,
-                **kwargs: Any) -> None:
-    """pre_save on the user model: note whether they were active and a superuser before this save."""
-    if raw or instance.pk is None or (update_fields is not None and set(update_fields) <= {"last_login"}):
-        return
-    instance.__dict__["_crucible_before"] = (
-        sender._default_manager.filter(pk=instance.pk).values_list("is_active", "is_superuser").first())
-
-
-def user_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
-    """post_save on the user model: deactivation ends standing everywhere; a lost superuser flag
-    ends it in every project where their own role is below approver."""
-    before = instance.__dict__.pop("_crucible_before", None)
-    if before is None:
-        return
-    was_active, was_superuser = before
-    from runtime_app.models import Project
-    from runtime_app.services import approver_standing_end
-
-    actor, username = current_actor(), instance.get_username()
-    if was_active and not instance.is_active:
-        approver_standing_end(actor, instance, project=None, reason=f"{username} was deactivated")
-    elif was_superuser and not instance.is_superuser and instance.is_active:
-        still = access.projects_with_role(instance, access.APPROVER).values_list("pk", flat=True)
-        for project in Project.objects.exclude(pk__in=list(still)).order_by("pk"):
-            approver_standing_end(actor, instance, project=project,
-                                  reason=f"{username} lost the superuser flag")

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime_app.models import Project
+
 SubjectResolver = Callable[[int], "int | None"]
 _RESOLVERS: dict[str, SubjectResolver] = {}
 
@@ -25,8 +27,6 @@ def subject_project_id(subject_type: str, subject_id: int) -> int | None:
 
 
 def _project_resolver(subject_id: int) -> int | None:
-    from runtime_app.models import Project
-
     return Project.objects.filter(pk=subject_id).values_list("pk", flat=True).first()
 
 
@@ -111,8 +111,6 @@ def subject_label_register(name: str, labeler: SubjectLabeler) -> None:
 
 
 def _project_labels(ids: list[int]) -> dict[int, str]:
-    from runtime_app.models import Project
-
     return dict(Project.objects.filter(pk__in=ids).values_list("pk", "name"))
 
 

@@ -19,11 +19,9 @@ from django.shortcuts import redirect, render
 from django.template import engines
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.cache import patch_vary_headers
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import push_url
 
 from runtime_app import access, notifications, selectors, services
 from runtime_app.forms import (
@@ -37,6 +35,7 @@ from runtime_app.forms import (
     RepositoryRefForm,
     WebhookForm,
 )
+from runtime_app.htmx import for_htmx, wants_partial
 from runtime_app.models import ProjectRole, Webhook
 from runtime_app.subjects import subject_labels_attach
 
@@ -201,7 +200,7 @@ def project_member_remove(request: HttpRequest, project_id: int, user_id: int) -
 def project_ping(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_for_user(request.user, project_id)
     services.project_ping(request.user, project)
-    if request.htmx:
+    if wants_partial(request):  # the button's swap needs no content
         return HttpResponse(status=204)
     messages.info(request, "Ping sent; a worker's answer appears in the activity log.")
     return redirect("project_detail", project_id=project.pk)
@@ -265,17 +264,12 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         "query": form.query(),
         "suggestions": selectors.audit_filter_suggestions(request.user),
         # The results block of the same template is the partial: htmx swaps in just that.
-        "layout": "base.html",
+        "layout": _results_only_layout("results"),
     }
-    if request.htmx and not request.htmx.history_restore_request:
-        context["layout"] = _results_only_layout("results")
-        response = render(request, "runtime_app/audit_log.html", context)
-        query = form.query(page=page.number if page.number > 1 else None)
-        push_url(response, request.path + (f"?{query}" if query else ""))
-    else:
-        response = render(request, "runtime_app/audit_log.html", context)
-    patch_vary_headers(response, ["HX-Request"])
-    return response
+    query = form.query(page=page.number if page.number > 1 else None)
+    return for_htmx(request, page="runtime_app/audit_log.html", partial="runtime_app/audit_log.html",
+                    context=context, push_url=request.path + (f"?{query}" if query else ""),
+                    page_context=lambda: {"layout": "base.html"})
 
 
 def _results_only_layout(block: str):

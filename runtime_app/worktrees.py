@@ -31,6 +31,7 @@ writes its tree into the repository (`worktree_tree_keep`, used by git.commit_cr
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -48,9 +49,10 @@ from dulwich.diff_tree import CHANGE_ADD, CHANGE_DELETE, TreeChange, tree_change
 from dulwich.object_store import DiskObjectStore
 from dulwich.objects import Commit
 
-from runtime_app.git import GitError, ref_resolve, repo_open
 from runtime_app.lane import SHARED, lane_hold
 from runtime_app.policy import PatchLimits
+from runtime_app.presenters import short_sha
+from runtime_app.repository import GitError, ref_resolve, repo_open
 
 GIT_TIMEOUT_SECONDS = 300.0
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
@@ -223,8 +225,6 @@ def repo_lock(repo_path: str | Path):
     """One worktree add or prune at a time per repository, across threads and processes:
     git's worktree bookkeeping is not safe to change concurrently (a prune can drop the record
     of a worktree being added, and an add can read another's half-written record)."""
-    import fcntl
-
     locks = Path(settings.DATA_DIR).resolve() / "locks"
     locks.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(str(Path(repo_path).resolve()).encode()).hexdigest()[:20]
@@ -515,7 +515,7 @@ def patched_tree(
             try:
                 git_run(["apply", "--cached", "--binary", "-"], cwd=repo_path, env=env, stdin=patch_text)
             except GitError as error:
-                raise GitError(f"it does not apply to {sha[:12]} ({error})") from None
+                raise GitError(f"it does not apply to {short_sha(sha)} ({error})") from None
         return git_run(["write-tree"], cwd=repo_path, env=env).decode().strip()
 
 

@@ -1,73 +1,14 @@
-from typing import Any
-
 from django.apps import AppConfig
 
 
 class SearchAppConfig(AppConfig):
     name = "search_app"
     verbose_name = "Experimental search"
+    # What this app adds to the demo project (runtime_app's crucible_setup finds it here).
+    demo_setup = "search_app.demo.demo_setup"
 
     def ready(self) -> None:
-        from runtime_app.signals import approver_standing_ended
-        from runtime_app.subjects import (
-            live_renderer_register,
-            project_section_register,
-            subject_label_register,
-            subject_type_register,
-        )
-        from search_app.live import search_live_fragments
+        # Django's documented place to wire hooks: their module imports models.
+        from search_app import hooks
 
-        def approvals_withdraw_for(sender: Any, user: Any, project: Any, actor: Any, reason: str,
-                                   **kwargs: Any) -> None:
-            from search_app.services import approvals_withdraw
-
-            approvals_withdraw(actor, user, project=project, reason=reason)
-
-        def search_project(subject_id: int) -> int | None:
-            from search_app.models import Search
-
-            return Search.objects.filter(pk=subject_id).values_list("project_id", flat=True).first()
-
-        def candidate_project(subject_id: int) -> int | None:
-            from search_app.models import Candidate
-
-            found = Candidate.objects.filter(pk=subject_id).values_list("search__project_id", flat=True)
-            return found.first()
-
-        def searches_section(user: Any, project: Any) -> Any:
-            from search_app.selectors import project_searches_section
-
-            return project_searches_section(user, project)
-
-        def search_labels(ids: list[int]) -> dict[int, str]:
-            from search_app.models import Search
-
-            return dict(Search.objects.filter(pk__in=ids).values_list("pk", "search_id"))
-
-        def candidate_labels(ids: list[int]) -> dict[int, str]:
-            from search_app.models import Candidate
-
-            return {pk: f"{candidate_id} of {search_id}" for pk, candidate_id, search_id in Candidate.objects
-                    .filter(pk__in=ids).values_list("pk", "candidate_id", "search__search_id")}
-
-        subject_label_register("search", search_labels)
-        subject_label_register("candidate", candidate_labels)
-        subject_type_register("search", search_project)
-        project_section_register("searches", 10, searches_section)
-        subject_type_register("candidate", candidate_project)
-        live_renderer_register("search", search_live_fragments)
-        # Someone who may no longer decide (left the project, lost the approve permission):
-        # their pending decisions on unmerged winners are withdrawn.
-        approver_standing_ended.connect(approvals_withdraw_for, weak=False,
-                                        dispatch_uid="search_app_approvals_withdraw")
-        # Notifications (search_app/notifications.py): a winner awaiting approval, a search that
-        # finished or was cancelled, a comment; each once its change commits.
-        from django.db.models.signals import post_save
-
-        from runtime_app.models import Event
-        from search_app import notifications
-        from search_app.models import Comment
-
-        post_save.connect(notifications.event_saved, sender=Event, dispatch_uid="search_app_notify_events")
-        post_save.connect(notifications.comment_saved, sender=Comment,
-                          dispatch_uid="search_app_notify_comments")
+        hooks.connect()

@@ -43,44 +43,47 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.management.base import BaseCommand
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.http import Http404
 from django.urls import reverse
+from rich.live import Live
+from rich.table import Table
 
+from evolve_app.engines import EngineError, engine_check
+from evolve_app.models import Cycle, EvolutionRun
+from evolve_app.selectors import (
+    agent_for_user,
+    agent_manifest,
+    agent_report,
+    agent_summary,
+    import_preview,
+    run_by_id_for_user,
+    run_report,
+)
+from evolve_app.services import (
+    ManifestMissing,
+    agent_import,
+    agent_rollback,
+    demo_agent_create,
+    evolution_run_cancel,
+    evolution_run_execute,
+    evolution_run_start,
+)
+from evolve_app.workspace import WorkspaceError
+from runtime_app.cli import CrucibleCommand, console_for, printable
+from runtime_app.presenters import short_sha
 from runtime_app.selectors import page_url
+from runtime_app.templatetags.crucible_dates import when
 
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _SPARKS = "▁▂▃▄▅▆▇█"
-
-
-def _printable(text: str) -> str:
-    """One line per message: control characters (from a workspace, a summary) shown escaped."""
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", str(text))
 
 
 def _score(value: float | None) -> str:
     return "—" if value is None else f"{round(value, 4):g}"
 
 
-def _messages(error: Exception) -> list[str]:
-    """A ValidationError's messages, each prefixed with its field unless it is `path` or global;
-    a PermissionDenied's reason."""
-    if isinstance(error, ValidationError) and hasattr(error, "error_dict"):
-        lines = []
-        for field, messages in error.message_dict.items():
-            prefix = "" if field in ("__all__", "path") else f"{field}: "
-            lines.extend(prefix + message for message in messages)
-        return lines
-    if isinstance(error, ValidationError):
-        return list(error.messages)
-    return [str(error) or "You do not have permission."]
-
-
-class Command(BaseCommand):
+class Command(CrucibleCommand):
     help = "Import agents, evolve them here with a live display, follow, roll back and cancel runs."
     requires_system_checks: list[str] = []
 
@@ -142,7 +145,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         self.username = options["user"] or settings.CONFIG.admin_username
-        user = self._user(self.username)
+        user = self.user_get(self.username)
         if action == "import":
             agent = self._guarded(lambda: self._import(
                 user, options["project"], options["path"], options["name"],
@@ -151,9 +154,7 @@ class Command(BaseCommand):
             self._agent_print(agent, as_json=options["json"])
             self._warnings_print(agent)
         elif action == "demo":
-            from evolve_app.services import demo_agent_create
-
-            project = self._project(options["project"])
+            project = self.project_get(user, options["project"])
             agent = self._guarded(lambda: demo_agent_create(user, project))
             self._agent_print(agent, as_json=options["json"])
         elif action == "run":
@@ -169,60 +170,25 @@ class Command(BaseCommand):
 
     # --- helpers --------------------------------------------------------------------------
 
-    def _fail(self, lines: list[str], code: int = 1) -> None:
-        for line in lines:
-            self.stderr.write(_printable(line), style_func=lambda text: text)
-        raise SystemExit(code)
-
     def _guarded(self, call: Any) -> Any:
         """The service's answer, or its refusal as one line per message and exit 1."""
-        from evolve_app.workspace import WorkspaceError
-
-        try:
-            return call()
-        except ValidationError as error:
-            self._fail(_messages(error))
-        except PermissionDenied as error:
-            self._fail([f"{self.username}: {line}" for line in _messages(error)])
-        except WorkspaceError as error:
-            self._fail([str(error)])
-
-    def _user(self, username: str) -> Any:
-        user = get_user_model().objects.filter(username=username).first()
-        if user is None:
-            self._fail([f"no user named {username!r}: pass --user with an existing account"])
-        return user
-
-    def _project(self, name: str) -> Any:
-        from runtime_app.models import Project
-
-        project = Project.objects.filter(name=name).first()
-        if project is None:
-            self._fail([f"no project named {name!r}: create it first "
-                        "(`manage.py crucible_setup` makes `demo`) or pass --project"])
-        return project
+        return self.guarded(call, self.username, (WorkspaceError,))
 
     def _agent_get(self, user: Any, agent_id: int) -> Any:
-        from evolve_app.selectors import agent_for_user
-
         try:
             return agent_for_user(user, agent_id)
         except Http404:
-            self._fail([f"no agent {agent_id} that {user} can see"])
+            self.fail([f"no agent {agent_id} that {user} can see"])
 
     def _run_get(self, user: Any, run_id: int) -> Any:
-        from evolve_app.selectors import run_by_id_for_user
-
         try:
             return run_by_id_for_user(user, run_id)
         except Http404:
-            self._fail([f"no evolution run {run_id} that {user} can see"])
+            self.fail([f"no evolution run {run_id} that {user} can see"])
 
     def _import(self, user: Any, project_name: str, path: str, name: str, *, manifest_file: str | None = None,
                 accept_inferred: bool = False, as_json: bool = False) -> Any:
-        from evolve_app.services import ManifestMissing, agent_import
-
-        project = self._project(project_name)
+        project = self.project_get(user, project_name)
         manifest = self._manifest_read(manifest_file) if manifest_file else None
         try:
             try:
@@ -235,7 +201,7 @@ class Command(BaseCommand):
         except ValidationError as error:
             problems = error.message_dict.get("path", []) if hasattr(error, "error_dict") else []
             if len(problems) > 1 or (manifest is not None and problems):  # each `file:line: message`
-                self._fail([*problems, f"{path}: {len(problems)} problem{'s' if len(problems) > 1 else ''}, "
+                self.fail([*problems, f"{path}: {len(problems)} problem{'s' if len(problems) > 1 else ''}, "
                             "nothing imported"])
             raise
 
@@ -244,24 +210,22 @@ class Command(BaseCommand):
             with open(file, "rb") as handle:
                 data = handle.read(256 * 1024 + 1)
         except OSError as error:
-            self._fail([f"{file}: cannot be read ({error.strerror})"])
+            self.fail([f"{file}: cannot be read ({error.strerror})"])
         if len(data) > 256 * 1024:
-            self._fail([f"{file}: larger than 256 KiB; a manifest is a few lines"])
+            self.fail([f"{file}: larger than 256 KiB; a manifest is a few lines"])
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
-            self._fail([f"{file}: not UTF-8 text"])
+            self.fail([f"{file}: not UTF-8 text"])
 
     def _preview(self, user: Any, project: Any, path: str) -> Any:
-        from evolve_app.selectors import import_preview
-
         return import_preview(user, project, path, trusted=True)
 
     def _preview_print(self, user: Any, project: Any, path: str, *, as_json: bool) -> None:
         """The inferred manifest on standard output, the rest on standard error; exit 1."""
         preview = self._preview(user, project, path)
         if as_json:
-            self._json({"path": preview.path, "manifest": preview.manifest,
+            self.json_write({"path": preview.path, "manifest": preview.manifest,
                         "prompt_from": preview.prompt_from, "writes": list(preview.writes),
                         "notes": list(preview.notes),
                         "problems": [str(p) for p in preview.problems],
@@ -275,41 +239,30 @@ class Command(BaseCommand):
         lines.append(f"Importing it writes {' and '.join(preview.writes)} into the folder. Nothing was "
                      "imported: run again with --accept-inferred to import with this manifest, or save it "
                      "(evolve import PATH > manifest-draft.yaml), edit it and pass --manifest FILE.")
-        self._fail(lines)
+        self.fail(lines)
 
     def _warnings_print(self, agent: Any) -> None:
-        from evolve_app.selectors import agent_manifest
-
         for warning in agent_manifest(agent)["manifest_warnings"]:
-            self.stderr.write(_printable(f"warning: {warning}"), style_func=lambda text: text)
-
-    def _json(self, data: Any) -> None:
-        self.stdout.write(json.dumps(data, indent=2, cls=DjangoJSONEncoder, ensure_ascii=False))
+            self.stderr.write(printable(f"warning: {warning}"), style_func=lambda text: text)
 
     def _agent_print(self, agent: Any, *, as_json: bool) -> None:
-        from evolve_app.selectors import agent_summary
-
         if as_json:
-            self._json(agent_summary(agent))
+            self.json_write(agent_summary(agent))
             return
         for label, value in (("agent id", agent.pk), ("name", agent.name), ("project", agent.project.name),
                              ("path", agent.path)):
-            self.stdout.write(_printable(f"{label:<9} {value}"))
+            self.stdout.write(printable(f"{label:<9} {value}"))
 
     # --- run ------------------------------------------------------------------------------
 
     def _run(self, user: Any, options: dict[str, Any]) -> None:
-        from evolve_app.engines import EngineError, engine_check
-        from evolve_app.selectors import run_report
-        from evolve_app.services import evolution_run_start
-
         engine_options = self._engine_options(options["options"], options["option"])
         target = options["agent"]
         if not target.isdigit():  # checked before a folder is imported (evolution_run_start checks again)
             try:
                 engine_check(options["engine"], engine_options, trusted=True)
             except EngineError as error:
-                self._fail([f"engine: {error}"])
+                self.fail([f"engine: {error}"])
         if target.isdigit():
             agent = self._agent_get(user, int(target))
         else:
@@ -326,11 +279,11 @@ class Command(BaseCommand):
         url = page_url(reverse("evolution_run_detail", args=[agent.pk, run.pk]))
         # With --json, standard output stays one JSON document.
         (self.stderr if options["json"] else self.stdout).write(
-            _printable(f"Started run {run.number} of {agent.name} (id {run.pk}): {url}"),
+            printable(f"Started run {run.number} of {agent.name} (id {run.pk}): {url}"),
             style_func=lambda text: text)
         run = self._execute(user, run, as_json=options["json"])
         if options["json"]:
-            self._json(run_report(run))
+            self.json_write(run_report(run))
         self._run_end(run)
 
     def _engine_options(self, file: str | None, pairs: list[str]) -> dict[str, Any]:
@@ -338,11 +291,11 @@ class Command(BaseCommand):
         place (`file:line:column: message` for a file that does not parse)."""
         options: dict[str, Any] = {}
         if file:
-            options.update(_options_file(file, self._fail))
+            options.update(_options_file(file, self.fail))
         for pair in pairs:
             key, equals, value = pair.partition("=")
             if not equals or not key.strip():
-                self._fail([f"--option {pair!r}: give KEY=VALUE, e.g. --option model=claude-sonnet-4-5"])
+                self.fail([f"--option {pair!r}: give KEY=VALUE, e.g. --option model=claude-sonnet-4-5"])
             options[key.strip()] = option_value(value)
         return options
 
@@ -350,10 +303,7 @@ class Command(BaseCommand):
         """Execute the run in a worker thread while this one shows each cycle as it is recorded
         (a live table on a terminal, one line per cycle otherwise; nothing for --json), then the
         final table. Ctrl-C cancels the run, which stops between cycles, never inside one."""
-        from evolve_app.models import Cycle, EvolutionRun
-        from evolve_app.services import evolution_run_execute
-
-        console = _console(self.stdout._out)
+        console = console_for(self.stdout._out)
         outcome: dict[str, Any] = {}
 
         def work() -> None:
@@ -366,7 +316,7 @@ class Command(BaseCommand):
 
         if not as_json:
             plural = "s" if run.cycles_planned != 1 else ""
-            console.print(_printable(f"{run.agent.name} run {run.number}: {run.engine} on {run.benchmark}, "
+            console.print(printable(f"{run.agent.name} run {run.number}: {run.engine} on {run.benchmark}, "
                                      f"{run.cycles_planned} cycle{plural}"), markup=False)
         worker = threading.Thread(target=work, name=f"evolution-run-{run.pk}", daemon=True)
         started = time.monotonic()
@@ -374,8 +324,6 @@ class Command(BaseCommand):
         shown: set[int] = set()
         live = None
         if console.is_terminal and not as_json:
-            from rich.live import Live
-
             live = Live(console=console, refresh_per_second=4, transient=True)
             live.start()
         try:
@@ -388,7 +336,7 @@ class Command(BaseCommand):
                     for cycle in cycles if live is None else ():
                         if cycle.number not in shown and cycle.status not in ("solving", "evolving"):
                             shown.add(cycle.number)
-                            console.print(_printable(_cycle_line(cycle)), highlight=False, markup=False)
+                            console.print(printable(_cycle_line(cycle)), highlight=False, markup=False)
                 if not alive:
                     break
                 worker.join(0.25)
@@ -401,15 +349,13 @@ class Command(BaseCommand):
             if live is not None:
                 live.stop()
         if "error" in outcome:
-            self._fail([f"run {run.number} stopped: {type(outcome['error']).__name__}: {outcome['error']}"])
+            self.fail([f"run {run.number} stopped: {type(outcome['error']).__name__}: {outcome['error']}"])
         run = EvolutionRun.objects.select_related("agent__project", "started_by").get(pk=run.pk)
         if not as_json:
             console.print(_run_table(run, list(Cycle.objects.filter(run=run).select_related("decided_by"))))
         return run
 
     def _interrupted(self, user: Any, run: Any, worker: threading.Thread) -> None:
-        from evolve_app.services import evolution_run_cancel
-
         self.stderr.write(f"interrupted: cancelling run {run.number} after its current cycle …")
         with contextlib.suppress(ValidationError, PermissionDenied):  # it ended meanwhile
             evolution_run_cancel(user, run)
@@ -421,7 +367,7 @@ class Command(BaseCommand):
 
     def _run_end(self, run: Any) -> None:
         if run.status in ("failed", "cancelled"):
-            self._fail([f"run {run.number} {run.status}: {run.reason}"])
+            self.fail([f"run {run.number} {run.status}: {run.reason}"])
         if run.status == "awaiting_review":
             waiting = run.cycles.filter(status="awaiting_review").order_by("number").first()
             if waiting is not None:
@@ -431,36 +377,28 @@ class Command(BaseCommand):
     # --- status, history, rollback, cancel ------------------------------------------------
 
     def _status(self, run: Any, *, as_json: bool) -> None:
-        from evolve_app.models import Cycle
-        from evolve_app.selectors import run_report
-
         if as_json:
-            self._json(run_report(run))
+            self.json_write(run_report(run))
             return
         cycles = list(Cycle.objects.filter(run=run).select_related("decided_by").order_by("number"))
-        _console(self.stdout._out).print(_run_table(run, cycles))
+        console_for(self.stdout._out).print(_run_table(run, cycles))
 
     def _history(self, agent: Any, *, as_json: bool) -> None:
-        from rich.table import Table
-
-        from evolve_app.selectors import agent_report
-        from runtime_app.templatetags.crucible_dates import when
-
         report = agent_report(agent)
         if as_json:
-            self._json({key: report[key] for key in (
+            self.json_write({key: report[key] for key in (
                 "id", "name", "path", "versions", "versions_error", "runs", "score_curve")})
             return
-        console = _console(self.stdout._out)
+        console = console_for(self.stdout._out)
         if report["versions_error"]:
-            console.print(_printable(f"the version log cannot be read: {report['versions_error']}"),
+            console.print(printable(f"the version log cannot be read: {report['versions_error']}"),
                           markup=False)
-        table = Table(title=_printable(f"{agent.name} (agent {agent.pk}): versions"), title_justify="left")
+        table = Table(title=printable(f"{agent.name} (agent {agent.pk}): versions"), title_justify="left")
         for column in ("tag", "cycle", "commit", "date", "message"):
             table.add_column(column, overflow="fold")
         for version in report["versions"]:
-            table.add_row(version["tag"], str(version["cycle"]), version["sha"][:12],
-                          when(version["date"]), _printable(version["message"]))
+            table.add_row(version["tag"], str(version["cycle"]), short_sha(version["sha"]),
+                          when(version["date"]), printable(version["message"]))
         console.print(table)
         curve = Table(title="score curve", title_justify="left")
         for column in ("run", "status", "scores", "curve"):
@@ -475,15 +413,11 @@ class Command(BaseCommand):
         console.print(curve)
 
     def _rollback(self, user: Any, agent: Any, tag: str) -> None:
-        from evolve_app.services import agent_rollback
-
         sha = self._guarded(lambda: agent_rollback(user, agent, tag))
-        self.stdout.write(_printable(f"{agent.name} (agent {agent.pk}) rolled back to {tag}: "
+        self.stdout.write(printable(f"{agent.name} (agent {agent.pk}) rolled back to {tag}: "
                                      f"new commit {sha}"))
 
     def _cancel(self, user: Any, run: Any) -> None:
-        from evolve_app.services import evolution_run_cancel
-
         run = self._guarded(lambda: evolution_run_cancel(user, run))
         self.stdout.write(f"run {run.number}: {run.status}")
 
@@ -532,14 +466,6 @@ def _options_file(file: str, fail: Any) -> dict[str, Any]:
     return data
 
 
-def _console(out: Any) -> Any:
-    from rich.console import Console
-
-    # Piped or redirected output gets wide lines rather than reasons folded into a narrow column.
-    width = None if out.isatty() else 200
-    return Console(file=out, highlight=False, width=width)
-
-
 def _sparkline(scores: list[float]) -> str:
     """Scores in [0, 1] as block characters (others are clamped)."""
     top = len(_SPARKS) - 1
@@ -572,13 +498,11 @@ def _cycle_rows(table: Any, cycles: list[Any]) -> None:
         if cycle.reason:
             note = f"{note} ({cycle.reason})" if note else cycle.reason
         table.add_row(str(cycle.number), cycle.get_status_display(), _score(cycle.score), holdout,
-                      _printable(_changes(cycle)), _printable(note))
+                      printable(_changes(cycle)), printable(note))
 
 
 def _cycle_table(title: str) -> Any:
-    from rich.table import Table
-
-    table = Table(title=_printable(title), title_justify="left", caption_justify="left")
+    table = Table(title=printable(title), title_justify="left", caption_justify="left")
     for column in ("cycle", "status", "score", "holdout", "changes", "summary"):
         table.add_column(column, overflow="fold")
     return table
@@ -602,5 +526,5 @@ def _run_table(run: Any, cycles: list[Any]) -> Any:
     caption = run.reason or ""
     if scores:
         caption = f"score {_score(scores[0])} → {_score(scores[-1])} {_sparkline(scores)}. {caption}".strip()
-    table.caption = _printable(caption)
+    table.caption = printable(caption)
     return table

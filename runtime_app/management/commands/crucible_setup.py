@@ -1,6 +1,6 @@
 """First-run setup, safe to repeat: roles, the admin account, a demo project with a demo
-repository (a small git repo made in the data dir), draft specs for it, and a demo agent
-whose first evolution run is queued."""
+repository (a small git repo made in the data dir), and what each app adds to it (its
+AppConfig.demo_setup: search_app drafts specs, evolve_app queues a demo agent's first run)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.utils.module_loading import import_string
 from dulwich import porcelain
+from dulwich.object_store import tree_lookup_path
+from dulwich.repo import Repo
 
 from runtime_app import access, services
 from runtime_app.models import Project, ProjectMembership
@@ -40,9 +44,6 @@ def _demo_files(target: Path) -> list[Path]:
 def _demo_modes_uncommitted(target: Path, changed: list[str]) -> list[str]:
     """Files whose mode on disk differs from the last demo commit (a repo made from a checkout
     that had lost the score script's executable bit)."""
-    from dulwich.object_store import tree_lookup_path
-    from dulwich.repo import Repo
-
     with Repo(str(target)) as repo:
         tree = repo[repo.head()].tree
         stale = []
@@ -82,8 +83,12 @@ class Command(BaseCommand):
         services.repository_register(
             admin, project, str(self._demo_repository()), "certificate", trusted=True
         )
-        self._demo_spec(admin, project)
-        self._demo_agent(admin, project)
+        # The apps built on the runtime add their part (AppConfig.demo_setup: a dotted path),
+        # in INSTALLED_APPS order, so runtime_app names none of them.
+        for config in apps.get_app_configs():
+            setup = getattr(config, "demo_setup", None)
+            if setup:
+                import_string(setup)(admin, project, self.stdout.write)
 
     def _demo_repository(self) -> Path:
         """A small git repo in the data dir, committed with fixed dates (same sha everywhere)."""
@@ -123,32 +128,6 @@ class Command(BaseCommand):
                 committer=DEMO_AUTHOR, author_timestamp=1767312000, commit_timestamp=1767312000,
                 author_timezone=0, commit_timezone=0, no_verify=True,
             )
-
-    def _demo_agent(self, admin, project) -> None:
-        """The offline demo agent, with a 4-cycle evolution queued for the workers `make run`
-        starts: its score climbs from 0.25 to 1.00 with no API key."""
-        from evolve_app.models import Agent
-        from evolve_app.services import demo_agent_create, evolution_run_start
-
-        if Agent.objects.filter(project=project).exists():
-            return
-        with transaction.atomic():
-            agent = demo_agent_create(admin, project)
-            evolution_run_start(admin, agent, benchmark="demo", engine="textbook", cycles=4)
-        self.stdout.write(f"Demo agent {agent.name}: a 4-cycle evolution is queued (see /agents/).")
-
-    def _demo_spec(self, admin, project) -> None:
-        from search_app.models import Spec
-        from search_app.services import spec_create
-        from search_app.spec_templates import spec_template_get
-
-        demo_specs = {
-            "speed up the certificate": "speed-up",
-            "demo: scripted writers speed up the certificate": "demo-scripted",
-        }
-        for title, slug in demo_specs.items():
-            if not Spec.objects.filter(project=project, title=title).exists():
-                spec_create(admin, project, title, spec_template_get(slug).text)
 
     def _admin(self):
         User = get_user_model()

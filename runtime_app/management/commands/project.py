@@ -12,21 +12,18 @@ Exit codes: 0 done, 1 refused (one line on stderr saying why).
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.management.base import BaseCommand
-from django.http import Http404
 
 from runtime_app import access
-from runtime_app.selectors import project_memberships, projects_for_user
+from runtime_app.cli import CrucibleCommand
+from runtime_app.selectors import project_memberships
 from runtime_app.services import member_find_or_invite, project_member_remove, project_member_role_set
 
 
-class Command(BaseCommand):
+class Command(CrucibleCommand):
     help = "List a project's members, add one, change a role, or remove one."
 
     def add_arguments(self, parser: Any) -> None:
@@ -48,11 +45,11 @@ class Command(BaseCommand):
             sub.add_argument("--user", default=None, help="who acts (default: the admin account)")
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
-        actor = self._account(options["user"] or settings.CONFIG.admin_username)
+        actor = self.user_get(options["user"] or settings.CONFIG.admin_username)
+        name, wanted = actor.get_username(), options["project"]
+        missing = f"{name}: no project named {wanted!r} that {name} is in"
+        project = self.project_get(actor, wanted, missing=missing)
         try:
-            project = projects_for_user(actor).filter(name=options["project"]).first()
-            if project is None:
-                raise Http404(f"no project named {options['project']!r} that {actor.get_username()} is in")
             if action == "members":
                 for membership in project_memberships(project):
                     self.stdout.write(f"{membership.user.get_username()}\t{membership.role}")
@@ -69,14 +66,6 @@ class Command(BaseCommand):
                 else:
                     project_member_remove(actor, project, member.user)
                     self.stdout.write(f"{options['username']} removed from {project.name}")
-        except (ValidationError, PermissionDenied, Http404) as error:
+        except (ValidationError, PermissionDenied) as error:
             words = " ".join(error.messages) if isinstance(error, ValidationError) else str(error)
-            self.stderr.write(f"{actor.get_username()}: {words}")
-            sys.exit(1)
-
-    def _account(self, username: str) -> Any:
-        user = get_user_model().objects.filter(username=username).first()
-        if user is None:
-            self.stderr.write(f"no user named {username!r}: pass --user with an existing account")
-            sys.exit(1)
-        return user
+            self.fail([f"{actor.get_username()}: {words}"])

@@ -25,26 +25,28 @@ request was refused, 2 the file could not be read.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.management.base import BaseCommand
 from django.http import Http404
 from django.urls import reverse
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
 
+from runtime_app.cli import CrucibleCommand, console_for, printable
 from runtime_app.git import GitError, repo_open
-from runtime_app.models import Project
+from runtime_app.presenters import short_sha
 from runtime_app.prices import usd_text
-from runtime_app.selectors import page_url, projects_for_user, receipts_for_user
+from runtime_app.selectors import page_url, receipts_for_user
 from runtime_app.services import repository_register, server_path_check
 from search_app.execution import search_spec
 from search_app.forecast import Forecast
+from search_app.models import Approval, Merge, SearchRun, Step
 from search_app.preflight import provider_problems
 from search_app.reference import REFERENCE_PATH, spec_reference_markdown
 from search_app.selectors import (
@@ -71,17 +73,10 @@ from search_app.services import (
 from search_app.spec import SpecReport, spec_validate
 from search_app.templatetags.search_figures import metric_source
 
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _SEARCH_ID = re.compile(r"search-[0-9a-f]{16}")
 
 
-def _printable(text: str) -> str:
-    """One line per message: control characters from a spec (a key named "\\x1b[2J") are
-    shown escaped, never sent to the terminal."""
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
-
-
-class Command(BaseCommand):
+class Command(CrucibleCommand):
     help = ("Validate a search spec, freeze and run it, follow it; comment on a candidate, reply, resolve "
             "and reopen threads, approve or request changes to its winner and merge it; or print the spec "
             "reference.")
@@ -144,7 +139,7 @@ class Command(BaseCommand):
             decide.add_argument("--user", default=None, help="who decides (default: the admin account)")
         merge = actions.add_parser("merge", help="commit the approved winner onto a branch (never pushed)")
         merge.add_argument("search_id", help="e.g. search-1a2b3c4d5e6f7a8b")
-        merge.add_argument("--target", choices=["new_branch", "existing_branch"], default="new_branch",
+        merge.add_argument("--target", choices=Merge.Target.values, default=Merge.Target.NEW_BRANCH,
                            help="a new branch (default) or an existing one still at the baseline")
         merge.add_argument("--branch", default="",
                            help="the branch (default for a new one: crucible/<search-id>)")
@@ -170,11 +165,11 @@ class Command(BaseCommand):
                       options["user"] or settings.CONFIG.admin_username, as_json=options["json"],
                       dry_run=options["dry_run"], start_anyway=options["start_anyway"])
         elif action in ("status", "cancel", "receipts"):
-            user = self._user(options["user"] or settings.CONFIG.admin_username)
+            user = self.user_get(options["user"])
             try:
                 search = search_for_user(user, options["search_id"])
             except Http404:
-                self._fail([f"no search {options['search_id']!r} that {user} can see"], 1)
+                self.fail([f"no search {options['search_id']!r} that {user} can see"], 1)
             if action == "status":
                 self._status(search, as_json=options["json"])
             elif action == "cancel":
@@ -182,19 +177,14 @@ class Command(BaseCommand):
             else:
                 self._receipts(user, search, options["candidate"], as_json=options["json"])
         elif action in ("comment", "resolve", "reopen", "approve", "request-changes", "merge"):
-            self._review(action, self._user(options["user"] or settings.CONFIG.admin_username), options)
+            self._review(action, self.user_get(options["user"]), options)
         elif action == "revise":
-            self._revise(self._user(options["user"] or settings.CONFIG.admin_username), options["search_id"],
+            self._revise(self.user_get(options["user"]), options["search_id"],
                          options["note"], as_json=options["json"])
         else:
             self._reference(write=options["write"])
 
     # --- helpers --------------------------------------------------------------------------
-
-    def _fail(self, lines: list[str], code: int) -> None:
-        for line in lines:
-            self.stderr.write(_printable(line), style_func=lambda text: text)
-        raise SystemExit(code)
 
     def _read(self, file: str) -> tuple[str, bytes]:
         """(label, bytes) of the spec; an unreadable file ends the command with exit code 2."""
@@ -203,8 +193,8 @@ class Command(BaseCommand):
         try:
             return file, Path(file).read_bytes()
         except OSError as error:
-            self._fail([f"{file}: cannot read the spec: {error.strerror or error}"], 2)
-            raise  # unreachable: _fail exits
+            self.fail([f"{file}: cannot read the spec: {error.strerror or error}"], 2)
+            raise  # unreachable: fail exits
 
     @staticmethod
     def _error_lines(label: str, report: SpecReport) -> list[str]:
@@ -217,9 +207,9 @@ class Command(BaseCommand):
         report = spec_validate(data)
         if not report.valid:
             for line in self._error_lines(label, report):
-                self.stdout.write(_printable(line))
+                self.stdout.write(printable(line))
             count = len(report.errors)
-            self._fail([f"{label}: {count} error{'s' if count != 1 else ''}"], 1)
+            self.fail([f"{label}: {count} error{'s' if count != 1 else ''}"], 1)
         summary = report.summary()
         efforts = summary["efforts"]
         effort = efforts[0] if len(set(efforts)) == 1 else " → ".join(efforts)
@@ -239,15 +229,9 @@ class Command(BaseCommand):
             f"  selection   {summary['selection']}",
         ]
         for line in lines:
-            self.stdout.write(_printable(line))
+            self.stdout.write(printable(line))
 
     # --- freeze ---------------------------------------------------------------------------
-
-    def _user(self, username: str) -> Any:
-        user = get_user_model().objects.filter(username=username).first()
-        if user is None:
-            self._fail([f"no user named {username!r}: pass --user with an existing account"], 1)
-        return user
 
     def _freeze(self, file: str, repo: str, ref: str, project_name: str, username: str) -> None:
         search = self._frozen(file, repo, ref, project_name, username)
@@ -261,29 +245,24 @@ class Command(BaseCommand):
             f"of up to {max(len(batch) for batch in batches)}",
         ]
         for line in lines:
-            self.stdout.write(_printable(line))
+            self.stdout.write(printable(line))
         for warning in provider_problems(search_spec(search).worker.provider):
-            self.stderr.write(_printable(f"warning: {warning}"), style_func=lambda text: text)
+            self.stderr.write(printable(f"warning: {warning}"), style_func=lambda text: text)
 
     def _frozen(self, file: str, repo: str, ref: str, project_name: str, username: str) -> Any:
         label, data = self._read(file)
         report = spec_validate(data)
         if not report.valid:
-            self._fail(self._error_lines(label, report), 1)
-        project = Project.objects.filter(name=project_name).first()
-        if project is None:
-            self._fail([f"no project named {project_name!r}: create it first "
-                        "(`manage.py crucible_setup` makes `demo`) or pass --project"], 1)
-        user = get_user_model().objects.filter(username=username).first()
-        if user is None:
-            self._fail([f"no user named {username!r}: pass --user with an existing account"], 1)
+            self.fail(self._error_lines(label, report), 1)
+        user = self.user_get(username)
+        project = self.project_get(user, project_name)
         try:
             repository = repository_register(user, project, repo, trusted=True)
             search = search_freeze(user, project, data.decode("utf-8"), ref, repository=repository)
         except ValidationError as error:
-            self._fail([str(message) for message in error.messages], 1)
+            self.fail([str(message) for message in error.messages], 1)
         except PermissionDenied as error:
-            self._fail([f"{username}: {error}"], 1)
+            self.fail([f"{username}: {error}"], 1)
         return search
 
     # --- run, status, cancel, receipts ----------------------------------------------------
@@ -291,43 +270,41 @@ class Command(BaseCommand):
     def _run(self, file: str, repo: str | None, ref: str, project_name: str, username: str, *,
              as_json: bool, dry_run: bool = False, start_anyway: bool = False) -> None:
         if _SEARCH_ID.fullmatch(file) and not Path(file).exists():
-            user = self._user(username)
+            user = self.user_get(username)
             try:
                 search = search_for_user(user, file)
             except Http404:
-                self._fail([f"no search {file!r} that {user} can see"], 1)
+                self.fail([f"no search {file!r} that {user} can see"], 1)
             if dry_run:
                 self._forecast(search_forecast(search), search.name, search.search_id, as_json=as_json)
                 return
         elif repo is None:
-            self._fail([f"{file}: give the repository with --repo PATH (or name a frozen search's id)"], 1)
+            self.fail([f"{file}: give the repository with --repo PATH (or name a frozen search's id)"], 1)
         elif dry_run:
             self._dry_run(file, repo, project_name, username, as_json=as_json)
             return
         else:
             search = self._frozen(file, repo, ref, project_name, username)
-            user = self._user(username)
+            user = self.user_get(username)
         try:
             search_start_checked(user, search, start_anyway=start_anyway, enqueue=False)
         except ProviderUnready as unready:
-            self._fail([*unready.messages, "Nothing was started: fix it, or run "
+            self.fail([*unready.messages, "Nothing was started: fix it, or run "
                         f"`search run {search.search_id} --start-anyway`."], 1)
         except ValidationError as error:  # e.g. a command that cannot start: one line each
-            self._fail([str(message) for message in error.messages], 1)
+            self.fail([str(message) for message in error.messages], 1)
         except PermissionDenied as error:
-            self._fail([str(error)], 1)
+            self.fail([str(error)], 1)
         started = f"Started {search.search_id}: {page_url(reverse('search_detail', args=[search.search_id]))}"
         # With --json, standard output stays one JSON document.
         (self.stderr if as_json else self.stdout).write(started, style_func=lambda text: text)
         if as_json:
             search_run_inline(search)
-            self.stdout.write(json.dumps(search_run_report(search), indent=2))
+            self.json_write(search_run_report(search), ensure_ascii=True)
             return
-        from rich.live import Live
-
-        console = _console(self.stdout._out)
-        console.print(f"[bold]{_printable(search.name)}[/] {search.search_id} "
-                      f"at {search.baseline_commit[:12]}")
+        console = console_for(self.stdout._out)
+        console.print(f"[bold]{printable(search.name)}[/] {search.search_id} "
+                      f"at {short_sha(search.baseline_commit)}")
         with Live(console=console, refresh_per_second=4, transient=True) as live:
             search_run_inline(search, progress=lambda run: live.update(_progress(search, run)))
         report = search_run_report(search)
@@ -339,35 +316,33 @@ class Command(BaseCommand):
         label, data = self._read(file)
         report = spec_validate(data)
         if not report.valid:
-            self._fail(self._error_lines(label, report), 1)
-        user = self._user(username)
-        project = projects_for_user(user).filter(name=project_name).first()
-        if project is None:
-            self._fail([f"no project named {project_name!r} that {username} is a member of: "
-                        "pass --project"], 1)
+            self.fail(self._error_lines(label, report), 1)
+        user = self.user_get(username)
+        project = self.project_get(user, project_name, missing=(
+            f"no project named {project_name!r} that {username} is a member of: pass --project"))
         try:
             path = server_path_check(repo, trusted=True, what="repository")
             repo_open(path).close()
         except ValidationError as error:
-            self._fail([str(message) for message in error.messages], 1)
+            self.fail([str(message) for message in error.messages], 1)
         except GitError as error:
-            self._fail([str(error)], 1)
+            self.fail([str(error)], 1)
         forecast = spec_forecast(report.spec, project.pk, str(path))
         self._forecast(forecast, report.spec.name, None, as_json=as_json)
 
     def _forecast(self, forecast: Forecast, name: str, search_id: str | None, *, as_json: bool) -> None:
         if as_json:
-            self.stdout.write(json.dumps({"search_id": search_id, **forecast.as_dict()}, indent=2))
+            self.json_write({"search_id": search_id, **forecast.as_dict()}, ensure_ascii=True)
             return
         for line in forecast_lines(forecast, name, search_id):
-            self.stdout.write(_printable(line))
+            self.stdout.write(printable(line))
 
     def _status(self, search: Any, *, as_json: bool) -> None:
         report = search_run_report(search)
         if as_json:
-            self.stdout.write(json.dumps(report, indent=2))
+            self.json_write(report, ensure_ascii=True)
             return
-        console = _console(self.stdout._out)
+        console = console_for(self.stdout._out)
         _spec_failure_print(console, report)
         console.print(_outcome_table(report))
 
@@ -375,7 +350,7 @@ class Command(BaseCommand):
         try:
             run = search_cancel(user, search)
         except (ValidationError, PermissionDenied) as error:
-            self._fail([" ".join(getattr(error, "messages", [str(error)]))], 1)
+            self.fail([" ".join(getattr(error, "messages", [str(error)]))], 1)
         self.stdout.write(f"{search.search_id}: {run.status}")
 
     def _receipts(self, user: Any, search: Any, candidate_id: str | None, *, as_json: bool) -> None:
@@ -383,14 +358,14 @@ class Command(BaseCommand):
         if candidate_id:
             candidates = candidates.filter(candidate_id=candidate_id)
             if not candidates.exists():
-                self._fail([f"{search.search_id} has no candidate {candidate_id!r}"], 1)
+                self.fail([f"{search.search_id} has no candidate {candidate_id!r}"], 1)
         names = dict(candidates.values_list("pk", "candidate_id"))
         receipts = receipts_for_user(user).filter(subject_type="candidate", subject_id__in=list(names))
         if as_json:
-            self.stdout.write(json.dumps([r.as_dict() for r in receipts], indent=2))
+            self.json_write([r.as_dict() for r in receipts], ensure_ascii=True)
             return
         for receipt in receipts:
-            self.stdout.write(_printable(
+            self.stdout.write(printable(
                 f"#{receipt.pk:<6} {names[receipt.subject_id]:<9} {receipt.kind:<8} {receipt.outcome:<14} "
                 f"{receipt.duration_seconds:8.3f} s  {receipt.isolation or '-':<13} {receipt.label}"))
 
@@ -406,7 +381,7 @@ class Command(BaseCommand):
                 candidate = candidate_for_user(user, search_id, options["candidate_id"])
         except Http404:
             what = search_id if action == "merge" else f"{options['candidate_id']} of {search_id}"
-            self._fail([f"no candidate or search {what!r} that {user} can see"], 1)
+            self.fail([f"no candidate or search {what!r} that {user} can see"], 1)
         try:
             if action == "comment":
                 body = sys.stdin.read() if options["body"] == "-" else options["body"]
@@ -426,18 +401,19 @@ class Command(BaseCommand):
                 line = (f"{search_id}: merged {merge.candidate.candidate_id} onto {merge.branch} as "
                         f"{merge.commit_sha} (not pushed)")
             else:
-                decision = "approve" if action == "approve" else "request_changes"
+                decision = (Approval.Decision.APPROVE if action == "approve"
+                            else Approval.Decision.REQUEST_CHANGES)
                 approval = approval_record(user, candidate, decision, options["patch_sha256"],
                                            options["note"])
                 state = approval_state(candidate)
-                verb = "approved" if decision == "approve" else "requested changes to"
+                verb = "approved" if decision == Approval.Decision.APPROVE else "requested changes to"
                 line = (f"{search_id}: {user} {verb} {candidate.candidate_id} (patch "
-                        f"{approval.patch_sha256[:12]}); {state['blocker'] or 'ready to merge.'}")
+                        f"{short_sha(approval.patch_sha256)}); {state['blocker'] or 'ready to merge.'}")
         except ValidationError as error:
-            self._fail([" ".join(error.messages)], 1)
+            self.fail([" ".join(error.messages)], 1)
         except PermissionDenied as error:
-            self._fail([f"{user}: {error}"], 1)
-        self.stdout.write(_printable(line))
+            self.fail([f"{user}: {error}"], 1)
+        self.stdout.write(printable(line))
 
     def _revise(self, user: Any, search_id: str, note: str, *, as_json: bool) -> None:
         """Send the winner back (the service the page and the API call), then drive the revision
@@ -445,20 +421,20 @@ class Command(BaseCommand):
         try:
             search = search_for_user(user, search_id)
         except Http404:
-            self._fail([f"no search {search_id!r} that {user} can see"], 1)
+            self.fail([f"no search {search_id!r} that {user} can see"], 1)
         try:
             run = search_revise(user, search, note, enqueue=False)
         except ValidationError as error:
-            self._fail([" ".join(error.messages)], 1)
+            self.fail([" ".join(error.messages)], 1)
         except PermissionDenied as error:
-            self._fail([f"{user}: {error}"], 1)
-        (self.stderr if as_json else self.stdout).write(_printable(f"{search_id}: {run.reason}"))
+            self.fail([f"{user}: {error}"], 1)
+        (self.stderr if as_json else self.stdout).write(printable(f"{search_id}: {run.reason}"))
         search_run_inline(search)
         report = search_run_report(search)
         if as_json:
-            self.stdout.write(json.dumps(report, indent=2))
+            self.json_write(report, ensure_ascii=True)
             return
-        console = _console(self.stdout._out)
+        console = console_for(self.stdout._out)
         console.print(_outcome_table(report))
 
     # --- reference ------------------------------------------------------------------------
@@ -499,34 +475,23 @@ def forecast_lines(forecast: Forecast, name: str, search_id: str | None) -> list
     return [line.rstrip() for line in lines]
 
 
-def _console(out: Any) -> Any:
-    from rich.console import Console
-
-    # Piped or redirected output gets wide lines rather than reasons folded into a narrow column.
-    width = None if out.isatty() else 200
-    return Console(file=out, highlight=False, width=width)
-
-
 def _spec_failure_print(console: Any, report: dict) -> None:
     """A search stopped by a command that cannot start says so first, above the table."""
-    from rich.markup import escape
-
     if report.get("spec_failure"):
         console.print(f"[bold red]stopped: a command of the spec cannot start[/] — "
-                      f"{escape(_printable(report['spec_failure']))}")
+                      f"{escape(printable(report['spec_failure']))}")
 
 
 def _progress(search: Any, run: Any) -> Any:
     """The live display: phase and round, candidates per state, budget."""
-    from rich.table import Table
-
     counts: dict[str, int] = {}
     for state in search.candidates.exclude(number=0).values_list("state", flat=True):
         counts[state] = counts.get(state, 0) + 1
     table = Table(show_header=False, box=None)
-    table.add_row("phase", f"{run.phase}, round {run.round_index}" if run.phase == "rounds" else run.phase)
+    in_rounds = run.phase == SearchRun.Phase.ROUNDS
+    table.add_row("phase", f"{run.phase}, round {run.round_index}" if in_rounds else run.phase)
     table.add_row("candidates", ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
-    live = search.steps.filter(state="running").select_related("candidate")
+    live = search.steps.filter(state=Step.State.RUNNING).select_related("candidate")
     table.add_row("running", ", ".join(f"{s.kind} {s.candidate.candidate_id}" for s in live) or "—")
     if run.budget_cost_microusd or run.budget_tokens:
         ceiling = usd_text(run.budget_cost_microusd) if run.budget_cost_microusd else "∞"
@@ -536,20 +501,18 @@ def _progress(search: Any, run: Any) -> Any:
 
 
 def _outcome_table(report: dict) -> Any:
-    from rich.markup import escape
-    from rich.table import Table
-
     outcome = report["outcome"] or report["status"]
     title = f"{report['search_id']} {report['name']}: {outcome}"
     if report["winner"]:
         title += f" — {report['winner']} ({report['winner_status'] or 'awaiting approval'})"
     if report.get("elapsed_text"):
-        took = "running for" if report["status"] in ("running", "cancelling") else "took"
+        going = report["status"] in (SearchRun.Status.RUNNING, SearchRun.Status.CANCELLING)
+        took = "running for" if going else "took"
         title += f"; {took} {report['elapsed_text']}"
         title += f", {report['eta_text']}" if report.get("eta_text") else ""
     # Whoever reads a score here also reads who measured it (docs/sandbox.md, the score contract).
-    source = escape(_printable(f"score: {report['metric']}, {metric_source(report['metric'])}"))
-    table = Table(title=f"{_printable(title)}\n{source}", title_justify="left")
+    source = escape(printable(f"score: {report['metric']}, {metric_source(report['metric'])}"))
+    table = Table(title=f"{printable(title)}\n{source}", title_justify="left")
     columns = ("candidate", "state", "round", "gates", "score", "±", "diff", "cost", "receipts", "reason")
     for column in columns:
         table.add_column(column, overflow="fold")
@@ -560,14 +523,14 @@ def _outcome_table(report: dict) -> Any:
             c["candidate_id"], c["state"], str(c["round_reached"]) if c["round_reached"] >= 0 else "",
             str(c["gates_passed"]), c["figure"],
             f"{c['spread']:g}" if c["spread"] is not None else "", str(c["diff_lines"] or ""),
-            usd_text(c["cost_microusd"]) if c["cost_microusd"] else "", shown, _printable(c["reason"]),
+            usd_text(c["cost_microusd"]) if c["cost_microusd"] else "", shown, printable(c["reason"]),
         )
     if report["review"]:
         review = report["review"]
-        table.caption = _printable(f"review of {review['candidate']}: {review['verdict']}, "
+        table.caption = printable(f"review of {review['candidate']}: {review['verdict']}, "
                                    f"{len(review['findings'])} findings. {report['reason']}")
     else:
-        table.caption = _printable(report["reason"])
+        table.caption = printable(report["reason"])
     if report["llm"]["calls"]:
         llm = report["llm"]
         table.caption += (f" Model calls: {llm['calls']}, {usd_text(llm['cost_microusd'])}, "
