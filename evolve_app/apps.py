@@ -9,6 +9,6 @@ class EvolveAppConfig(AppConfig):
 
     def ready(self) -> None:
         # Django's documented place to wire hooks: their module imports models.
-        from evolve_app import hooks
+        from evolve_app import hooks  # noqa: PLC0415 - it imports models: only once apps are ready
 
         hooks.connect()

@@ -7,6 +7,6 @@ class RuntimeAppConfig(AppConfig):
 
     def ready(self) -> None:
         # Django's documented place to wire signal receivers: their module imports models.
-        from runtime_app import hooks
+        from runtime_app import hooks  # noqa: PLC0415 - it imports models: only once apps are ready
 
         hooks.connect()

@@ -43,7 +43,7 @@ def refusal_lines(error: ValidationError | PermissionDenied) -> list[str]:
     """A ValidationError's messages, each prefixed with its field unless it is `path` or global;
     a PermissionDenied's reason."""
     if isinstance(error, ValidationError) and hasattr(error, "error_dict"):
-        lines = []
+        lines: list[str] = []
         for field, messages in error.message_dict.items():
             prefix = "" if field in ("__all__", "path") else f"{field}: "
             lines.extend(prefix + message for message in messages)

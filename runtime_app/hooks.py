@@ -11,13 +11,16 @@ call one service, which sends `approver_standing_ended` for the apps that hold d
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
+from celery.signals import worker_ready
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.db.models.signals import post_save, pre_delete, pre_save
 
-from runtime_app import access
+from runtime_app import access, sandbox
 from runtime_app.models import Project, ProjectMembership
 from runtime_app.services import (
     approver_standing_end,
@@ -25,6 +28,8 @@ from runtime_app.services import (
     project_membership_role_changed,
 )
 from runtime_app.signals import current_actor
+
+logger = logging.getLogger(__name__)
 
 
 def connect() -> None:
@@ -37,6 +42,24 @@ def connect() -> None:
     user_model = get_user_model()
     pre_save.connect(user_saving, sender=user_model, dispatch_uid="crucible_user_saving")
     post_save.connect(user_saved, sender=user_model, dispatch_uid="crucible_user_saved")
+    worker_ready.connect(root_worker_check, weak=False, dispatch_uid="crucible_root_worker_check")
+
+
+def root_worker_check(**kwargs: Any) -> None:
+    """A root worker is fine while commands run in bubblewrap as the unprivileged uid; say
+    plainly when they would not (crucible/celery.py silences Celery's own warning for this)."""
+    if os.geteuid() != 0:
+        return
+    try:
+        isolation = sandbox.isolation_choose()
+    except sandbox.SandboxError as error:
+        logger.warning("The worker runs as root and %s", error)
+        return
+    if isolation != sandbox.BUBBLEWRAP:
+        _, reason = sandbox.bubblewrap_probe()
+        logger.warning("The worker runs as root and commands run without bubblewrap (CRUCIBLE_SANDBOX=%s, "
+                       "%s): candidate code would run as root. Install bubblewrap or run Crucible as "
+                       "an unprivileged user (docs/sandbox.md).", sandbox.sandbox_mode(), reason)
 
 
 def membership_deleting(sender: Any, instance: Any, origin: Any = None, **kwargs: Any) -> None:

@@ -91,7 +91,7 @@ def account_slot(account: str, limit: int = 0, cancel: threading.Event | None = 
 
 
 def anthropic_client(base_url: str | None = None, key_variable: str | None = None) -> Any:
-    import anthropic  # about 2 s to import: loaded by the first call, not at every start-up
+    import anthropic  # noqa: PLC0415 - about 1 s to import: loaded by the first call, not at start-up
 
     return anthropic.Anthropic(
         api_key=provider_key(key_variable or "ANTHROPIC_API_KEY") or "missing-key",
@@ -180,7 +180,7 @@ def anthropic_call(
     thinking: dict | None = None, account: str = "anthropic", account_limit: int = 0, price_model: str = "",
 ) -> Reply:
     """One Messages call with retries; its receipt is written through `record` either way."""
-    import anthropic  # about 2 s to import: loaded by the first call, not at every start-up
+    import anthropic  # noqa: PLC0415 - about 1 s to import: loaded by the first call, not at start-up
 
     started_at, started = timezone.now(), time.monotonic()
     options: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "system": system,
@@ -216,7 +216,7 @@ def anthropic_call(
 def bedrock_client(base_url: str | None = None) -> Any:
     """Bedrock through the anthropic SDK: a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK) if set,
     else SigV4 with the standard AWS credentials (environment, profile, instance role)."""
-    import anthropic  # about 2 s to import: loaded by the first call, not at every start-up
+    import anthropic  # noqa: PLC0415 - about 1 s to import: loaded by the first call, not at start-up
 
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     return anthropic.AnthropicBedrock(
@@ -226,7 +226,7 @@ def bedrock_client(base_url: str | None = None) -> Any:
 
 
 def openai_client(base_url: str | None = None, api_key_variable: str = "OPENAI_API_KEY") -> Any:
-    import openai  # loaded by the first call, not at every start-up
+    import openai  # noqa: PLC0415 - loaded by the first call, not at every start-up
 
     return openai.OpenAI(
         api_key=provider_key(api_key_variable) or "missing-key",
@@ -241,7 +241,7 @@ def openai_call(
     price_model: str = "",
 ) -> Reply:
     """One chat-completions call (any OpenAI-compatible server) with the same retries and receipt."""
-    import openai  # loaded by the first call, not at every start-up
+    import openai  # noqa: PLC0415 - loaded by the first call, not at every start-up
 
     started_at, started = timezone.now(), time.monotonic()
     options: dict[str, Any] = {"model": model, "messages": messages, "max_completion_tokens": max_tokens}

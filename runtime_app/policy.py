@@ -22,13 +22,10 @@ import tomllib
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dulwich.diff_tree import tree_changes
 from dulwich.objects import Blob, Commit, Tree, TreeEntry
-
-if TYPE_CHECKING:
-    from search_app.spec import SearchSpec
 
 REGULAR, EXECUTABLE, SYMLINK, GITLINK = 0o100644, 0o100755, 0o120000, 0o160000
 BINARY_SNIFF_BYTES = 8000  # what git looks at to call a file binary
@@ -89,18 +86,6 @@ class PolicyRules:
     max_file_bytes: int = 1_000_000
     max_patch_bytes: int = DEFAULT_MAX_PATCH_BYTES
     max_patch_files: int = DEFAULT_MAX_PATCH_FILES
-
-    @classmethod
-    def from_spec(cls, spec: SearchSpec) -> PolicyRules:
-        return cls(
-            write_roots=tuple(spec.worker.write_roots),
-            exact_files=tuple(spec.worker.exact_files),
-            protected_paths=tuple(spec.hard_gates.protected_paths),
-            score_script=command_script(spec.score.command),
-            forbid_test_changes=spec.hard_gates.forbid_test_changes,
-            max_patch_bytes=spec.worker.max_patch_bytes,
-            max_patch_files=spec.worker.max_patch_files,
-        )
 
     @property
     def limits(self) -> PatchLimits:

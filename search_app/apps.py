@@ -9,6 +9,6 @@ class SearchAppConfig(AppConfig):
 
     def ready(self) -> None:
         # Django's documented place to wire hooks: their module imports models.
-        from search_app import hooks
+        from search_app import hooks  # noqa: PLC0415 - it imports models: only once apps are ready
 
         hooks.connect()

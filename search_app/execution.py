@@ -32,7 +32,7 @@ from runtime_app.lane import EXCLUSIVE, SHARED
 from runtime_app.llm import LLMError, ToolChat
 from runtime_app.metrics import MetricReading, last_json_line, metric_read
 from runtime_app.models import Receipt
-from runtime_app.policy import PolicyRules, read_only_paths
+from runtime_app.policy import PolicyRules, command_script, read_only_paths
 from runtime_app.prices import Price, price_for, worst_case_microusd
 from runtime_app.sandbox import SYSTEM_DIRS, Limits, SandboxError
 from runtime_app.services import ReceiptBatch
@@ -116,7 +116,16 @@ def _evidence_files(search: Search, files: list[dict]) -> list[str]:
 
 
 def policy_rules(spec: SearchSpec) -> PolicyRules:
-    return PolicyRules.from_spec(spec)
+    """The change policy's rules for a search, from its spec (runtime_app.policy knows no spec)."""
+    return PolicyRules(
+        write_roots=tuple(spec.worker.write_roots),
+        exact_files=tuple(spec.worker.exact_files),
+        protected_paths=tuple(spec.hard_gates.protected_paths),
+        score_script=command_script(spec.score.command),
+        forbid_test_changes=spec.hard_gates.forbid_test_changes,
+        max_patch_bytes=spec.worker.max_patch_bytes,
+        max_patch_files=spec.worker.max_patch_files,
+    )
 
 
 def _worktree_name(step: Step, purpose: str) -> str:

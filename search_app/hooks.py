@@ -4,8 +4,13 @@ module (it imports models, so not before the app registry is ready) and calls co
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from typing import Any
 
+from celery.signals import worker_ready
+from django.db import connection
 from django.db.models.signals import post_save
 
 from runtime_app.models import Event
@@ -17,10 +22,15 @@ from runtime_app.subjects import (
     subject_type_register,
 )
 from search_app import notifications
+from search_app.execution import parked_trees_sweep
 from search_app.live import search_live_fragments
 from search_app.models import Candidate, Comment, Search
 from search_app.selectors import project_searches_section
 from search_app.services import approvals_withdraw
+
+logger = logging.getLogger(__name__)
+# How often a worker host removes the evaluation trees it parked that no trial will take.
+PARKED_TREES_SWEEP_SECONDS = 10.0
 
 
 def approvals_withdraw_for(sender: Any, user: Any, project: Any, actor: Any, reason: str,
@@ -65,3 +75,22 @@ def connect() -> None:
     # finished or was cancelled, a comment; each once its change commits.
     post_save.connect(notifications.event_saved, sender=Event, dispatch_uid="search_app_notify_events")
     post_save.connect(notifications.comment_saved, sender=Comment, dispatch_uid="search_app_notify_comments")
+    worker_ready.connect(parked_trees_sweeper_start, weak=False,
+                         dispatch_uid="search_app_parked_trees_sweeper")
+
+
+def parked_trees_sweeper_start(**kwargs: Any) -> None:
+    """Each worker host sweeps its own parked evaluation trees (search_app.execution): the trials
+    of a tree it parked may run on another host, and then nothing else would remove it."""
+    threading.Thread(target=_parked_trees_sweep_forever, name="crucible-parked-trees", daemon=True).start()
+
+
+def _parked_trees_sweep_forever() -> None:
+    while True:
+        time.sleep(PARKED_TREES_SWEEP_SECONDS)
+        try:
+            parked_trees_sweep()
+        except Exception:  # a sweep that fails leaves trees for the next one; the worker goes on
+            logger.exception("could not sweep the parked evaluation trees")
+        finally:
+            connection.close()  # no database connection held between sweeps

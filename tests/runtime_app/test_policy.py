@@ -31,6 +31,7 @@ from runtime_app.policy import (
     command_script,
     policy_check,
 )
+from search_app.execution import policy_rules
 from search_app.spec import spec_validate
 from tests.gitrepo import git, repo_create, write_files
 
@@ -551,7 +552,7 @@ def test_violations_are_plain_values():
 def test_rules_come_from_the_spec():
     seed = (Path(__file__).parent.parent / "search_app" / "specs" / "seed_example.toml").read_text()
     spec = spec_validate(seed).spec
-    assert PolicyRules.from_spec(spec) == PolicyRules(
+    assert policy_rules(spec) == PolicyRules(
         write_roots=("code",), exact_files=(), protected_paths=("tests", "expected_result.json"),
         score_script="scripts/benchmark_candidate.sh", forbid_test_changes=True,
     )

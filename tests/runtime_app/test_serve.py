@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from celery.app.trace import LOG_SUCCESS
 
-from crucible.celery import root_worker_check
 from runtime_app import sandbox
+from runtime_app.hooks import root_worker_check
 from tests.helpers import REPO_ROOT, free_port, stop_process, wait_for_port
 
 WAIT_SECONDS = 90
@@ -128,7 +128,7 @@ def test_routine_periodic_tasks_log_at_debug_and_other_tasks_at_info(caplog):
 
 @pytest.mark.parametrize(("isolation", "warned"), [(sandbox.BUBBLEWRAP, False), (sandbox.RLIMITS_ONLY, True)])
 def test_a_root_worker_warns_only_when_commands_would_run_as_root(isolation, warned, caplog, monkeypatch):
-    monkeypatch.setattr("crucible.celery.os.geteuid", lambda: 0)
+    monkeypatch.setattr("runtime_app.hooks.os.geteuid", lambda: 0)
     monkeypatch.setattr(sandbox, "isolation_choose", lambda: isolation)
     monkeypatch.setattr(sandbox, "bubblewrap_probe", lambda: (False, "bubblewrap (bwrap) is not installed"))
     caplog.set_level(logging.INFO)
