@@ -366,10 +366,10 @@ class Command(CrucibleCommand):
         raise SystemExit(130)
 
     def _run_end(self, run: Any) -> None:
-        if run.status in ("failed", "cancelled"):
+        if run.status in (EvolutionRun.Status.FAILED, EvolutionRun.Status.CANCELLED):
             self.fail([f"run {run.number} {run.status}: {run.reason}"])
-        if run.status == "awaiting_review":
-            waiting = run.cycles.filter(status="awaiting_review").order_by("number").first()
+        if run.status == EvolutionRun.Status.AWAITING_REVIEW:
+            waiting = run.cycles.filter(status=Cycle.Status.AWAITING_REVIEW).order_by("number").first()
             if waiting is not None:
                 self.stdout.write(f"cycle {waiting.number} (id {waiting.pk}) awaits an approver: decide "
                                   f"on its page or POST /api/cycles/{waiting.pk}/decide")
