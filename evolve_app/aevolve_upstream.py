@@ -64,7 +64,8 @@ def observation_up(observation: Observation) -> ae.Observation:
     proposal = next((step["skill_proposal"] for step in trajectory.steps if isinstance(step, dict)
                      and isinstance(step.get("skill_proposal"), str)), "")
     if proposal:
-        upstream._skill_proposal = proposal  # what Guided Synthesis reads from a solver
+        # What Guided Synthesis reads from a solver (getattr): upstream's Trajectory does not declare it.
+        upstream._skill_proposal = proposal  # type: ignore[attr-defined]
     feedback = observation.feedback
     return ae.Observation(task_up(observation.task), upstream,
                           ae.Feedback(success=feedback.success, score=feedback.score, detail=feedback.detail))
@@ -386,10 +387,12 @@ class _Sandboxed:
     upstream's `make_workspace_bash`; and no default LLM: the provider is always Crucible's."""
 
     SYSTEM_PROMPT = SKILLFORGE_SYSTEM_PROMPT
+    config: EvolveConfig  # both set by the upstream engine this is mixed into (engine_make, engine_rebind)
+    _llm: LLMProvider | None
 
     @property
-    def llm(self) -> LLMProvider:
-        if self._llm is None:
+    def llm(self) -> CrucibleLLM:
+        if not isinstance(self._llm, CrucibleLLM):  # engine_make and engine_rebind give it one, or none
             raise RuntimeError("an A-Evolve engine in Crucible has no model of its own")
         return self._llm
 
@@ -531,6 +534,6 @@ def _draft_observation(draft: dict[str, str]) -> ae.Observation:
     proposal = (f"ACTION: NEW\nCONFIDENCE: MEDIUM\nTYPE: skill\nNAME: {name}\n"
                 f"DESCRIPTION: {description or name}\nCONTENT:\n{body}")
     trajectory = ae.Trajectory(task_id=f"{DRAFT_TASK}{name}", output="")
-    trajectory._skill_proposal = proposal
+    trajectory._skill_proposal = proposal  # type: ignore[attr-defined]  # undeclared upstream, as above
     return ae.Observation(ae.Task(id=f"{DRAFT_TASK}{name}", input=f"skills/{DRAFTS_DIR}/{name}.md"),
                           trajectory, ae.Feedback(success=False, score=0.0, detail=""))

@@ -164,3 +164,11 @@ class Trial(Protocol):
     def get_tasks(self, split: str = "train", limit: int = 5) -> list[Task]: ...
 
     def for_workspace(self, path: Path) -> Trial: ...
+
+
+class GuidedEngine(Protocol):
+    """An engine whose step also takes a `guidance` text for this cycle (the adaptive and search engines
+    hand it one)."""
+
+    def step(self, workspace: Workspace, observations: list[Observation], history: History,
+             trial: Trial | None, guidance: str) -> StepResult: ...

@@ -180,7 +180,7 @@ class AgentWorkspace:
     def read_all_memories(self, limit: int = 100) -> list[dict[str, Any]]:
         """The last `limit` entries of all categories (by category name, then file order), each with
         a `_category` key added, as upstream returns them."""
-        entries = []
+        entries: list[dict[str, Any]] = []
         for rel in _dir_files(self.root, "memory"):
             stem = Path(rel).stem
             if rel.endswith(".jsonl") and _NAME.fullmatch(stem):

@@ -11,13 +11,16 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-CONTRACT_VERSION = "1"
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
+CONTRACT_VERSION: Final = "1"
 LAYERS = ("prompts", "skills", "memory", "tools")
 DEFAULT_AUTHOR = "Crucible <crucible@localhost>"
 EXCLUDED_DIR = "evolution"  # observation batches etc.: on disk, never in the workspace's history
@@ -281,7 +284,7 @@ def _a_evolve_defaults(data: dict, rel: str, line_of: Any, near_misses: dict, wa
     return tuple(filled)
 
 
-def _pydantic_message(detail: dict) -> str:
+def _pydantic_message(detail: ErrorDetails) -> str:
     loc = tuple(detail["loc"])
     dotted = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
     kind, value = detail["type"], detail.get("input")
@@ -538,8 +541,8 @@ def _validate(root: Path, overlay: dict[str, bytes], manifest_text: str | None
     else:
         _text_read(root, "prompts/system.md", problems)
     for rel in _dir_files(root, "prompts/fragments"):
-        if _file_name_problem(Path(rel).name, ".md"):
-            problems.append(Problem(rel, None, None, _file_name_problem(Path(rel).name, ".md")))
+        if name_problem := _file_name_problem(Path(rel).name, ".md"):
+            problems.append(Problem(rel, None, None, name_problem))
         else:
             _text_read(root, rel, problems)
     _skills_check(root, problems)
