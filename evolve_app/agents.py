@@ -52,7 +52,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import urlparse
 
 import yaml
@@ -81,7 +81,7 @@ _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?")
 _COPY_IGNORED = (".git", "evolution")
 
 
-def _is_dotted(value: Any) -> bool:
+def _is_dotted(value: Any) -> TypeGuard[str]:
     """A dotted Python path (package.module.Name), not a file name such as solve.py."""
     return isinstance(value, str) and bool(_DOTTED.fullmatch(value.strip())) and \
         not value.strip().endswith((".py", ".sh"))
@@ -595,6 +595,7 @@ class ReferenceLLMAgent(BaseAgent):
             return trajectory
         preset_name, model, effort = model_choice(self.settings, self._overrides)
         preset = preset_get(preset_name)
+        assert preset is not None  # reference_problems found it
         tools = self._tool_specs()
         scratch = _scratch_path(task)
         try:
@@ -665,22 +666,23 @@ class ReferenceLLMAgent(BaseAgent):
         if kind == "program":
             text = _text_argument(tool_input, ("input",))
             argv: list[str] | str = [sys.executable, f"tools/{spec['registry_name']}.py"]
-            stdin, writable = text, False
+            writable = False
         elif kind == "shell":
-            stdin, writable = "", True
-            text = argv = _text_argument(tool_input, ("command", "cmd", "script"))
+            text = _text_argument(tool_input, ("command", "cmd", "script"))
+            argv, writable = [], True  # the command itself, below
         elif kind == "python":
-            text = stdin = _text_argument(tool_input, ("code", "source"))
+            text = _text_argument(tool_input, ("code", "source"))
             argv, writable = [sys.executable, "-"], True
         else:  # editor
-            text = stdin = json.dumps(tool_input) if isinstance(tool_input, dict) else None
+            text = json.dumps(tool_input) if isinstance(tool_input, dict) else None
             argv, writable = [sys.executable, "-c", _EDITOR_PROGRAM], True
         if text is None:
             schema = spec["input_schema"]
             wanted = ", ".join(schema.get("required") or schema.get("properties", {}))
             return f"{name}: give {wanted or 'its argument'} as text", True
-        if kind == "shell" and Path("/bin/bash").is_file():  # A-Evolve's tools run bash
-            argv = ["/bin/bash", "-c", text]
+        stdin = "" if kind == "shell" else text  # a shell's text is its command, the others' their input
+        if kind == "shell":  # A-Evolve's tools run bash
+            argv = ["/bin/bash", "-c", text] if Path("/bin/bash").is_file() else text
         try:
             receipt = sandbox.run(argv, cwd=scratch, timeout=COMMAND_TIMEOUT_SECONDS, stdin=stdin.encode(),
                                   writable=writable, kind="tool", env=env)

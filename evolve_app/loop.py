@@ -61,13 +61,13 @@ class EvolveConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    batch_size: int = Field(12, ge=1, le=1000, description="train tasks solved per cycle")
-    holdout_size: int = Field(0, ge=0, le=1000, description="holdout tasks; 0 turns the gate off")
-    holdout_tolerance: float = Field(0.0, ge=0, le=1, description="largest holdout drop allowed")
-    egl_threshold: float = Field(0.05, ge=0, le=1, description="converged when a window differs less")
-    egl_window: int = Field(3, ge=2, le=100, description="cycles in the convergence window")
-    concurrency: int = Field(4, ge=1, le=16, description="tasks solved at once")
-    review_mode: bool = Field(False, description="each mutation waits for an approver")
+    batch_size: int = Field(default=12, ge=1, le=1000, description="train tasks solved per cycle")
+    holdout_size: int = Field(default=0, ge=0, le=1000, description="holdout tasks; 0 turns the gate off")
+    holdout_tolerance: float = Field(default=0.0, ge=0, le=1, description="largest holdout drop allowed")
+    egl_threshold: float = Field(default=0.05, ge=0, le=1, description="converged when a window differs less")
+    egl_window: int = Field(default=3, ge=2, le=100, description="cycles in the convergence window")
+    concurrency: int = Field(default=4, ge=1, le=16, description="tasks solved at once")
+    review_mode: bool = Field(default=False, description="each mutation waits for an approver")
     engine_options: dict[str, str | bool | int | float] = Field(
         default_factory=dict, description="the engine's own settings, e.g. {preset, model} for skillforge")
 
