@@ -422,7 +422,8 @@ def _registry_schema(entry: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(required, list) and all(isinstance(name, str) and name in schema["properties"]
                                           for name in required):
         schema["required"] = list(required)
-    return json.loads(json.dumps(schema, default=str))
+    plain: dict[str, Any] = json.loads(json.dumps(schema, default=str))
+    return plain
 
 
 def tool_plan(workspace_path: str | Path, registry: list[dict[str, Any]],
@@ -477,8 +478,8 @@ def _text_argument(tool_input: Any, names: tuple[str, ...]) -> str | None:
     if not isinstance(tool_input, dict):
         return None
     for name in names:
-        if isinstance(tool_input.get(name), str):
-            return tool_input[name]
+        if isinstance(text := tool_input.get(name), str):
+            return text
     texts = [value for value in tool_input.values() if isinstance(value, str)]
     return texts[0] if len(texts) == 1 else None
 
@@ -652,7 +653,7 @@ class ReferenceLLMAgent(BaseAgent):
         """The tools offered to the model, by name (tool_plan over the registry)."""
         return tool_plan(self.workspace_path, self.tools, a_evolve=bool(self.a_evolve))[0]
 
-    def _tool_run(self, name: str, tool_input: Any, tools: dict, scratch: Path,
+    def _tool_run(self, name: str, tool_input: Any, tools: dict[str, dict[str, Any]], scratch: Path,
                   trajectory: Trajectory) -> tuple[str, bool]:
         """Run one offered tool in the sandbox on the task's scratch copy; (output, is_error)."""
         spec = tools.get(name)

@@ -481,7 +481,8 @@ def _adapter(value: Any, spec: str, *args: Any) -> BenchmarkAdapter:
         raise BenchmarkError(f"benchmark {spec!r} gave {type(made).__name__}, which has no "
                              "get_tasks/evaluate")
     requirements_check(spec, getattr(made, "requires", ()) or ())
-    return made
+    adapter: BenchmarkAdapter = made  # or anything with get_tasks and evaluate, as checked above
+    return adapter
 
 
 def benchmark_get(name_or_spec: str, *, trusted: bool = False) -> BenchmarkAdapter:

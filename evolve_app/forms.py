@@ -54,7 +54,8 @@ class AgentImportConfirmForm(forms.Form):
         super().__init__(*args, **kwargs)
 
     def clean_manifest(self) -> str:
-        return self.cleaned_data["manifest"].replace("\r\n", "\n")  # a browser sends CRLF
+        manifest: str = self.cleaned_data["manifest"]
+        return manifest.replace("\r\n", "\n")  # a browser sends CRLF
 
 
 class DemoAgentForm(forms.Form):

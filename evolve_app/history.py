@@ -162,7 +162,8 @@ class EvolutionHistory:
                 points.append((int(number), float(score)))
         return sorted(points)
 
-    def get_observations(self, last_n_cycles: int | None = None, only_failures: bool = False) -> list[dict]:
+    def get_observations(self, last_n_cycles: int | None = None,
+                         only_failures: bool = False) -> list[dict[str, Any]]:
         """Observation records (seed format) of the last `last_n_cycles` cycles that wrote a batch
         (all when None), oldest cycle first; during a cycle its own batch is already there."""
         batches = self._batches()

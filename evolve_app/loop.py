@@ -212,7 +212,7 @@ class Evolver:
     paths. The check is made here again, whatever checked the run before. Cycles are numbered
     from `first_cycle`, by default one past the workspace's highest `pre-evo-N`/`evo-N` tag."""
 
-    def __init__(self, agent: Any, benchmark: Any, config: EvolveConfig | dict | None = None, *,
+    def __init__(self, agent: Any, benchmark: Any, config: EvolveConfig | dict[str, Any] | None = None, *,
                  engine: Any = "textbook", on_cycle: Callable[[CycleResult], object] | None = None,
                  should_stop: Callable[[], bool] | None = None, first_cycle: int | None = None,
                  trusted: bool = False) -> None:

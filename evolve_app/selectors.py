@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         last_score: float | None
 
     RunRow = WithAnnotations[EvolutionRun, RunRowFields]
+
 ROLLBACK_TAG = re.compile(r"\bevo-(\d{1,9})\b")
 SKILL_PATH = re.compile(r"skills/([a-z0-9][a-z0-9_-]{0,63})/SKILL\.md")
 DRAFT_PATH = re.compile(r"skills/_drafts/([a-z0-9][a-z0-9_-]{0,63})\.md")

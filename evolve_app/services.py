@@ -143,7 +143,7 @@ def demo_agent_create(user: User, project: Project) -> Agent:
 
 
 def evolution_run_start(user: User, agent: Agent, *, benchmark: str = "demo",
-                        engine: str = "textbook", cycles: int = 5, config: dict | None = None,
+                        engine: str = "textbook", cycles: int = 5, config: dict[str, Any] | None = None,
                         enqueue: bool = True, trusted: bool = False) -> EvolutionRun:
     """Check the benchmark, engine, the workspace's agent type and the settings, then queue the
     run (one at a time per agent), recording what the agent runs as (agent_mapping).

@@ -160,7 +160,7 @@ def _browser_context(request: AuthedRequest, agent: Agent, versions: list[dict[s
     return {"browser": browser, "browser_ref": ref, "browser_refs": choices, "browser_note": note}
 
 
-def _rollback_tags(versions: list[dict]) -> list[str]:
+def _rollback_tags(versions: list[dict[str, Any]]) -> list[str]:
     """The `evo-K` snapshots a workspace can roll back to, newest first."""
     return [v["tag"] for v in reversed(versions) if v["kind"] == "post"]
 

@@ -275,7 +275,8 @@ def _file_name(value: Any, suffix: str) -> str:
     problem = _file_name_problem(value, suffix) if isinstance(value, str) else "give a name"
     if problem:
         raise WorkspaceError(problem)
-    return value
+    name: str = value  # a str: anything else is a problem above
+    return name
 
 
 def _atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:

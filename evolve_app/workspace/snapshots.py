@@ -348,7 +348,8 @@ def _commit_tree(repo: Repo, sha: str) -> str:
     commit = repo[sha.encode()]
     if not isinstance(commit, Commit):
         raise WorkspaceError(f"{sha}: not a commit")
-    return commit.tree.decode()
+    tree: bytes = commit.tree
+    return tree.decode()
 
 
 def _blob_data(repo: Repo, sha: ObjectID) -> bytes:
@@ -411,7 +412,8 @@ def _restore(root: Path, repo: Repo, sha: str) -> None:
     _extras_remove(root, wanted, set(wanted), _ignores(repo, root))
 
 
-def _extras_remove(root: Path, wanted: dict, tracked: set[str], ignores: IgnoreFilterManager) -> None:
+def _extras_remove(root: Path, wanted: dict[str, tuple[int, ObjectID]], tracked: set[str],
+                   ignores: IgnoreFilterManager) -> None:
     """Delete every file that is not in `wanted`, except untracked ones the ignore rules ignore
     (caches and the like), then the folders left empty. Decided before anything is deleted."""
     doomed = [rel for rel in _tree_files(root)

@@ -118,7 +118,8 @@ def evaluate(node: ast.AST, names: dict[str, Value]) -> Value:
         if texts and not (texts == 2 and isinstance(node.op, ast.Add)):
             raise RuleError("text only supports + with other text")
         try:
-            return OPERATORS[type(node.op)](left, right)
+            result: Value = OPERATORS[type(node.op)](left, right)
+            return result
         except ZeroDivisionError as error:
             raise RuleError("division by zero") from error
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
