@@ -180,7 +180,7 @@ class _AEvolveEngine(_ModelEngine):
                 raise EngineError(f"{self.name} runs A-Evolve's workspace bash only in the bubblewrap "
                                   f"sandbox, and {reason}")
         _, model = self._resolve_model()
-        layers = set(workspace.manifest.evolvable_layers)
+        layers: set[str] = set(workspace.manifest.evolvable_layers)
         usage = _Usage()
         bash = self.bash_for(Path(workspace.root), usage) if self.uses_bash else None
         llm = bridge.CrucibleLLM(lambda *args, **kwargs: self.chat(usage, *args, **kwargs), bash)

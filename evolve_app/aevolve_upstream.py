@@ -14,7 +14,7 @@ import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from agent_evolve import types as ae
@@ -34,11 +34,12 @@ from agent_evolve.config import EvolveConfig
 from agent_evolve.llm.base import LLMMessage, LLMProvider, LLMResponse
 
 from evolve_app.types import Feedback, Observation, Task, Trajectory
-from evolve_app.workspace.files import _name
+from evolve_app.workspace.files import AgentWorkspace, _name
 from evolve_app.workspace.validation import DRAFTS_DIR, WorkspaceError, skill_front_matter
 
 DRAFT_TASK = "draft:"  # the task id prefix of a proposal made from a draft in skills/_drafts/
 MAX_BATCH_BYTES = 16 * 1024 * 1024  # an observation batch larger than this is not read
+_T = TypeVar("_T")
 
 
 # ---------------------------------------------------------------------------------------- types
@@ -64,7 +65,8 @@ def observation_up(observation: Observation) -> ae.Observation:
     proposal = next((step["skill_proposal"] for step in trajectory.steps if isinstance(step, dict)
                      and isinstance(step.get("skill_proposal"), str)), "")
     if proposal:
-        upstream._skill_proposal = proposal  # what Guided Synthesis reads from a solver
+        # What Guided Synthesis reads from a solver (getattr): upstream's Trajectory does not declare it.
+        upstream._skill_proposal = proposal  # type: ignore[attr-defined]
     feedback = observation.feedback
     return ae.Observation(task_up(observation.task), upstream,
                           ae.Feedback(success=feedback.success, score=feedback.score, detail=feedback.detail))
@@ -101,7 +103,7 @@ class WorkspaceFacade:
     checks (names, no symlinks, valid SKILL.md front matter, atomic)."""
 
     def __init__(self, workspace: Any) -> None:
-        self.crucible = workspace
+        self.crucible: AgentWorkspace = workspace  # Crucible's, or one that answers as it does
         self.root = Path(workspace.root)
         self.prompts_dir = self.root / "prompts"
         self.skills_dir = self.root / "skills"
@@ -113,7 +115,7 @@ class WorkspaceFacade:
     def __getattr__(self, name: str) -> Any:  # manifest, validate, read_draft, delete_draft ...
         return getattr(self.crucible, name)
 
-    def _or_empty(self, read: Callable[[], Any], empty: Any) -> Any:
+    def _or_empty(self, read: Callable[[], _T], empty: _T) -> _T:
         try:
             return read()
         except WorkspaceError:
@@ -266,7 +268,7 @@ class HistoryFacade:
         as A-Evolve's does, has written this cycle's already: it is not counted twice)."""
         batches = self._batches()
 
-        def key(batch: list[dict[str, Any]]) -> list[tuple]:
+        def key(batch: list[dict[str, Any]]) -> list[tuple[Any, Any, Any]]:
             return [(r["task_id"], r["agent_output"], r["score"]) for r in batch]
 
         if batches and self.current and key(batches[-1]) == key(self.current):
@@ -295,7 +297,8 @@ class HistoryFacade:
         return [score for _, score in self._curve()]
 
     def get_workspace_diff(self, from_label: str, to_label: str) -> str:
-        return self.crucible.get_workspace_diff(from_label, to_label)
+        diff: str = self.crucible.get_workspace_diff(from_label, to_label)
+        return diff
 
     def read_file_at(self, version_label: str, path: str) -> str:
         return self.crucible.read_file_at(version_label, path) or ""
@@ -386,10 +389,12 @@ class _Sandboxed:
     upstream's `make_workspace_bash`; and no default LLM: the provider is always Crucible's."""
 
     SYSTEM_PROMPT = SKILLFORGE_SYSTEM_PROMPT
+    config: EvolveConfig  # both set by the upstream engine this is mixed into (engine_make, engine_rebind)
+    _llm: LLMProvider | None
 
     @property
-    def llm(self) -> LLMProvider:
-        if self._llm is None:
+    def llm(self) -> CrucibleLLM:
+        if not isinstance(self._llm, CrucibleLLM):  # engine_make and engine_rebind give it one, or none
             raise RuntimeError("an A-Evolve engine in Crucible has no model of its own")
         return self._llm
 
@@ -531,6 +536,6 @@ def _draft_observation(draft: dict[str, str]) -> ae.Observation:
     proposal = (f"ACTION: NEW\nCONFIDENCE: MEDIUM\nTYPE: skill\nNAME: {name}\n"
                 f"DESCRIPTION: {description or name}\nCONTENT:\n{body}")
     trajectory = ae.Trajectory(task_id=f"{DRAFT_TASK}{name}", output="")
-    trajectory._skill_proposal = proposal
+    trajectory._skill_proposal = proposal  # type: ignore[attr-defined]  # undeclared upstream, as above
     return ae.Observation(ae.Task(id=f"{DRAFT_TASK}{name}", input=f"skills/{DRAFTS_DIR}/{name}.md"),
                           trajectory, ae.Feedback(success=False, score=0.0, detail=""))

@@ -52,7 +52,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import urlparse
 
 import yaml
@@ -81,7 +81,7 @@ _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?")
 _COPY_IGNORED = (".git", "evolution")
 
 
-def _is_dotted(value: Any) -> bool:
+def _is_dotted(value: Any) -> TypeGuard[str]:
     """A dotted Python path (package.module.Name), not a file name such as solve.py."""
     return isinstance(value, str) and bool(_DOTTED.fullmatch(value.strip())) and \
         not value.strip().endswith((".py", ".sh"))
@@ -422,7 +422,8 @@ def _registry_schema(entry: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(required, list) and all(isinstance(name, str) and name in schema["properties"]
                                           for name in required):
         schema["required"] = list(required)
-    return json.loads(json.dumps(schema, default=str))
+    plain: dict[str, Any] = json.loads(json.dumps(schema, default=str))
+    return plain
 
 
 def tool_plan(workspace_path: str | Path, registry: list[dict[str, Any]],
@@ -477,8 +478,8 @@ def _text_argument(tool_input: Any, names: tuple[str, ...]) -> str | None:
     if not isinstance(tool_input, dict):
         return None
     for name in names:
-        if isinstance(tool_input.get(name), str):
-            return tool_input[name]
+        if isinstance(text := tool_input.get(name), str):
+            return text
     texts = [value for value in tool_input.values() if isinstance(value, str)]
     return texts[0] if len(texts) == 1 else None
 
@@ -595,6 +596,7 @@ class ReferenceLLMAgent(BaseAgent):
             return trajectory
         preset_name, model, effort = model_choice(self.settings, self._overrides)
         preset = preset_get(preset_name)
+        assert preset is not None  # reference_problems found it
         tools = self._tool_specs()
         scratch = _scratch_path(task)
         try:
@@ -651,7 +653,7 @@ class ReferenceLLMAgent(BaseAgent):
         """The tools offered to the model, by name (tool_plan over the registry)."""
         return tool_plan(self.workspace_path, self.tools, a_evolve=bool(self.a_evolve))[0]
 
-    def _tool_run(self, name: str, tool_input: Any, tools: dict, scratch: Path,
+    def _tool_run(self, name: str, tool_input: Any, tools: dict[str, dict[str, Any]], scratch: Path,
                   trajectory: Trajectory) -> tuple[str, bool]:
         """Run one offered tool in the sandbox on the task's scratch copy; (output, is_error)."""
         spec = tools.get(name)
@@ -665,22 +667,23 @@ class ReferenceLLMAgent(BaseAgent):
         if kind == "program":
             text = _text_argument(tool_input, ("input",))
             argv: list[str] | str = [sys.executable, f"tools/{spec['registry_name']}.py"]
-            stdin, writable = text, False
+            writable = False
         elif kind == "shell":
-            stdin, writable = "", True
-            text = argv = _text_argument(tool_input, ("command", "cmd", "script"))
+            text = _text_argument(tool_input, ("command", "cmd", "script"))
+            argv, writable = [], True  # the command itself, below
         elif kind == "python":
-            text = stdin = _text_argument(tool_input, ("code", "source"))
+            text = _text_argument(tool_input, ("code", "source"))
             argv, writable = [sys.executable, "-"], True
         else:  # editor
-            text = stdin = json.dumps(tool_input) if isinstance(tool_input, dict) else None
+            text = json.dumps(tool_input) if isinstance(tool_input, dict) else None
             argv, writable = [sys.executable, "-c", _EDITOR_PROGRAM], True
         if text is None:
             schema = spec["input_schema"]
             wanted = ", ".join(schema.get("required") or schema.get("properties", {}))
             return f"{name}: give {wanted or 'its argument'} as text", True
-        if kind == "shell" and Path("/bin/bash").is_file():  # A-Evolve's tools run bash
-            argv = ["/bin/bash", "-c", text]
+        stdin = "" if kind == "shell" else text  # a shell's text is its command, the others' their input
+        if kind == "shell":  # A-Evolve's tools run bash
+            argv = ["/bin/bash", "-c", text] if Path("/bin/bash").is_file() else text
         try:
             receipt = sandbox.run(argv, cwd=scratch, timeout=COMMAND_TIMEOUT_SECONDS, stdin=stdin.encode(),
                                   writable=writable, kind="tool", env=env)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from django.http import Http404, HttpRequest
+from django.http import Http404
 from ninja import Field, Router, Schema, Status
 
 from evolve_app import selectors, services
@@ -24,6 +24,7 @@ from evolve_app.selectors import (
     run_by_id_for_user,
     run_report,
 )
+from evolve_app.types import AuthedRequest
 from runtime_app.selectors import project_for_reference
 
 router = Router(tags=["evolve"])
@@ -216,7 +217,7 @@ class RollbackOut(Schema):
 
 
 @router.get("/agents", response=list[AgentOut])
-def agent_list(request: HttpRequest):
+def agent_list(request: AuthedRequest) -> list[dict[str, Any]]:
     """The agents of the caller's projects, with their runs, last status and latest score."""
     return [{**agent_summary(agent), "run_count": agent.run_count, "last_run_id": agent.last_run_id,
              "last_run_number": agent.last_run_number,
@@ -225,7 +226,7 @@ def agent_list(request: HttpRequest):
 
 
 @router.post("/agents/preview", response=PreviewOut)
-def agent_import_preview(request: HttpRequest, body: PreviewIn):
+def agent_import_preview(request: AuthedRequest, body: PreviewIn) -> dict[str, Any]:
     """What importing a folder under CRUCIBLE_REPO_ROOTS would do. A folder without manifest.yaml
     gets the manifest Crucible infers (agent type, layers, where the prompt is) and the files a
     confirmed import writes: pass `manifest` (as is or edited) to POST /api/agents/import."""
@@ -238,7 +239,7 @@ def agent_import_preview(request: HttpRequest, body: PreviewIn):
 
 
 @router.post("/agents/import", response={201: AgentImportOut})
-def agent_import(request: HttpRequest, body: ImportIn):
+def agent_import(request: AuthedRequest, body: ImportIn) -> Status[dict[str, Any]]:
     """Import a workspace folder under CRUCIBLE_REPO_ROOTS; every problem comes back with its file
     and line (`errors.path`), and manifest keys Crucible does not use as `warnings`. Importing
     the same folder again returns its agent. A folder without manifest.yaml needs `manifest`
@@ -250,12 +251,12 @@ def agent_import(request: HttpRequest, body: ImportIn):
 
 
 @router.get("/agents/{agent_id}", response=AgentDetailOut)
-def agent_detail(request: HttpRequest, agent_id: int):
+def agent_detail(request: AuthedRequest, agent_id: int) -> dict[str, Any]:
     return agent_report(selectors.agent_for_user(request.user, agent_id))
 
 
 @router.post("/agents/{agent_id}/runs", response={202: EvolutionRunOut})
-def run_start(request: HttpRequest, agent_id: int, body: RunIn):
+def run_start(request: AuthedRequest, agent_id: int, body: RunIn) -> Status[dict[str, Any]]:
     """Queue an evolution run for the workers (one run at a time per agent). Engines, benchmarks
     and the workspace's agent type are checked by name; nothing named here is imported."""
     agent = selectors.agent_for_user(request.user, agent_id)
@@ -265,7 +266,7 @@ def run_start(request: HttpRequest, agent_id: int, body: RunIn):
 
 
 @router.post("/agents/{agent_id}/rollback", response=RollbackOut)
-def agent_rollback(request: HttpRequest, agent_id: int, body: RollbackIn):
+def agent_rollback(request: AuthedRequest, agent_id: int, body: RollbackIn) -> dict[str, Any]:
     """A new commit whose files equal the snapshot `tag`'s; history is kept."""
     agent = selectors.agent_for_user(request.user, agent_id)
     sha = services.agent_rollback(request.user, agent, body.tag)
@@ -273,14 +274,15 @@ def agent_rollback(request: HttpRequest, agent_id: int, body: RollbackIn):
 
 
 @router.get("/runs/{run_id}", response=EvolutionRunOut)
-def run_detail(request: HttpRequest, run_id: int):
+def run_detail(request: AuthedRequest, run_id: int) -> dict[str, Any]:
     """The run and every cycle recorded so far, with scores and what each changed."""
     return run_report(run_by_id_for_user(request.user, run_id))
 
 
 @router.get("/runs/{run_id}/cycles/{number}/observations", response=ObservationsOut)
-def cycle_observations(request: HttpRequest, run_id: int, number: int,
-                       failures: bool = False, split: Literal["train", "holdout"] | None = None):
+def cycle_observations(request: AuthedRequest, run_id: int, number: int,
+                       failures: bool = False,
+                       split: Literal["train", "holdout"] | None = None) -> dict[str, Any]:
     """The cycle's observations (train first, then holdout); `failures=true` keeps the failed ones."""
     run = run_by_id_for_user(request.user, run_id)
     cycle = Cycle.objects.filter(run=run, number=number).first()
@@ -293,14 +295,14 @@ def cycle_observations(request: HttpRequest, run_id: int, number: int,
 
 
 @router.post("/runs/{run_id}/cancel", response=EvolutionRunOut)
-def run_cancel(request: HttpRequest, run_id: int):
+def run_cancel(request: AuthedRequest, run_id: int) -> dict[str, Any]:
     """Stop a queued, running or waiting run; a running one stops after its current cycle."""
     run = services.evolution_run_cancel(request.user, run_by_id_for_user(request.user, run_id))
     return run_report(run_by_id_for_user(request.user, run.pk))
 
 
 @router.post("/cycles/{cycle_id}/decide", response=CycleOut)
-def cycle_decide(request: HttpRequest, cycle_id: int, body: DecideIn):
+def cycle_decide(request: AuthedRequest, cycle_id: int, body: DecideIn) -> dict[str, Any]:
     """Review mode: an approver accepts the waiting mutation (the run goes on) or rejects it."""
     cycle = cycle_by_id_for_user(request.user, cycle_id)
     decided = services.cycle_decide(request.user, cycle, body.approve)

@@ -243,7 +243,7 @@ class TaskFolderBenchmark(BenchmarkAdapter):
             said = f": {said}" if said else ""
             return Feedback(False, 0.0, f"the check failed ({receipt.outcome}){note}{said}")
         reading = metric_read(receipt, "score", metrics_file)
-        if not reading.counted:
+        if reading.value is None:  # not counted
             return Feedback(True, 1.0, f"the check passed{note}")
         if not 0.0 <= reading.value <= 1.0:
             return Feedback(False, 0.0, f"the check reported score {reading.value:g}, outside 0 to 1")
@@ -386,7 +386,7 @@ class JsonlBenchmark(BenchmarkAdapter):
 def benchmark_factory(function: Callable[..., BenchmarkAdapter]) -> Callable[..., BenchmarkAdapter]:
     """Marks a function as a benchmark factory, so `benchmark_get` may call it by dotted path
     (a dotted path may only name such a function or a BenchmarkAdapter subclass)."""
-    function.crucible_benchmark = True
+    function.__dict__["crucible_benchmark"] = True  # a function's attribute, which Callable does not declare
     return function
 
 
@@ -481,7 +481,8 @@ def _adapter(value: Any, spec: str, *args: Any) -> BenchmarkAdapter:
         raise BenchmarkError(f"benchmark {spec!r} gave {type(made).__name__}, which has no "
                              "get_tasks/evaluate")
     requirements_check(spec, getattr(made, "requires", ()) or ())
-    return made
+    adapter: BenchmarkAdapter = made  # or anything with get_tasks and evaluate, as checked above
+    return adapter
 
 
 def benchmark_get(name_or_spec: str, *, trusted: bool = False) -> BenchmarkAdapter:

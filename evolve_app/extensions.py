@@ -81,7 +81,8 @@ def server_path(raw: str, *, trusted: bool, what: str, error: type[Exception]) -
     (runtime_app's check). Every refusal reads the same, whether the path exists or not, so a
     refusal tells nothing about the server's files."""
     try:
-        return server_path_check(raw, trusted=trusted, what=what)
+        checked: Path = server_path_check(raw, trusted=trusted, what=what)
+        return checked
     except ValidationError as refused:
         if trusted:  # the CLI's own mistake (an empty or unusable path): its message as it is
             raise error(" ".join(refused.messages)) from None

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import tomllib
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 from django import forms
 from pydantic import ValidationError as PydanticError
@@ -53,7 +54,8 @@ class AgentImportConfirmForm(forms.Form):
         super().__init__(*args, **kwargs)
 
     def clean_manifest(self) -> str:
-        return self.cleaned_data["manifest"].replace("\r\n", "\n")  # a browser sends CRLF
+        manifest: str = self.cleaned_data["manifest"]
+        return manifest.replace("\r\n", "\n")  # a browser sends CRLF
 
 
 class DemoAgentForm(forms.Form):
@@ -102,9 +104,11 @@ class RunStartForm(forms.Form):
                 field.widget.attrs["placeholder"] = str(field.initial)
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         config = {name: data[name] for name in RUN_SETTINGS if data.get(name) is not None}
-        self.config, self.config_rejected = config, set()
+        self.config: dict[str, Any] = config
+        self.config_rejected: set[str | None] = set()
         text = (data.get("engine_options") or "").replace("\r\n", "\n")
         if text.strip():
             try:
@@ -129,7 +133,7 @@ class RunStartForm(forms.Form):
         """True when the form's only problems are settings EvolveConfig rejected: the service,
         which checks the same settings, then refuses too, and reports the benchmark, engine and
         cycles problems alongside."""
-        rejected = getattr(self, "config_rejected", set())
+        rejected: set[str | None] = getattr(self, "config_rejected", set())
         in_config = all(name in self.config for name in rejected)
         return bool(self.errors) and set(self.errors) <= rejected and in_config
 
@@ -144,9 +148,9 @@ class RollbackForm(forms.Form):
                                        "(history is kept)",
                                  error_messages={"required": "Tick the box to confirm the rollback."})
 
-    def __init__(self, *args: Any, tags: list[str] = (), **kwargs: Any):  # type: ignore[assignment]
+    def __init__(self, *args: Any, tags: Sequence[str] = (), **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.fields["tag"].choices = [(tag, tag) for tag in tags]
+        cast(forms.ChoiceField, self.fields["tag"]).choices = [(tag, tag) for tag in tags]
 
 
 class CycleDecisionForm(forms.Form):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dulwich.objects import Commit, Tag
+from dulwich.refs import Ref
 
 from evolve_app.models import Cycle
 from evolve_app.workspace import (
@@ -83,12 +84,12 @@ class EvolutionHistory:
         repo = _repo(self.root)
         try:
             versions = []
-            for ref in repo.refs.keys(base=b"refs/tags/"):
+            for ref in repo.refs.keys(base=Ref(b"refs/tags/")):
                 name = ref.decode("utf-8", "replace")
                 match = _SNAPSHOT_TAG.fullmatch(name)
                 if not match:
                     continue
-                obj = repo[repo.refs[b"refs/tags/" + ref]]
+                obj = repo[repo.refs[Ref(b"refs/tags/" + ref)]]
                 message, when, offset = "", None, 0
                 if isinstance(obj, Tag):
                     message = obj.message.decode("utf-8", "replace").strip()
@@ -115,7 +116,9 @@ class EvolutionHistory:
         prompt's size in characters before and after and its change (`prompt_chars_delta`, also
         as `prompt_size_change`), and the number of changed files per layer."""
         changes = workspace_changed_paths(self.root, a, b)
-        added, deleted, touched = set(), set(), set()
+        added: set[str] = set()
+        deleted: set[str] = set()
+        touched: set[str] = set()
         files = {"prompts": 0, "skills": 0, "memory": 0, "tools": 0, "other": 0}
         for status, path in changes:
             layer = path.split("/", 1)[0]
@@ -159,7 +162,8 @@ class EvolutionHistory:
                 points.append((int(number), float(score)))
         return sorted(points)
 
-    def get_observations(self, last_n_cycles: int | None = None, only_failures: bool = False) -> list[dict]:
+    def get_observations(self, last_n_cycles: int | None = None,
+                         only_failures: bool = False) -> list[dict[str, Any]]:
         """Observation records (seed format) of the last `last_n_cycles` cycles that wrote a batch
         (all when None), oldest cycle first; during a cycle its own batch is already there."""
         batches = self._batches()
@@ -242,6 +246,7 @@ class EvolutionHistory:
             commit = repo[repo.head()]
         finally:
             repo.close()
+        assert isinstance(commit, Commit)  # HEAD names a commit, never a tag or tree
         message = commit.message.decode("utf-8", "replace")
         restored = re.search(r"^Crucible-Rollback-To: (\S+)$", message, re.M)
         return {"sha": commit.id.decode(), "subject": message.strip().split("\n", 1)[0],

@@ -23,6 +23,7 @@ import re
 import stat
 import statistics
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,13 +61,13 @@ class EvolveConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    batch_size: int = Field(12, ge=1, le=1000, description="train tasks solved per cycle")
-    holdout_size: int = Field(0, ge=0, le=1000, description="holdout tasks; 0 turns the gate off")
-    holdout_tolerance: float = Field(0.0, ge=0, le=1, description="largest holdout drop allowed")
-    egl_threshold: float = Field(0.05, ge=0, le=1, description="converged when a window differs less")
-    egl_window: int = Field(3, ge=2, le=100, description="cycles in the convergence window")
-    concurrency: int = Field(4, ge=1, le=16, description="tasks solved at once")
-    review_mode: bool = Field(False, description="each mutation waits for an approver")
+    batch_size: int = Field(default=12, ge=1, le=1000, description="train tasks solved per cycle")
+    holdout_size: int = Field(default=0, ge=0, le=1000, description="holdout tasks; 0 turns the gate off")
+    holdout_tolerance: float = Field(default=0.0, ge=0, le=1, description="largest holdout drop allowed")
+    egl_threshold: float = Field(default=0.05, ge=0, le=1, description="converged when a window differs less")
+    egl_window: int = Field(default=3, ge=2, le=100, description="cycles in the convergence window")
+    concurrency: int = Field(default=4, ge=1, le=16, description="tasks solved at once")
+    review_mode: bool = Field(default=False, description="each mutation waits for an approver")
     engine_options: dict[str, str | bool | int | float] = Field(
         default_factory=dict, description="the engine's own settings, e.g. {preset, model} for skillforge")
 
@@ -211,8 +212,8 @@ class Evolver:
     paths. The check is made here again, whatever checked the run before. Cycles are numbered
     from `first_cycle`, by default one past the workspace's highest `pre-evo-N`/`evo-N` tag."""
 
-    def __init__(self, agent: Any, benchmark: Any, config: EvolveConfig | dict | None = None, *,
-                 engine: Any = "textbook", on_cycle: Callable[[CycleResult], None] | None = None,
+    def __init__(self, agent: Any, benchmark: Any, config: EvolveConfig | dict[str, Any] | None = None, *,
+                 engine: Any = "textbook", on_cycle: Callable[[CycleResult], object] | None = None,
                  should_stop: Callable[[], bool] | None = None, first_cycle: int | None = None,
                  trusted: bool = False) -> None:
         self.trusted = trusted
@@ -318,7 +319,7 @@ class Evolver:
     def _tag_exists(self, tag: str) -> bool:
         return bool(workspace_git(self.path, ["tag", "--list", tag]).strip())
 
-    def _evolve(self, number: int, result: CycleResult, workspace: AgentWorkspace, allowed: set[str],
+    def _evolve(self, number: int, result: CycleResult, workspace: AgentWorkspace, allowed: AbstractSet[str],
                 holdout: list[Task]) -> None:
         trial = TrialRunner(self.path, self.benchmark, self.config.concurrency, trusted=self.trusted)
         try:
@@ -379,7 +380,7 @@ class Evolver:
     def _changed_since(self, ref: str) -> bool:
         return bool(workspace_changes(self.path, ref))
 
-    def _layers_enforce(self, number: int, allowed: set[str]) -> list[str]:
+    def _layers_enforce(self, number: int, allowed: AbstractSet[str]) -> list[str]:
         """Edits outside the manifest's evolvable_layers go back to how pre-evo-N had them."""
         ref = f"pre-evo-{number}"
         reverted = []
@@ -403,7 +404,10 @@ class _StepFailed(Exception):
 def changes_summary(changes: list[tuple[str, str]]) -> str:
     """What (status, path) changes commit, in words: skills added, changed and deleted, the
     prompt, other files."""
-    added, changed, deleted, others = set(), set(), set(), 0
+    added: set[str] = set()
+    changed: set[str] = set()
+    deleted: set[str] = set()
+    others = 0
     for status, path in changes:
         parts = path.split("/")
         if parts[0] == "skills" and len(parts) >= 3 and not parts[1].startswith("_"):
@@ -464,10 +468,10 @@ def unsafe_files_revert(path: str | Path, ref: str) -> dict[str, str]:
         committed[rel] = (mode.decode(), None if size == b"-" else int(size))
     reverted: dict[str, str] = {}
     for rel, info in _entries(root):
-        mode = info.st_mode
-        if stat.S_ISLNK(mode):
+        file_mode = info.st_mode
+        if stat.S_ISLNK(file_mode):
             why = "a symlink"
-        elif not stat.S_ISREG(mode):
+        elif not stat.S_ISREG(file_mode):
             why = "a special file (fifo, socket or device)"
         elif committed.get(rel, ("", None))[1] == info.st_size:
             continue  # as ref has it (a file imported before the limits applied)

@@ -7,6 +7,8 @@ the agent; these rows record what each cycle measured and decided, and where obs
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
@@ -150,7 +152,7 @@ class ObservationRecord(models.Model):
     def __str__(self) -> str:
         return f"{self.task_id}: {'success' if self.success else 'failure'} ({self.score:g})"
 
-    def as_record(self) -> dict:
+    def as_record(self) -> dict[str, Any]:
         return {"task_id": self.task_id, "task_input": self.task_input, "agent_output": self.agent_output,
                 "steps": self.steps, "success": self.success, "score": self.score,
                 "feedback_detail": self.feedback_detail}

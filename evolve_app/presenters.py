@@ -5,17 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from django.utils import timezone
 
-from evolve_app.models import Agent, Cycle, EvolutionRun
+from evolve_app.models import Cycle, EvolutionRun
 from runtime_app.clock import clock_text
 
 
-def last_run_labels_set(agents: Iterable[Agent]) -> None:
+class LastRunRow(Protocol):
+    """An agent row annotated with its last run's status (selectors.agent_list_rows), to be labelled."""
+
+    last_run_status: str | None
+    last_run_label: str
+
+
+def last_run_labels_set(agents: Iterable[LastRunRow]) -> None:
     """Each agent's `last_run_label`: its last run's status as people read it ("awaiting review")."""
-    labels = dict(EvolutionRun.Status.choices)
+    labels: dict[str | None, str] = dict(EvolutionRun.Status.choices)
     for agent in agents:
         agent.last_run_label = labels.get(agent.last_run_status, agent.last_run_status or "")
 
@@ -26,16 +33,17 @@ def run_progress(run: EvolutionRun, cycles: list[Cycle], now: datetime | None = 
     time per recorded cycle (an upper bound: a run may converge sooner), or why there is none."""
     now = now or timezone.now()
     done, planned = len(cycles), run.cycles_planned
+    remaining = max(planned - done, 0)
     elapsed = ((run.finished_at or now) - run.created_at).total_seconds()
-    progress = {"done": done, "planned": planned, "remaining": max(planned - done, 0),
+    progress = {"done": done, "planned": planned, "remaining": remaining,
                 "elapsed": clock_text(elapsed), "elapsed_seconds": elapsed, "eta": "", "eta_note": ""}
     if run.status == EvolutionRun.Status.AWAITING_REVIEW:
         progress["eta_note"] = "paused until an approver decides"
-    elif run.status in (EvolutionRun.Status.QUEUED, EvolutionRun.Status.RUNNING) and progress["remaining"]:
+    elif run.status in (EvolutionRun.Status.QUEUED, EvolutionRun.Status.RUNNING) and remaining:
         if done:
             # Cycles are recorded as they end, so the last one's time covers every cycle so far.
             per_cycle = (cycles[-1].created_at - run.created_at).total_seconds() / done
-            progress["eta"] = clock_text(per_cycle * progress["remaining"])
+            progress["eta"] = clock_text(per_cycle * remaining)
             progress["eta_note"] = f"at most, at {clock_text(per_cycle)} a cycle"
         else:
             progress["eta_note"] = "after the first cycle"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.core.exceptions import ValidationError
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
@@ -37,7 +37,33 @@ from runtime_app.services import server_path_check
 from runtime_app.subjects import Attention, ProjectSection
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from django.contrib.auth.models import AbstractUser
+    from django_stubs_ext import WithAnnotations
+
+    class AgentRowFields(TypedDict):
+        """What agent_list_rows adds to each agent: the annotations, then its rollback and label."""
+
+        run_count: int
+        last_run_status: str | None
+        last_run_id: int | None
+        last_run_number: int | None
+        latest_score: float | None
+        latest_scored_at: datetime | None
+        rolled_back_to: str
+        last_run_label: str
+
+    AgentRow = WithAnnotations[Agent, AgentRowFields]
+
+    class RunRowFields(TypedDict):
+        """What agent_runs annotates each run with."""
+
+        cycle_count: int
+        last_score: float | None
+
+    RunRow = WithAnnotations[EvolutionRun, RunRowFields]
+
 ROLLBACK_TAG = re.compile(r"\bevo-(\d{1,9})\b")
 SKILL_PATH = re.compile(r"skills/([a-z0-9][a-z0-9_-]{0,63})/SKILL\.md")
 DRAFT_PATH = re.compile(r"skills/_drafts/([a-z0-9][a-z0-9_-]{0,63})\.md")
@@ -54,7 +80,7 @@ def agents_for_user(user: AbstractUser) -> QuerySet[Agent]:
     return Agent.objects.select_related("project").filter(project__in=projects_for_user(user))
 
 
-def agent_list_rows(user: AbstractUser, project: Project | None = None) -> list[Agent]:
+def agent_list_rows(user: AbstractUser, project: Project | None = None) -> list[AgentRow]:
     """The agents the user can see with their number of runs, the newest run's status and the
     newest recorded train score, in three queries whatever the number of agents.
 
@@ -65,14 +91,15 @@ def agent_list_rows(user: AbstractUser, project: Project | None = None) -> list[
     scored = Cycle.objects.filter(run__agent=OuterRef("pk"), score__isnull=False).order_by(
         "-run__created_at", "-run_id", "-number")
     visible = agents_for_user(user) if project is None else agents_for_user(user).filter(project=project)
-    agents = list(visible.annotate(
+    # Annotated rows, given rolled_back_to below (and last_run_label by presenters.last_run_labels_set).
+    agents = cast("list[AgentRow]", list(visible.annotate(
         run_count=Count("runs", distinct=True),
         last_run_status=Subquery(runs.values("status")[:1]),
         last_run_id=Subquery(runs.values("pk")[:1]),
         last_run_number=Subquery(runs.values("number")[:1]),
         latest_score=Subquery(scored.values("score")[:1]),
         latest_scored_at=Subquery(scored.values("created_at")[:1]),
-    ).order_by("project__name", "name", "pk"))
+    ).order_by("project__name", "name", "pk")))
     rollbacks: dict[int, tuple[Any, int]] = {}
     for event in Event.objects.filter(subject_type="agent", subject_id__in=[a.pk for a in agents],
                                       kind="agent.rolled_back").order_by("-id"):
@@ -86,7 +113,7 @@ def agent_list_rows(user: AbstractUser, project: Project | None = None) -> list[
             agent.rolled_back_to = f"evo-{rollback[1]}"
     wanted = {(agent.pk, number) for agent in agents if agent.rolled_back_to
               for number in (int(agent.rolled_back_to[4:]), int(agent.rolled_back_to[4:]) + 1)}
-    measured: dict[tuple[int, int], float] = {}
+    measured: dict[tuple[int, int], float | None] = {}
     if wanted:
         for agent_id, number, score in Cycle.objects.filter(
                 run__agent_id__in={pk for pk, _ in wanted}, number__in={n for _, n in wanted},
@@ -160,7 +187,7 @@ def agent_versions(agent: Agent) -> dict[str, Any]:
 # ---- runs and cycles
 
 
-def agent_runs(agent: Agent) -> QuerySet[EvolutionRun]:
+def agent_runs(agent: Agent) -> QuerySet[RunRow]:
     """The agent's runs, newest first, with their number of cycles and the last train score."""
     last = Cycle.objects.filter(run=OuterRef("pk"), score__isnull=False).order_by("-number")
     return EvolutionRun.objects.filter(agent=agent).select_related("started_by").annotate(
@@ -268,7 +295,7 @@ def workspace_at(agent: Agent, ref: str, skill: str = "") -> dict[str, Any]:
     return {"error": "", "skills": skills, "drafts": drafts, "memory": memory, "skill": chosen}
 
 
-def _tree_blobs(root: str | Path, ref: str, paths: list[str]) -> dict[str, tuple[str, int]]:
+def _tree_blobs(root: Path, ref: str, paths: list[str]) -> dict[str, tuple[str, int]]:
     """{path: (blob sha, size)} of the regular files under `paths` at `ref` (symlinks and
     submodules left out), from one `git ls-tree -l`: sizes known before anything is read."""
     listing = workspace_git(root, ["ls-tree", "-r", "-l", "-z", ref, "--", *paths])
@@ -281,7 +308,7 @@ def _tree_blobs(root: str | Path, ref: str, paths: list[str]) -> dict[str, tuple
     return files
 
 
-def _page_text(root: str | Path, sha: str, size: int) -> dict[str, Any]:
+def _page_text(root: Path, sha: str, size: int) -> dict[str, Any]:
     """A blob as a page shows it: its first PAGE_FILE_CHARS characters (`truncated` when there is
     more); a blob over MAX_FILE_BYTES is not read (`too_big`)."""
     if size > workspace.MAX_FILE_BYTES:
@@ -372,7 +399,7 @@ def cycle_by_id_for_user(user: AbstractUser, cycle_id: int) -> Cycle:
 
 def cycle_report(cycle: Cycle) -> dict[str, Any]:
     report = {name: getattr(cycle, name) for name in CYCLE_FIELDS}
-    report["decided_by"] = cycle.decided_by.get_username() if cycle.decided_by_id else None
+    report["decided_by"] = cycle.decided_by.get_username() if cycle.decided_by is not None else None
     report["train_count"] = getattr(cycle, "train_count", None)
     report["train_successes"] = getattr(cycle, "train_successes", None)
     return report
@@ -385,7 +412,8 @@ def run_summary(run: EvolutionRun) -> dict[str, Any]:
         "benchmark": run.benchmark, "engine": run.engine, "config": run.config,
         "agent_mapping": run.agent_mapping or {},
         "cycles_planned": run.cycles_planned, "status": run.status, "converged": run.converged,
-        "reason": run.reason, "started_by": run.started_by.get_username() if run.started_by_id else None,
+        "reason": run.reason,
+        "started_by": run.started_by.get_username() if run.started_by is not None else None,
         "created_at": run.created_at, "finished_at": run.finished_at,
     }
 
@@ -429,8 +457,8 @@ def project_agents_section(user: AbstractUser, project: Project) -> ProjectSecti
     agents = agent_list_rows(user, project)
     last_run_labels_set(agents)
     status = EvolutionRun.Status
-    levels = {status.AWAITING_REVIEW: "awaiting approval", status.FAILED: "failed", status.QUEUED: "running",
-              status.RUNNING: "running"}
+    levels: dict[str | None, str] = {status.AWAITING_REVIEW: "awaiting approval", status.FAILED: "failed",
+                                     status.QUEUED: "running", status.RUNNING: "running"}
     attention = []
     noted = [agent for agent in agents if agent.last_run_status in levels]
     runs = EvolutionRun.objects.only("pk", "number", "reason", "created_at", "finished_at").in_bulk(

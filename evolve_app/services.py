@@ -49,7 +49,7 @@ from runtime_app.queue import task_send
 from runtime_app.services import audit_record, event_emit, server_path_check
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractUser
+    from django.contrib.auth.models import User
 
 logger = logging.getLogger(__name__)
 RunStatus, CycleStatus, Split = EvolutionRun.Status, Cycle.Status, ObservationRecord.Split
@@ -83,7 +83,7 @@ class ManifestMissing(ValidationError):
                                   "shows it), check or edit it, then import with it."})
 
 
-def agent_import(user: AbstractUser, project: Project, path: str, name: str = "", *,
+def agent_import(user: User, project: Project, path: str, name: str = "", *,
                  manifest: str | None = None, trusted: bool = False) -> Agent:
     """Import a workspace folder as an agent: every problem is reported with its file and line;
     a folder that is not a git repository becomes one, its first commit tagged `evo-0`.
@@ -97,7 +97,7 @@ def agent_import(user: AbstractUser, project: Project, path: str, name: str = ""
         return _agent_import(user, project, path, name, manifest=manifest, trusted=trusted)
 
 
-def _agent_import(user: AbstractUser, project: Project, path: str, name: str, *, manifest: str | None,
+def _agent_import(user: User, project: Project, path: str, name: str, *, manifest: str | None,
                   trusted: bool) -> Agent:
     access.require(user, access.OPERATOR, project)
     resolved = server_path_check(path, trusted=trusted, what="workspace")
@@ -128,7 +128,7 @@ def _agent_import(user: AbstractUser, project: Project, path: str, name: str, *,
     return agent
 
 
-def demo_agent_create(user: AbstractUser, project: Project) -> Agent:
+def demo_agent_create(user: User, project: Project) -> Agent:
     """A fresh copy of the offline demo workspace in the data dir, imported as an agent."""
     access.require(user, access.OPERATOR, project)  # before anything is copied
     folder = Path(settings.DATA_DIR) / "agents"
@@ -142,8 +142,8 @@ def demo_agent_create(user: AbstractUser, project: Project) -> Agent:
     return agent_import(user, project, str(target), name=f"demo agent {number}", trusted=True)
 
 
-def evolution_run_start(user: AbstractUser, agent: Agent, *, benchmark: str = "demo",
-                        engine: str = "textbook", cycles: int = 5, config: dict | None = None,
+def evolution_run_start(user: User, agent: Agent, *, benchmark: str = "demo",
+                        engine: str = "textbook", cycles: int = 5, config: dict[str, Any] | None = None,
                         enqueue: bool = True, trusted: bool = False) -> EvolutionRun:
     """Check the benchmark, engine, the workspace's agent type and the settings, then queue the
     run (one at a time per agent), recording what the agent runs as (agent_mapping).
@@ -183,6 +183,7 @@ def evolution_run_start(user: AbstractUser, agent: Agent, *, benchmark: str = "d
             errors["agent"] = f"{agent.name} cannot run: " + "; ".join(problems)
     if errors:
         raise ValidationError(errors)
+    assert settings is not None  # a config that does not validate is an error above
     with transaction.atomic():
         # The agent's row is the lock: two starts at once cannot both see no run, or one number.
         type(agent).objects.select_for_update().filter(pk=agent.pk).first()
@@ -307,8 +308,10 @@ def _run_execute(run: EvolutionRun) -> EvolutionRun:
         run.converged = bool(result and result.converged)
         # Counted over the whole run: a run resumed after a review ran only its last cycles here.
         done = Cycle.objects.filter(run=run).count()
-        stopped = bool(result and (result.converged or result.stopped))
-        run.reason = result.reason if stopped else f"{done} cycle{'s' if done != 1 else ''} done"
+        if result is not None and (result.converged or result.stopped):
+            run.reason = result.reason
+        else:
+            run.reason = f"{done} cycle{'s' if done != 1 else ''} done"
         run.save(update_fields=["status", "finished_at", "converged", "reason"])
     _agent_event(agent, f"evolution.{run.status}",
                  f"{agent.name}: run {run.number} {run.status}: {run.reason}", run=run.pk)
@@ -338,7 +341,7 @@ def cycle_record(run: EvolutionRun, result: CycleResult) -> Cycle:
     return cycle
 
 
-def cycle_decide(user: AbstractUser, cycle: Cycle, approve: bool) -> Cycle:
+def cycle_decide(user: User, cycle: Cycle, approve: bool) -> Cycle:
     """Review mode: an approver accepts a waiting mutation (the run goes on) or rejects it (the
     workspace goes back to pre-evo-N). A workspace that cannot be read or written is a
     ValidationError with its message."""
@@ -346,7 +349,7 @@ def cycle_decide(user: AbstractUser, cycle: Cycle, approve: bool) -> Cycle:
         return _cycle_decide(user, cycle, approve)
 
 
-def _cycle_decide(user: AbstractUser, cycle: Cycle, approve: bool) -> Cycle:
+def _cycle_decide(user: User, cycle: Cycle, approve: bool) -> Cycle:
     agent = cycle.run.agent
     access.require(user, access.APPROVER, agent.project)
     with transaction.atomic():
@@ -397,7 +400,7 @@ def _cycle_decide(user: AbstractUser, cycle: Cycle, approve: bool) -> Cycle:
     return cycle
 
 
-def evolution_run_cancel(user: AbstractUser, run: EvolutionRun) -> EvolutionRun:
+def evolution_run_cancel(user: User, run: EvolutionRun) -> EvolutionRun:
     access.require(user, access.OPERATOR, run.agent.project)
     with transaction.atomic():
         run = EvolutionRun.objects.select_for_update().get(pk=run.pk)
@@ -412,7 +415,7 @@ def evolution_run_cancel(user: AbstractUser, run: EvolutionRun) -> EvolutionRun:
     return run
 
 
-def agent_rollback(user: AbstractUser, agent: Agent, tag: str) -> str:
+def agent_rollback(user: User, agent: Agent, tag: str) -> str:
     """Make the workspace equal to `evo-K` again with a new commit (history is kept)."""
     access.require(user, access.APPROVER, agent.project)
     if not re.fullmatch(r"evo-\d{1,6}", tag or ""):

@@ -1,6 +1,7 @@
 """The values that pass between agents, benchmarks, engines and the evolution loop (the A-Evolve
 seed's vocabulary). Plain dataclasses: JSON-ready through `dataclasses.asdict`. And what an engine's
-step is handed, as Protocols: the Workspace, the History and the Trial runner."""
+step is handed, as Protocols: the Workspace, the History and the Trial runner. And the request a
+page or an API route is handed, from someone signed in."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from django.http import HttpRequest
+
 if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
     from evolve_app.workspace import Manifest
 
 
@@ -164,3 +169,20 @@ class Trial(Protocol):
     def get_tasks(self, split: str = "train", limit: int = 5) -> list[Task]: ...
 
     def for_workspace(self, path: Path) -> Trial: ...
+
+
+class GuidedEngine(Protocol):
+    """An engine whose step also takes a `guidance` text for this cycle (the adaptive and search engines
+    hand it one)."""
+
+    def step(self, workspace: Workspace, observations: list[Observation], history: History,
+             trial: Trial | None, guidance: str) -> StepResult: ...
+
+
+# ------------------------------------------------------------------------- what a view is handed
+
+
+class AuthedRequest(HttpRequest):
+    """A request past LoginRequiredMiddleware (pages) or the API's authentication: a signed-in user."""
+
+    user: User

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import content_disposition_header
@@ -29,6 +29,7 @@ from evolve_app.forms import (
     RunStartForm,
 )
 from evolve_app.models import Agent, EvolutionRun
+from evolve_app.types import AuthedRequest
 from runtime_app import access
 from runtime_app.models import Project
 from runtime_app.presenters import short_sha
@@ -37,7 +38,7 @@ from runtime_app.views import _apply_errors, _live_context
 
 # --- the agents list --------------------------------------------------------------------------
 
-def _agent_list(request: HttpRequest, *, import_form: AgentImportForm | None = None,
+def _agent_list(request: AuthedRequest, *, import_form: AgentImportForm | None = None,
                 demo_form: DemoAgentForm | None = None, status: int = 200) -> HttpResponse:
     projects = projects_for_user(request.user).order_by("name")
     single = {"project": projects[0].pk} if len(projects) == 1 else {}
@@ -53,12 +54,12 @@ def _agent_list(request: HttpRequest, *, import_form: AgentImportForm | None = N
 
 
 @require_GET
-def agent_list(request: HttpRequest) -> HttpResponse:
+def agent_list(request: AuthedRequest) -> HttpResponse:
     return _agent_list(request)
 
 
 @require_POST
-def agent_import(request: HttpRequest) -> HttpResponse:
+def agent_import(request: AuthedRequest) -> HttpResponse:
     """Import a workspace folder; a workspace with problems comes back with every one of them
     (`file:line: message`) under the path; a folder without manifest.yaml goes to its preview."""
     projects = projects_for_user(request.user).order_by("name")
@@ -78,7 +79,7 @@ def agent_import(request: HttpRequest) -> HttpResponse:
     return _agent_list(request, import_form=form, status=400)
 
 
-def _imported(request: HttpRequest, agent: Agent, project: Project) -> HttpResponse:
+def _imported(request: AuthedRequest, agent: Agent, project: Project) -> HttpResponse:
     messages.success(request, f"Agent {agent.name} imported into {project.name}.")
     for warning in selectors.agent_manifest(agent)["manifest_warnings"]:
         messages.warning(request, f"warning: {warning}")
@@ -86,7 +87,7 @@ def _imported(request: HttpRequest, agent: Agent, project: Project) -> HttpRespo
 
 
 @require_http_methods(["GET", "POST"])
-def agent_import_preview(request: HttpRequest) -> HttpResponse:
+def agent_import_preview(request: AuthedRequest) -> HttpResponse:
     """A folder without manifest.yaml: the manifest Crucible infers, to confirm or edit (GET),
     then the import with it (POST). A refused import comes back with every problem."""
     data = request.POST if request.method == "POST" else request.GET
@@ -123,7 +124,7 @@ def agent_import_preview(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def agent_demo(request: HttpRequest) -> HttpResponse:
+def agent_demo(request: AuthedRequest) -> HttpResponse:
     """A fresh copy of the offline demo workspace, imported as an agent of the chosen project."""
     projects = projects_for_user(request.user).order_by("name")
     form = DemoAgentForm(request.POST, projects=projects)
@@ -142,7 +143,7 @@ def agent_demo(request: HttpRequest) -> HttpResponse:
 
 # --- one agent --------------------------------------------------------------------------------
 
-def _browser_context(request: HttpRequest, agent: Agent, versions: list[dict[str, Any]]) -> dict[str, Any]:
+def _browser_context(request: AuthedRequest, agent: Agent, versions: list[dict[str, Any]]) -> dict[str, Any]:
     """The skills and memory browser: `?ref=` is one of the version log's tags (or HEAD), else
     HEAD with a note; `?skill=` is one of the skills at that ref, else none."""
     choices = selectors.ref_choices(versions)
@@ -159,12 +160,12 @@ def _browser_context(request: HttpRequest, agent: Agent, versions: list[dict[str
     return {"browser": browser, "browser_ref": ref, "browser_refs": choices, "browser_note": note}
 
 
-def _rollback_tags(versions: list[dict]) -> list[str]:
+def _rollback_tags(versions: list[dict[str, Any]]) -> list[str]:
     """The `evo-K` snapshots a workspace can roll back to, newest first."""
     return [v["tag"] for v in reversed(versions) if v["kind"] == "post"]
 
 
-def _agent_page(request: HttpRequest, agent: Agent, *, start_form: RunStartForm | None = None,
+def _agent_page(request: AuthedRequest, agent: Agent, *, start_form: RunStartForm | None = None,
                 rollback_form: RollbackForm | None = None, status: int = 200) -> HttpResponse:
     logged = selectors.agent_versions(agent)
     versions = logged["versions"]
@@ -188,26 +189,26 @@ def _agent_page(request: HttpRequest, agent: Agent, *, start_form: RunStartForm 
 
 
 @require_GET
-def agent_file(request: HttpRequest, agent_id: int) -> HttpResponse:
+def agent_file(request: AuthedRequest, agent_id: int) -> HttpResponse:
     """One file of the workspace at `?ref=` (HEAD or a snapshot tag), as a download: what a page
     shows only the beginning of. Symlinks, paths outside the workspace and outsiders get 404."""
     agent = selectors.agent_for_user(request.user, agent_id)
     name, data = selectors.agent_file_at(agent, str(request.GET.get("ref", "HEAD"))[:100],
                                          str(request.GET.get("path", "")))
     response = HttpResponse(data, content_type="application/octet-stream")
-    response["Content-Disposition"] = content_disposition_header(True, name)
+    response["Content-Disposition"] = content_disposition_header(True, name) or "attachment"
     response["X-Content-Type-Options"] = "nosniff"
     return response
 
 
 @require_GET
-def agent_detail(request: HttpRequest, agent_id: int) -> HttpResponse:
+def agent_detail(request: AuthedRequest, agent_id: int) -> HttpResponse:
     agent = selectors.agent_for_user(request.user, agent_id)
     return _agent_page(request, agent)
 
 
 @require_POST
-def evolution_run_start(request: HttpRequest, agent_id: int) -> HttpResponse:
+def evolution_run_start(request: AuthedRequest, agent_id: int) -> HttpResponse:
     agent = selectors.agent_for_user(request.user, agent_id)
     form = RunStartForm(request.POST)
     valid = form.is_valid()
@@ -231,7 +232,7 @@ def evolution_run_start(request: HttpRequest, agent_id: int) -> HttpResponse:
 
 
 @require_POST
-def agent_rollback(request: HttpRequest, agent_id: int) -> HttpResponse:
+def agent_rollback(request: AuthedRequest, agent_id: int) -> HttpResponse:
     """Roll the workspace back to an `evo-K` snapshot (approvers, after ticking the confirmation)."""
     agent = selectors.agent_for_user(request.user, agent_id)
     form = RollbackForm(request.POST, tags=_rollback_tags(selectors.agent_versions(agent)["versions"]))
@@ -250,7 +251,7 @@ def agent_rollback(request: HttpRequest, agent_id: int) -> HttpResponse:
 
 # --- evolution runs ---------------------------------------------------------------------------
 
-def _run_context(request: HttpRequest, run: EvolutionRun) -> dict[str, Any]:
+def _run_context(request: AuthedRequest, run: EvolutionRun) -> dict[str, Any]:
     cycles = selectors.run_cycles(run)
     return {
         "agent": run.agent, "run": run, "cycles": cycles, "curve": presenters.score_curve(cycles),
@@ -263,7 +264,7 @@ def _run_context(request: HttpRequest, run: EvolutionRun) -> dict[str, Any]:
 
 
 @require_GET
-def evolution_run_detail(request: HttpRequest, agent_id: int, run_id: int) -> HttpResponse:
+def evolution_run_detail(request: AuthedRequest, agent_id: int, run_id: int) -> HttpResponse:
     run = selectors.run_for_user(request.user, agent_id, run_id)
     return render(request, "evolve_app/run_detail.html", {
         **_run_context(request, run),
@@ -273,14 +274,14 @@ def evolution_run_detail(request: HttpRequest, agent_id: int, run_id: int) -> Ht
 
 
 @require_GET
-def evolution_run_progress(request: HttpRequest, agent_id: int, run_id: int) -> HttpResponse:
+def evolution_run_progress(request: AuthedRequest, agent_id: int, run_id: int) -> HttpResponse:
     """The run's status, score curve and cycle timeline (what the page refreshes while it runs)."""
     run = selectors.run_for_user(request.user, agent_id, run_id)
     return render(request, "evolve_app/_run_progress.html", _run_context(request, run))
 
 
 @require_http_methods(["GET", "POST"])
-def evolution_run_cancel(request: HttpRequest, agent_id: int, run_id: int) -> HttpResponse:
+def evolution_run_cancel(request: AuthedRequest, agent_id: int, run_id: int) -> HttpResponse:
     """The confirmation (what stops, what is kept), then the cancel itself."""
     run = selectors.run_for_user(request.user, agent_id, run_id)
     if request.method == "GET":
@@ -300,7 +301,7 @@ def evolution_run_cancel(request: HttpRequest, agent_id: int, run_id: int) -> Ht
 # --- cycles -----------------------------------------------------------------------------------
 
 @require_GET
-def cycle_detail(request: HttpRequest, agent_id: int, run_id: int, number: int) -> HttpResponse:
+def cycle_detail(request: AuthedRequest, agent_id: int, run_id: int, number: int) -> HttpResponse:
     cycle = selectors.cycle_for_user(request.user, agent_id, run_id, number)
     run, agent = cycle.run, cycle.run.agent
     failures = request.GET.get("failures") == "1"
@@ -322,7 +323,7 @@ def _neighbours(run: EvolutionRun, number: int) -> dict[str, int | None]:
 
 
 @require_POST
-def cycle_decide(request: HttpRequest, agent_id: int, run_id: int, number: int) -> HttpResponse:
+def cycle_decide(request: AuthedRequest, agent_id: int, run_id: int, number: int) -> HttpResponse:
     """Review mode: approve (the run goes on) or reject (back to pre-evo-N) a waiting mutation."""
     cycle = selectors.cycle_for_user(request.user, agent_id, run_id, number)
     form = CycleDecisionForm(request.POST)

@@ -14,4 +14,5 @@ TEXTBOOK = DEMO_DIR / "textbook.json"
 
 def textbook_load() -> dict[str, dict[str, Any]]:
     """category -> {"skill", "description", "skill_md", "rules", "lesson"} (see README.md)."""
-    return json.loads(TEXTBOOK.read_text(encoding="utf-8"))["categories"]
+    categories: dict[str, dict[str, Any]] = json.loads(TEXTBOOK.read_text(encoding="utf-8"))["categories"]
+    return categories

@@ -6,12 +6,12 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from evolve_app.engines.base import EngineError, EvolutionEngine, cycle_end_call
 from evolve_app.engines.model import _mean_score
 from evolve_app.engines.registry import engine_get
-from evolve_app.types import History, Observation, StepResult, Trial, Workspace
+from evolve_app.types import GuidedEngine, History, Observation, StepResult, Trial, Workspace
 
 # ------------------------------------------------------------------------------------- adaptive evolution
 
@@ -71,7 +71,7 @@ def _size_knob(engine: object) -> str:
     return next((knob for knob in SIZE_KNOBS if isinstance(getattr(engine, knob, None), int)), "")
 
 
-def _accepts_guidance(engine: EvolutionEngine) -> bool:
+def _accepts_guidance(engine: EvolutionEngine) -> TypeGuard[GuidedEngine]:
     try:
         return "guidance" in inspect.signature(engine.step).parameters
     except (TypeError, ValueError):

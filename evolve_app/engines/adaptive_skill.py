@@ -131,7 +131,7 @@ class AdaptiveSkillEngine(_ModelEngine):
 
     def _merge(self, workspace: Workspace, before: dict[str, str]) -> list[dict[str, Any]]:
         library = self._library(workspace)
-        groups: dict[frozenset, list[str]] = {}
+        groups: dict[frozenset[str], list[str]] = {}
         for name, text in library.items():
             categories = frozenset(skill_categories(name, text, self.seen))
             if categories:

@@ -81,7 +81,8 @@ class GuidedSynthesisEngine(_ModelEngine):
 
     def step(self, workspace: Workspace, observations: list[Observation], history: History,
              trial: Trial | None) -> StepResult:
-        usage, notes = _Usage(), []
+        usage = _Usage()
+        notes: list[str] = []
         layers = set(workspace.manifest.evolvable_layers)
         lessons: list[dict[str, str]] = []
         if "memory" in layers:
@@ -120,7 +121,7 @@ class GuidedSynthesisEngine(_ModelEngine):
             reply = self._converse(LESSON_INSTRUCTIONS, _observation_text(observation), usage, label="lesson")
             answer = _json_object(reply)
             lesson = answer.get("lesson") if answer else None
-            if not isinstance(lesson, str) or not lesson.strip():
+            if answer is None or not isinstance(lesson, str) or not lesson.strip():
                 notes.append(f"{observation.task.task_id}: no lesson (the answer is not JSON with a "
                              f"'lesson'): {reply[:120]!r}")
                 continue
@@ -190,7 +191,7 @@ class GuidedSynthesisEngine(_ModelEngine):
                     decision["reason"] = f"accepted, but the draft is not a valid skill: {error}"
             elif action == "merge" and (not isinstance(into, str) or into not in skills):
                 decision["reason"] = f"merge into {into!r}, which is no skill of the agent; skipped"
-            elif action == "merge":
+            elif action == "merge" and isinstance(into, str):
                 merged = workspace.read_skill(into).rstrip("\n") + "\n\n" + _skill_body(content) + "\n"
                 workspace.write_skill(into, merged)
                 decision.update(action="merge", into=into)

@@ -191,6 +191,7 @@ class _ModelEngine(EvolutionEngine):
             _reply, uses = self._turn(chat, record, usage)
             if not uses or not tools:
                 break
+            assert workspace is not None  # the editor tool is offered only with a workspace
             results = []
             for use in uses:
                 if use.name != "editor":

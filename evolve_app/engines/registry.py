@@ -133,4 +133,5 @@ def engine_get(name: str, *, trusted: bool = False, **options: Any) -> Evolution
     engine = factory(**options)
     if not hasattr(engine, "step"):
         raise EngineError(f"{name!r} is not an evolution engine (it has no step())")
-    return engine
+    made: EvolutionEngine = engine  # or anything with a step(), as checked above
+    return made

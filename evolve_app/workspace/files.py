@@ -180,7 +180,7 @@ class AgentWorkspace:
     def read_all_memories(self, limit: int = 100) -> list[dict[str, Any]]:
         """The last `limit` entries of all categories (by category name, then file order), each with
         a `_category` key added, as upstream returns them."""
-        entries = []
+        entries: list[dict[str, Any]] = []
         for rel in _dir_files(self.root, "memory"):
             stem = Path(rel).stem
             if rel.endswith(".jsonl") and _NAME.fullmatch(stem):
@@ -275,7 +275,8 @@ def _file_name(value: Any, suffix: str) -> str:
     problem = _file_name_problem(value, suffix) if isinstance(value, str) else "give a name"
     if problem:
         raise WorkspaceError(problem)
-    return value
+    name: str = value  # a str: anything else is a problem above
+    return name
 
 
 def _atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:

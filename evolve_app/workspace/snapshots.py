@@ -12,8 +12,8 @@ from pathlib import Path
 from dulwich import porcelain
 from dulwich.ignore import IgnoreFilter, IgnoreFilterManager
 from dulwich.index import Index, commit_tree, index_entry_from_stat
-from dulwich.objects import Blob, Commit
-from dulwich.refs import check_ref_format
+from dulwich.objects import Blob, Commit, ObjectID
+from dulwich.refs import Ref, check_ref_format
 from dulwich.repo import Repo
 
 from evolve_app.workspace.files import _atomic_write
@@ -87,17 +87,17 @@ def workspace_import(path: str | Path, *, author: str = DEFAULT_AUTHOR, manifest
         if not (root / ".git").exists():
             porcelain.init(str(root)).close()
             repo = Repo(str(root))
-            repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
+            repo.refs.set_symbolic_ref(Ref(b"HEAD"), Ref(b"refs/heads/main"))
             repo.close()
         repo = _repo(root)
         try:
             _exclude_add(repo)
             head = _head(repo)
             tree = _stage_all(repo)
-            if head is None or repo[head.encode()].tree.decode() != tree:
+            if head is None or _commit_tree(repo, head) != tree:
                 message = "Import workspace" if head is None else "Import workspace: its uncommitted files"
                 head = _commit(root, repo, message, author, {"Crucible-Snapshot": "import"})
-            if b"refs/tags/evo-0" not in repo.refs:
+            if Ref(b"refs/tags/evo-0") not in repo.refs:
                 _tag(root, "evo-0", head, "Workspace imported into Crucible", author)
             return head
         finally:
@@ -115,12 +115,13 @@ def workspace_snapshot(path: str | Path, tag: str, message: str, trailers: dict[
     and nothing is committed.
     """
     root = _root(path)
-    if not isinstance(tag, str) or not check_ref_format(f"refs/tags/{tag}".encode()) or tag.startswith("-"):
+    if (not isinstance(tag, str) or not check_ref_format(Ref(f"refs/tags/{tag}".encode()))
+            or tag.startswith("-")):
         raise WorkspaceError(f"{tag!r}: not a valid tag name")
     with repo_lock(root):
         repo = _repo(root)
         try:
-            if f"refs/tags/{tag}".encode() in repo.refs:
+            if Ref(f"refs/tags/{tag}".encode()) in repo.refs:
                 raise WorkspaceError(f"tag {tag} already exists; snapshot tags are never moved")
             _stage_all(repo)
             sha = _commit(root, repo, message, author, trailers or {})
@@ -193,7 +194,7 @@ def workspace_rollback(path: str | Path, ref: str, *, author: str = DEFAULT_AUTH
             head = _head(repo)
             if head is None:
                 raise WorkspaceError("the workspace has no commits yet; import it first")
-            if not force and _worktree_tree(repo) != repo[head.encode()].tree.decode():
+            if not force and _worktree_tree(repo) != _commit_tree(repo, head):
                 raise WorkspaceError("the workspace has uncommitted changes; snapshot them first, or roll "
                                      "back with force=True to discard them")
             _restore(root, repo, target)
@@ -250,7 +251,7 @@ def _head(repo: Repo) -> str | None:
 
 def _commit(root: Path, repo: Repo, message: str, author: str, trailers: dict[str, str]) -> str:
     """Commit the repository's index on top of HEAD (its branch follows, or a detached HEAD)."""
-    head_target = repo.refs.read_ref(b"HEAD") or b""
+    head_target = repo.refs.read_ref(Ref(b"HEAD")) or b""
     branch = None
     if head_target.startswith(b"ref: refs/heads/"):
         branch = head_target.removeprefix(b"ref: refs/heads/").strip().decode()
@@ -260,8 +261,8 @@ def _commit(root: Path, repo: Repo, message: str, author: str, trailers: dict[st
                             branch=branch)
     except GitError as error:
         raise WorkspaceError(str(error)) from None
-    if branch is None and not repo.refs.set_if_equals(b"HEAD", parent.encode() if parent else None,
-                                                       sha.encode()):
+    head_before = ObjectID(parent.encode()) if parent else None
+    if branch is None and not repo.refs.set_if_equals(Ref(b"HEAD"), head_before, ObjectID(sha.encode())):
         raise WorkspaceError("HEAD moved while committing; not moved")
     return sha
 
@@ -297,13 +298,14 @@ def _excluded(rel: str) -> bool:
     return rel == EXCLUDED_DIR or rel.startswith(EXCLUDED_DIR + "/")
 
 
-def _worktree_entries(repo: Repo, root: Path, index: Index) -> dict[bytes, tuple[int, bytes, os.stat_result]]:
+def _worktree_entries(repo: Repo, root: Path,
+                      index: Index) -> dict[bytes, tuple[int, ObjectID, os.stat_result]]:
     """{path: (mode, blob sha, stat)} of the files git would commit now: tracked ones still on disk
     and untracked ones not ignored; their blobs are added to the object store. Raw bytes: no
     filter, no line-ending conversion."""
     ignores = _ignores(repo, root)
     tracked = {path.decode("utf-8", "surrogateescape") for path in index}
-    entries = {}
+    entries: dict[bytes, tuple[int, ObjectID, os.stat_result]] = {}
     for rel in _tree_files(root):
         if _excluded(rel) or (rel not in tracked and ignores.is_ignored(rel)):
             continue
@@ -341,6 +343,23 @@ def _worktree_tree(repo: Repo) -> str:
     return commit_tree(repo.object_store, [(p, sha, mode) for p, (mode, sha, _) in entries.items()]).decode()
 
 
+def _commit_tree(repo: Repo, sha: str) -> str:
+    """The tree sha of commit `sha`."""
+    commit = repo[sha.encode()]
+    if not isinstance(commit, Commit):
+        raise WorkspaceError(f"{sha}: not a commit")
+    tree: bytes = commit.tree
+    return tree.decode()
+
+
+def _blob_data(repo: Repo, sha: ObjectID) -> bytes:
+    """The content of the blob a tree entry names (a file or a symlink's target)."""
+    blob = repo[sha]
+    if not isinstance(blob, Blob):
+        raise WorkspaceError(f"{sha.decode()}: not a file")
+    return blob.data
+
+
 def _tree_path_check(path: bytes) -> str:
     rel = path.decode("utf-8", "surrogateescape")
     parts = rel.split("/")
@@ -353,7 +372,7 @@ def _restore(root: Path, repo: Repo, sha: str) -> None:
     commit = repo[sha.encode()]
     if not isinstance(commit, Commit):
         raise WorkspaceError(f"{sha}: not a commit")
-    wanted: dict[str, tuple[int, bytes]] = {}
+    wanted: dict[str, tuple[int, ObjectID]] = {}
     for entry in repo.object_store.iter_tree_contents(commit.tree):
         rel = _tree_path_check(entry.path)
         if not _excluded(rel) and entry.mode != _GITLINK:
@@ -372,9 +391,9 @@ def _restore(root: Path, repo: Repo, sha: str) -> None:
         if stat.S_ISLNK(mode):
             if os.path.lexists(full):
                 full.unlink()
-            os.symlink(os.fsdecode(repo[blob_sha].data), full)
+            os.symlink(os.fsdecode(_blob_data(repo, blob_sha)), full)
         else:
-            data = repo[blob_sha].data
+            data = _blob_data(repo, blob_sha)
             file_mode = 0o755 if mode & 0o111 else 0o644
             same = (full.is_file() and not full.is_symlink() and full.stat().st_size == len(data)
                     and full.read_bytes() == data)
@@ -385,15 +404,16 @@ def _restore(root: Path, repo: Repo, sha: str) -> None:
                 if full.is_symlink():
                     full.unlink()
                 _atomic_write(full, data, file_mode)
-        entry = index_entry_from_stat(os.lstat(full), blob_sha, mode=mode)
-        index[rel.encode("utf-8", "surrogateescape")] = entry
+        index_entry = index_entry_from_stat(os.lstat(full), blob_sha, mode=mode)
+        index[rel.encode("utf-8", "surrogateescape")] = index_entry
     index.write()
     # Again under the restored .gitignore files: an untracked file they do not ignore would
     # otherwise slip into the next snapshot.
     _extras_remove(root, wanted, set(wanted), _ignores(repo, root))
 
 
-def _extras_remove(root: Path, wanted: dict, tracked: set[str], ignores: IgnoreFilterManager) -> None:
+def _extras_remove(root: Path, wanted: dict[str, tuple[int, ObjectID]], tracked: set[str],
+                   ignores: IgnoreFilterManager) -> None:
     """Delete every file that is not in `wanted`, except untracked ones the ignore rules ignore
     (caches and the like), then the folders left empty. Decided before anything is deleted."""
     doomed = [rel for rel in _tree_files(root)

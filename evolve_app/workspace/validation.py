@@ -11,13 +11,16 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-CONTRACT_VERSION = "1"
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
+CONTRACT_VERSION: Final = "1"
 LAYERS = ("prompts", "skills", "memory", "tools")
 DEFAULT_AUTHOR = "Crucible <crucible@localhost>"
 EXCLUDED_DIR = "evolution"  # observation batches etc.: on disk, never in the workspace's history
@@ -156,7 +159,7 @@ def _manifest_check(root: Path, text: str | None = None
                                 "the manifest must be a mapping of keys (agent:, evolvable_layers: ...)"))
         return None, problems, []
 
-    def line_of(loc: tuple, *, key: bool = False) -> tuple[int | None, int | None]:
+    def line_of(loc: _KeyPath, *, key: bool = False) -> tuple[int | None, int | None]:
         mark = marks.get(loc)
         if mark is None:
             return (1, None) if not loc else line_of(loc[:-1], key=True)
@@ -165,7 +168,7 @@ def _manifest_check(root: Path, text: str | None = None
 
     data = dict(data)
     extra: dict[str, Any] = {}
-    near_misses: dict[str, tuple] = {}  # a known key left out -> (line, column, the key that may mean it)
+    near_misses: _NearMisses = {}  # a known key left out -> (line, column, the key that may mean it)
     for parent, known in (((), _MANIFEST_KEYS), (("agent",), _AGENT_KEYS)):
         section = data if not parent else data.get("agent")
         if not isinstance(section, dict):
@@ -214,7 +217,7 @@ def _manifest_check(root: Path, text: str | None = None
 
     layers = data.get("evolvable_layers")
     if isinstance(layers, list):
-        seen: set = set()
+        seen: set[str | None] = set()
         for index, layer in enumerate(layers):
             if isinstance(layer, str) and layer in seen:
                 line, column = line_of(("evolvable_layers", index))
@@ -241,8 +244,8 @@ def _manifest_check(root: Path, text: str | None = None
 A_EVOLVE_DEFAULTS = {"evolvable_layers": ["prompts", "skills", "memory"], "reload_strategy": "hot"}
 
 
-def _a_evolve_defaults(data: dict, rel: str, line_of: Any, near_misses: dict, warnings: list[Problem]
-                       ) -> tuple[str, ...]:
+def _a_evolve_defaults(data: dict[str, Any], rel: str, line_of: Any, near_misses: _NearMisses,
+                       warnings: list[Problem]) -> tuple[str, ...]:
     """Fill in, with a warning each, what A-Evolve defaults: `agent` and `agent.type` (reference),
     evolvable_layers and reload_strategy; drop (with a warning) layers Crucible does not evolve.
     A key a near-miss spelling may mean stays missing, so the misspelling is reported instead.
@@ -281,7 +284,7 @@ def _a_evolve_defaults(data: dict, rel: str, line_of: Any, near_misses: dict, wa
     return tuple(filled)
 
 
-def _pydantic_message(detail: dict) -> str:
+def _pydantic_message(detail: ErrorDetails) -> str:
     loc = tuple(detail["loc"])
     dotted = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
     kind, value = detail["type"], detail.get("input")
@@ -326,7 +329,7 @@ def _kind_of(value: Any) -> str:
 
 
 def _yaml_parse(text: str, rel: str, problems: list[Problem], line_offset: int = 0
-                ) -> tuple[Node, Any, dict[tuple, tuple]] | None:
+                ) -> tuple[Node, Any, _Marks] | None:
     """Compose and construct one YAML document. Returns (root node, data, marks) where marks maps
     a key path to (key mark, value mark); None when empty or on error (problems get the reason)."""
     loader = yaml.SafeLoader(text)
@@ -334,7 +337,7 @@ def _yaml_parse(text: str, rel: str, problems: list[Problem], line_offset: int =
         node = loader.get_single_node()
         if node is None:
             return None
-        marks: dict[tuple, tuple] = {}
+        marks: _Marks = {}
         if not _nodes_index(node, (), marks, [0], rel, problems, line_offset):
             return None
         data = loader.construct_document(node)
@@ -382,7 +385,7 @@ def _yaml_error_where(error: yaml.MarkedYAMLError, line_offset: int) -> tuple[An
     return problem or context, reason
 
 
-def _nodes_index(node: Node, prefix: tuple, marks: dict, count: list[int], rel: str,
+def _nodes_index(node: Node, prefix: _KeyPath, marks: _Marks, count: list[int], rel: str,
                  problems: list[Problem], line_offset: int) -> bool:
     count[0] += 1
     if count[0] > _MAX_YAML_NODES:
@@ -419,6 +422,11 @@ class _Mark:
     column: int
 
 
+_KeyPath = tuple[str | int | None, ...]  # keys and list indexes from the document's root
+_Marks = dict[_KeyPath, tuple[_Mark, _Mark]]  # a key path -> (its key's mark, its value's mark)
+_NearMisses = dict[str, tuple[int | None, int | None, str]]  # a key left out -> (line, column, lookalike)
+
+
 def _shift(mark: Any, line_offset: int) -> _Mark:
     return _Mark(mark.line + line_offset, mark.column)
 
@@ -427,7 +435,8 @@ def _mapping_value(node: Node, key: str) -> Node | None:
     if isinstance(node, MappingNode):
         for key_node, value_node in node.value:
             if isinstance(key_node, ScalarNode) and key_node.value == key:
-                return value_node
+                found: Node = value_node
+                return found
     return None
 
 
@@ -538,8 +547,8 @@ def _validate(root: Path, overlay: dict[str, bytes], manifest_text: str | None
     else:
         _text_read(root, "prompts/system.md", problems)
     for rel in _dir_files(root, "prompts/fragments"):
-        if _file_name_problem(Path(rel).name, ".md"):
-            problems.append(Problem(rel, None, None, _file_name_problem(Path(rel).name, ".md")))
+        if name_problem := _file_name_problem(Path(rel).name, ".md"):
+            problems.append(Problem(rel, None, None, name_problem))
         else:
             _text_read(root, rel, problems)
     _skills_check(root, problems)
@@ -734,7 +743,7 @@ def _tools_check(root: Path, problems: list[Problem]) -> None:
         return
     _, data, marks = parsed
 
-    def at(loc: tuple) -> tuple[int | None, int | None]:
+    def at(loc: _KeyPath) -> tuple[int | None, int | None]:
         mark = marks.get(loc)
         return (mark[1].line + 1, mark[1].column + 1) if mark else (1, 1)
 

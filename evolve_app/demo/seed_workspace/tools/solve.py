@@ -22,6 +22,7 @@ import json
 import operator
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 WORKSPACE = Path(__file__).resolve().parent.parent
@@ -36,6 +37,7 @@ NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 MAX_TEXT = 100_000
+Value = int | float | str  # what a rule's names and expressions hold
 
 
 class RuleError(Exception):
@@ -74,7 +76,7 @@ def _to_base(number: object, base: object) -> str:
             return sign + digits
 
 
-FUNCTIONS = {
+FUNCTIONS: dict[str, Callable[..., Value]] = {
     "reverse": lambda s: _text(s)[::-1],
     "upper": lambda s: _text(s).upper(),
     "lower": lambda s: _text(s).lower(),
@@ -94,11 +96,12 @@ OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mu
              ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 
 
-def evaluate(node: ast.AST, names: dict[str, object]) -> object:
+def evaluate(node: ast.AST, names: dict[str, Value]) -> Value:
     """A small, safe expression language: no attributes, no power, no names but the rule's."""
     if isinstance(node, ast.Expression):
         return evaluate(node.body, names)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float, str):
+    if (isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str))
+            and not isinstance(node.value, bool)):
         return node.value
     if isinstance(node, ast.Name):
         if node.id not in names:
@@ -115,7 +118,8 @@ def evaluate(node: ast.AST, names: dict[str, object]) -> object:
         if texts and not (texts == 2 and isinstance(node.op, ast.Add)):
             raise RuleError("text only supports + with other text")
         try:
-            return OPERATORS[type(node.op)](left, right)
+            result: Value = OPERATORS[type(node.op)](left, right)
+            return result
         except ZeroDivisionError as error:
             raise RuleError("division by zero") from error
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
@@ -183,7 +187,7 @@ def solve(task: str, rules: list[dict[str, str]]) -> tuple[str, dict[str, str]] 
             continue
         if not found:
             continue
-        names: dict[str, object] = {}
+        names: dict[str, Value] = {}
         for name, value in found.groupdict().items():
             value = value or ""
             names[name] = (float(value) if "." in value else int(value)) if NUMBER.fullmatch(value) else value
