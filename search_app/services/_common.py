@@ -117,7 +117,7 @@ def _winner_reason(winner: Any, verdict: str | None = None) -> str:
     standing = winner_standing(approval, merge is not None)
     approvers = ", ".join(a.user_name for a in approval["standing_approvals"])
     text = f"winner: replay passed; reviewer says {verdict}"
-    if standing == "merged":
+    if standing == "merged" and merge is not None:
         return (f"{text}; merged onto {merge.branch} as {short_sha(merge.commit_sha)} "
                 f"by {merge.merged_by_name}")
     if standing == "approved":

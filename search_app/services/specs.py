@@ -89,7 +89,9 @@ def spec_draft_save(
     """Save text as a new spec (spec None) or as the next version of spec."""
     if spec is None:
         spec = spec_create(user, project, title, text)
-        return spec, spec.latest
+        latest = spec.latest
+        assert latest is not None  # spec_create writes its first version
+        return spec, latest
     return spec, spec_save(user, spec, text)
 
 
@@ -118,8 +120,10 @@ def spec_draft_write(user: Any, project: Project, description: str) -> tuple[str
     if preset is None or preset.kind in ("command", "agent-cli"):  # drafting calls the model itself
         raise ValidationError({"description": f"CRUCIBLE_DRAFT_MODEL names {preset_name!r}, "
                                               "not an LLM preset."})
+    example = spec_template_get("speed-up")
+    assert example is not None  # one of SPEC_TEMPLATES
     prefix = (DRAFT_INSTRUCTIONS + "\n# The spec reference\n\n" + spec_reference_markdown()
-              + "\n# An example\n\n```toml\n" + spec_template_get("speed-up").text + "```\n")
+              + "\n# An example\n\n```toml\n" + example.text + "```\n")
     chat = ToolChat(preset.kind, model, prefix, description, [], "off", base_url=preset.base_url(),
                     key_variable=preset.key_variable, account=preset.name)
     try:
