@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest
@@ -15,6 +15,9 @@ from search_app import diffs, selectors, services
 from search_app.execution import search_spec
 from search_app.preflight import provider_problems
 from search_app.spec import spec_validate
+
+if TYPE_CHECKING:
+    from search_app.models import Search
 
 router = Router(tags=["search"])
 
@@ -94,7 +97,7 @@ class SearchOut(Schema):
 def _validation(text: str) -> dict[str, Any]:
     report = spec_validate(text)
     summary = report.summary()
-    if summary is not None:
+    if summary is not None and report.spec is not None:  # (a summary is there when the spec is)
         summary["metric_source"] = metric_source(report.spec.score.metric)
     return {
         "valid": report.valid,
@@ -153,6 +156,10 @@ def spec_diff(request: HttpRequest, spec_id: int, old: int, new: int):
     )}
 
 
+def _search_fields(search: Search) -> dict[str, Any]:
+    return {field: getattr(search, field) for field in SearchOut.model_fields}
+
+
 class SearchFrozenOut(SearchOut):
     provider_warnings: list[str] = Field(
         description="why its writers could not reach their model now (no key, no server); "
@@ -177,8 +184,8 @@ def search_freeze(request: HttpRequest, body: FreezeIn):
     search = services.search_freeze(
         request.user, project, text, body.ref, repository=repository, spec_version=version
     )
-    search.provider_warnings = provider_problems(search_spec(search).worker.provider)
-    return Status(201, search)
+    return Status(201, {**_search_fields(search),
+                        "provider_warnings": provider_problems(search_spec(search).worker.provider)})
 
 
 class SearchListItemOut(SearchOut):
@@ -187,8 +194,12 @@ class SearchListItemOut(SearchOut):
 
 
 # The `status` filter's values (as on the searches page) and the outcomes.
-SearchStatusFilter = Literal[tuple(selectors.SEARCH_LIST_STATUSES)]
-SearchOutcomeFilter = Literal[selectors.SEARCH_LIST_OUTCOMES]
+if TYPE_CHECKING:  # built from the selectors' constants at run time, which a checker cannot read
+    SearchStatusFilter = str
+    SearchOutcomeFilter = str
+else:
+    SearchStatusFilter = Literal[tuple(selectors.SEARCH_LIST_STATUSES)]
+    SearchOutcomeFilter = Literal[selectors.SEARCH_LIST_OUTCOMES]
 
 
 @router.get("/searches", response=list[SearchListItemOut])
@@ -199,7 +210,7 @@ def search_list(request: HttpRequest, status: SearchStatusFilter | None = None,
     `outcome=winner` (or none, undecided) filter them."""
     rows = selectors.search_list_rows(request.user, status=status or "", outcome=outcome or "")
     # The list page defers the frozen fields; every item here carries them.
-    return [{**{field: getattr(search, field) for field in SearchOut.model_fields},
+    return [{**_search_fields(search),
              "status": search.list_status, "outcome": getattr(getattr(search, "run", None), "outcome", "")}
             for search in rows.defer(None)]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
@@ -46,6 +46,15 @@ from search_app.models import Approval, Merge, Search, Spec, Step
 from search_app.preflight import provider_problems
 from search_app.spec_templates import spec_template_get
 
+if TYPE_CHECKING:
+    from django_htmx.middleware import HtmxDetails
+
+    class HtmxHttpRequest(HttpRequest):
+        """A request through django-htmx's middleware, which sets `request.htmx`."""
+
+        htmx: HtmxDetails
+
+
 DOWNLOAD_CHUNK_BYTES = 64 * 1024
 _FILE_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -60,7 +69,7 @@ def _id(value: Any) -> int | None:
 
 
 @require_GET
-def search_list(request: HttpRequest) -> HttpResponse:
+def search_list(request: HtmxHttpRequest) -> HttpResponse:
     """The searches the user can see as a run table, filtered and sorted by the query string.
 
     An htmx request (the filter form, a heading, the refresh while something runs) gets only
@@ -113,7 +122,7 @@ def _selected_repository(form: SpecEditorForm) -> Any:
     repository_id = _id(form["repository"].value())
     if repository_id is None:
         return None
-    return form.fields["repository"].queryset.filter(pk=repository_id).first()
+    return form.repositories.filter(pk=repository_id).first()
 
 
 def _editor(
@@ -174,9 +183,9 @@ def spec_new(request: HttpRequest) -> HttpResponse:
         return _editor_post(request, spec=None)
     template = spec_template_get(request.GET.get("template"))
     form = SpecEditorForm(request.user, initial=_initial(request, None))
-    projects = form.fields["project"].queryset
+    projects = form.projects
     if "repository" in form.initial:
-        chosen = form.fields["repository"].queryset.filter(pk=form.initial["repository"]).first()
+        chosen = form.repositories.filter(pk=form.initial["repository"]).first()
         if chosen is not None:
             form.initial["project"] = chosen.project_id
     if "project" not in form.initial and len(projects) == 1:
@@ -420,7 +429,7 @@ def search_revise(request: HttpRequest, search_id: str) -> HttpResponse:
     back = redirect("candidate_detail", search_id=search_id, candidate_id=winner) if winner else \
         redirect("search_detail", search_id=search_id)
     if not form.is_valid():
-        messages.error(request, " ".join(e for errors in form.errors.values() for e in errors))
+        messages.error(request, " ".join(str(e) for errors in form.errors.values() for e in errors))
         return back
     try:
         run = services.search_revise(request.user, search, form.cleaned_data["note"])
@@ -463,7 +472,7 @@ def spec_draft(request: HttpRequest) -> HttpResponse:
     form = SpecEditorForm(request.user, initial={"project": _id(request.POST.get("project"))})
     description = request.POST.get("description", "")
     project_id = _id(request.POST.get("project"))
-    project = form.fields["project"].queryset.filter(pk=project_id).first() if project_id else None
+    project = form.projects.filter(pk=project_id).first() if project_id else None
     if project is None:
         context_error = "Pick one of your projects for the draft."
     else:
@@ -520,7 +529,7 @@ def search_compare(request: HttpRequest, search_id: str) -> HttpResponse:
 
 
 @require_GET
-def search_compare_diff(request: HttpRequest, search_id: str) -> HttpResponse:
+def search_compare_diff(request: HttpRequest, search_id: str) -> HttpResponse | StreamingHttpResponse:
     """The whole diff from the first picked candidate's patched tree to the second's (the one
     the compare page cuts), as a text/x-diff attachment."""
     search = selectors.search_for_user(request.user, search_id)

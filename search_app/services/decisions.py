@@ -19,7 +19,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
-from dulwich.refs import check_ref_format
+from dulwich.objects import Commit
+from dulwich.refs import Ref, check_ref_format
 
 from runtime_app import access, remotes
 from runtime_app.git import GitError, commit_create, repo_open
@@ -283,7 +284,7 @@ def branch_name_check(branch: str) -> str:
         problem = "it starts with 'refs/'; give the branch's short name"
     elif _head_like(name):
         problem = "git reads it as a special ref, not a branch"
-    elif not check_ref_format(f"refs/heads/{name}".encode()):
+    elif not check_ref_format(Ref(f"refs/heads/{name}".encode())):
         problem = "git refuses it as a branch name"
     if problem:
         raise ValidationError({"branch": f"{name!r} cannot be a branch: {problem}. {VALID_BRANCH_HINT}"})
@@ -346,7 +347,7 @@ def merge_create(user: Any, search: Search, target: str = Merge.Target.NEW_BRANC
         raise Conflict(mismatch.messages[0]) from None
 
 
-def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
+def _merge_create(user: Any, search: Search, target: str, branch: str) -> Merge:
     with transaction.atomic():
         SearchRun.objects.select_for_update().get(search=search)  # one merge decision at a time
         if Merge.objects.filter(search=search).exists():
@@ -359,10 +360,10 @@ def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
         approvers = ", ".join(sorted({a.user_name for a in state["standing_approvals"]}))
         started_at, started = datetime.now(UTC), monotonic()
         # A merge whose commit was made but whose row was not (a crash between the two) is adopted.
-        commit = _earlier_merge_commit(search, winner, branch)
-        adopted = commit is not None
-        if not adopted:
-            commit = _merge_commit(search, winner, branch, target, user, approvers, patch=patch)
+        earlier = _earlier_merge_commit(search, winner, branch)
+        adopted = earlier is not None
+        commit = earlier if earlier is not None else _merge_commit(
+            search, winner, branch, target, user, approvers, patch=patch)
         pushed = _merge_push(search, branch, commit)
         receipt = receipt_record(Receipt(
             kind="merge", argv=["crucible", "merge", branch], cwd=".", started_at=started_at,
@@ -392,7 +393,7 @@ def _merge_push(search: Search, branch: str, commit: str) -> str:
     """Push the merged branch back to a repository registered by URL (where it lives); the URL pushed
     to, or "" for a repository registered by path, which Crucible never pushes. A push that fails
     refuses the merge with the reason; merging again adopts the commit already made and pushes it."""
-    url = search.repository.remote_url if search.repository_id else ""
+    url = search.repository.remote_url if search.repository is not None else ""
     if not url:
         return ""
     try:
@@ -438,11 +439,12 @@ def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: A
 def _earlier_merge_commit(search: Search, winner: Any, branch: str) -> str | None:
     """The head of `branch` if it is this search's merge of this patch onto the baseline."""
     with repo_open(search.repository_path) as repo:
-        ref = f"refs/heads/{branch}".encode()
+        ref = Ref(f"refs/heads/{branch}".encode())
         if ref not in repo.refs:
             return None
         commit = repo[repo.refs[ref]]
-        if [parent.decode() for parent in getattr(commit, "parents", [])] != [search.baseline_commit]:
+        if not isinstance(commit, Commit) or [parent.decode() for parent in commit.parents] != [
+                search.baseline_commit]:
             return None
         message = commit.message.decode(errors="replace")
     wanted = (f"Crucible-Search: {search.search_id}",
@@ -459,12 +461,12 @@ def _identity(user: Any) -> str:
 
 def _branch_exists(repo_path: str, branch: str) -> bool:
     with repo_open(repo_path) as repo:
-        return f"refs/heads/{branch}".encode() in repo.refs
+        return Ref(f"refs/heads/{branch}".encode()) in repo.refs
 
 
 def _branch_at_baseline(search: Search, branch: str) -> None:
     with repo_open(search.repository_path) as repo:
-        ref = f"refs/heads/{branch}".encode()
+        ref = Ref(f"refs/heads/{branch}".encode())
         if ref not in repo.refs:
             raise ValidationError({"branch": f"There is no branch {branch}."})
         head = repo.refs[ref].decode()

@@ -42,7 +42,7 @@ from search_app.step_result import StepResult
 REVISION_PART = 1000  # a revision's steps are parts REVISION_PART × n of the last round (unique per kind)
 
 
-def search_revise(user: Any, search: Search, note: str = "", *, enqueue: bool = True) -> Any:
+def search_revise(user: Any, search: Search, note: str = "", *, enqueue: bool = True) -> SearchRun:
     """Send a finished search's winner back to its writer, to answer the changes requested:
     the writer revises its patch with the requests, open threads and `note` as feedback; the
     revised patch is gated, measured against the baseline in interleaved blocks, and read by the
@@ -58,12 +58,14 @@ def search_revise(user: Any, search: Search, note: str = "", *, enqueue: bool = 
         refused = revision_refusal(user, search)
         if refused:
             raise ValidationError(refused)
+        assert run is not None and run.winner is not None  # revision_refusal refuses otherwise
+        winner = run.winner
         spec = search_spec(search)
         cost, tokens = _reservation(run, spec.concurrency)
         if not _fits(run, cost, tokens):
             raise ValidationError("The search's budget cannot cover another writer: "
                                   f"{_budget_text(run)}. Nothing was sent back.")
-        winner, number = run.winner, len(revisions_of(search)) + 1
+        number = len(revisions_of(search)) + 1
         previous = {"patch_hex": bytes(winner.patch or b"").hex(), "patch_sha256": winner.patch_sha256,
                     "patch_round": winner.patch_round, "diff_lines": winner.diff_lines,
                     "files": winner.files, "score": winner.score, "score_absolute": winner.score_absolute,
