@@ -47,12 +47,18 @@ from search_app.preflight import provider_problems
 from search_app.spec_templates import spec_template_get
 
 if TYPE_CHECKING:
+    from django.contrib.auth.models import User
     from django_htmx.middleware import HtmxDetails
 
     class HtmxHttpRequest(HttpRequest):
         """A request through django-htmx's middleware, which sets `request.htmx`."""
 
         htmx: HtmxDetails
+
+    class AuthenticatedHttpRequest(HttpRequest):
+        """A request past LoginRequiredMiddleware (every view but search_git): a signed-in person's."""
+
+        user: User
 
 
 DOWNLOAD_CHUNK_BYTES = 64 * 1024
@@ -140,7 +146,7 @@ def _initial(request: HttpRequest, spec: Spec | None) -> dict[str, Any]:
                                      ref=request.GET.get("ref", "")[:255])
 
 
-def _editor_post(request: HttpRequest, spec: Spec | None) -> HttpResponse:
+def _editor_post(request: AuthenticatedHttpRequest, spec: Spec | None) -> HttpResponse:
     """Save a draft (`action=save`) or freeze (`action=freeze`); on a problem, the same page
     again with everything the user typed and the problems, status 400."""
     form = SpecEditorForm(request.user, request.POST, spec=spec)
@@ -178,7 +184,7 @@ def _editor_post(request: HttpRequest, spec: Spec | None) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def spec_new(request: HttpRequest) -> HttpResponse:
+def spec_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.method == "POST":
         return _editor_post(request, spec=None)
     template = spec_template_get(request.GET.get("template"))
@@ -194,7 +200,7 @@ def spec_new(request: HttpRequest) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def spec_edit(request: HttpRequest, spec_id: int) -> HttpResponse:
+def spec_edit(request: AuthenticatedHttpRequest, spec_id: int) -> HttpResponse:
     spec = selectors.spec_for_user(request.user, spec_id)
     if request.method == "POST":
         return _editor_post(request, spec=spec)
@@ -211,7 +217,7 @@ def spec_edit(request: HttpRequest, spec_id: int) -> HttpResponse:
 
 
 @require_POST
-def spec_duplicate(request: HttpRequest, spec_id: int) -> HttpResponse:
+def spec_duplicate(request: AuthenticatedHttpRequest, spec_id: int) -> HttpResponse:
     spec = selectors.spec_for_user(request.user, spec_id)
     copy = services.spec_duplicate(request.user, spec)
     messages.success(request, f"Duplicated {spec.title} as {copy.title}.")
@@ -302,7 +308,7 @@ def search_candidates(request: HttpRequest, search_id: str) -> HttpResponse:
 
 
 @require_POST
-def search_start(request: HttpRequest, search_id: str) -> HttpResponse:
+def search_start(request: AuthenticatedHttpRequest, search_id: str) -> HttpResponse:
     """Start the search; a provider with no key or no server asks the person first."""
     search = selectors.search_for_user(request.user, search_id)
     try:
@@ -319,7 +325,7 @@ def search_start(request: HttpRequest, search_id: str) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def search_cancel(request: HttpRequest, search_id: str) -> HttpResponse:
+def search_cancel(request: AuthenticatedHttpRequest, search_id: str) -> HttpResponse:
     """The confirmation (what stops, what is kept), then the cancel itself."""
     search = selectors.search_for_user(request.user, search_id)
     if request.method == "GET":
@@ -359,7 +365,7 @@ def candidate_detail(request: HttpRequest, search_id: str, candidate_id: str) ->
 
 
 @require_POST
-def candidate_comment(request: HttpRequest, search_id: str, candidate_id: str) -> HttpResponse:
+def candidate_comment(request: AuthenticatedHttpRequest, search_id: str, candidate_id: str) -> HttpResponse:
     """Start a thread, or reply in one; a refusal comes back on the page beside the form used."""
     candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
     form = CommentForm(request.POST)
@@ -380,8 +386,8 @@ def candidate_comment(request: HttpRequest, search_id: str, candidate_id: str) -
 
 
 @require_POST
-def candidate_thread_state(request: HttpRequest, search_id: str, candidate_id: str, comment_id: int,
-                           action: str) -> HttpResponse:
+def candidate_thread_state(request: AuthenticatedHttpRequest, search_id: str, candidate_id: str,
+                           comment_id: int, action: str) -> HttpResponse:
     """Resolve or reopen a thread; a refusal comes back on the page above the threads."""
     candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
     change = services.thread_resolve if action == "resolve" else services.thread_reopen
@@ -395,7 +401,7 @@ def candidate_thread_state(request: HttpRequest, search_id: str, candidate_id: s
 
 
 @require_http_methods(["GET", "POST"])
-def candidate_decide(request: HttpRequest, search_id: str, candidate_id: str) -> HttpResponse:
+def candidate_decide(request: AuthenticatedHttpRequest, search_id: str, candidate_id: str) -> HttpResponse:
     """The confirmation (patch hash, replay, reviewer's advice), then the decision itself."""
     candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
     decision = str(request.POST.get("decision") or request.GET.get("decision") or Approval.Decision.APPROVE)
@@ -421,7 +427,7 @@ def candidate_decide(request: HttpRequest, search_id: str, candidate_id: str) ->
 
 
 @require_POST
-def search_revise(request: HttpRequest, search_id: str) -> HttpResponse:
+def search_revise(request: AuthenticatedHttpRequest, search_id: str) -> HttpResponse:
     """Send the winner back to its writer (the form on the winner's page), then watch it live."""
     search = selectors.search_for_user(request.user, search_id)
     form = RevisionForm(request.POST)
@@ -441,7 +447,7 @@ def search_revise(request: HttpRequest, search_id: str) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def search_merge(request: HttpRequest, search_id: str) -> HttpResponse:
+def search_merge(request: AuthenticatedHttpRequest, search_id: str) -> HttpResponse:
     """Choose where the approved winner goes, then make the commit (never pushed)."""
     search = selectors.search_for_user(request.user, search_id)
     form = MergeForm(request.POST or None, initial={"target": Merge.Target.NEW_BRANCH,
@@ -466,7 +472,7 @@ def search_merge(request: HttpRequest, search_id: str) -> HttpResponse:
 
 
 @require_POST
-def spec_draft(request: HttpRequest) -> HttpResponse:
+def spec_draft(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Describe a search in words: the configured model drafts the TOML, shown in the editor
     unsaved and validated like any typed text."""
     form = SpecEditorForm(request.user, initial={"project": _id(request.POST.get("project"))})
