@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest
@@ -16,7 +16,19 @@ from search_app.execution import search_spec
 from search_app.preflight import provider_problems
 from search_app.spec import spec_validate
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+    from search_app.models import Search
+
 router = Router(tags=["search"])
+
+
+class AuthenticatedHttpRequest(HttpRequest):
+    """A request the API's auth let in (a token or a session): a signed-in person's. Defined at
+    run time because ninja reads the endpoints' annotations."""
+
+    user: User
 
 
 class SpecText(Schema):
@@ -94,7 +106,7 @@ class SearchOut(Schema):
 def _validation(text: str) -> dict[str, Any]:
     report = spec_validate(text)
     summary = report.summary()
-    if summary is not None:
+    if summary is not None and report.spec is not None:  # (a summary is there when the spec is)
         summary["metric_source"] = metric_source(report.spec.score.metric)
     return {
         "valid": report.valid,
@@ -117,7 +129,7 @@ def spec_validate_route(request: HttpRequest, body: SpecText):
 
 
 @router.post("/specs", response={201: SpecOut})
-def spec_create(request: HttpRequest, body: SpecIn):
+def spec_create(request: AuthenticatedHttpRequest, body: SpecIn):
     project = project_for_user(request.user, body.project_id)
     return Status(201, _spec_out(services.spec_create(request.user, project, body.title, body.text)))
 
@@ -133,13 +145,13 @@ def spec_detail(request: HttpRequest, spec_id: int):
 
 
 @router.post("/specs/{spec_id}/versions", response={201: SpecVersionOut})
-def spec_save(request: HttpRequest, spec_id: int, body: SpecText):
+def spec_save(request: AuthenticatedHttpRequest, spec_id: int, body: SpecText):
     spec = selectors.spec_for_user(request.user, spec_id)
     return Status(201, services.spec_save(request.user, spec, body.text))
 
 
 @router.post("/specs/{spec_id}/duplicate", response={201: SpecOut})
-def spec_duplicate(request: HttpRequest, spec_id: int):
+def spec_duplicate(request: AuthenticatedHttpRequest, spec_id: int):
     spec = selectors.spec_for_user(request.user, spec_id)
     return Status(201, _spec_out(services.spec_duplicate(request.user, spec)))
 
@@ -153,6 +165,10 @@ def spec_diff(request: HttpRequest, spec_id: int, old: int, new: int):
     )}
 
 
+def _search_fields(search: Search) -> dict[str, Any]:
+    return {field: getattr(search, field) for field in SearchOut.model_fields}
+
+
 class SearchFrozenOut(SearchOut):
     provider_warnings: list[str] = Field(
         description="why its writers could not reach their model now (no key, no server); "
@@ -160,7 +176,7 @@ class SearchFrozenOut(SearchOut):
 
 
 @router.post("/searches", response={201: SearchFrozenOut})
-def search_freeze(request: HttpRequest, body: FreezeIn):
+def search_freeze(request: AuthenticatedHttpRequest, body: FreezeIn):
     """Freeze a spec against a registered repository's ref; the same inputs give the same id."""
     project = project_for_user(request.user, body.project_id)
     repository = repository_for_user(request.user, body.repository_id)
@@ -177,8 +193,8 @@ def search_freeze(request: HttpRequest, body: FreezeIn):
     search = services.search_freeze(
         request.user, project, text, body.ref, repository=repository, spec_version=version
     )
-    search.provider_warnings = provider_problems(search_spec(search).worker.provider)
-    return Status(201, search)
+    return Status(201, {**_search_fields(search),
+                        "provider_warnings": provider_problems(search_spec(search).worker.provider)})
 
 
 class SearchListItemOut(SearchOut):
@@ -187,8 +203,12 @@ class SearchListItemOut(SearchOut):
 
 
 # The `status` filter's values (as on the searches page) and the outcomes.
-SearchStatusFilter = Literal[tuple(selectors.SEARCH_LIST_STATUSES)]
-SearchOutcomeFilter = Literal[selectors.SEARCH_LIST_OUTCOMES]
+if TYPE_CHECKING:  # built from the selectors' constants at run time, which a checker cannot read
+    SearchStatusFilter = str
+    SearchOutcomeFilter = str
+else:
+    SearchStatusFilter = Literal[tuple(selectors.SEARCH_LIST_STATUSES)]
+    SearchOutcomeFilter = Literal[selectors.SEARCH_LIST_OUTCOMES]
 
 
 @router.get("/searches", response=list[SearchListItemOut])
@@ -199,7 +219,7 @@ def search_list(request: HttpRequest, status: SearchStatusFilter | None = None,
     `outcome=winner` (or none, undecided) filter them."""
     rows = selectors.search_list_rows(request.user, status=status or "", outcome=outcome or "")
     # The list page defers the frozen fields; every item here carries them.
-    return [{**{field: getattr(search, field) for field in SearchOut.model_fields},
+    return [{**_search_fields(search),
              "status": search.list_status, "outcome": getattr(getattr(search, "run", None), "outcome", "")}
             for search in rows.defer(None)]
 
@@ -216,7 +236,7 @@ class SearchRunOut(Schema):
 
 
 @router.post("/searches/{search_id}/start", response={202: SearchRunOut})
-def search_start(request: HttpRequest, search_id: str, start_anyway: bool = False):
+def search_start(request: AuthenticatedHttpRequest, search_id: str, start_anyway: bool = False):
     """Start a frozen search; workers take it from here. Starting it again changes nothing.
     A provider with no key or no reachable server is a 400 saying so, unless `start_anyway=true`."""
     search = selectors.search_for_user(request.user, search_id)
@@ -229,7 +249,7 @@ def search_start(request: HttpRequest, search_id: str, start_anyway: bool = Fals
 
 
 @router.post("/searches/{search_id}/cancel", response={202: SearchRunOut})
-def search_cancel(request: HttpRequest, search_id: str):
+def search_cancel(request: AuthenticatedHttpRequest, search_id: str):
     """Cancel a running search: no new steps; running ones stop and their receipts say so."""
     search = selectors.search_for_user(request.user, search_id)
     run = services.search_cancel(request.user, search)
@@ -422,7 +442,7 @@ def candidate_threads(request: HttpRequest, search_id: str, candidate_id: str):
 
 @router.post("/searches/{search_id}/candidates/{candidate_id}/comments",
              response={201: CommentOut, **REFUSALS})
-def candidate_comment(request: HttpRequest, search_id: str, candidate_id: str, body: CommentIn):
+def candidate_comment(request: AuthenticatedHttpRequest, search_id: str, candidate_id: str, body: CommentIn):
     """Start a thread on a candidate, on one file its patch changes or on one line its diff shows;
     or, with `reply_to`, reply in a thread. Any project member."""
     candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
@@ -432,7 +452,8 @@ def candidate_comment(request: HttpRequest, search_id: str, candidate_id: str, b
 
 @router.post("/searches/{search_id}/candidates/{candidate_id}/comments/{comment_id}/resolve",
              response={200: CommentOut, **REFUSALS})
-def candidate_thread_resolve(request: HttpRequest, search_id: str, candidate_id: str, comment_id: int):
+def candidate_thread_resolve(request: AuthenticatedHttpRequest, search_id: str, candidate_id: str,
+                             comment_id: int):
     """Resolve a thread (any project member); resolving a resolved thread changes nothing."""
     candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
     return _comment_out(candidate, services.thread_resolve(request.user, candidate, comment_id))
@@ -440,13 +461,14 @@ def candidate_thread_resolve(request: HttpRequest, search_id: str, candidate_id:
 
 @router.post("/searches/{search_id}/candidates/{candidate_id}/comments/{comment_id}/reopen",
              response={200: CommentOut, **REFUSALS})
-def candidate_thread_reopen(request: HttpRequest, search_id: str, candidate_id: str, comment_id: int):
+def candidate_thread_reopen(request: AuthenticatedHttpRequest, search_id: str, candidate_id: str,
+                            comment_id: int):
     """Reopen a resolved thread (any project member); reopening an open thread changes nothing."""
     candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
     return _comment_out(candidate, services.thread_reopen(request.user, candidate, comment_id))
 
 
-def _decide(request: HttpRequest, search_id: str, candidate_id: str, decision: str,
+def _decide(request: AuthenticatedHttpRequest, search_id: str, candidate_id: str, decision: str,
             body: DecisionIn) -> dict[str, Any]:
     candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
     approval = services.approval_record(request.user, candidate, decision, body.patch_sha256, body.note)
@@ -461,7 +483,7 @@ def _decide(request: HttpRequest, search_id: str, candidate_id: str, decision: s
 
 @router.post("/searches/{search_id}/candidates/{candidate_id}/approve",
              response={200: DecisionOut, **REFUSALS})
-def candidate_approve(request: HttpRequest, search_id: str, candidate_id: str, body: DecisionIn):
+def candidate_approve(request: AuthenticatedHttpRequest, search_id: str, candidate_id: str, body: DecisionIn):
     """Approve a finished search's winner (approver role), bound to the patch hash you read.
     The same decision on the same hash again returns the standing one."""
     return _decide(request, search_id, candidate_id, "approve", body)
@@ -469,13 +491,14 @@ def candidate_approve(request: HttpRequest, search_id: str, candidate_id: str, b
 
 @router.post("/searches/{search_id}/candidates/{candidate_id}/request-changes",
              response={200: DecisionOut, **REFUSALS})
-def candidate_request_changes(request: HttpRequest, search_id: str, candidate_id: str, body: DecisionIn):
+def candidate_request_changes(request: AuthenticatedHttpRequest, search_id: str, candidate_id: str,
+                              body: DecisionIn):
     """Request changes to a finished search's winner (approver role): it blocks the merge."""
     return _decide(request, search_id, candidate_id, "request_changes", body)
 
 
 @router.post("/searches/{search_id}/merge", response={201: MergeOut, **REFUSALS})
-def search_merge(request: HttpRequest, search_id: str, body: MergeIn):
+def search_merge(request: AuthenticatedHttpRequest, search_id: str, body: MergeIn):
     """Commit the approved winner's patch onto the baseline on a new branch (default
     `crucible/<search-id>`) or an existing one still at the baseline. Never pushes."""
     search = selectors.search_for_user(request.user, search_id)
@@ -491,7 +514,7 @@ class RevisionIn(Schema):
 
 
 @router.post("/searches/{search_id}/revise", response={202: SearchRunOut, **REFUSALS})
-def search_revise(request: HttpRequest, search_id: str, body: RevisionIn):
+def search_revise(request: AuthenticatedHttpRequest, search_id: str, body: RevisionIn):
     """Send a finished search's winner back to its writer to answer the changes requested
     (operator role): its revised patch is gated, measured beside the baseline and reviewed, then
     waits for approval again; if any of that fails, it keeps the patch it had."""

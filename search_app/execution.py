@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from runtime_app import services as runtime_services
 from runtime_app.egress import EgressError, EgressProxy
-from runtime_app.fleet import preset_get
+from runtime_app.fleet import Preset, preset_get
 from runtime_app.git import GitError, file_at, repo_open
 from runtime_app.lane import EXCLUSIVE, SHARED
 from runtime_app.llm import LLMError, ToolChat
@@ -237,7 +237,7 @@ def parked_trees_sweep() -> int:
                 .select_related("run")}
     removed = 0
     for tree, record in records:
-        search = searches.get(record.get("search"))
+        search = searches.get(record.get("search", ""))
         run = getattr(search, "run", None) if search is not None else None
         parked_in = record.get("round")
         if run is not None and run.status == SearchRun.Status.RUNNING and (
@@ -312,8 +312,8 @@ def previous_score(candidate: Any) -> float | None:
 def refine_note(search: Search, spec: SearchSpec, candidate: Any) -> str:
     """What a refining writer starts from: its patch (already applied) and how it scored."""
     # The values as measured (a paired figure is a ratio; the writer wants the metric itself).
-    baseline = search.candidates.filter(number=0).values_list("score_absolute", "score").first()
-    baseline = next((value for value in baseline or () if value is not None), None)
+    measured_row = search.candidates.filter(number=0).values_list("score_absolute", "score").first()
+    baseline = next((value for value in measured_row or () if value is not None), None)
     against = f"; the baseline scored {baseline:g}" if baseline is not None else ""
     measured = previous_score(candidate)
     score = f"{measured:g}" if measured is not None else "no score"
@@ -389,6 +389,14 @@ def _writer_tree(step: Step, spec: SearchSpec, name: str, receipts: list[int]
     return worktree, refining
 
 
+def _worker_preset(spec: SearchSpec) -> Preset:
+    """The writers' preset; one an administrator removed since the freeze fails the step."""
+    preset = preset_get(spec.worker.provider)
+    if preset is None:
+        raise ValueError(f"worker.provider {spec.worker.provider!r} is no longer one of the fleet presets")
+    return preset
+
+
 def _writer_env(step: Step, spec: SearchSpec) -> dict[str, str]:
     """What a command or agent-CLI writer is told through its environment."""
     search, candidate = step.search, step.candidate
@@ -413,7 +421,7 @@ def _write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event
     the step's result when the writer ended the step (cancelled, cannot start, no such kind)."""
     search, candidate = step.search, step.candidate
     env = _writer_env(step, spec)
-    kind = preset_get(spec.worker.provider).kind
+    kind = _worker_preset(spec).kind
     if kind in LLM_KINDS:
         written = llm_write(step, spec, worktree, cancel, refining)
         if written.get("cancelled"):
@@ -696,7 +704,7 @@ def _block_judged(step: Step, spec: SearchSpec, ran: list[Trial], block: int,
         if failure:
             dropped[cid] = failure.message
             continue
-        if not reading.counted:
+        if reading.value is None:  # not counted
             dropped[cid] = f"trial in block {block}: {reading.reason} (receipt #{trial.pk})"
             continue
         values[cid][str(block)] = reading.value
@@ -752,7 +760,7 @@ def review(step: Step, cancel: threading.Event) -> StepResult:
         return StepResult(verdict=Review.Verdict.REJECT, receipts=[admit.pk],
                           findings=[{"severity": "high", "message": admit.detail["reason"]}])
     try:
-        preset = preset_get(spec.worker.provider)
+        preset = _worker_preset(spec)
         budgeted = search.run.budget_cost_microusd or search.run.budget_tokens
         llm = preset.kind in LLM_KINDS
         if not (llm and (step.reserved_cost_microusd or not budgeted)):
@@ -823,7 +831,7 @@ def _llm_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.
                 admit: Receipt) -> StepResult:
     """The same provider as the writers, with the read-only tool set."""
     search, candidate = step.search, step.candidate
-    preset = preset_get(spec.worker.provider)
+    preset = _worker_preset(spec)
     patch = bytes(candidate.patch).decode(errors="replace")[:100_000]
     prefix = (f"{REVIEW_INSTRUCTIONS}\n## Objective\n{spec.objective}\n\n## Paths writers may change\n"
               f"{', '.join([*spec.worker.write_roots, *spec.worker.exact_files])}\n")
@@ -912,7 +920,7 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
     fit what is left of the step's reservation, so a writer never spends beyond it.
     """
     search, candidate = step.search, step.candidate
-    preset = preset_get(spec.worker.provider)
+    preset = _worker_preset(spec)
     prefix, suffix = writer_prompt_parts(search, spec, candidate.candidate_id, step.round, refining)
     model = search.resolved_model_id or spec.worker.model
     chat = ToolChat(preset.kind, model, prefix, suffix, [EDITOR_TOOL, SHELL_TOOL],
@@ -988,7 +996,7 @@ def agent_cli_write(step: Step, spec: SearchSpec, worktree: Path, cancel: thread
     CLI prints; the proxy refuses calls once the step's reservation is spent.
     """
     search, candidate = step.search, step.candidate
-    preset = preset_get(spec.worker.provider)
+    preset = _worker_preset(spec)
     label = f"{candidate.candidate_id} writer"
     model = search.resolved_model_id or spec.worker.model
     argv = preset.cli_argv(model)

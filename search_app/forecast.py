@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from runtime_app.fleet import PRESETS
 from runtime_app.prices import Price, Usage, cost_microusd, usd_text
@@ -75,7 +75,7 @@ class Span:
         return {"low": self.low, "high": self.high}
 
 
-def _count(low: int, high: int | None = None) -> Span:
+def _count(low: float, high: float | None = None) -> Span:
     return Span(low, low if high is None else high)
 
 
@@ -210,14 +210,30 @@ def span_duration_text(value: Span) -> str:
 # ------------------------------------------------------------------------------------ counts
 
 
-def _plan_counts(spec: SearchSpec) -> tuple[list[dict[str, Span]], dict[str, Span]]:
+class RoundCounts(TypedDict):
+    """One round's plan: its survivors, and its writer steps, gate runs and trial runs."""
+
+    survivors: int
+    writers: Span
+    gates: Span
+    trials: Span
+
+
+class Wall(TypedDict):
+    """Wall seconds per round and in all."""
+
+    rounds: list[Span]
+    total: Span
+
+
+def _plan_counts(spec: SearchSpec) -> tuple[list[RoundCounts], dict[str, Span]]:
     """Per round and for the replays: writer steps, gate runs (low and high per candidate) and
     trial runs."""
     gates = len(spec.hard_gates.commands)
     trials = spec.score.trials
     # Extra blocks only where paired intervals decide; `absolute` scoring runs the block plan as is.
     ceiling = spec.score.trials_ceiling if spec.score.comparison == "paired" else trials
-    rounds = []
+    rounds: list[RoundCounts] = []
     for index, survivors in enumerate(spec.rounds):
         if index == 0:
             writers = _count(survivors)
@@ -236,8 +252,8 @@ def _plan_counts(spec: SearchSpec) -> tuple[list[dict[str, Span]], dict[str, Spa
                            paired=spec.score.comparison == "paired")
     # A paired replay that cannot yet tell the winner from the baseline gets blocks up to the ceiling.
     most = spec.score.trials_ceiling if spec.score.comparison == "paired" else blocks
-    trials = _count(replays.low * 2 * blocks, replays.high * 2 * max(blocks, most))
-    replay = {"replays": replays, "gates": replays * gates, "trials": trials}
+    replay_trials = _count(replays.low * 2 * blocks, replays.high * 2 * max(blocks, most))
+    replay = {"replays": replays, "gates": replays * gates, "trials": replay_trials}
     return rounds, replay
 
 
@@ -302,7 +318,8 @@ def forecast(
 
     plans, wall_seconds, wall_source = _wall_time(spec, history, rounds, replay, model)
     gate_timeouts = spec.hard_gates.timeout_seconds * len(spec.hard_gates.commands)
-    ceiling = _wall(spec, rounds, replay, WRITER_TIMEOUT_SECONDS, gate_timeouts, spec.score.timeout_seconds)
+    wall_ceiling = _wall(spec, rounds, replay, WRITER_TIMEOUT_SECONDS, gate_timeouts,
+                         spec.score.timeout_seconds)
     unlimited = " (LLM writers have no clock limit: counted at that)" if kind == "llm" else ""
     ceiling_source = (f"An upper bound from the timeouts: {duration_text(WRITER_TIMEOUT_SECONDS)} per writer "
                       f"step{unlimited}, {spec.hard_gates.timeout_seconds} s per gate, "
@@ -313,7 +330,7 @@ def forecast(
         writer_steps=writers, gate_runs=gate_runs, trial_runs=trial_runs, model_calls=model_calls,
         cost_microusd=cost, cost_source=cost_source, tokens=tokens, budget_cost_microusd=budget_cost,
         budget_tokens=budget_tokens, wall_seconds=wall_seconds, wall_source=wall_source,
-        wall_ceiling_seconds=ceiling["total"].high, wall_ceiling_source=ceiling_source,
+        wall_ceiling_seconds=wall_ceiling["total"].high, wall_ceiling_source=ceiling_source,
         history_searches=history.searches, notes=tuple(notes), warnings=tuple(warnings),
     )
 
@@ -347,17 +364,18 @@ def _cost(spec: SearchSpec, history: History, kind: str, writers: Span, price: P
     return model_calls, tokens, cost, cost_source
 
 
-def _wall_time(spec: SearchSpec, history: History, rounds: list[dict[str, Span]], replay: dict[str, Span],
+def _wall_time(spec: SearchSpec, history: History, rounds: list[RoundCounts], replay: dict[str, Span],
                model: str) -> tuple[list[RoundPlan], Span | None, str]:
     """Each round's plan with its expected wall time, the search's, and where they come from (the
     medians of past searches; unknown without them)."""
     writer_seconds = _median(history.writer_seconds)
     per_gate = [_command_seconds(history.gate_seconds, command) for command in spec.hard_gates.commands]
     trial_seconds, same_trial = _command_seconds(history.trial_seconds, spec.score.command)
-    gates_known = all(seconds is not None for seconds, _ in per_gate)
+    known_gates = [seconds for seconds, _ in per_gate if seconds is not None]
+    gates_known = len(known_gates) == len(per_gate)
     plans = []
     if writer_seconds is not None and gates_known and trial_seconds is not None:
-        gate_seconds = sum(s for s, _ in per_gate)
+        gate_seconds = sum(known_gates)
         wall = _wall(spec, rounds, replay, writer_seconds, gate_seconds, trial_seconds)
         for index, (item, seconds) in enumerate(zip(rounds, wall["rounds"], strict=True)):
             plans.append(_round_plan(index, item, seconds))
@@ -380,7 +398,7 @@ def _wall_time(spec: SearchSpec, history: History, rounds: list[dict[str, Span]]
     return plans, wall_seconds, wall_source
 
 
-def _round_plan(index: int, item: dict[str, Any], seconds: Span | None) -> RoundPlan:
+def _round_plan(index: int, item: RoundCounts, seconds: Span | None) -> RoundPlan:
     return RoundPlan(index, item["survivors"], item["writers"], item["gates"], item["trials"], seconds)
 
 
@@ -389,8 +407,8 @@ def _waves(jobs: float, concurrency: int) -> int:
     return math.ceil(jobs / concurrency) if jobs else 0
 
 
-def _wall(spec: SearchSpec, rounds: list[dict[str, Span]], replay: dict[str, Span], writer: float,
-          gates: float, trial: float) -> dict[str, Any]:
+def _wall(spec: SearchSpec, rounds: list[RoundCounts], replay: dict[str, Span], writer: float,
+          gates: float, trial: float) -> Wall:
     """Wall seconds per round and in all: writers and a patch's gates in waves of `concurrency`,
     then the round's trials one at a time (the measurement lane is exclusive), round after round;
     then each replay's gates and trials, one candidate at a time."""

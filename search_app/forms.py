@@ -12,12 +12,29 @@ from search_app.models import Approval, Merge, Spec
 from search_app.selectors import SEARCH_LIST_SORTS, SEARCH_LIST_STATUSES
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+    from runtime_app.models import Project, Repository
     from search_app.selectors import User
 
 
 def normalize_newlines(text: str) -> str:
     """Browsers submit a textarea with CRLF line ends, htmx with LF: store and hash one form."""
     return text.replace("\r\n", "\n")
+
+
+def _choice_field(form: forms.BaseForm, name: str) -> forms.ChoiceField:
+    """The form's field `name`, declared a choice field (Form.fields is typed by Field)."""
+    field = form.fields[name]
+    assert isinstance(field, forms.ChoiceField)
+    return field
+
+
+def _model_choice_field(form: forms.BaseForm, name: str) -> forms.ModelChoiceField[Any]:
+    """The form's field `name`, declared a model choice field (Form.fields is typed by Field)."""
+    field = form.fields[name]
+    assert isinstance(field, forms.ModelChoiceField)
+    return field
 
 
 class RepositoryChoiceField(forms.ModelChoiceField):
@@ -28,7 +45,8 @@ class RepositoryChoiceField(forms.ModelChoiceField):
 class SpecEditorForm(forms.Form):
     """The editor: where to freeze (project, repository, ref), a title, and the TOML."""
 
-    project = forms.ModelChoiceField(queryset=None, empty_label="Pick a project")
+    project: forms.ModelChoiceField[Project] = forms.ModelChoiceField(
+        queryset=None, empty_label="Pick a project")
     repository = RepositoryChoiceField(queryset=None, required=False, empty_label="Pick a repository")
     ref = forms.CharField(max_length=255, required=False, label="Baseline ref")
     title = forms.CharField(max_length=NAME_MAX_LENGTH, required=False,
@@ -43,14 +61,18 @@ class SpecEditorForm(forms.Form):
         if spec is not None:  # a saved spec belongs to its project for good
             projects = projects.filter(pk=spec.project_id)
             repositories = repositories.filter(project_id=spec.project_id)
-        self.fields["project"].queryset = projects
-        self.fields["repository"].queryset = repositories
+        # the choices, as querysets the views filter a submitted id by
+        self.projects: QuerySet[Project] = projects
+        self.repositories: QuerySet[Repository] = repositories
+        _model_choice_field(self, "project").queryset = projects
+        _model_choice_field(self, "repository").queryset = repositories
 
     def clean_text(self) -> str:
         return normalize_newlines(self.cleaned_data["text"])
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         project, repository = data.get("project"), data.get("repository")
         if project is not None and repository is not None and repository.project_id != project.pk:
             self.add_error("repository", f"{repository.name} belongs to project {repository.project.name}.")
@@ -81,7 +103,8 @@ class SearchListForm(forms.Form):
     outcome = forms.ChoiceField(required=False, choices=[
         ("", "Any outcome"), ("winner", "winner"), ("none", "NONE"), ("undecided", "no outcome yet"),
     ])
-    project = forms.ModelChoiceField(queryset=None, required=False, empty_label="All projects")
+    project: forms.ModelChoiceField[Project] = forms.ModelChoiceField(
+        queryset=None, required=False, empty_label="All projects")
     q = forms.CharField(required=False, max_length=200, label="Search", widget=forms.TextInput(attrs={
         "type": "search", "id": "search-q", "placeholder": "name, objective or search id",
         "autocomplete": "off",
@@ -90,10 +113,10 @@ class SearchListForm(forms.Form):
 
     def __init__(self, user: User, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.fields["status"].choices = [("", "Any status"), *SEARCH_LIST_STATUSES.items()]
-        self.fields["sort"].choices = [(f"{sign}{key}", f"{sign}{key}")
-                                       for key in SEARCH_LIST_SORTS for sign in ("", "-")]
-        self.fields["project"].queryset = projects_for_user(user).order_by("name")
+        _choice_field(self, "status").choices = [("", "Any status"), *SEARCH_LIST_STATUSES.items()]
+        _choice_field(self, "sort").choices = [(f"{sign}{key}", f"{sign}{key}")
+                                               for key in SEARCH_LIST_SORTS for sign in ("", "-")]
+        _model_choice_field(self, "project").queryset = projects_for_user(user).order_by("name")
 
     def filters(self) -> dict[str, Any]:
         """The valid values, each invalid or missing one replaced by its default."""

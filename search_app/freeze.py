@@ -168,6 +168,7 @@ def freeze_inputs(spec_text: str, repository_path: str, ref: str) -> FrozenInput
     if not report.valid:
         raise FreezeError([f"spec {error}" for error in report.errors])
     spec = report.spec
+    assert spec is not None  # a report without errors carries its spec (spec_validate)
     try:
         repo = repo_open(repository_path)
     except GitError as error:

@@ -23,9 +23,10 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from dulwich.errors import GitProtocolError, HangupException
-from dulwich.refs import DictRefsContainer
+from dulwich.objects import ObjectID
+from dulwich.refs import DictRefsContainer, Ref
 from dulwich.repo import BaseRepo
-from dulwich.server import Backend, UploadPackHandler
+from dulwich.server import Backend, BackendRepo, UploadPackHandler
 from dulwich.web import GunzipFilter, HTTPGitApplication
 
 from runtime_app.git import GitError, repo_open
@@ -37,10 +38,10 @@ MAX_REQUEST_BYTES = 16 << 20  # a fetch's wants and haves; far more than a basel
 
 
 class _OneRepoBackend(Backend):
-    def __init__(self, repo: BaseRepo) -> None:
+    def __init__(self, repo: BackendRepo) -> None:
         self.repo = repo
 
-    def open_repository(self, path: str) -> BaseRepo:
+    def open_repository(self, path: str) -> BackendRepo:
         return self.repo
 
 
@@ -85,7 +86,8 @@ def git_respond(request: HttpRequest, search_id: str, rest: str) -> HttpResponse
         "pk", "repository_path", "baseline_commit").first()
     presented = _presented_token(request)
     expected = fetch_token(search.pk) if search is not None else ""
-    if not presented or not expected or not hmac.compare_digest(presented.encode(), expected.encode()):
+    if search is None or not presented or not expected or not hmac.compare_digest(
+            presented.encode(), expected.encode()):
         return _unauthorized()
     body = b""
     if request.method == "POST":
@@ -97,7 +99,7 @@ def git_respond(request: HttpRequest, search_id: str, rest: str) -> HttpResponse
     except GitError:
         return _text(404, "the search's repository is not on this web node")
     try:
-        if search.baseline_commit.encode() not in real.object_store:
+        if ObjectID(search.baseline_commit.encode()) not in real.object_store:
             return _text(404, "the search's baseline is no longer in its repository")
         return _serve(request, real, search.baseline_commit, rest, body)
     finally:
@@ -106,8 +108,9 @@ def git_respond(request: HttpRequest, search_id: str, rest: str) -> HttpResponse
 
 def _serve(request: HttpRequest, real: Any, commit: str, rest: str, body: bytes) -> HttpResponse:
     """Run dulwich's upload-pack over a view of the repository whose only ref is the baseline."""
-    refs = DictRefsContainer({BASELINE_REF.encode(): commit.encode()})
-    app = HTTPGitApplication(_OneRepoBackend(BaseRepo(real.object_store, refs)))
+    refs = DictRefsContainer({Ref(BASELINE_REF.encode()): commit.encode()})
+    # dulwich types BaseRepo.object_store wider than its own BackendRepo asks; this one is a DiskObjectStore.
+    app = HTTPGitApplication(_OneRepoBackend(BaseRepo(real.object_store, refs)))  # type: ignore[arg-type]
     app.handlers = {SERVICE.encode(): UploadPackHandler}  # not receive-pack, which dulwich adds by default
     environ = {
         "REQUEST_METHOD": request.method, "PATH_INFO": f"/{rest}",

@@ -23,7 +23,7 @@ from django.conf import settings
 
 from search_app.frozen import search_spec
 from search_app.models import HiddenFile
-from search_app.spec import SearchSpec, _check_repo_path
+from search_app.spec import HardGatesSpec, ScoreSpec, SearchSpec, WorkerSpec, _check_repo_path
 
 MIB = 1 << 20
 # Hidden host files: what every evaluation tree of a search receives, kept in the database.
@@ -343,7 +343,8 @@ def _read_record(given: str, found: list[HostFile]) -> dict[str, Any]:
 
 def section_read_paths(spec: SearchSpec, section: str) -> list[str]:
     """The host paths `section`'s commands may read, as the spec declares them."""
-    sections = {"worker": spec.worker, "hard_gates": spec.hard_gates, "score": spec.score}
+    sections: dict[str, WorkerSpec | HardGatesSpec | ScoreSpec] = {
+        "worker": spec.worker, "hard_gates": spec.hard_gates, "score": spec.score}
     return list(sections[section].read_paths)
 
 

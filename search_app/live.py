@@ -7,7 +7,7 @@ that carries `search.started` sends the whole run card instead, which brings the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from django.core.cache import cache
 from django.template.loader import render_to_string
@@ -34,7 +34,9 @@ def search_live_fragments(user: User, search_pk: int, events: list[Event]) -> li
     author = search.created_by_id == user.pk
     key = (f"crucible:live:search:{search_pk}:{events[0].pk}-{events[-1].pk}:"
            f"{can_operate:d}{can_approve:d}{author:d}")
-    return cache.get_or_set(key, lambda: _render(search_pk, events, can_operate, can_approve, user), 30)
+    # get_or_set returns the rendered list: None only when the default is None
+    return cast("list[str]", cache.get_or_set(
+        key, lambda: _render(search_pk, events, can_operate, can_approve, user), 30))
 
 
 def named_candidates(events: list[Event]) -> set[str]:

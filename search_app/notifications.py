@@ -69,8 +69,9 @@ def _cancelled_by(search: Any) -> Any:
 def search_event_notify(event_id: int) -> None:
     """Notify for a committed search event (a winner, NONE, a cancellation)."""
     event = Event.objects.filter(pk=event_id, subject_type="search").first()
-    searches = Search.objects.select_related("project", "created_by")
-    search = event and searches.filter(pk=event.subject_id).first()
+    if event is None:
+        return
+    search = Search.objects.select_related("project", "created_by").filter(pk=event.subject_id).first()
     if search is None:
         return
     label = f"{search.search_id} ({search.name})"

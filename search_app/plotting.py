@@ -152,7 +152,7 @@ def score_plot(points: Sequence[ScorePoint], score_spec: dict[str, Any], contrac
         x_axis = linear_axis(xs, left, right, whole=True)
     y_axis = score_axis(ys, bottom, top)
 
-    shown = []
+    shown: list[dict[str, Any]] = []
     for (candidate_id, _, score, cost, diff_lines, state, spread, low, high, absolute), x in zip(
             scored, xs, strict=True):
         # as the candidate table reads it: a ratio when it differs from the median value kept beside it
@@ -162,7 +162,8 @@ def score_plot(points: Sequence[ScorePoint], score_spec: dict[str, Any], contrac
                       "cost_text": usd_text(cost), "diff_lines": diff_lines, "state": state, "spread": spread,
                       "x": x, "cx": x_axis.at(x), "cy": y_axis.at(score)})
     # The front: walking from the cheapest, each point whose score beats every cheaper one.
-    front, best = [], None
+    front: list[dict[str, Any]] = []
+    best: float | None = None
     for point in sorted(shown, key=lambda p: (p["x"], -p["score"] if maximize else p["score"])):
         if best is None or (point["score"] > best if maximize else point["score"] < best):
             front.append(point)

@@ -97,7 +97,9 @@ def invocations(line: str) -> list[Invocation] | None:
         return None
     if any(word in _UNPARSED_WORDS or "$(" in word or "`" in word for word in words):
         return None
-    found, current, cwd = [], [], ""
+    found: list[Invocation] = []
+    current: list[str] = []
+    cwd: str | None = ""
     for word in [*words, ";"]:
         if not current and word in _KEYWORDS:
             return None
@@ -159,6 +161,7 @@ def _script_of(words: list[str]) -> str | None:
     if not match:
         return None
     kind = match.lastgroup
+    assert kind is not None  # every alternative of _INTERPRETER is a named group
     rest = iter(words[1:])
     for word in rest:
         if _INLINE[kind].match(word):

@@ -35,7 +35,7 @@ from search_app.spec_templates import SPEC_TEMPLATES
 from search_app.templatetags.search_figures import change_text
 
 if TYPE_CHECKING:
-    from search_app.selectors import User
+    from search_app.selectors import SearchListRow, User
 
 GUTTER_MAX_LINES = 10_000  # the editor numbers at most this many lines
 # A page carries a patch twice (the no-JavaScript text and diff2html's JSON): past either limit
@@ -94,7 +94,7 @@ def versus(best: float | None, baseline: float | None, direction: str | None,
             "title": f"best candidate {best!r} vs baseline {baseline!r}; {direction}, so this is {verdict}"}
 
 
-def search_row(search: Search) -> dict[str, Any]:
+def search_row(search: SearchListRow) -> dict[str, Any]:
     """What one row of the list shows, from a `selectors.search_list_rows` search (no queries)."""
     run = getattr(search, "run", None)  # None when not started: select_related cached its absence
     spend = budget = share = ""
@@ -172,6 +172,7 @@ def validation_context(text: str) -> dict[str, Any]:
     context: dict[str, Any] = {"report": report}
     if report.valid:
         spec, summary = report.spec, report.summary()
+        assert spec is not None and summary is not None  # a valid report has both
         context.update(
             summary=summary,
             parsed=spec,
@@ -203,8 +204,8 @@ def editor_context(user: User, form: SpecEditorForm, *, text: str, spec: Spec | 
         "line_numbers": range(1, min(text.count("\n") + 1, GUTTER_MAX_LINES) + 1),
         "templates": SPEC_TEMPLATES,
         "template_texts": {template.slug: template.text for template in SPEC_TEMPLATES},
-        "repository_choices": form.fields["repository"].queryset,
-        "draft_projects": form.fields["project"].queryset,
+        "repository_choices": form.repositories,
+        "draft_projects": form.projects,
         "selected_repository": repository,
         "refs": repository_refs(repository) if repository else None,
         "can_operate": access.may_operate(user),
@@ -548,7 +549,8 @@ def compare_page(search: Search, path: str, requested: list[str], differences_on
     to the second's, cut to what a page carries. `path` is the page's own, for the toggle link."""
     search_id = search.search_id
     choices = selectors.compare_choices(search)
-    picked_ids, problems = ([], [])
+    picked_ids: list[str] = []
+    problems: list[str] = []
     if requested:
         picked_ids, problems = selectors.compare_pick(requested, [c.candidate_id for c in choices])
     candidates = selectors.compare_candidates(search, picked_ids) if picked_ids else []

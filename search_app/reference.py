@@ -98,7 +98,7 @@ def _type(schema: dict[str, Any]) -> str:
     if kind == "object":
         values = schema.get("additionalProperties", {})
         return "table of " + " or ".join(f"{_type(m)}s" for m in values.get("oneOf", [values]))
-    return {"integer": "integer", "string": "string", "boolean": "boolean"}.get(kind, str(kind))
+    return {"integer": "integer", "string": "string", "boolean": "boolean"}.get(str(kind), str(kind))
 
 
 def _range(schema: dict[str, Any], *, paths: bool = False) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ def crowding(front: Sequence[Entry], direction: str) -> dict[str, float]:
     if len(front) <= 2:
         return {cid: math.inf for cid in distance}
     for name in ("score", "cost_microusd", "diff_lines"):
-        ordered = sorted(front, key=lambda e, n=name: (_key(e, n, direction), e.candidate_id))
+        ordered = sorted(front, key=partial(_sort_key, names=(name,), direction=direction))
         low, high = _key(ordered[0], name, direction), _key(ordered[-1], name, direction)
         distance[ordered[0].candidate_id] = distance[ordered[-1].candidate_id] = math.inf
         if high == low:

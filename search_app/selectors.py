@@ -6,7 +6,7 @@ import math
 import shlex
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -59,6 +59,8 @@ from search_app.spec import SearchSpec
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+    from django.db.models import OrderBy
+    from django_stubs_ext import WithAnnotations
 
     # Whoever a request is from: a signed-in person, or nobody (every read then finds nothing).
     User = AbstractBaseUser | AnonymousUser
@@ -447,7 +449,8 @@ def candidate_rows(search: Search, sort: str = "number", state: str = "", page: 
               "gates": F("gates_passed"), "cost": F("cost_microusd"), "tokens": F("tokens"),
               "diff": F("diff_lines"), "score": F("score")}
     field = fields[key]
-    order = [field.desc(nulls_last=True) if descending else field.asc(nulls_last=True), "number"]
+    order: list[OrderBy | str] = [
+        field.desc(nulls_last=True) if descending else field.asc(nulls_last=True), "number"]
     rows = Candidate.objects.filter(search=search, number__gt=0).defer("patch", "files")
     if state in CANDIDATE_STATES:
         rows = rows.filter(state=state)
@@ -481,9 +484,10 @@ def search_funnel(search: Search) -> dict[str, Any]:
 
 def score_points(search: Search) -> list[ScorePoint]:
     """The scored candidates (baseline included) as `plotting.score_plot` draws them (one query)."""
-    return list(Candidate.objects.filter(search=search, score__isnull=False).values_list(
+    rows = Candidate.objects.filter(search=search, score__isnull=False).values_list(
         "candidate_id", "number", "score", "cost_microusd", "diff_lines", "state", "spread",
-        "score_low", "score_high", "score_absolute"))
+        "score_low", "score_high", "score_absolute")
+    return cast("list[ScorePoint]", list(rows))  # score is not null: the filter says so
 
 
 # ---- the searches list
@@ -505,10 +509,26 @@ SEARCH_LIST_LIVE = ("queued", SearchRun.Status.RUNNING, SearchRun.Status.CANCELL
 SEARCH_LIST_WORDS = 8  # at most this many words of the text filter are matched
 
 
+class SearchListAnnotations(TypedDict):
+    """What `search_list_rows` adds to each search."""
+
+    list_status: str
+    score_direction: str | None
+    score_metric: str | None
+    best_score: float | None
+    baseline_score: float | None
+    population: int | None
+    rounds: list[int] | None
+
+
+if TYPE_CHECKING:
+    SearchListRow = WithAnnotations[Search, SearchListAnnotations]
+
+
 def search_list_rows(
     user: User, *, status: str = "", outcome: str = "", project: Any = None, text: str = "",
     sort: str = "-created",
-) -> QuerySet[Search]:
+) -> QuerySet[SearchListRow]:
     """The searches the user can see, filtered and sorted, with everything the list shows in
     one query (slice it; the count of queries does not grow with the rows):
 
@@ -739,7 +759,8 @@ def forecast_history(project_pk: int, repository_path: str, provider: str, reque
     )
     return History(
         searches=len(searches), writer_searches=len(writers),
-        writer_seconds=tuple((end - start).total_seconds() for start, end in spans),
+        writer_seconds=tuple((end - start).total_seconds() for start, end in spans
+                             if start is not None and end is not None),  # (the filter says so)
         writer_steps=steps.filter(state__in=(Step.State.DONE, Step.State.FAILED)).count() if writers else 0,
         writer_calls=calls["calls"], writer_cost_microusd=calls["cost"] or 0,
         writer_tokens=sum(calls[name] or 0 for name in ("input", "output", "read", "write")),
@@ -813,7 +834,8 @@ def project_searches_section(user: User, project: Any) -> Any:
         attention.append(Attention("failed", f"{search.name}: a command of its spec cannot start",
                                    reverse("search_detail", args=[search.search_id]), search.search_id,
                                    search.run.finished_at or search.run.updated_at))
-    for search in rows.filter(list_status__in=SEARCH_LIST_LIVE)[:PROJECT_PAGE_ATTENTION]:
+    # django-stubs types an annotation's `__in` lookup as the annotation's own type, not a collection.
+    for search in rows.filter(list_status__in=SEARCH_LIST_LIVE)[:PROJECT_PAGE_ATTENTION]:  # type: ignore[misc]
         attention.append(Attention("running", f"{search.name} is {search.list_status}",
                                    reverse("search_detail", args=[search.search_id]), search.search_id,
                                    search.run.started_at))

@@ -14,7 +14,7 @@ import tomllib
 import types
 import typing
 from dataclasses import asdict, dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -33,11 +33,16 @@ from runtime_app.policy import DEFAULT_MAX_PATCH_BYTES, DEFAULT_MAX_PATCH_FILES
 from runtime_app.presenters import NAME_MAX_LENGTH
 from search_app.measurement import min_blocks
 
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
 LIVE_CEILING = 16  # the runtime's live-step ceiling; no search runs more at once
 MAX_STEPS = 1000
 MAX_SPEC_BYTES = 256 * 1024
-TIE_BREAKERS = ("diff_lines", "cost_microusd", "score", "tokens")
-ORDERING_KEYS = ("score", "runtime", "diff_lines", "cost_microusd")
+TieBreaker = Literal["diff_lines", "cost_microusd", "score", "tokens"]
+OrderingKey = Literal["score", "runtime", "diff_lines", "cost_microusd"]
+TIE_BREAKERS: tuple[TieBreaker, ...] = typing.get_args(TieBreaker)
+ORDERING_KEYS: tuple[OrderingKey, ...] = typing.get_args(OrderingKey)
 NAME_RE = rf"^[a-z0-9_-]{{1,{NAME_MAX_LENGTH}}}$"
 # Metrics the runtime measures from outside the score command (docs/sandbox.md, the score contract).
 RUNTIME_METRICS = ("runtime:wall_seconds", "runtime:cpu_seconds", "runtime:max_rss_kib")
@@ -45,7 +50,10 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
-Effort = Literal[EFFORTS]
+if TYPE_CHECKING:  # built from runtime_app.fleet.EFFORTS at run time, which a checker cannot read
+    Effort = str
+else:
+    Effort = Literal[EFFORTS]
 
 
 def _check_repo_path(value: str) -> str:
@@ -97,6 +105,14 @@ def _check_path_list(values: list[str]) -> list[str]:
         duplicates = sorted({v for v in values if values.count(v) > 1})
         raise ValueError(f"each path once; repeated: {', '.join(duplicates)}")
     return values
+
+
+def _tie_breakers_default() -> list[TieBreaker]:
+    return ["diff_lines"]
+
+
+def _ordering_default() -> list[OrderingKey]:
+    return ["cost_microusd", "score"]
 
 
 class _Section(BaseModel):
@@ -306,10 +322,9 @@ class ScoreSpec(_Section):
         "`absolute`: its figure is the median of its values, and a scored baseline's median is the one "
         "to beat",
     )
-    tie_breakers: Annotated[
-        list[Literal["diff_lines", "cost_microusd", "score", "tokens"]], Field(min_length=1)
-    ] = Field(
-        default_factory=lambda: ["diff_lines"], description="applied in order on equal scores; each once"
+    tie_breakers: Annotated[list[TieBreaker], Field(min_length=1)] = Field(
+        default_factory=_tie_breakers_default,
+        description="applied in order on equal scores; each once",
     )
     timeout_seconds: int = Field(900, ge=1, le=86_400, description="per trial")
     replay_tolerance: float = Field(
@@ -354,10 +369,8 @@ class SelectionSpec(_Section):
     """How each round's survivors are chosen among the scored candidates."""
 
     policy: Literal["pareto", "ordered"] = Field("pareto", description="how survivors are ranked")
-    ordering: Annotated[
-        list[Literal["score", "runtime", "diff_lines", "cost_microusd"]], Field(min_length=1)
-    ] = Field(
-        default_factory=lambda: ["cost_microusd", "score"],
+    ordering: Annotated[list[OrderingKey], Field(min_length=1)] = Field(
+        default_factory=_ordering_default,
         description="for `ordered`: keys in priority order, each once (cost-first by default)",
     )
     retain_diversity: bool = Field(True, description="identical patches collapse to one")
@@ -565,15 +578,16 @@ def _field_path(loc: tuple[str | int, ...], data: dict[str, Any]) -> tuple[str |
     if loc[:2] == ("evaluator", "files") and len(loc) >= 4 and loc[3] in ("text", "host"):
         return loc[:3] + loc[4:]  # a hidden file's tag: inline contents or a host source
     for index in range(1, len(loc)):
-        if loc[:index] in _UNION_FIELDS and isinstance(loc[index], str):
+        tag = loc[index]
+        if loc[:index] in _UNION_FIELDS and isinstance(tag, str):
             is_list = isinstance(_value_at(data, loc[:index]), list)
-            if is_list != loc[index].startswith("list["):
+            if is_list != tag.startswith("list["):
                 return None
             return loc[:index] + loc[index + 1 :]
     return loc
 
 
-def _expected(error: dict[str, Any], path: tuple[str, ...]) -> str:
+def _expected(error: ErrorDetails, path: tuple[str, ...]) -> str:
     if path in _REASONS:
         return _REASONS[path]
     ctx = error.get("ctx") or {}
@@ -697,7 +711,9 @@ def _cross_checks(data: dict[str, Any], positions: dict[tuple[str, ...], tuple[i
         errors.append(SpecError(line, column, ".".join(path), message, expected))
 
     population, rounds = data.get("population"), data.get("rounds")
-    ints = isinstance(rounds, list) and rounds and all(type(r) is int for r in rounds)
+    if not (isinstance(rounds, list) and all(type(r) is int for r in rounds)):
+        rounds = []  # not well-formed: pydantic reports it, and no rule below reads it
+    ints = bool(rounds)
     if ints and len(rounds) >= 2:
         if type(population) is int and rounds[0] != population:
             add(("rounds",), f"the first round admits {rounds[0]}, not the population",
@@ -760,12 +776,13 @@ def _too_large() -> SpecReport:
 def spec_validate(source: str | bytes) -> SpecReport:
     """Parse and check a spec; every problem is reported at once, none raises."""
     if isinstance(source, bytes):
-        if len(source) > MAX_SPEC_BYTES:
+        raw = source
+        if len(raw) > MAX_SPEC_BYTES:
             return _too_large()
         try:
-            source = source.decode("utf-8")
+            source = raw.decode("utf-8")
         except UnicodeDecodeError as error:
-            before = source[: error.start].decode("utf-8", errors="replace")
+            before = raw[: error.start].decode("utf-8", errors="replace")
             line = before.count("\n") + 1
             column = len(before) - (before.rfind("\n") + 1) + 1
             return SpecReport((SpecError(line, column, "", "the spec is not UTF-8 text", "UTF-8"),), None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
@@ -46,6 +46,21 @@ from search_app.models import Approval, Merge, Search, Spec, Step
 from search_app.preflight import provider_problems
 from search_app.spec_templates import spec_template_get
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+    from django_htmx.middleware import HtmxDetails
+
+    class HtmxHttpRequest(HttpRequest):
+        """A request through django-htmx's middleware, which sets `request.htmx`."""
+
+        htmx: HtmxDetails
+
+    class AuthenticatedHttpRequest(HttpRequest):
+        """A request past LoginRequiredMiddleware (every view but search_git): a signed-in person's."""
+
+        user: User
+
+
 DOWNLOAD_CHUNK_BYTES = 64 * 1024
 _FILE_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -60,7 +75,7 @@ def _id(value: Any) -> int | None:
 
 
 @require_GET
-def search_list(request: HttpRequest) -> HttpResponse:
+def search_list(request: HtmxHttpRequest) -> HttpResponse:
     """The searches the user can see as a run table, filtered and sorted by the query string.
 
     An htmx request (the filter form, a heading, the refresh while something runs) gets only
@@ -113,7 +128,7 @@ def _selected_repository(form: SpecEditorForm) -> Any:
     repository_id = _id(form["repository"].value())
     if repository_id is None:
         return None
-    return form.fields["repository"].queryset.filter(pk=repository_id).first()
+    return form.repositories.filter(pk=repository_id).first()
 
 
 def _editor(
@@ -131,7 +146,7 @@ def _initial(request: HttpRequest, spec: Spec | None) -> dict[str, Any]:
                                      ref=request.GET.get("ref", "")[:255])
 
 
-def _editor_post(request: HttpRequest, spec: Spec | None) -> HttpResponse:
+def _editor_post(request: AuthenticatedHttpRequest, spec: Spec | None) -> HttpResponse:
     """Save a draft (`action=save`) or freeze (`action=freeze`); on a problem, the same page
     again with everything the user typed and the problems, status 400."""
     form = SpecEditorForm(request.user, request.POST, spec=spec)
@@ -169,14 +184,14 @@ def _editor_post(request: HttpRequest, spec: Spec | None) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def spec_new(request: HttpRequest) -> HttpResponse:
+def spec_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.method == "POST":
         return _editor_post(request, spec=None)
     template = spec_template_get(request.GET.get("template"))
     form = SpecEditorForm(request.user, initial=_initial(request, None))
-    projects = form.fields["project"].queryset
+    projects = form.projects
     if "repository" in form.initial:
-        chosen = form.fields["repository"].queryset.filter(pk=form.initial["repository"]).first()
+        chosen = form.repositories.filter(pk=form.initial["repository"]).first()
         if chosen is not None:
             form.initial["project"] = chosen.project_id
     if "project" not in form.initial and len(projects) == 1:
@@ -185,7 +200,7 @@ def spec_new(request: HttpRequest) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def spec_edit(request: HttpRequest, spec_id: int) -> HttpResponse:
+def spec_edit(request: AuthenticatedHttpRequest, spec_id: int) -> HttpResponse:
     spec = selectors.spec_for_user(request.user, spec_id)
     if request.method == "POST":
         return _editor_post(request, spec=spec)
@@ -202,7 +217,7 @@ def spec_edit(request: HttpRequest, spec_id: int) -> HttpResponse:
 
 
 @require_POST
-def spec_duplicate(request: HttpRequest, spec_id: int) -> HttpResponse:
+def spec_duplicate(request: AuthenticatedHttpRequest, spec_id: int) -> HttpResponse:
     spec = selectors.spec_for_user(request.user, spec_id)
     copy = services.spec_duplicate(request.user, spec)
     messages.success(request, f"Duplicated {spec.title} as {copy.title}.")
@@ -293,7 +308,7 @@ def search_candidates(request: HttpRequest, search_id: str) -> HttpResponse:
 
 
 @require_POST
-def search_start(request: HttpRequest, search_id: str) -> HttpResponse:
+def search_start(request: AuthenticatedHttpRequest, search_id: str) -> HttpResponse:
     """Start the search; a provider with no key or no server asks the person first."""
     search = selectors.search_for_user(request.user, search_id)
     try:
@@ -310,7 +325,7 @@ def search_start(request: HttpRequest, search_id: str) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def search_cancel(request: HttpRequest, search_id: str) -> HttpResponse:
+def search_cancel(request: AuthenticatedHttpRequest, search_id: str) -> HttpResponse:
     """The confirmation (what stops, what is kept), then the cancel itself."""
     search = selectors.search_for_user(request.user, search_id)
     if request.method == "GET":
@@ -350,7 +365,7 @@ def candidate_detail(request: HttpRequest, search_id: str, candidate_id: str) ->
 
 
 @require_POST
-def candidate_comment(request: HttpRequest, search_id: str, candidate_id: str) -> HttpResponse:
+def candidate_comment(request: AuthenticatedHttpRequest, search_id: str, candidate_id: str) -> HttpResponse:
     """Start a thread, or reply in one; a refusal comes back on the page beside the form used."""
     candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
     form = CommentForm(request.POST)
@@ -371,8 +386,8 @@ def candidate_comment(request: HttpRequest, search_id: str, candidate_id: str) -
 
 
 @require_POST
-def candidate_thread_state(request: HttpRequest, search_id: str, candidate_id: str, comment_id: int,
-                           action: str) -> HttpResponse:
+def candidate_thread_state(request: AuthenticatedHttpRequest, search_id: str, candidate_id: str,
+                           comment_id: int, action: str) -> HttpResponse:
     """Resolve or reopen a thread; a refusal comes back on the page above the threads."""
     candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
     change = services.thread_resolve if action == "resolve" else services.thread_reopen
@@ -386,7 +401,7 @@ def candidate_thread_state(request: HttpRequest, search_id: str, candidate_id: s
 
 
 @require_http_methods(["GET", "POST"])
-def candidate_decide(request: HttpRequest, search_id: str, candidate_id: str) -> HttpResponse:
+def candidate_decide(request: AuthenticatedHttpRequest, search_id: str, candidate_id: str) -> HttpResponse:
     """The confirmation (patch hash, replay, reviewer's advice), then the decision itself."""
     candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
     decision = str(request.POST.get("decision") or request.GET.get("decision") or Approval.Decision.APPROVE)
@@ -412,7 +427,7 @@ def candidate_decide(request: HttpRequest, search_id: str, candidate_id: str) ->
 
 
 @require_POST
-def search_revise(request: HttpRequest, search_id: str) -> HttpResponse:
+def search_revise(request: AuthenticatedHttpRequest, search_id: str) -> HttpResponse:
     """Send the winner back to its writer (the form on the winner's page), then watch it live."""
     search = selectors.search_for_user(request.user, search_id)
     form = RevisionForm(request.POST)
@@ -420,7 +435,7 @@ def search_revise(request: HttpRequest, search_id: str) -> HttpResponse:
     back = redirect("candidate_detail", search_id=search_id, candidate_id=winner) if winner else \
         redirect("search_detail", search_id=search_id)
     if not form.is_valid():
-        messages.error(request, " ".join(e for errors in form.errors.values() for e in errors))
+        messages.error(request, " ".join(str(e) for errors in form.errors.values() for e in errors))
         return back
     try:
         run = services.search_revise(request.user, search, form.cleaned_data["note"])
@@ -432,7 +447,7 @@ def search_revise(request: HttpRequest, search_id: str) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def search_merge(request: HttpRequest, search_id: str) -> HttpResponse:
+def search_merge(request: AuthenticatedHttpRequest, search_id: str) -> HttpResponse:
     """Choose where the approved winner goes, then make the commit (never pushed)."""
     search = selectors.search_for_user(request.user, search_id)
     form = MergeForm(request.POST or None, initial={"target": Merge.Target.NEW_BRANCH,
@@ -457,13 +472,13 @@ def search_merge(request: HttpRequest, search_id: str) -> HttpResponse:
 
 
 @require_POST
-def spec_draft(request: HttpRequest) -> HttpResponse:
+def spec_draft(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Describe a search in words: the configured model drafts the TOML, shown in the editor
     unsaved and validated like any typed text."""
     form = SpecEditorForm(request.user, initial={"project": _id(request.POST.get("project"))})
     description = request.POST.get("description", "")
     project_id = _id(request.POST.get("project"))
-    project = form.fields["project"].queryset.filter(pk=project_id).first() if project_id else None
+    project = form.projects.filter(pk=project_id).first() if project_id else None
     if project is None:
         context_error = "Pick one of your projects for the draft."
     else:
@@ -520,7 +535,7 @@ def search_compare(request: HttpRequest, search_id: str) -> HttpResponse:
 
 
 @require_GET
-def search_compare_diff(request: HttpRequest, search_id: str) -> HttpResponse:
+def search_compare_diff(request: HttpRequest, search_id: str) -> HttpResponse | StreamingHttpResponse:
     """The whole diff from the first picked candidate's patched tree to the second's (the one
     the compare page cuts), as a text/x-diff attachment."""
     search = selectors.search_for_user(request.user, search_id)

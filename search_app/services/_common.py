@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
@@ -17,6 +17,9 @@ from search_app.execution import parked_trees_remove
 from search_app.measurement import Interval, is_paired, min_blocks
 from search_app.models import Candidate, Merge, Search, SearchRun, Step
 from search_app.selectors import approval_state, winner_standing
+
+if TYPE_CHECKING:
+    from search_app.spec import SearchSpec
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +44,7 @@ def _parked_trees_release(search: Search) -> None:
         logger.exception("could not remove the parked evaluation trees of search %s", search.search_id)
 
 
-def _candidate_event(candidate: Any, message: str) -> None:
+def _candidate_event(candidate: Candidate, message: str) -> None:
     _search_event(
         candidate.search, "candidate.updated", f"{candidate.candidate_id}: {message}",
         candidate_id=candidate.candidate_id, state=candidate.state, round=candidate.round_reached,
@@ -49,39 +52,39 @@ def _candidate_event(candidate: Any, message: str) -> None:
     )
 
 
-def _reservation(run: Any, concurrency: int) -> tuple[int, int]:
+def _reservation(run: SearchRun, concurrency: int) -> tuple[int, int]:
     """A writer's worst case: it may spend up to the budget's share of one live slot."""
     cost = run.budget_cost_microusd // concurrency if run.budget_cost_microusd else 0
     tokens = run.budget_tokens // concurrency if run.budget_tokens else 0
     return cost, tokens
 
 
-def _fits(run: Any, cost: int, tokens: int) -> bool:
+def _fits(run: SearchRun, cost: int, tokens: int) -> bool:
     if run.budget_cost_microusd and run.spent_cost_microusd + run.reserved_cost_microusd + cost > \
             run.budget_cost_microusd:
         return False
     return not (run.budget_tokens and run.spent_tokens + run.reserved_tokens + tokens > run.budget_tokens)
 
 
-def comparison_for(search: Search, spec: Any, baseline: Any) -> str:
+def comparison_for(search: Search, spec: SearchSpec, baseline: Any) -> str:
     """How this search compares candidates now: `paired` (per-block ratios to the baseline) when
     its spec asks for it and the baseline is measured; `absolute` otherwise, and always for a
     search frozen before paired blocks existed (contract 1), which runs as it was frozen."""
     return "paired" if is_paired(search.contract, spec.score.comparison, baseline.state) else "absolute"
 
 
-def _interval(candidate: Any, spec: Any) -> Any:
+def _interval(candidate: Any, spec: SearchSpec) -> Any:
     return Interval(candidate.score, candidate.score_low, candidate.score_high, spec.score.confidence,
                     len(candidate.blocks.get(str(candidate.round_reached), {})))
 
 
-def _carry_on(candidate: Any, round_index: int) -> None:
+def _carry_on(candidate: Candidate, round_index: int) -> None:
     """A patch that passed its gates goes into `round_index`'s blocks as it is."""
     candidate.state, candidate.round_reached = Candidate.State.ALIVE, round_index
     candidate.save(update_fields=["state", "round_reached", "updated_at"])
 
 
-def _refinement_kept(candidate: Any, step: Any, why: str) -> None:
+def _refinement_kept(candidate: Candidate, step: Step, why: str) -> None:
     """A refinement that fails costs the candidate nothing: it goes on with the patch it had."""
     _carry_on(candidate, step.round)
     _candidate_event(candidate, f"round {step.round}: refinement failed ({why}); keeps its round "
@@ -93,19 +96,19 @@ def _one_line(text: str) -> str:
     return re.sub(r"\s*\n\s*(?:-\s*)?", "; ", text.strip()).replace(":;", ":")
 
 
-def _eliminate(candidate: Any, reason: str) -> None:
+def _eliminate(candidate: Candidate, reason: str) -> None:
     candidate.state, candidate.reason = Candidate.State.ELIMINATED, _one_line(reason)
     candidate.save(update_fields=["state", "reason", "duplicate_of", "updated_at"])
     _candidate_event(candidate, f"eliminated — {reason}")
 
 
-def review_blocks(search: Any, spec: Any) -> bool:
+def review_blocks(search: Search, spec: SearchSpec) -> bool:
     """Whether a reviewer's reject eliminates a provisional winner: `selection.review` says so,
     and the search was frozen after reviews could block (contract 3); older ones run as frozen."""
     return search.contract >= 3 and spec.selection.review == "blocking"
 
 
-def _winner_reason(winner: Any, verdict: str | None = None) -> str:
+def _winner_reason(winner: Candidate, verdict: str | None = None) -> str:
     """A winner's reason: how it won, then where it stands with people (selectors.winner_standing)
     — awaiting approval, approved, changes requested or merged — so every page, the API and the
     CLI say the same once someone decides."""
@@ -117,7 +120,7 @@ def _winner_reason(winner: Any, verdict: str | None = None) -> str:
     standing = winner_standing(approval, merge is not None)
     approvers = ", ".join(a.user_name for a in approval["standing_approvals"])
     text = f"winner: replay passed; reviewer says {verdict}"
-    if standing == "merged":
+    if standing == "merged" and merge is not None:
         return (f"{text}; merged onto {merge.branch} as {short_sha(merge.commit_sha)} "
                 f"by {merge.merged_by_name}")
     if standing == "approved":
@@ -130,7 +133,7 @@ def _winner_reason(winner: Any, verdict: str | None = None) -> str:
     return f"{text}; awaiting human approval"
 
 
-def _winner_reason_refresh(winner: Any) -> None:
+def _winner_reason_refresh(winner: Candidate) -> None:
     """After a decision or a merge: the winner's and its run's reason say where it stands now."""
     winner.reason = _winner_reason(winner)
     winner.save(update_fields=["reason", "updated_at"])
@@ -138,7 +141,7 @@ def _winner_reason_refresh(winner: Any) -> None:
                                                                              updated_at=timezone.now())
 
 
-def _replay_values(step: Any, candidate: Any, result: dict) -> dict[str, dict[int, float]]:
+def _replay_values(step: Step, candidate: Candidate, result: dict) -> dict[str, dict[int, float]]:
     """The replay's values by member and block: this step's and those of the replay steps it
     extends (one replay, measured in more than one step when it needed more blocks)."""
     merged: dict[str, dict[int, float]] = {}
@@ -151,7 +154,7 @@ def _replay_values(step: Any, candidate: Any, result: dict) -> dict[str, dict[in
     return merged
 
 
-def _replay_more_blocks(spec: Any, have: int) -> int:
+def _replay_more_blocks(spec: SearchSpec, have: int) -> int:
     """Blocks to add to a replay that cannot decide yet: enough to decide at its confidence, in
     steps of `trials`, never past the ceiling."""
     return min(spec.score.trials_ceiling - have, max(spec.score.trials, min_blocks(spec.score.confidence)))

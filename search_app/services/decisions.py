@@ -14,12 +14,13 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 from time import monotonic
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
-from dulwich.refs import check_ref_format
+from dulwich.objects import Commit
+from dulwich.refs import Ref, check_ref_format
 
 from runtime_app import access, remotes
 from runtime_app.git import GitError, commit_create, repo_open
@@ -38,6 +39,9 @@ from search_app.selectors import (
     winner_replay,
 )
 from search_app.services._common import _search_event, _winner_reason_refresh
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 MAX_COMMENT_CHARS = 10_000
 
@@ -59,11 +63,11 @@ class Conflict(ValidationError):
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
-def _user_name(user: Any) -> str:
+def _user_name(user: User) -> str:
     return user.get_username()
 
 
-def comment_add(user: Any, candidate: Any, body: str, path: str = "", line: int | None = None,
+def comment_add(user: User, candidate: Candidate, body: str, path: str = "", line: int | None = None,
                 reply_to: int | None = None) -> Any:
     """A project member's comment on a candidate. Without `reply_to` it starts a thread on the
     candidate, one file, or one line the diff shows (keeping the patch hash and the line's text, so
@@ -109,7 +113,7 @@ def comment_add(user: Any, candidate: Any, body: str, path: str = "", line: int 
     return comment
 
 
-def _patch_text(candidate: Any) -> str:
+def _patch_text(candidate: Candidate) -> str:
     return bytes(candidate.patch or b"").decode(errors="replace")
 
 
@@ -119,7 +123,7 @@ def _place(comment: Any) -> str:
     return f"{comment.path}:{comment.line}" if comment.line else comment.path
 
 
-def _thread_of(candidate: Any, comment_id: Any, verb: str, field: str | None = None) -> Any:
+def _thread_of(candidate: Candidate, comment_id: Any, verb: str, field: str | None = None) -> Any:
     """The thread `comment_id` names on this candidate, or a refusal in the words every door uses
     (as an error of `field`, or of the whole request). A comment of another candidate, or of a
     project the user cannot see, reads as not existing."""
@@ -139,17 +143,17 @@ def _thread_of(candidate: Any, comment_id: Any, verb: str, field: str | None = N
     return comment
 
 
-def thread_resolve(user: Any, candidate: Any, comment_id: Any) -> Any:
+def thread_resolve(user: User, candidate: Candidate, comment_id: Any) -> Any:
     """Mark a thread resolved (any project member). Resolving a resolved thread changes nothing."""
     return _thread_state_set(user, candidate, comment_id, Comment.State.RESOLVED)
 
 
-def thread_reopen(user: Any, candidate: Any, comment_id: Any) -> Any:
+def thread_reopen(user: User, candidate: Candidate, comment_id: Any) -> Any:
     """Open a resolved thread again (any project member). Reopening an open thread changes nothing."""
     return _thread_state_set(user, candidate, comment_id, Comment.State.OPEN)
 
 
-def _thread_state_set(user: Any, candidate: Any, comment_id: Any, state: str) -> Any:
+def _thread_state_set(user: User, candidate: Candidate, comment_id: Any, state: str) -> Any:
     search = candidate.search
     access.require(user, access.VIEWER, search.project)
     verb = "resolve" if state == Comment.State.RESOLVED else "reopen"
@@ -172,7 +176,7 @@ def _thread_state_set(user: Any, candidate: Any, comment_id: Any, state: str) ->
     return thread
 
 
-def _line_in_diff_errors(candidate: Any, path: str, line: int) -> dict[str, str]:
+def _line_in_diff_errors(candidate: Candidate, path: str, line: int) -> dict[str, str]:
     """A line comment anchors on a line the diff shows, or a reader could never find it."""
     shown = diff_new_lines(_patch_text(candidate), path)
     if line in shown:
@@ -193,7 +197,8 @@ def _winner_of(search: Search) -> Any:
     return run.winner
 
 
-def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str, note: str = "") -> Any:
+def approval_record(user: User, candidate: Candidate, decision: str, patch_sha256: str,
+                    note: str = "") -> Approval:
     """An approver's decision on a winner, bound to the patch hash they confirmed.
 
     Submitting the same decision on the same hash again returns the standing one (a double
@@ -241,7 +246,7 @@ def approval_record(user: Any, candidate: Any, decision: str, patch_sha256: str,
     return approval
 
 
-def approvals_withdraw(actor: Any, user: Any, *, project: Project | None = None, reason: str) -> int:
+def approvals_withdraw(actor: User, user: User, *, project: Project | None = None, reason: str) -> int:
     """Withdraw, for good, the decisions `user` made on winners not merged yet (in `project`,
     or in every project): they left it or lost the approve permission. Each candidate's
     withdrawal is audited and announced; returns how many decisions were withdrawn."""
@@ -283,7 +288,7 @@ def branch_name_check(branch: str) -> str:
         problem = "it starts with 'refs/'; give the branch's short name"
     elif _head_like(name):
         problem = "git reads it as a special ref, not a branch"
-    elif not check_ref_format(f"refs/heads/{name}".encode()):
+    elif not check_ref_format(Ref(f"refs/heads/{name}".encode())):
         problem = "git refuses it as a branch name"
     if problem:
         raise ValidationError({"branch": f"{name!r} cannot be a branch: {problem}. {VALID_BRANCH_HINT}"})
@@ -309,7 +314,7 @@ class PatchMismatch(ValidationError):
                          "was merged. Ask an administrator to look at how the stored patch was altered.")
 
 
-def _patch_verified(winner: Any) -> bytes:
+def _patch_verified(winner: Candidate) -> bytes:
     """The exact bytes to apply, once their SHA-256 is the one the approvals were bound to."""
     patch = bytes(winner.patch or b"")
     actual = hashlib.sha256(patch).hexdigest()
@@ -318,7 +323,7 @@ def _patch_verified(winner: Any) -> bytes:
     return patch
 
 
-def merge_create(user: Any, search: Search, target: str = Merge.Target.NEW_BRANCH, branch: str = "") -> Any:
+def merge_create(user: User, search: Search, target: str = Merge.Target.NEW_BRANCH, branch: str = "") -> Any:
     """Commit the approved winner's patch onto the baseline: on a new branch (default
     `crucible/<search-id>`) or on an existing branch that still points at the baseline.
 
@@ -346,7 +351,7 @@ def merge_create(user: Any, search: Search, target: str = Merge.Target.NEW_BRANC
         raise Conflict(mismatch.messages[0]) from None
 
 
-def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
+def _merge_create(user: User, search: Search, target: str, branch: str) -> Merge:
     with transaction.atomic():
         SearchRun.objects.select_for_update().get(search=search)  # one merge decision at a time
         if Merge.objects.filter(search=search).exists():
@@ -359,10 +364,10 @@ def _merge_create(user: Any, search: Search, target: str, branch: str) -> Any:
         approvers = ", ".join(sorted({a.user_name for a in state["standing_approvals"]}))
         started_at, started = datetime.now(UTC), monotonic()
         # A merge whose commit was made but whose row was not (a crash between the two) is adopted.
-        commit = _earlier_merge_commit(search, winner, branch)
-        adopted = commit is not None
-        if not adopted:
-            commit = _merge_commit(search, winner, branch, target, user, approvers, patch=patch)
+        earlier = _earlier_merge_commit(search, winner, branch)
+        adopted = earlier is not None
+        commit = earlier if earlier is not None else _merge_commit(
+            search, winner, branch, target, user, approvers, patch=patch)
         pushed = _merge_push(search, branch, commit)
         receipt = receipt_record(Receipt(
             kind="merge", argv=["crucible", "merge", branch], cwd=".", started_at=started_at,
@@ -392,7 +397,7 @@ def _merge_push(search: Search, branch: str, commit: str) -> str:
     """Push the merged branch back to a repository registered by URL (where it lives); the URL pushed
     to, or "" for a repository registered by path, which Crucible never pushes. A push that fails
     refuses the merge with the reason; merging again adopts the commit already made and pushes it."""
-    url = search.repository.remote_url if search.repository_id else ""
+    url = search.repository.remote_url if search.repository is not None else ""
     if not url:
         return ""
     try:
@@ -404,7 +409,7 @@ def _merge_push(search: Search, branch: str, commit: str) -> str:
     return url
 
 
-def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: Any, approvers: str,
+def _merge_commit(search: Search, winner: Candidate, branch: str, target: str, user: User, approvers: str,
                   patch: bytes | None = None) -> str:
     """The winner's patch on a clean baseline, committed with dulwich onto `branch`; `patch` is
     the bytes merge_create verified (read and verified here when not given)."""
@@ -435,14 +440,15 @@ def _merge_commit(search: Search, winner: Any, branch: str, target: str, user: A
             worktree_remove(search.repository_path, worktree)
 
 
-def _earlier_merge_commit(search: Search, winner: Any, branch: str) -> str | None:
+def _earlier_merge_commit(search: Search, winner: Candidate, branch: str) -> str | None:
     """The head of `branch` if it is this search's merge of this patch onto the baseline."""
     with repo_open(search.repository_path) as repo:
-        ref = f"refs/heads/{branch}".encode()
+        ref = Ref(f"refs/heads/{branch}".encode())
         if ref not in repo.refs:
             return None
         commit = repo[repo.refs[ref]]
-        if [parent.decode() for parent in getattr(commit, "parents", [])] != [search.baseline_commit]:
+        if not isinstance(commit, Commit) or [parent.decode() for parent in commit.parents] != [
+                search.baseline_commit]:
             return None
         message = commit.message.decode(errors="replace")
     wanted = (f"Crucible-Search: {search.search_id}",
@@ -450,7 +456,7 @@ def _earlier_merge_commit(search: Search, winner: Any, branch: str) -> str | Non
     return commit.id.decode() if all(line in message.splitlines() for line in wanted) else None
 
 
-def _identity(user: Any) -> str:
+def _identity(user: User) -> str:
     name = re.sub(r"[<>\n\r\0]", "", user.get_full_name() or user.get_username()).strip() or "user"
     local = re.sub(r"[^A-Za-z0-9._-]", "", user.get_username()) or "user"
     email = re.sub(r"[<>\s\0]", "", user.email or "") or f"{local}@crucible.invalid"
@@ -459,12 +465,12 @@ def _identity(user: Any) -> str:
 
 def _branch_exists(repo_path: str, branch: str) -> bool:
     with repo_open(repo_path) as repo:
-        return f"refs/heads/{branch}".encode() in repo.refs
+        return Ref(f"refs/heads/{branch}".encode()) in repo.refs
 
 
 def _branch_at_baseline(search: Search, branch: str) -> None:
     with repo_open(search.repository_path) as repo:
-        ref = f"refs/heads/{branch}".encode()
+        ref = Ref(f"refs/heads/{branch}".encode())
         if ref not in repo.refs:
             raise ValidationError({"branch": f"There is no branch {branch}."})
         head = repo.refs[ref].decode()

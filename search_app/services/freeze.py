@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -15,9 +15,12 @@ from search_app.models import HiddenFile, Search, Spec, SpecVersion
 from search_app.preflight import preflight_problems
 from search_app.services.specs import _check_text, spec_draft_save
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 
 def search_freeze(
-    user: Any,
+    user: User,
     project: Project,
     text: str,
     ref: str,
@@ -66,7 +69,7 @@ def _repository_path(project: Project, repository: Repository | None, repository
     return repository_path
 
 
-def _search_record(user: Any, project: Project, frozen: FrozenInputs, text: str, ref: str,
+def _search_record(user: User, project: Project, frozen: FrozenInputs, text: str, ref: str,
                    repository: Repository | None, spec_version: SpecVersion | None) -> Search:
     """The frozen search, its hidden files, its audit entry and its event (in the caller's transaction)."""
     search = Search.objects.create(
@@ -97,7 +100,7 @@ def _search_record(user: Any, project: Project, frozen: FrozenInputs, text: str,
 
 
 def spec_draft_freeze(
-    user: Any, project: Project, spec: Spec | None, title: str, text: str, ref: str,
+    user: User, project: Project, spec: Spec | None, title: str, text: str, ref: str,
     repository: Repository,
 ) -> Search:
     """Save the text as a version and freeze that version; a failed freeze saves nothing."""

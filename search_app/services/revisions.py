@@ -4,7 +4,7 @@ beside the baseline and reviewed; the winner stands unless the revised patch pas
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -39,10 +39,15 @@ from search_app.services._common import (
 from search_app.services.decisions import MAX_COMMENT_CHARS, _user_name
 from search_app.step_result import StepResult
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+    from search_app.spec import SearchSpec
+
 REVISION_PART = 1000  # a revision's steps are parts REVISION_PART × n of the last round (unique per kind)
 
 
-def search_revise(user: Any, search: Search, note: str = "", *, enqueue: bool = True) -> Any:
+def search_revise(user: User, search: Search, note: str = "", *, enqueue: bool = True) -> SearchRun:
     """Send a finished search's winner back to its writer, to answer the changes requested:
     the writer revises its patch with the requests, open threads and `note` as feedback; the
     revised patch is gated, measured against the baseline in interleaved blocks, and read by the
@@ -58,12 +63,14 @@ def search_revise(user: Any, search: Search, note: str = "", *, enqueue: bool = 
         refused = revision_refusal(user, search)
         if refused:
             raise ValidationError(refused)
+        assert run is not None and run.winner is not None  # revision_refusal refuses otherwise
+        winner = run.winner
         spec = search_spec(search)
         cost, tokens = _reservation(run, spec.concurrency)
         if not _fits(run, cost, tokens):
             raise ValidationError("The search's budget cannot cover another writer: "
                                   f"{_budget_text(run)}. Nothing was sent back.")
-        winner, number = run.winner, len(revisions_of(search)) + 1
+        number = len(revisions_of(search)) + 1
         previous = {"patch_hex": bytes(winner.patch or b"").hex(), "patch_sha256": winner.patch_sha256,
                     "patch_round": winner.patch_round, "diff_lines": winner.diff_lines,
                     "files": winner.files, "score": winner.score, "score_absolute": winner.score_absolute,
@@ -91,7 +98,7 @@ def search_revise(user: Any, search: Search, note: str = "", *, enqueue: bool = 
     return run
 
 
-def _budget_text(run: Any) -> str:
+def _budget_text(run: SearchRun) -> str:
     parts = []
     if run.budget_cost_microusd:
         spent, reserved = run.spent_cost_microusd / 1e6, run.reserved_cost_microusd / 1e6
@@ -103,13 +110,13 @@ def _budget_text(run: Any) -> str:
     return "; ".join(parts)
 
 
-def _revision_of(step: Any) -> Any:
+def _revision_of(step: Step) -> Any:
     """The writer step of the revision `step` belongs to (its plan holds the request)."""
     number = step.plan.get("revision")
     return Step.objects.filter(search=step.search, kind=Step.Kind.GENERATE, plan__revision=number).first()
 
 
-def _revision_written(step: Any, candidate: Any, result: StepResult) -> None:
+def _revision_written(step: Step, candidate: Any, result: StepResult) -> None:
     """The writer answered: a new patch goes to its gates and blocks (the replay step); none, or
     the same patch, ends the revision with the patch the winner had."""
     if result.eliminated is not None:
@@ -138,7 +145,7 @@ def _revision_written(step: Any, candidate: Any, result: StepResult) -> None:
                                 "gates and blocks against the baseline run")
 
 
-def _revision_measured(step: Any, candidate: Any, passed: bool, why: str) -> None:
+def _revision_measured(step: Step, candidate: Candidate, passed: bool, why: str) -> None:
     """The revised patch passed its gates and beats the baseline: the reviewer reads it."""
     if not passed:
         _revision_end(step, why)
@@ -159,7 +166,7 @@ def _revision_measured(step: Any, candidate: Any, passed: bool, why: str) -> Non
     _candidate_event(candidate, f"revision {step.plan['revision']}: {why}; an independent reviewer reads it")
 
 
-def _revision_reviewed(step: Any, candidate: Any, review: Any) -> None:
+def _revision_reviewed(step: Step, candidate: Candidate, review: Any) -> None:
     """The reviewer's verdict on the revised patch: a reject that blocks ends the revision with
     the patch the winner had; otherwise the revised patch is the winner's, awaiting approval."""
     if review.verdict == Review.Verdict.REJECT and review_blocks(step.search, search_spec(step.search)):
@@ -178,7 +185,7 @@ def _revision_reviewed(step: Any, candidate: Any, review: Any) -> None:
     _revision_settle(run, candidate, outcome)
 
 
-def _revision_end(step: Any, why: str) -> None:
+def _revision_end(step: Step, why: str) -> None:
     """The revision failed, or was cancelled: the winner keeps the patch (and score) it had, and
     the decisions on that patch count again."""
     revision = _revision_of(step)
@@ -204,7 +211,7 @@ def _revision_record(revision: Any, passed: bool, outcome: str) -> None:
     revision.save(update_fields=["result"])
 
 
-def _revision_settle(run: Any, candidate: Any, outcome: str) -> None:
+def _revision_settle(run: SearchRun, candidate: Candidate, outcome: str) -> None:
     run.status, run.phase, run.outcome, run.winner = (SearchRun.Status.FINISHED, SearchRun.Phase.DONE,
                                                       SearchRun.WINNER, candidate)
     run.reason, run.finished_at = candidate.reason, timezone.now()
@@ -218,7 +225,7 @@ def _revision_stalled(search: Search, why: str = "it stopped without a verdict")
     _revision_end(revisions_of(search)[-1], why)
 
 
-def _revision_verdict(spec: Any, values: dict[int, float], base: dict[int, float], paired: bool
+def _revision_verdict(spec: SearchSpec, values: dict[int, float], base: dict[int, float], paired: bool
                       ) -> tuple[bool | None, str, int]:
     """(passed, why, more blocks) for a revised patch: it must beat the baseline it ran beside,
     by its paired interval (more blocks while that still holds 1, up to the ceiling) or, with
@@ -236,7 +243,7 @@ def _revision_verdict(spec: Any, values: dict[int, float], base: dict[int, float
     return (*revision_beats_absolute(list(values.values()), list(base.values()), direction), 0)
 
 
-def _revision_scores(step: Any, candidate: Any) -> None:
+def _revision_scores(step: Step, candidate: Candidate) -> None:
     """The revised patch's figures, from the blocks it ran beside the baseline."""
     merged = _replay_values(step, candidate, step.result)
     values, base = merged.get(candidate.candidate_id, {}), merged.get("baseline", {})

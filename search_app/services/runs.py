@@ -15,7 +15,7 @@ import os
 import socket
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
@@ -56,13 +56,16 @@ from search_app.services._common import (
 from search_app.services.revisions import _revision_stalled
 from search_app.services.steps import step_execute, steps_reconcile
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 
 class ProviderUnready(ValidationError):
     """The writers' provider would fail every call (no key, no server): nothing was started."""
 
 
 def search_start_checked(
-    user: Any, search: Search, *, start_anyway: bool = False, enqueue: bool = True,
+    user: User, search: Search, *, start_anyway: bool = False, enqueue: bool = True,
 ) -> Any:
     """`search_start` as people ask for it (the page, the API, the CLI): a search whose provider
     has no key or no reachable server is refused with the reason (ProviderUnready) unless they
@@ -75,7 +78,7 @@ def search_start_checked(
     return search_start(user, search, enqueue=enqueue)
 
 
-def search_start(user: Any, search: Search, *, enqueue: bool = True) -> Any:
+def search_start(user: User, search: Search, *, enqueue: bool = True) -> Any:
     """Start a frozen search: its candidates and run state are written; work begins on commit.
 
     Starting a search that already runs or ran returns its run unchanged. `enqueue=False`
@@ -114,7 +117,7 @@ def search_start(user: Any, search: Search, *, enqueue: bool = True) -> Any:
     return run
 
 
-def search_cancel(user: Any, search: Search) -> Any:
+def search_cancel(user: User, search: Search) -> Any:
     """Ask a running search to stop: no new steps; running ones are stopped and say so."""
     access.require(user, access.OPERATOR, search.project)
     with transaction.atomic():

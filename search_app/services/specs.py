@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -19,6 +19,9 @@ from search_app.models import Spec, SpecVersion
 from search_app.reference import spec_reference_markdown
 from search_app.spec import MAX_SPEC_BYTES, spec_validate
 from search_app.spec_templates import spec_template_get
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 def _check_title(title: str) -> str:
@@ -41,7 +44,7 @@ def _check_text(text: str) -> str:
     return text
 
 
-def _version_add(user: Any, spec: Spec, text: str) -> SpecVersion:
+def _version_add(user: User, spec: Spec, text: str) -> SpecVersion:
     latest = spec.versions.order_by("-number").first()
     if latest is not None and latest.text == text:
         return latest  # saving unchanged text adds no version
@@ -53,7 +56,7 @@ def _version_add(user: Any, spec: Spec, text: str) -> SpecVersion:
     return version
 
 
-def spec_create(user: Any, project: Project, title: str, text: str) -> Spec:
+def spec_create(user: User, project: Project, title: str, text: str) -> Spec:
     """Save a new draft; drafts may be invalid, freezing is where validity is required."""
     access.require(user, access.OPERATOR, project)
     title, text = _check_title(title), _check_text(text)
@@ -63,7 +66,7 @@ def spec_create(user: Any, project: Project, title: str, text: str) -> Spec:
     return spec
 
 
-def spec_save(user: Any, spec: Spec, text: str) -> SpecVersion:
+def spec_save(user: User, spec: Spec, text: str) -> SpecVersion:
     access.require(user, access.OPERATOR, spec.project)
     text = _check_text(text)
     with transaction.atomic():
@@ -71,7 +74,7 @@ def spec_save(user: Any, spec: Spec, text: str) -> SpecVersion:
         return _version_add(user, spec, text)
 
 
-def spec_duplicate(user: Any, spec: Spec) -> Spec:
+def spec_duplicate(user: User, spec: Spec) -> Spec:
     access.require(user, access.OPERATOR, spec.project)
     latest = spec.latest
     with transaction.atomic():
@@ -84,12 +87,14 @@ def spec_duplicate(user: Any, spec: Spec) -> Spec:
 
 
 def spec_draft_save(
-    user: Any, project: Project, spec: Spec | None, title: str, text: str
+    user: User, project: Project, spec: Spec | None, title: str, text: str
 ) -> tuple[Spec, SpecVersion]:
     """Save text as a new spec (spec None) or as the next version of spec."""
     if spec is None:
         spec = spec_create(user, project, title, text)
-        return spec, spec.latest
+        latest = spec.latest
+        assert latest is not None  # spec_create writes its first version
+        return spec, latest
     return spec, spec_save(user, spec, text)
 
 
@@ -101,7 +106,7 @@ plausible for the repository described; the person will edit them before saving.
 """
 
 
-def spec_draft_write(user: Any, project: Project, description: str) -> tuple[str, str]:
+def spec_draft_write(user: User, project: Project, description: str) -> tuple[str, str]:
     """Ask the configured model for a spec; returns (TOML text, who drafted it). Nothing is saved:
     the text is shown in the editor as an editable draft and validated like any other."""
     access.require(user, access.OPERATOR, project)
@@ -118,8 +123,10 @@ def spec_draft_write(user: Any, project: Project, description: str) -> tuple[str
     if preset is None or preset.kind in ("command", "agent-cli"):  # drafting calls the model itself
         raise ValidationError({"description": f"CRUCIBLE_DRAFT_MODEL names {preset_name!r}, "
                                               "not an LLM preset."})
+    example = spec_template_get("speed-up")
+    assert example is not None  # one of SPEC_TEMPLATES
     prefix = (DRAFT_INSTRUCTIONS + "\n# The spec reference\n\n" + spec_reference_markdown()
-              + "\n# An example\n\n```toml\n" + spec_template_get("speed-up").text + "```\n")
+              + "\n# An example\n\n```toml\n" + example.text + "```\n")
     chat = ToolChat(preset.kind, model, prefix, description, [], "off", base_url=preset.base_url(),
                     key_variable=preset.key_variable, account=preset.name)
     try:

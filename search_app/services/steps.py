@@ -83,7 +83,7 @@ def steps_enqueue_mark(step_pks: list[int]) -> list[int]:
     over again once a lease has passed)."""
     now = timezone.now()
     stale = now - timedelta(seconds=_lease_seconds())
-    marked = []
+    marked: list[int] = []
     if not step_pks:
         return marked
     with transaction.atomic():  # one write transaction for the lot, not one per step
@@ -135,7 +135,7 @@ def _heartbeat(step_pk: int, owner: str, search_pk: int, cancel: Any, stop: Any)
             if time.monotonic() - renewed >= renew_every:
                 renewed = time.monotonic()
                 kept = Step.objects.filter(pk=step_pk, state=Step.State.RUNNING, lease_owner=owner).update(
-                    lease_expires_at=timezone.now() + timedelta(seconds=_lease_seconds()))
+                    lease_expires_at=timezone.now() + timedelta(seconds=_lease_seconds())) > 0
             cancelling = SearchRun.objects.filter(search_id=search_pk,
                                                   status=SearchRun.Status.CANCELLING).exists()
             if not kept or cancelling:
@@ -245,6 +245,7 @@ def _generated(step: Step, candidate: Candidate, result: StepResult) -> None:
 
 def _reviewed(step: Step, candidate: Candidate, result: StepResult) -> None:
     findings = result.findings if result.findings is not None else []
+    assert result.verdict is not None  # execution.review always gives one (the static reviewer's)
     Review.objects.create(search=step.search, candidate=candidate, verdict=result.verdict,
                           findings=findings, reviewer=result.reviewer if result.reviewer is not None else "",
                           receipt_id=result.review_receipt)
