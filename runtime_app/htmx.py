@@ -9,12 +9,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 from django_htmx.http import push_url as htmx_push_url
+from django_htmx.middleware import HtmxDetails
 
 
 def wants_partial(request: HttpRequest) -> bool:
     """An htmx swap asks for a fragment; a boosted link or a history restore needs the whole page."""
-    htmx = getattr(request, "htmx", None)
-    return bool(htmx) and not htmx.boosted and not htmx.history_restore_request
+    htmx: HtmxDetails | None = getattr(request, "htmx", None)
+    return htmx is not None and bool(htmx) and not htmx.boosted and not htmx.history_restore_request
 
 
 def for_htmx(
