@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bare_loop.py [--population 32] [--sleep 0.2] [--trials 3] [--keep]
 
-What it runs, mirroring how Crucible runs a search (search_app/services.py, execution.py) for the
+What it runs, mirroring how Crucible runs a search (search_app/services/, execution.py) for the
 specs bench/search_orchestration.py writes (writer `echo $CRUCIBLE_CANDIDATE_ID > code/id.txt`, one
 gate `sleep S` or `true`, a score command printing a cksum, optionally each after `sleep S`):
 

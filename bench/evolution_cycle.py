@@ -94,7 +94,6 @@ def main() -> None:
 
 def run_bench(temp: Path, cycles: int) -> None:
     from evolve_app import loop, services
-    from evolve_app import workspace as workspace_module
     from evolve_app.agents import BaseAgent
     from evolve_app.demo import SEED_WORKSPACE
     from evolve_app.engines import EvolutionEngine
@@ -115,10 +114,10 @@ def run_bench(temp: Path, cycles: int) -> None:
                 times[key] += time.perf_counter() - started
         return wrapper
 
-    # The loop imports these inside its methods, so wrapping the module attributes reaches it.
-    workspace_module.workspace_snapshot = timed(
+    # The loop imports workspace_snapshot by name at its top: wrap the loop's own reference.
+    loop.workspace_snapshot = timed(
         lambda path, tag, *a, **k: "snapshot pre-evo-N" if tag.startswith("pre-") else "snapshot evo-N",
-        workspace_module.workspace_snapshot)
+        loop.workspace_snapshot)
     EvolutionHistory.layer_changes = timed("layer_changes", EvolutionHistory.layer_changes)
     loop.solve_batch = timed("solve", loop.solve_batch)
 
