@@ -31,10 +31,11 @@ from evolve_app.forms import (
 from evolve_app.models import Agent, EvolutionRun
 from evolve_app.types import AuthedRequest
 from runtime_app import access
+from runtime_app import selectors as runtime_selectors
+from runtime_app.forms import form_errors_apply
 from runtime_app.models import Project
 from runtime_app.presenters import short_sha
 from runtime_app.selectors import project_for_user, projects_for_user
-from runtime_app.views import _apply_errors, _live_context
 
 # --- the agents list --------------------------------------------------------------------------
 
@@ -73,7 +74,7 @@ def agent_import(request: AuthedRequest) -> HttpResponse:
             query = urlencode({key: form.cleaned_data[key] for key in ("project", "path", "name")})
             return redirect(reverse("agent_import_preview") + "?" + query)
         except ValidationError as error:
-            _apply_errors(form, error)
+            form_errors_apply(form, error)
         else:
             return _imported(request, agent, project)
     return _agent_list(request, import_form=form, status=400)
@@ -104,7 +105,7 @@ def agent_import_preview(request: AuthedRequest) -> HttpResponse:
             agent = services.agent_import(request.user, project, path, form.cleaned_data["name"],
                                           manifest=form.cleaned_data["manifest"])
         except ValidationError as error:
-            _apply_errors(form, error)
+            form_errors_apply(form, error)
         else:
             return _imported(request, agent, project)
     if request.method == "POST":
@@ -133,7 +134,7 @@ def agent_demo(request: AuthedRequest) -> HttpResponse:
         try:
             agent = services.demo_agent_create(request.user, project)
         except ValidationError as error:
-            _apply_errors(form, error)
+            form_errors_apply(form, error)
         else:
             messages.success(request, f"{agent.name} created in {project.name}: start an evolution run "
                                       "below.")
@@ -184,7 +185,7 @@ def _agent_page(request: AuthedRequest, agent: Agent, *, start_form: RunStartFor
         "can_approve": access.has_role(request.user, agent.project, access.APPROVER),
         **_browser_context(request, agent, versions),
         "empty_message": "No activity for this agent yet.",
-        **_live_context(request, subject=("agent", agent.pk)),
+        **runtime_selectors.live_feed(request.user, subject=("agent", agent.pk)),
     }, status=status)
 
 
@@ -223,7 +224,7 @@ def evolution_run_start(request: AuthedRequest, agent_id: int) -> HttpResponse:
         except ValidationError as error:
             if not valid and hasattr(error, "error_dict"):  # the settings are already on their fields
                 error = ValidationError({k: v for k, v in error.error_dict.items() if k != "config"})
-            _apply_errors(form, error)
+            form_errors_apply(form, error)
         else:
             messages.success(request, f"Run {run.number} queued: {run.cycles_planned} cycles of {run.engine} "
                                       f"on {run.benchmark}.")
@@ -241,7 +242,7 @@ def agent_rollback(request: AuthedRequest, agent_id: int) -> HttpResponse:
         try:
             sha = services.agent_rollback(request.user, agent, tag)
         except ValidationError as error:
-            _apply_errors(form, error)
+            form_errors_apply(form, error)
         else:
             messages.success(request, f"{agent.name} rolled back to {tag} with the new commit "
                                       f"{short_sha(sha)}.")
@@ -269,7 +270,7 @@ def evolution_run_detail(request: AuthedRequest, agent_id: int, run_id: int) -> 
     return render(request, "evolve_app/run_detail.html", {
         **_run_context(request, run),
         "empty_message": "No activity for this agent yet.",
-        **_live_context(request, subject=("agent", run.agent.pk)),
+        **runtime_selectors.live_feed(request.user, subject=("agent", run.agent.pk)),
     })
 
 

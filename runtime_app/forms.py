@@ -3,6 +3,7 @@
 from urllib.parse import urlencode
 
 from django import forms
+from django.core.exceptions import ValidationError
 
 from runtime_app.presenters import NAME_MAX_LENGTH
 
@@ -127,3 +128,12 @@ class RepositoryRefForm(forms.Form):
         if tags:
             choices.append(("Tags", [(name, name) for name in tags]))
         self.fields["ref"].choices = choices
+
+
+def form_errors_apply(form: forms.Form, error: ValidationError) -> None:
+    """A service's ValidationError shown on the form: on its field where the form has one."""
+    if hasattr(error, "error_dict"):
+        for field, errors in error.message_dict.items():
+            form.add_error(field if field in form.fields else None, errors)
+    else:
+        form.add_error(None, error.messages)

@@ -264,3 +264,12 @@ def webhook_deliveries_recent(project: Project, limit: int = 25) -> list[Any]:
     for delivery in deliveries:
         delivery.receipts = by_delivery[delivery.pk]
     return deliveries
+
+
+def live_feed(user: Any, subject: tuple[str, int] | None = None) -> dict[str, Any]:
+    """What a page with a live activity feed needs: its recent events and the socket to resume on."""
+    # Read the last id first: the page shows events up to it and the socket resumes there.
+    last_event_id = event_last_id()
+    events = events_recent_for_user(user, up_to_id=last_event_id, subject=subject)
+    ws_path = f"/ws/events/{subject[0]}/{subject[1]}/" if subject else "/ws/events/"
+    return {"events": events, "last_event_id": last_event_id, "ws_path": ws_path}

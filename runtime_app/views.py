@@ -13,7 +13,6 @@ from django.contrib.auth.tokens import default_token_generator
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
-from django.forms import Form
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template import engines
@@ -34,26 +33,11 @@ from runtime_app.forms import (
     RepositoryForm,
     RepositoryRefForm,
     WebhookForm,
+    form_errors_apply,
 )
 from runtime_app.htmx import for_htmx, wants_partial
 from runtime_app.models import ProjectRole, Webhook
 from runtime_app.subjects import subject_labels_attach
-
-
-def _apply_errors(form: Form, error: ValidationError) -> None:
-    if hasattr(error, "error_dict"):
-        for field, errors in error.message_dict.items():
-            form.add_error(field if field in form.fields else None, errors)
-    else:
-        form.add_error(None, error.messages)
-
-
-def _live_context(request: HttpRequest, subject: tuple[str, int] | None = None) -> dict:
-    # Read the last id first: the page shows events up to it and the socket resumes there.
-    last_event_id = selectors.event_last_id()
-    events = selectors.events_recent_for_user(request.user, up_to_id=last_event_id, subject=subject)
-    ws_path = f"/ws/events/{subject[0]}/{subject[1]}/" if subject else "/ws/events/"
-    return {"events": events, "last_event_id": last_event_id, "ws_path": ws_path}
 
 
 def _role_badges(user: Any) -> list[str]:
@@ -67,7 +51,7 @@ def _home(request: HttpRequest, project_form: ProjectForm, status: int = 200) ->
         "project_form": project_form,
         "can_create_project": access.can_create_project(request.user),
         "roles": _role_badges(request.user),
-        **_live_context(request),
+        **selectors.live_feed(request.user),
     }, status=status)
 
 
@@ -85,7 +69,7 @@ def project_create(request: HttpRequest) -> HttpResponse:
                 request.user, form.cleaned_data["name"], form.cleaned_data["description"]
             )
         except ValidationError as error:
-            _apply_errors(form, error)
+            form_errors_apply(form, error)
         else:
             messages.success(request, f"Project {project.name} created.")
             return redirect("project_detail", project_id=project.pk)
@@ -102,7 +86,7 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "can_operate": access.has_role(request.user, project, access.OPERATOR),
         "can_admin": access.has_role(request.user, project, access.ADMIN),
         "can_manage_webhooks": notifications.project_admin_is(request.user, project),
-        **_live_context(request, subject=("project", project.pk)),
+        **selectors.live_feed(request.user, subject=("project", project.pk)),
     })
 
 
@@ -141,7 +125,7 @@ def project_member_add(request: HttpRequest, project_id: int) -> HttpResponse:
             membership, invited = services.member_find_or_invite(
                 request.user, project, who, role, invite_url=_invite_url(request))
         except ValidationError as error:
-            _apply_errors(form, error)
+            form_errors_apply(form, error)
         else:
             name = membership.user.get_username()
             if invited:
@@ -238,7 +222,7 @@ def repository_register(request: HttpRequest) -> HttpResponse:
                 url=form.cleaned_data["url"],
             )
         except ValidationError as error:
-            _apply_errors(form, error)
+            form_errors_apply(form, error)
         else:
             messages.success(request, f"Repository {repository.name} registered for {project.name}.")
             return redirect("repositories")
@@ -352,7 +336,7 @@ def account(request: HttpRequest) -> HttpResponse:
             try:
                 _, new_token = services.api_token_create(request.user, form.cleaned_data["name"])
             except ValidationError as error:
-                _apply_errors(form, error)
+                form_errors_apply(form, error)
         if new_token is None:
             status = 400
         else:
@@ -368,7 +352,7 @@ def notification_settings(request: HttpRequest) -> HttpResponse:
         try:
             notifications.notification_setting_update(request.user, **form.cleaned_data)
         except ValidationError as error:
-            _apply_errors(form, error)
+            form_errors_apply(form, error)
         else:
             messages.success(request, "Notification settings saved.")
             return redirect("account")
@@ -402,7 +386,7 @@ def webhooks(request: HttpRequest, project_id: int) -> HttpResponse:
         try:
             webhook, generated = notifications.webhook_create(request.user, project, **form.cleaned_data)
         except ValidationError as error:
-            _apply_errors(form, error)
+            form_errors_apply(form, error)
         else:
             messages.success(request, f"Webhook {webhook.name} added.")
             if generated:  # shown on this response only, never stored in the clear

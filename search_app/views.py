@@ -23,10 +23,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import push_url
 
 from runtime_app import access
+from runtime_app import selectors as runtime_selectors
+from runtime_app.forms import form_errors_apply
 from runtime_app.htmx import for_htmx, wants_partial
 from runtime_app.presenters import short_sha
 from runtime_app.selectors import repository_for_user, repository_refs
-from runtime_app.views import _apply_errors, _live_context
 from search_app import presenters, selectors, services
 from search_app.diffs import diff_rows
 from search_app.diffs import spec_diff as spec_diff_text
@@ -166,7 +167,7 @@ def _editor_post(request: AuthenticatedHttpRequest, spec: Spec | None) -> HttpRe
         else:
             saved, version = services.spec_draft_save(request.user, project, spec, title, text)
     except ValidationError as error:
-        _apply_errors(form, error)
+        form_errors_apply(form, error)
         return _editor(request, form, text=text, spec=spec, status=400)
     if freezing:
         messages.success(request, f"Frozen as {search.search_id}.")
@@ -252,7 +253,7 @@ def search_detail(request: HttpRequest, search_id: str) -> HttpResponse:
     return render(request, "search_app/search_detail.html", {
         **presenters.search_record(search),
         **_run_card(request, search),
-        **_live_context(request, subject=("search", search.pk)),
+        **runtime_selectors.live_feed(request.user, subject=("search", search.pk)),
     })
 
 
@@ -375,7 +376,7 @@ def candidate_comment(request: AuthenticatedHttpRequest, search_id: str, candida
                                            form.cleaned_data["path"], form.cleaned_data["line"],
                                            form.cleaned_data["reply_to"])
         except ValidationError as error:
-            _apply_errors(form, error)
+            form_errors_apply(form, error)
         else:
             messages.success(request, "Reply added." if comment.reply_to_id else "Comment added.")
             return redirect(reverse("candidate_detail", args=[search_id, candidate_id])
@@ -414,7 +415,7 @@ def candidate_decide(request: AuthenticatedHttpRequest, search_id: str, candidat
                 services.approval_record(request.user, candidate, form.cleaned_data["decision"],
                                          form.cleaned_data["patch_sha256"], form.cleaned_data["note"])
             except ValidationError as error:
-                _apply_errors(form, error)
+                form_errors_apply(form, error)
             else:
                 approved = form.cleaned_data["decision"] == Approval.Decision.APPROVE
                 done = "approved" if approved else "asked for changes to"
@@ -461,7 +462,7 @@ def search_merge(request: AuthenticatedHttpRequest, search_id: str) -> HttpRespo
             try:
                 merge = services.merge_create(request.user, search, target, branch)
             except ValidationError as error:
-                _apply_errors(form, error)
+                form_errors_apply(form, error)
             else:
                 messages.success(request, f"Merged onto {merge.branch} as {short_sha(merge.commit_sha)}. "
                                           "Nothing was pushed.")
