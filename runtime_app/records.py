@@ -9,7 +9,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 
 from runtime_app.models import AuditEntry, Event, Project, Receipt
@@ -64,7 +64,7 @@ def event_emit(
 
 
 def audit_record(
-    actor: AbstractUser | None,
+    actor: User | None,
     action: str,
     *,
     project: Project | None = None,

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.core.validators import validate_email
@@ -52,7 +52,7 @@ PROJECT_NAME_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9 ._-]{{0,{NAME_MAX_LENGTH 
 TOKEN_PREFIX = "crc_"  # noqa: S105  (a marker, not a secret)
 
 
-def project_create(user: AbstractUser, name: str, description: str = "") -> Project:
+def project_create(user: User, name: str, description: str = "") -> Project:
     """Create a project; its creator becomes its first project admin."""
     access.require(user, access.CREATE_PROJECT)
     name = (name or "").strip()
@@ -86,7 +86,7 @@ def _admins_left(project: Project, leaving: Any) -> bool:
     return project.memberships.filter(role=access.ADMIN, user__is_active=True).exclude(user=leaving).exists()
 
 
-def project_member_add(actor: AbstractUser, project: Project, user: AbstractUser,
+def project_member_add(actor: User, project: Project, user: User,
                        role: str = access.VIEWER) -> ProjectMembership:
     """Make `user` a member of `project` with `role`; a project admin does this (a member already
     there keeps their role: change it with project_member_role_set)."""
@@ -107,7 +107,7 @@ def project_member_add(actor: AbstractUser, project: Project, user: AbstractUser
     return membership
 
 
-def member_find_or_invite(actor: AbstractUser, project: Project, who: str, role: str,
+def member_find_or_invite(actor: User, project: Project, who: str, role: str,
                           *, invite_url: Any = None) -> tuple[ProjectMembership, bool]:
     """Add the account named `who` (a username or an email address) to `project` with `role`;
     an email address no account has gets a new account and an email with a link to set its
@@ -153,7 +153,7 @@ def member_find_or_invite(actor: AbstractUser, project: Project, who: str, role:
     return membership, invited
 
 
-def project_member_role_set(actor: AbstractUser, project: Project, user: AbstractUser,
+def project_member_role_set(actor: User, project: Project, user: User,
                             role: str) -> ProjectMembership:
     """Change a member's role in `project`; a project admin does this. Dropping below approver
     withdraws their pending decisions (the membership's save hook does it, for every door)."""
@@ -173,7 +173,7 @@ def project_member_role_set(actor: AbstractUser, project: Project, user: Abstrac
     return membership
 
 
-def project_member_remove(actor: AbstractUser, project: Project, user: AbstractUser) -> None:
+def project_member_remove(actor: User, project: Project, user: User) -> None:
     """Take a user off a project; a project admin may do this (and anyone may leave).
 
     The deletion's hook (project_membership_end) records it and withdraws the user's pending
@@ -191,7 +191,7 @@ def project_member_remove(actor: AbstractUser, project: Project, user: AbstractU
         membership.delete()
 
 
-def project_membership_end(actor: AbstractUser | None, membership: ProjectMembership) -> None:
+def project_membership_end(actor: User | None, membership: ProjectMembership) -> None:
     """What ending a membership does, however it ends (called by its pre_delete hook): audited,
     announced, and the user no longer decides on the project's winners."""
     project, username = membership.project, membership.user.get_username()
@@ -202,7 +202,7 @@ def project_membership_end(actor: AbstractUser | None, membership: ProjectMember
                           reason=f"{username} was removed from {project.name}")
 
 
-def project_membership_role_changed(actor: AbstractUser | None, membership: ProjectMembership,
+def project_membership_role_changed(actor: User | None, membership: ProjectMembership,
                                     before: str) -> None:
     """What a role change does, however it is made (called by the membership's save hook):
     audited, announced, and a member dropping below approver no longer decides on winners."""
@@ -218,7 +218,7 @@ def project_membership_role_changed(actor: AbstractUser | None, membership: Proj
                               reason=f"{username} is no longer an approver in {project.name}")
 
 
-def approver_standing_end(actor: AbstractUser | None, user: AbstractUser, *, project: Project | None,
+def approver_standing_end(actor: User | None, user: User, *, project: Project | None,
                           reason: str) -> None:
     """`user` may no longer decide on the winners of `project` (None: of any project); the apps
     that hold decisions withdraw the pending ones (search_app listens to approver_standing_ended)."""
@@ -248,7 +248,7 @@ def server_path_check(path: str, *, trusted: bool, what: str) -> Any:
 
 
 def repository_register(
-    user: AbstractUser, project: Project, path: str = "", name: str = "", *, url: str = "",
+    user: User, project: Project, path: str = "", name: str = "", *, url: str = "",
     trusted: bool = False,
 ) -> Repository:
     """Register a git repository for a project: a clone on the web node by `path`, or a remote by
@@ -281,7 +281,7 @@ def _repository_name(name: str) -> str:
     return name.strip()
 
 
-def _repository_create(user: AbstractUser, project: Project, name: str, path: str, url: str) -> Repository:
+def _repository_create(user: User, project: Project, name: str, path: str, url: str) -> Repository:
     if Repository.objects.filter(project=project, name=name).exists():
         raise ValidationError({"name": f"This project already has a repository named {name!r}."})
     with transaction.atomic():
@@ -293,7 +293,7 @@ def _repository_create(user: AbstractUser, project: Project, name: str, path: st
     return repository
 
 
-def _repository_register_remote(user: AbstractUser, project: Project, url: str, name: str) -> Repository:
+def _repository_register_remote(user: User, project: Project, url: str, name: str) -> Repository:
     try:
         url = remotes.remote_url_check(url)
     except remotes.RemoteError as error:
@@ -322,7 +322,7 @@ def repository_fetch(repository: Repository) -> None:
         raise ValidationError({"repository": str(error)}) from None
 
 
-def project_ping(user: AbstractUser, project: Project) -> None:
+def project_ping(user: User, project: Project) -> None:
     """Ask a worker to answer with an event: proves broker, worker and live push work."""
     access.require(user, access.OPERATOR, project)
     with transaction.atomic():
@@ -350,7 +350,7 @@ def project_ping_answer(ping_event_id: int, hostname: str) -> Event | None:
         )
 
 
-def api_token_create(user: AbstractUser, name: str) -> tuple[ApiToken, str]:
+def api_token_create(user: User, name: str) -> tuple[ApiToken, str]:
     """Create a personal API token; the plain token is returned once and never stored."""
     name = (name or "").strip()
     if not 1 <= len(name) <= 64:
@@ -367,7 +367,7 @@ def api_token_create(user: AbstractUser, name: str) -> tuple[ApiToken, str]:
     return token, plain
 
 
-def api_token_revoke(user: AbstractUser, token_id: int) -> ApiToken:
+def api_token_revoke(user: User, token_id: int) -> ApiToken:
     token = ApiToken.objects.filter(pk=token_id, user=user).first()
     if token is None:
         raise ValidationError("No such token.")
@@ -379,7 +379,7 @@ def api_token_revoke(user: AbstractUser, token_id: int) -> ApiToken:
     return token
 
 
-def api_token_authenticate(plain: str) -> AbstractUser | None:
+def api_token_authenticate(plain: str) -> User | None:
     """The active user behind a token, or None; marks the token used."""
     if not plain.startswith(TOKEN_PREFIX):
         return None
@@ -426,7 +426,7 @@ def command_run(
 
 
 def _patch_judge(repo_path: Any, commit: str, patch_text: bytes, name: str, rules: Any,
-                 numstat: list, detail: dict[str, Any]) -> Any:
+                 numstat: list[Any], detail: dict[str, Any]) -> Any:
     """patch_admit's stages after the limits: the patched tree in a temporary index, the change
     policy on it, then its checkout; the worktree, or None with the refusal in `detail`."""
     with object_scratch(repo_path) as scratch:
