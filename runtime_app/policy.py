@@ -15,16 +15,22 @@ plus an add of the new one, so both paths must be allowed.
 
 from __future__ import annotations
 
+import ast
+import configparser
+import fnmatch
+import functools
 import math
+import posixpath
 import re
 import shlex
 import tomllib
 import unicodedata
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from dulwich.diff_tree import tree_changes
+from dulwich.object_store import iter_tree_contents
 from dulwich.objects import Blob, Commit, Tree, TreeEntry
 
 REGULAR, EXECUTABLE, SYMLINK, GITLINK = 0o100644, 0o100755, 0o120000, 0o160000
@@ -69,14 +75,62 @@ _LOOKALIKES = str.maketrans({
     # Armenian and Latin extras
     "օ": "o", "ս": "u", "ı": "i", "ȷ": "j", "ɡ": "g", "ɑ": "a",
 })
+# Packaging metadata, matched on folded names at any depth: what the interpreter reads from a
+# directory on sys.path besides modules. importlib.metadata's MetadataPathFinder (`Lookup` in
+# importlib/metadata/__init__.py) takes every child ending `.dist-info` or `.egg-info`, and
+# `EGG-INFO` inside a `.egg`, as an installed distribution, whose `entry_points.txt` is where
+# pytest finds `pytest11` plugins to load (PluginManager.load_setuptools_entrypoints); site.py's
+# addsitedir runs `*.pth` lines; setuptools' develop installs are `*.egg-link`; and the import
+# system loads `__pycache__/*.pyc` (unchecked-hash pycs without looking at the source) or a
+# sourceless `x.pyc` instead of `x.py`.
+METADATA_DIR_SUFFIXES = (".dist-info", ".egg-info", ".egg")
+METADATA_FILE_SUFFIXES = (".egg-link", ".pth", ".pyc", ".pyo")
+METADATA_NAMES = frozenset({"entry_points.txt", "egg-info", "__pycache__"})
+# Test-runner state read at start-up: pytest's cache provider decides from it which tests
+# `--lf`, `--ff`, `--nf` and `--sw` run (_pytest/cacheprovider.py).
+RUNNER_STATE_DIRS = frozenset({".pytest_cache"})
+# How a file in a directory on sys.path is imported by name: `name.py`, a sourceless
+# `name.pyc`, an extension module `name.<abi tag>.so` / `name.pyd` (importlib.machinery's
+# SOURCE_SUFFIXES, BYTECODE_SUFFIXES and EXTENSION_SUFFIXES, on any platform).
+MODULE_SUFFIXES = (".py", ".pyw", ".pyc", ".pyo", ".so", ".pyd")
+PACKAGE_INITS = tuple(f"__init__{suffix}" for suffix in MODULE_SUFFIXES)
+PYTEST_DEFAULT_FILES = ("test_*.py", "*_test.py")
+UNITTEST_DEFAULT_FILES = ("test*.py",)
+PYTEST_CONFIGS = (("pytest.ini", "pytest"), (".pytest.ini", "pytest"), ("tox.ini", "pytest"),
+                  ("setup.cfg", "tool:pytest"))
+_PUNCTUATION = frozenset("();<>|&")
+_WRAPPERS = frozenset({"env", "exec", "command", "builtin", "time", "nice", "nohup", "sudo", "xargs"})
 _INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 @dataclass(frozen=True)
+class ImportNames:
+    """The names the interpreters that run the commands import from outside the tree (probed
+    by runtime_app.interpreters): no file on a directory of their sys.path may stand in for one.
+    `regular` are names a module or a package with an `__init__` provides (a namespace package
+    of the same name found earlier on sys.path loses to them); `namespaces` are names only
+    namespace packages provide, and their children as dotted names (`google.protobuf`).
+    `error` says why the interpreters could not be asked: then every file that could be
+    imported by name from such a directory is refused with it."""
+
+    stdlib: frozenset[str] = frozenset()
+    installed: frozenset[str] = frozenset()
+    regular: frozenset[str] = frozenset()
+    namespaces: frozenset[str] = frozenset()
+    interpreters: tuple[str, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class PolicyRules:
-    """What a patch may change. Paths are repo-relative with `/` separators."""
+    """What a patch may change. Paths are repo-relative with `/` separators.
+
+    `commands` are the commands that judge a tree (gates and score): which directories they
+    put on sys.path and which modules they load as test-runner plugins is read from them and
+    from the baseline's test configuration. `import_names` are the names no file there may
+    stand in for (None: that rule is off, as for callers that judge no commands)."""
 
     write_roots: tuple[str, ...] = ()
     exact_files: tuple[str, ...] = ()
@@ -86,6 +140,9 @@ class PolicyRules:
     max_file_bytes: int = 1_000_000
     max_patch_bytes: int = DEFAULT_MAX_PATCH_BYTES
     max_patch_files: int = DEFAULT_MAX_PATCH_FILES
+    commands: tuple[str, ...] = ()
+    import_dirs: tuple[str, ...] = ()
+    import_names: ImportNames | None = field(default=None, compare=True)
 
     @property
     def limits(self) -> PatchLimits:
@@ -171,6 +228,178 @@ def command_script(command: str) -> str | None:
     return None if not parts or ".." in parts else "/".join(parts)
 
 
+def simple_commands(command: str) -> list[list[str]]:
+    """A shell line as its simple commands, each a list of words (`cd code && python x.py` →
+    `[["cd", "code"], ["python", "x.py"]]`); redirections and their targets are left out."""
+    lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError:
+        tokens = command.split()
+    found: list[list[str]] = [[]]
+    skip = False
+    for token in tokens:
+        if skip:
+            skip = False
+        elif token and set(token) <= _PUNCTUATION:
+            if "<" in token or ">" in token:
+                skip = not token.endswith("&")  # `2>&1` has its target in the token
+                if found[-1] and found[-1][-1].isdigit():
+                    found[-1].pop()  # the `2` of `2>`
+            elif found[-1]:
+                found.append([])
+        else:
+            found[-1].append(token)
+    return [words for words in found if words]
+
+
+def _command_parts(words: list[str]) -> tuple[dict[str, str], str, list[str]]:
+    """(environment assignments, program, arguments) of a simple command, seen through `env`,
+    `exec`, `time` and the like."""
+    assignments: dict[str, str] = {}
+    rest = list(words)
+    while rest:
+        if _ENV_ASSIGNMENT.match(rest[0]):
+            name, _, value = rest.pop(0).partition("=")
+            assignments[name] = value
+        elif posixpath.basename(rest[0]) in _WRAPPERS:
+            rest.pop(0)
+            while rest and rest[0].startswith("-"):
+                rest.pop(0)
+        elif rest[0] == "timeout" and len(rest) > 1:
+            del rest[:2]
+        else:
+            break
+    return assignments, (rest[0] if rest else ""), rest[1:]
+
+
+def command_programs(commands: Iterable[str]) -> list[str]:
+    """The program each simple command of `commands` starts (`PYTHONPATH=x python3 -m y` →
+    `python3`), in order, each once."""
+    programs = []
+    for command in commands:
+        for words in simple_commands(command):
+            _, program, _ = _command_parts(words)
+            if program:
+                programs.append(program)
+    return list(dict.fromkeys(programs))
+
+
+@dataclass
+class CommandFacts:
+    """What the commands (and the baseline's test configuration) say about imports: the
+    directories they put on sys.path (each with why), the modules they load as test-runner
+    plugins, the file patterns their runners collect as tests, and where they run."""
+
+    import_dirs: dict[str, str] = field(default_factory=dict)
+    plugins: dict[str, str] = field(default_factory=dict)
+    test_patterns: dict[str, str] = field(default_factory=dict)
+    working_dirs: set[str] = field(default_factory=set)
+
+    def dir_add(self, folder: str | None, why: str) -> None:
+        if folder is not None:
+            self.import_dirs.setdefault(folder, why)
+
+    def plugin_add(self, name: str, why: str) -> None:
+        name = name.strip()
+        if name and not name.startswith("no:"):
+            self.plugins.setdefault(name, why)
+
+
+def _repo_dir(cwd: str, path: str) -> str | None:
+    """A command's relative path as a repo directory (`""` is the root); None when it leaves
+    the repository or cannot be known (`$VAR`, `~`, absolute)."""
+    if not path or path.startswith(("/", "~", "$")) or "$" in path or "`" in path:
+        return None
+    joined = posixpath.normpath(posixpath.join(cwd or ".", path))
+    if joined == "..." or joined.startswith("../") or joined == "..":
+        return None
+    return "" if joined == "." else joined
+
+
+def _runner_options(facts: CommandFacts, words: list[str], cwd: str, shown: str, unittest: bool) -> None:
+    """pytest's `-p NAME`, `-o key=value`, `--rootdir`, and unittest's `-s`, `-t`, `-p PATTERN`."""
+    index = 0
+    while index < len(words):
+        word = words[index]
+        value = words[index + 1] if index + 1 < len(words) else ""
+        name, equals, attached = word.partition("=")
+        if word.startswith("-p") and not word.startswith("--"):
+            value = word[2:] or value
+            if unittest:
+                facts.test_patterns.setdefault(value, f"the test file pattern of `{shown}`")
+            else:
+                facts.plugin_add(value, f"loaded as a pytest plugin by `-p {value}` in `{shown}`")
+        elif word in ("-o", "--override-ini") or (name == "--override-ini" and equals):
+            key, _, setting = (attached if equals else value).partition("=")
+            _ini_setting(facts, key.strip(), setting, cwd, f"`-o {key.strip()}` in `{shown}`")
+        elif name in ("--rootdir", "-s", "--start-directory", "-t", "--top-level-directory"):
+            if name == "--rootdir" or unittest:
+                target = attached if equals else value
+                facts.dir_add(_repo_dir(cwd, target), f"`{target}` ({name} in `{shown}`)")
+        index += 1
+
+
+def _ini_setting(facts: CommandFacts, key: str, value: str, cwd: str, where: str) -> None:
+    """One pytest setting that decides imports: `pythonpath`, `python_files`, `addopts`."""
+    if key == "pythonpath":
+        for item in value.split():
+            facts.dir_add(_repo_dir(cwd, item), f"`{item}` (pytest's pythonpath in {where})")
+    elif key == "python_files":
+        for pattern in value.split():
+            facts.test_patterns.setdefault(pattern, f"pytest's python_files in {where}")
+    elif key == "addopts":
+        try:
+            words = shlex.split(value)
+        except ValueError:
+            words = value.split()
+        _runner_options(facts, words, cwd, f"addopts in {where}", unittest=False)
+
+
+def command_facts(commands: Iterable[str]) -> CommandFacts:
+    """What the commands alone say (see CommandFacts); the baseline's configuration is added by
+    the policy check, which can read it."""
+    facts = CommandFacts()
+    facts.dir_add("", "the repository root (every command's working directory)")
+    for command in commands:
+        cwd = ""
+        facts.working_dirs.add(cwd)
+        for words in simple_commands(command):
+            assignments, program, args = _command_parts(words)
+            if program == "cd":
+                target = next((arg for arg in args if not arg.startswith("-")), "")
+                moved = _repo_dir(cwd, target) if target else ""
+                if moved is not None:
+                    cwd = moved
+                    facts.working_dirs.add(cwd)
+                    facts.dir_add(cwd, f"`{cwd or '.'}` (a command runs there: `cd {target}`)")
+                continue
+            if program == "export":
+                assignments.update(arg.partition("=")[::2] for arg in args if _ENV_ASSIGNMENT.match(arg))
+            for item in assignments.get("PYTHONPATH", "").split(":"):
+                facts.dir_add(_repo_dir(cwd, item), f"`{item}` (PYTHONPATH in `{command}`)")
+            for item in re.split(r"[,\s]+", assignments.get("PYTEST_PLUGINS", "")):
+                facts.plugin_add(item, f"loaded as a pytest plugin by PYTEST_PLUGINS in `{command}`")
+            if assignments.get("PYTEST_ADDOPTS"):
+                _ini_setting(facts, "addopts", assignments["PYTEST_ADDOPTS"], cwd, f"PYTEST_ADDOPTS in `{command}`")
+            for position, word in enumerate([program, *args]):
+                if word.endswith((".py", ".pyw")) or ("/" in word and position == 0):
+                    script = _repo_dir(cwd, word)
+                    if script is not None:
+                        folder = posixpath.dirname(script)
+                        facts.dir_add(folder, f"`{folder or '.'}` (the directory of `{script}`, which a "
+                                              "command runs)")
+            runner = " ".join(words)
+            unittest = "unittest" in words or "unittest" in program
+            if unittest:
+                for pattern in UNITTEST_DEFAULT_FILES:
+                    facts.test_patterns.setdefault(pattern, f"unittest's default test file pattern (`{runner}`)")
+            if unittest or "pytest" in runner or "py.test" in runner:
+                _runner_options(facts, args, cwd, runner, unittest)
+    return facts
+
+
 def policy_check(store: Any, baseline_tree: bytes | str | None, patched_tree: bytes | str,
                  rules: PolicyRules) -> PolicyVerdict:
     """Every rule the change from `baseline_tree` to `patched_tree` breaks (none: accepted).
@@ -181,6 +410,8 @@ def policy_check(store: Any, baseline_tree: bytes | str | None, patched_tree: by
     old_id = None if baseline_tree is None else _tree_id(store, baseline_tree)
     new_id = _tree_id(store, patched_tree)
     checker = _Checker(store, old_id, new_id, rules)
+    if rules.commands or rules.import_names is not None:
+        checker.facts = _facts(store, old_id, rules)
     for change in tree_changes(store, old_id, new_id, want_unchanged=False):
         checker.change(_present(change.old), _present(change.new))
     return PolicyVerdict(tuple(sorted(checker.found)))
@@ -198,6 +429,7 @@ class _Checker:
         self.protected = [(name, _rule_parts(name)) for name in rules.protected_paths]
         self.script = _rule_parts(rules.score_script) if rules.score_script else None
         self.listings: dict[tuple[bytes | None, bytes], dict[str, set[bytes]]] = {}
+        self.facts: CommandFacts | None = None
 
     def add(self, path: str, reason: str) -> None:
         self.found.add(Violation(path, reason))
@@ -214,8 +446,15 @@ class _Checker:
             self.add(shown, reason)
         self._names(shown, literal, folded)
         self._allowed(shown, literal)
+        # A `.pth` is already refused as a start-up file while tests are protected.
+        startup = self.rules.forbid_test_changes and folded[-1].endswith(".pth")
+        plain_metadata = _metadata_kinds([part.lower() for part in literal])
+        for reason in [] if startup else _metadata_kinds(folded):
+            self.add(shown, reason + _hint(literal, folded, plain_metadata, reason))
         if new is not None:
             self._entry(shown, old, new)
+        if new is not None and self.facts is not None:
+            self._imports(shown, literal, folded)
         if new is not None and old is None:
             self._collision(shown, raw)
         if self.rules.forbid_test_changes and folded[-1] == "pyproject.toml":
@@ -339,6 +578,98 @@ class _Checker:
             self.listings[key] = groups
         return self.listings[key]
 
+    # --- what the commands import ---------------------------------------------------------
+
+    def _imports(self, shown: str, literal: list[str], folded: list[str]) -> None:
+        """A file on a directory the commands put on sys.path that stands in for a module they
+        import by name: a standard or installed one, or a test-runner plugin."""
+        assert self.facts is not None
+        for folder, why in self.facts.import_dirs.items():
+            parts = [_lookalike(part) for part in folder.split("/")] if folder else []
+            if len(folded) <= len(parts) or folded[: len(parts)] != parts:
+                continue
+            if self.rules.import_names is not None:
+                self._shadow(shown, literal, folded, len(parts), why)
+            if self.rules.forbid_test_changes:
+                self._plugin(shown, folded[len(parts):])
+        if self.rules.forbid_test_changes:
+            for pattern, why in self.facts.test_patterns.items():
+                if fnmatch.fnmatchcase(folded[-1], _lookalike(pattern)):
+                    self.add(shown, f"collected as a test file ({why}: `{pattern}`); test files cannot be "
+                                    "changed (forbid_test_changes)")
+
+    def _shadow(self, shown: str, literal: list[str], folded: list[str], start: int, why: str) -> None:
+        names = self.rules.import_names
+        assert names is not None
+        known = _names_folded(names)
+        prefix = ""
+        for depth in range(start, len(folded)):
+            is_file = depth == len(folded) - 1
+            name = _module_name(folded[depth]) if is_file else folded[depth]
+            if name is None or name == "__init__":
+                return
+            here = literal[: depth + 1]
+            if is_file:
+                regular, existed = True, self._has(self.baseline_id, here)
+            else:
+                regular = any(self._has(self.patched_id, [*here, init]) for init in PACKAGE_INITS)
+                existed = any(self._has(self.baseline_id, [*here, init]) for init in PACKAGE_INITS)
+            if names.error:
+                if depth == start and (regular or not self._has(self.baseline_id, here, tree=True)) and not existed:
+                    self.add(shown, f"could be imported by name by the commands ({why} is on sys.path), and "
+                                    f"{names.error}; nothing can be checked for shadowing until they can, so "
+                                    "fix the interpreters or the sandbox and run the evaluation again")
+                return
+            dotted = prefix + name
+            if dotted not in known.every:
+                return
+            if not regular:
+                if dotted in known.namespaces:  # its portions merge: look at what this one adds
+                    prefix = dotted + "."
+                    continue
+                if dotted in known.regular or self._has(self.baseline_id, here, tree=True):
+                    return  # a regular module later on sys.path wins over a namespace portion
+            elif existed:
+                return  # the baseline's own module, the code under test
+            origin = known.every[dotted]
+            kind = ("the standard library's" if origin.split(".")[0] in names.stdlib
+                    else "the installed module")
+            made = "/".join(literal[start: depth + 1]) + ("" if is_file else "/")
+            self.add(shown, f"would be imported instead of {kind} `{origin}` by the commands ({why} is on "
+                            f"sys.path, and `{made}` there is imported as `{origin}`; names from "
+                            f"{', '.join(names.interpreters) or 'the interpreters that run them'}); rename it")
+            return
+
+    def _plugin(self, shown: str, relative: list[str]) -> None:
+        assert self.facts is not None
+        folders = relative[:-1]
+        module = _module_name(relative[-1])
+        chain = folders if module == "__init__" else [*folders, module] if module else None
+        for plugin, why in self.facts.plugins.items():
+            parts = [_lookalike(part) for part in plugin.split(".")]
+            if folders[: len(parts)] == parts or (chain and parts[: len(chain)] == chain):
+                self.add(shown, f"part of `{plugin}`, {why}: test-runner plugins cannot be changed "
+                                "(forbid_test_changes)")
+
+    def _has(self, root: bytes | None, parts: list[str], *, tree: bool = False) -> bool:
+        """Whether `root` has a file (or, with `tree`, a directory) at the literal path `parts`."""
+        if root is None:
+            return False
+        node: Any = self.store[root]
+        for index, part in enumerate(parts):
+            try:
+                mode, sha = node[part.encode()]
+            except KeyError:
+                return False
+            if index < len(parts) - 1:
+                if mode != 0o040000:
+                    return False
+                node = self.store[sha]
+            else:
+                return (mode == 0o040000) == tree
+        return False
+
+
 
 def read_only_paths(paths: Iterable[str], rules: PolicyRules, extra: Iterable[str] = ()) -> list[str]:
     """The paths of a tree that no command may change while it runs (bound read-only in the
@@ -383,6 +714,10 @@ def _test_kinds(parts: list[str]) -> list[str]:
     if name in STARTUP_NAMES or (suffix == "pth" and stem):
         kinds.append(f"`{name}` runs inside every Python process, tests included, and cannot be changed "
                      "(forbid_test_changes)")
+    state = next((part for part in parts[:-1] if part in RUNNER_STATE_DIRS), None)
+    if state:
+        kinds.append(f"pytest's cache (`{state}/`) decides which tests run (`--lf`, `--ff`, `--sw`) and cannot "
+                     "be changed (forbid_test_changes)")
     ci = next((f"{part}/" for part in parts[:-1] if part in CI_DIRS), None)
     ci = ci or (name if name in CI_FILES else None)
     if ci:
@@ -450,6 +785,174 @@ def _shown(raw: bytes) -> str:
     """The path for people: UTF-8 decoded (bad bytes as `\\xNN`), control characters escaped."""
     text = raw.decode("utf-8", errors="backslashreplace")
     return "".join(f"\\x{ord(c):02x}" if unicodedata.category(c) == "Cc" else c for c in text)
+
+
+# --- imports ----------------------------------------------------------------------------------
+
+
+def _module_name(name: str) -> str | None:
+    """The module a file in a directory on sys.path is imported as (`json.py`, `json.pyc`,
+    `json.cpython-312-x86_64-linux-gnu.so` → `json`), or None when it is no module."""
+    for suffix in MODULE_SUFFIXES:
+        if name.endswith(suffix):
+            stem = name[: -len(suffix)]
+            return (stem.split(".")[0] if suffix in (".so", ".pyd") else stem) or None
+    return None
+
+
+@dataclass(frozen=True)
+class _FoldedNames:
+    every: dict[str, str]  # folded → as the interpreter spells it
+    regular: frozenset[str]
+    namespaces: frozenset[str]
+
+
+@functools.lru_cache(maxsize=16)
+def _names_folded(names: ImportNames) -> _FoldedNames:
+    every: dict[str, str] = {}
+    for name in sorted(names.stdlib | names.installed | names.regular | names.namespaces):
+        every.setdefault(_lookalike(name), name)
+    return _FoldedNames(every, frozenset(_lookalike(name) for name in names.regular),
+                        frozenset(_lookalike(name) for name in names.namespaces))
+
+
+def _metadata_kinds(parts: list[str]) -> list[str]:
+    """The packaging-metadata and bytecode rules a path breaks (on its segments as given)."""
+    kinds = []
+    name = parts[-1]
+    meta = next((part for part in parts[:-1] if part.endswith(METADATA_DIR_SUFFIXES) or part == "egg-info"), None)
+    if meta is None and (name.endswith((*METADATA_DIR_SUFFIXES, *METADATA_FILE_SUFFIXES[:2]))
+                         or name in METADATA_NAMES - {"__pycache__"}):
+        meta = name
+    if meta is not None:
+        kinds.append(f"packaging metadata (`{meta}`): the interpreter reads it from a directory on sys.path as an "
+                     "installed distribution, its entry points (pytest loads `pytest11` ones as plugins) or "
+                     "start-up code (importlib.metadata, site.py); a patch cannot add or change it")
+    if "__pycache__" in parts or name.endswith((".pyc", ".pyo")):
+        kinds.append("compiled bytecode (`__pycache__/`, `.pyc`) is imported instead of its source; a patch "
+                     "carries source only")
+    return kinds
+
+
+def _hint(literal: list[str], folded: list[str], plain: list[str], reason: str) -> str:
+    return "" if reason in plain else _note(literal, folded)
+
+
+_facts_cache: dict[tuple[Any, ...], CommandFacts] = {}
+
+
+def _facts(store: Any, baseline_id: bytes | None, rules: PolicyRules) -> CommandFacts:
+    """CommandFacts of the commands, the write roots and the baseline's test configuration
+    (a pure function of immutable objects, so kept for the next candidate of the search)."""
+    key = (baseline_id, rules.commands, rules.write_roots, rules.import_dirs)
+    cached = _facts_cache.get(key)
+    if cached is None:
+        cached = _facts_build(store, baseline_id, rules)
+        if len(_facts_cache) >= 64:
+            _facts_cache.clear()
+        _facts_cache[key] = cached
+    return cached
+
+
+def _facts_build(store: Any, baseline_id: bytes | None, rules: PolicyRules) -> CommandFacts:
+    facts = command_facts(rules.commands)
+    for root in rules.write_roots:
+        folder = "/".join(_rule_parts(root))
+        facts.dir_add(folder, f"the write root `{root}`")
+    for item in rules.import_dirs:
+        folder = "/".join(_rule_parts(item))
+        facts.dir_add(folder, f"`{item}`")
+    if baseline_id is None:
+        return facts
+    for cwd in sorted(facts.working_dirs):
+        _configs_read(store, baseline_id, facts, cwd)
+    # pytest (import mode `prepend`) puts the first directory above each test module and
+    # conftest.py that has no __init__.py on sys.path; a root conftest names plugins to load.
+    files = {entry.path.decode(errors="replace") for entry in iter_tree_contents(store, baseline_id)}
+    patterns = [*PYTEST_DEFAULT_FILES, *facts.test_patterns]
+    for path in sorted(files):
+        name = posixpath.basename(path)
+        if name != "conftest.py" and not (name.endswith(".py") and any(fnmatch.fnmatchcase(name, p)
+                                                                         for p in patterns)):
+            continue
+        folder = posixpath.dirname(path)
+        while folder and posixpath.join(folder, "__init__.py") in files:
+            folder = posixpath.dirname(folder)
+        facts.dir_add(folder, f"`{folder or '.'}` (pytest puts it on sys.path to import `{path}`)")
+        if name == "conftest.py":
+            for plugin in _conftest_plugins(_blob_at(store, baseline_id, path) or b""):
+                facts.plugin_add(plugin, f"loaded as a pytest plugin by `pytest_plugins` in `{path}`")
+    return facts
+
+
+def _configs_read(store: Any, baseline_id: bytes, facts: CommandFacts, cwd: str) -> None:
+    """pytest's settings that decide imports, from the baseline's config files in `cwd`."""
+    for name, section in PYTEST_CONFIGS:
+        path = posixpath.join(cwd, name) if cwd else name
+        data = _blob_at(store, baseline_id, path)
+        if data is None:
+            continue
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            parser.read_string(data.decode("utf-8", errors="replace"))
+        except configparser.Error:
+            continue
+        if parser.has_section(section):
+            for key in ("pythonpath", "python_files", "addopts"):
+                if parser.has_option(section, key):
+                    _ini_setting(facts, key, parser.get(section, key), cwd, f"`{path}`")
+    path = posixpath.join(cwd, "pyproject.toml") if cwd else "pyproject.toml"
+    data = _blob_at(store, baseline_id, path)
+    try:
+        document = tomllib.loads(data.decode("utf-8")) if data else {}
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, ValueError):
+        return
+    tool = document.get("tool", {}) if isinstance(document.get("tool"), dict) else {}
+    pytest_table = tool.get("pytest", {}) if isinstance(tool.get("pytest"), dict) else {}
+    for table in (pytest_table.get("ini_options", {}), pytest_table):
+        if not isinstance(table, dict):
+            continue
+        for key in ("pythonpath", "python_files", "addopts"):
+            value = table.get(key)
+            if isinstance(value, list):
+                value = shlex.join(str(item) for item in value) if key == "addopts" else " ".join(map(str, value))
+            if isinstance(value, str):
+                _ini_setting(facts, key, value, cwd, f"`{path}`")
+
+
+def _conftest_plugins(data: bytes) -> list[str]:
+    """The modules a conftest.py names in `pytest_plugins = …` (a string or a list of them)."""
+    try:
+        module = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return []
+    found: list[str] = []
+    for node in module.body:
+        if isinstance(node, ast.Assign) and any(isinstance(target, ast.Name) and target.id == "pytest_plugins"
+                                                for target in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            items = [value] if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else []
+            found += [part for item in items if isinstance(item, str) for part in item.split(",")]
+    return found
+
+
+def _blob_at(store: Any, tree_id: bytes, path: str) -> bytes | None:
+    node: Any = store[tree_id]
+    parts = path.split("/")
+    for index, part in enumerate(parts):
+        if not isinstance(node, Tree):
+            return None
+        try:
+            mode, sha = node[part.encode()]
+        except KeyError:
+            return None
+        node = store[sha]
+        if index == len(parts) - 1:
+            return node.as_raw_string() if isinstance(node, Blob) and mode in (REGULAR, EXECUTABLE) else None
+    return None
 
 
 # --- trees and TOML ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import posixpath
 import shutil
 import sys
 import threading
@@ -27,6 +28,7 @@ from django.utils import timezone
 from runtime_app import services as runtime_services
 from runtime_app.egress import EgressError, EgressProxy
 from runtime_app.fleet import Preset, preset_get
+from runtime_app.interpreters import import_names
 from runtime_app.git import GitError, file_at, repo_open
 from runtime_app.lane import EXCLUSIVE, SHARED
 from runtime_app.llm import LLMError, ToolChat
@@ -116,7 +118,16 @@ def _evidence_files(search: Search, files: list[dict]) -> list[str]:
 
 
 def policy_rules(spec: SearchSpec) -> PolicyRules:
-    """The change policy's rules for a search, from its spec (runtime_app.policy knows no spec)."""
+    """The change policy's rules for a search, from its spec (runtime_app.policy knows no spec).
+
+    The names no file of a patch may stand in for are asked of the interpreters the gates and
+    the score run, in the sandbox (runtime_app.interpreters, cached); a probe that fails makes
+    the policy refuse every file that could be imported by name, with the reason."""
+    commands = (*spec.hard_gates.commands, spec.score.command)
+    readable = [*readable_for(spec, "hard_gates"), *readable_for(spec, "score")]
+    # Hidden files land in evaluation trees only: their directories (a hidden test's, a hidden
+    # evaluator's) may be put on sys.path though the baseline does not have them.
+    hidden = [path for item in spec.evaluator.files for path in (item, posixpath.dirname(item))]
     return PolicyRules(
         write_roots=tuple(spec.worker.write_roots),
         exact_files=tuple(spec.worker.exact_files),
@@ -125,6 +136,9 @@ def policy_rules(spec: SearchSpec) -> PolicyRules:
         forbid_test_changes=spec.hard_gates.forbid_test_changes,
         max_patch_bytes=spec.worker.max_patch_bytes,
         max_patch_files=spec.worker.max_patch_files,
+        commands=commands,
+        import_dirs=tuple(dict.fromkeys(path for path in hidden if path)),
+        import_names=import_names(commands, readable=list(dict.fromkeys(readable))),
     )
 
 

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from runtime_app.policy import (
     EXECUTABLE,
     REGULAR,
+    ImportNames,
     PolicyRules,
     PolicyVerdict,
     Violation,
@@ -546,16 +547,207 @@ def test_violations_are_plain_values():
     assert PolicyVerdict().accepted
 
 
+# --- files that stand in for the tools that judge ---------------------------------------------
+
+NAMES = ImportNames(
+    stdlib=frozenset({"json", "os", "sys", "code", "unittest"}),
+    installed=frozenset({"pytest", "_pytest", "pluggy", "django", "google", "google.protobuf"}),
+    regular=frozenset({"json", "os", "sys", "code", "unittest", "pytest", "_pytest", "pluggy", "django"}),
+    namespaces=frozenset({"google", "google.protobuf"}),
+    interpreters=("Python 3.11.7 at /venv/bin/python",),
+)
+GATES = ("python -m pytest -q -p myplugin tests", "python scripts/check.py", "python certificate.py")
+SHADOW_BASE = {
+    "certificate.py": "import json\n",
+    "code/certificate.py": "def certificate(n):\n    return n\n",
+    "code/mypkg/__init__.py": "",
+    "code/myplugin.py": "def pytest_configure(config):\n    pass\n",
+    "scripts/check.py": "import json\n",
+    "tests/test_certificate.py": "def test_certificate():\n    assert True\n",
+    "expected_result.json": "{}\n",
+}
+
+
+def shadow_rules(write_roots: tuple[str, ...] = (".",), commands: tuple[str, ...] = GATES,
+                 names: ImportNames | None = NAMES) -> PolicyRules:
+    return PolicyRules(write_roots=write_roots, protected_paths=("expected_result.json",),
+                       commands=commands, import_names=names)
+
+
+@pytest.fixture
+def shadow_repo(tmp_path) -> Path:
+    return repo_create(tmp_path / "shadow", SHADOW_BASE)
+
+
+STDLIB_JSON = "would be imported instead of the standard library's `json` by the commands"
+
+
+def test_a_root_json_py_is_refused_because_the_root_is_on_sys_path(shadow_repo):
+    write_files(shadow_repo, {"json.py": "def load(f):\n    return {}\n"})
+    verdict = check(shadow_repo, shadow_rules())
+    assert has(verdict, "json.py", STDLIB_JSON)
+    assert has(verdict, "json.py", "the repository root (every command's working directory) is on sys.path")
+    assert has(verdict, "json.py", "rename it") and has(verdict, "json.py", "Python 3.11.7 at /venv/bin/python")
+
+
+def test_a_root_pytest_py_or_package_is_refused_as_the_installed_pytest(shadow_repo):
+    write_files(shadow_repo, {"pytest.py": "raise SystemExit(0)\n", "pluggy/__init__.py": "",
+                              "pluggy/_hooks.py": "X = 1\n"})
+    verdict = check(shadow_repo, shadow_rules())
+    assert has(verdict, "pytest.py", "instead of the installed module `pytest`")
+    assert has(verdict, "pluggy/__init__.py", "instead of the installed module `pluggy`")
+    assert has(verdict, "pluggy/_hooks.py", "instead of the installed module `pluggy`")
+
+
+def test_a_module_beside_a_script_a_command_runs_is_refused(shadow_repo):
+    write_files(shadow_repo, {"scripts/json.py": "X = 1\n"})
+    verdict = check(shadow_repo, shadow_rules())
+    assert has(verdict, "scripts/json.py", STDLIB_JSON)
+    assert has(verdict, "scripts/json.py", "the directory of `scripts/check.py`, which a command runs")
+
+
+def test_a_package_in_a_write_root_is_refused_when_it_is_named_like_an_installed_module(shadow_repo):
+    write_files(shadow_repo, {"code/pytest/__init__.py": "", "code/pytest/__main__.py": "raise SystemExit(0)\n"})
+    verdict = check(shadow_repo, shadow_rules(write_roots=("code",)))
+    for path in ("code/pytest/__init__.py", "code/pytest/__main__.py"):
+        assert has(verdict, path, "instead of the installed module `pytest`"), verdict
+        assert has(verdict, path, "the write root `code` is on sys.path")
+
+
+def test_a_submodule_and_an_ordinary_new_module_are_allowed(shadow_repo):
+    write_files(shadow_repo, {"code/mypkg/json.py": "X = 1\n", "code/fastmath.py": "X = 1\n",
+                              "code/certificate.py": "def certificate(n):\n    return n + 0\n"})
+    assert check(shadow_repo, shadow_rules(write_roots=("code",))).accepted
+
+
+def test_the_baselines_own_namespace_dir_named_like_a_stdlib_module_stays_writable_until_it_becomes_a_package(
+        shadow_repo):
+    # `code/` is the stdlib's `code` too: as a namespace portion it loses to the stdlib module.
+    write_files(shadow_repo, {"code/faster.py": "X = 1\n"})
+    assert check(shadow_repo, shadow_rules()).accepted
+    write_files(shadow_repo, {"code/__init__.py": ""})
+    verdict = check(shadow_repo, shadow_rules())
+    assert has(verdict, "code/__init__.py", "instead of the standard library's `code`")
+    assert has(verdict, "code/faster.py", "instead of the standard library's `code`")
+
+
+def test_a_portion_of_an_installed_namespace_package_is_judged_by_what_it_adds(shadow_repo):
+    write_files(shadow_repo, {"google/protobuf/__init__.py": "", "google/mine.py": "X = 1\n"})
+    verdict = check(shadow_repo, shadow_rules())
+    assert has(verdict, "google/protobuf/__init__.py", "instead of the installed module `google.protobuf`")
+    assert reasons(verdict, "google/mine.py") == []
+
+
+@pytest.mark.parametrize("path", ["JSON.py", "Json/__init__.py", "jѕon.py"])
+def test_look_alikes_and_case_variants_of_a_name_are_refused(shadow_repo, path):
+    write_files(shadow_repo, {path: "X = 1\n"})
+    assert has(check(shadow_repo, shadow_rules()), path, STDLIB_JSON)
+
+
+def test_directories_named_by_the_commands_and_the_baselines_pytest_config_are_on_sys_path(tmp_path):
+    repo = repo_create(tmp_path / "conf", {**SHADOW_BASE, "pyproject.toml": '[tool.pytest.ini_options]\npythonpath = ["lib"]\n',
+                                           "work/run.py": "X = 1\n"})
+    write_files(repo, {"src/json.py": "X = 1\n", "lib/os.py": "X = 1\n", "work/sys.py": "X = 1\n",
+                       "other/json.py": "X = 1\n"})
+    commands = ("PYTHONPATH=src python -m pytest", "cd work && python -c 'import run'")
+    verdict = check(repo, shadow_rules(commands=commands))
+    assert has(verdict, "src/json.py", "`src` (PYTHONPATH in `PYTHONPATH=src python -m pytest`) is on sys.path")
+    assert has(verdict, "lib/os.py", "`lib` (pytest's pythonpath in `pyproject.toml`) is on sys.path")
+    assert has(verdict, "work/sys.py", "`work` (a command runs there: `cd work`) is on sys.path")
+    assert reasons(verdict, "other/json.py") == []
+
+
+@pytest.mark.parametrize(("path", "reason"), [
+    ("evil-1.0.dist-info/entry_points.txt", "packaging metadata (`evil-1.0.dist-info`)"),
+    ("evil-1.0.dist-info/METADATA", "packaging metadata (`evil-1.0.dist-info`)"),
+    ("code/evil.egg-info/PKG-INFO", "packaging metadata (`evil.egg-info`)"),
+    ("code/evil.egg-info", "packaging metadata (`evil.egg-info`)"),
+    ("code/entry_points.txt", "packaging metadata (`entry_points.txt`)"),
+    ("code/evil.egg-link", "packaging metadata (`evil.egg-link`)"),
+    ("code/Evil.Dist-Info/RECORD", "packaging metadata (`evil.dist-info`)"),
+    ("code/__pycache__/certificate.cpython-311.pyc", "compiled bytecode"),
+    ("code/certificate.pyc", "compiled bytecode"),
+])
+def test_packaging_metadata_and_bytecode_are_refused_anywhere(shadow_repo, path, reason):
+    write_files(shadow_repo, {path: "[pytest11]\nevil = evil_plugin\n"})
+    verdict = check(shadow_repo, shadow_rules(write_roots=("code", "evil-1.0.dist-info"), names=None,
+                                              commands=()))
+    assert has(verdict, path, reason), verdict
+
+
+def test_pytests_cache_is_refused(shadow_repo):
+    write_files(shadow_repo, {".pytest_cache/v/cache/lastfailed": "{}\n"})
+    assert has(check(shadow_repo, shadow_rules()), ".pytest_cache/v/cache/lastfailed", "pytest's cache")
+
+
+def test_a_module_a_command_loads_as_a_pytest_plugin_is_refused(shadow_repo):
+    write_files(shadow_repo, {"code/myplugin.py": "def pytest_configure(config):\n    config.x = 1\n"})
+    verdict = check(shadow_repo, shadow_rules(write_roots=("code",)))
+    assert has(verdict, "code/myplugin.py", "part of `myplugin`, loaded as a pytest plugin by `-p myplugin` in")
+    assert has(verdict, "code/myplugin.py", "test-runner plugins cannot be changed")
+
+
+@pytest.mark.parametrize("command", ["PYTEST_PLUGINS=evil.plug python -m pytest",
+                                     "PYTEST_ADDOPTS='-p evil.plug' python -m pytest",
+                                     "python -m pytest -o addopts='-p evil.plug'"])
+def test_plugins_named_in_the_environment_or_options_of_a_command_are_refused(shadow_repo, command):
+    write_files(shadow_repo, {"evil/__init__.py": "", "evil/plug.py": "X = 1\n"})
+    verdict = check(shadow_repo, shadow_rules(commands=(command,)))
+    for path in ("evil/__init__.py", "evil/plug.py"):
+        assert has(verdict, path, "part of `evil.plug`, loaded as a pytest plugin"), (command, verdict)
+
+
+def test_plugins_named_by_the_baselines_conftest_and_test_patterns_of_its_config_are_refused(tmp_path):
+    repo = repo_create(tmp_path / "conf", {
+        **SHADOW_BASE, "conftest.py": "pytest_plugins = ['helpers.fixtures']\n",
+        "pytest.ini": "[pytest]\npython_files = check_*.py\n"})
+    write_files(repo, {"helpers/fixtures.py": "X = 1\n", "code/check_speed.py": "X = 1\n"})
+    verdict = check(repo, shadow_rules(commands=("python -m pytest",)))
+    assert has(verdict, "helpers/fixtures.py", "by `pytest_plugins` in `conftest.py`")
+    assert has(verdict, "code/check_speed.py", "collected as a test file (pytest's python_files in `pytest.ini`")
+
+
+def test_the_directory_pytest_imports_a_test_module_from_is_on_sys_path(tmp_path):
+    repo = repo_create(tmp_path / "conf", {**SHADOW_BASE, "code/checks/test_fast.py": "X = 1\n"})
+    write_files(repo, {"code/checks/json.py": "X = 1\n"})
+    verdict = check(repo, shadow_rules(write_roots=("code",), commands=("python -m pytest",)))
+    assert has(verdict, "code/checks/json.py", "pytest puts it on sys.path to import `code/checks/test_fast.py`")
+
+
+def test_unittest_discovery_patterns_are_test_files(shadow_repo):
+    write_files(shadow_repo, {"code/testing_speed.py": "def load_tests(*a):\n    pass\n"})
+    verdict = check(shadow_repo, shadow_rules(write_roots=("code",), commands=("python -m unittest discover",)))
+    assert has(verdict, "code/testing_speed.py", "unittest's default test file pattern")
+
+
+def test_when_the_interpreters_cannot_be_asked_every_importable_new_file_is_refused_with_why(shadow_repo):
+    failed = ImportNames(error="the interpreters that run the commands could not be asked what they import (boom)")
+    write_files(shadow_repo, {"fastjson.py": "X = 1\n", "code/certificate.py": "X = 2\n", "notes.txt": "x\n"})
+    verdict = check(shadow_repo, shadow_rules(names=failed))
+    assert has(verdict, "fastjson.py", "could not be asked what they import (boom)")
+    assert reasons(verdict, "code/certificate.py") == [] and reasons(verdict, "notes.txt") == []
+
+
+def test_the_rules_from_a_spec_carry_the_probed_names(settings, data_dir):
+    seed = (Path(__file__).parent.parent / "search_app" / "specs" / "seed_example.toml").read_text()
+    rules = policy_rules(spec_validate(seed).spec)
+    assert rules.import_names is not None and not rules.import_names.error
+    assert {"json", "os"} <= rules.import_names.stdlib and "pytest" in rules.import_names.installed
+    assert rules.commands[-1] == "./scripts/benchmark_candidate.sh"
+
+
 # --- rules from a spec ------------------------------------------------------------------------
 
 
 def test_rules_come_from_the_spec():
     seed = (Path(__file__).parent.parent / "search_app" / "specs" / "seed_example.toml").read_text()
     spec = spec_validate(seed).spec
-    assert policy_rules(spec) == PolicyRules(
+    rules = policy_rules(spec)
+    assert dataclasses.replace(rules, commands=(), import_names=None) == PolicyRules(
         write_roots=("code",), exact_files=(), protected_paths=("tests", "expected_result.json"),
         score_script="scripts/benchmark_candidate.sh", forbid_test_changes=True,
     )
+    assert rules.commands == (*spec.hard_gates.commands, spec.score.command)
 
 
 @pytest.mark.parametrize(("command", "script"), [
