@@ -616,7 +616,8 @@ class _Checker:
                 existed = any(self._has(self.baseline_id, [*here, init]) for init in PACKAGE_INITS)
             if names.error:
                 if depth == start and (regular or not self._has(self.baseline_id, here, tree=True)) and not existed:
-                    self.add(shown, f"could be imported by name by the commands ({why} is on sys.path), and "
+                    self.add(shown, f"could be imported by name by the commands (it is in {why}, which is on "
+                                    "sys.path), and "
                                     f"{names.error}; nothing can be checked for shadowing until they can, so "
                                     "fix the interpreters or the sandbox and run the evaluation again")
                 return
@@ -634,10 +635,10 @@ class _Checker:
             origin = known.every[dotted]
             kind = ("the standard library's" if origin.split(".")[0] in names.stdlib
                     else "the installed module")
-            made = "/".join(literal[start: depth + 1]) + ("" if is_file else "/")
-            self.add(shown, f"would be imported instead of {kind} `{origin}` by the commands ({why} is on "
-                            f"sys.path, and `{made}` there is imported as `{origin}`; names from "
-                            f"{', '.join(names.interpreters) or 'the interpreters that run them'}); rename it")
+            made = "/".join(literal[: depth + 1]) + ("" if is_file else "/")
+            asked = ", ".join(names.interpreters) or "the interpreters that run them"
+            self.add(shown, f"would be imported instead of {kind} `{origin}` by the commands: `{made}` is in "
+                            f"{why}, which is on sys.path (names from {asked}); rename it")
             return
 
     def _plugin(self, shown: str, relative: list[str]) -> None:

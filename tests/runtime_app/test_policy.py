@@ -586,7 +586,7 @@ def test_a_root_json_py_is_refused_because_the_root_is_on_sys_path(shadow_repo):
     write_files(shadow_repo, {"json.py": "def load(f):\n    return {}\n"})
     verdict = check(shadow_repo, shadow_rules())
     assert has(verdict, "json.py", STDLIB_JSON)
-    assert has(verdict, "json.py", "the repository root (every command's working directory) is on sys.path")
+    assert has(verdict, "json.py", "`json.py` is in the repository root (every command's working directory), which is on sys.path")
     assert has(verdict, "json.py", "rename it") and has(verdict, "json.py", "Python 3.11.7 at /venv/bin/python")
 
 
@@ -603,7 +603,7 @@ def test_a_module_beside_a_script_a_command_runs_is_refused(shadow_repo):
     write_files(shadow_repo, {"scripts/json.py": "X = 1\n"})
     verdict = check(shadow_repo, shadow_rules())
     assert has(verdict, "scripts/json.py", STDLIB_JSON)
-    assert has(verdict, "scripts/json.py", "the directory of `scripts/check.py`, which a command runs")
+    assert has(verdict, "scripts/json.py", "the directory of `scripts/check.py`, which a command runs), which is on sys.path")
 
 
 def test_a_package_in_a_write_root_is_refused_when_it_is_named_like_an_installed_module(shadow_repo):
@@ -611,7 +611,7 @@ def test_a_package_in_a_write_root_is_refused_when_it_is_named_like_an_installed
     verdict = check(shadow_repo, shadow_rules(write_roots=("code",)))
     for path in ("code/pytest/__init__.py", "code/pytest/__main__.py"):
         assert has(verdict, path, "instead of the installed module `pytest`"), verdict
-        assert has(verdict, path, "the write root `code` is on sys.path")
+        assert has(verdict, path, "`code/pytest/` is in the write root `code`, which is on sys.path")
 
 
 def test_a_submodule_and_an_ordinary_new_module_are_allowed(shadow_repo):
@@ -651,9 +651,9 @@ def test_directories_named_by_the_commands_and_the_baselines_pytest_config_are_o
                        "other/json.py": "X = 1\n"})
     commands = ("PYTHONPATH=src python -m pytest", "cd work && python -c 'import run'")
     verdict = check(repo, shadow_rules(commands=commands))
-    assert has(verdict, "src/json.py", "`src` (PYTHONPATH in `PYTHONPATH=src python -m pytest`) is on sys.path")
-    assert has(verdict, "lib/os.py", "`lib` (pytest's pythonpath in `pyproject.toml`) is on sys.path")
-    assert has(verdict, "work/sys.py", "`work` (a command runs there: `cd work`) is on sys.path")
+    assert has(verdict, "src/json.py", "`src` (PYTHONPATH in `PYTHONPATH=src python -m pytest`), which is on sys.path")
+    assert has(verdict, "lib/os.py", "`lib` (pytest's pythonpath in `pyproject.toml`), which is on sys.path")
+    assert has(verdict, "work/sys.py", "`work` (a command runs there: `cd work`), which is on sys.path")
     assert reasons(verdict, "other/json.py") == []
 
 
