@@ -21,11 +21,15 @@ from search_app import services
 from tests.gitrepo import repo_create
 from tests.helpers import service_missing
 
-HONEST = "def compute(n):\n    return (n - 1) * n * (2 * n - 1) // 6\n"
+# Longer than the attacks' change of work.py, so that before the rule an attacker, tied with it on
+# score, came first on diff_lines.
+HONEST = ('def compute(n):\n    """The sum of i * i for i below n, in closed form:\n\n'
+          + "".join(f"    step {i}: the sum of squares formula, shifted by one.\n" for i in range(20))
+          + '    """\n    return (n - 1) * n * (2 * n - 1) // 6\n')
 WRONG = "def compute(n):\n    return 0\n"
 
-# (a) pytest itself, for `python -m pytest`: every run passes.
-FAKE_PYTEST = "import sys\nprint('4 passed')\nsys.exit(0)\n"
+# (a) pytest itself, for `python -m pytest`: it runs as __main__, says all passed and ends with 0.
+FAKE_PYTEST = "print('2 passed in 0.01s')\n"
 # (b) json, for `python certificate.py`: whatever it loads equals whatever it is compared with.
 FAKE_JSON = '''class _Equal:
     def __eq__(self, other):
