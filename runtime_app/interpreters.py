@@ -8,8 +8,8 @@ inside the sandbox and with the environment they get, and asks it: `sys.stdlib_m
 directory (`pkgutil.iter_modules`, the directories on the path, and
 `importlib.metadata.packages_distributions()`).
 
-The interpreters probed: `python` and `python3` as the sandbox's PATH resolves them (Crucible's
-venv first), the first word of each command when it names a Python interpreter (`python3.12`,
+The interpreters probed: every `python` and `python3` on the sandbox's PATH (Crucible's venv
+first, then the system's), the first word of each command when it names a Python interpreter (`python3.12`,
 `/usr/bin/python3`), and the interpreter in the `#!` line of a program a command runs
 (`pytest` → `#!/…/venv/bin/python`). Each answer is cached in this process until the
 interpreter or a directory on its `sys.path` changes (their modification times). A probe that
@@ -142,7 +142,9 @@ def _shebang(path: Path, tree: Path, readable: Sequence[Path], isolation: str | 
         return None
     if Path(words[0]).name == "env":
         rest = [word for word in words[1:] if not word.startswith("-") and "=" not in word]
-        return sandbox.sandbox_which(rest[0], tree=tree, readable=readable, isolation=isolation) if rest else None
+        if not rest:
+            return None
+        return sandbox.sandbox_which(rest[0], tree=tree, readable=readable, isolation=isolation)
     return Path(words[0])
 
 
@@ -150,13 +152,17 @@ def interpreters_find(commands: Sequence[str], *, tree: Path, readable: Sequence
                       isolation: str | None = None) -> list[Path]:
     """The Python interpreters the commands would run, as host paths (see the module's doc)."""
     found: list[Path] = []
-    for name in ("python", "python3"):
-        path = sandbox.sandbox_which(name, tree=tree, readable=readable, isolation=isolation)
-        if path is not None:
-            found.append(path)
+    # Every `python` and `python3` on the PATH, not only the first: a script's `#!/usr/bin/python3`
+    # reaches one behind Crucible's venv.
+    for folder in sandbox.sandbox_path(tree, readable, isolation):
+        for name in ("python", "python3"):
+            candidate = Path(folder) / name
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                found.append(candidate)
     for program in command_programs(commands):
+        path: Path | None
         if program.startswith("/"):
-            path: Path | None = Path(program) if os.path.isfile(program) else None
+            path = Path(program) if os.path.isfile(program) else None
         elif "/" in program:
             continue  # a repo script: what it runs is looked up by PATH (`python`, `python3`) or named in it
         else:
@@ -170,8 +176,10 @@ def interpreters_find(commands: Sequence[str], *, tree: Path, readable: Sequence
         if interpreter is not None and _is_python(interpreter) and interpreter.is_file():
             found.append(interpreter)
     # `python` and `python3` of one directory are one interpreter with one environment.
-    unique = {(os.path.realpath(path), str(path.parent)): path for path in reversed(found)}
-    return list(dict.fromkeys(reversed(unique.values())))
+    unique: dict[tuple[str, str], Path] = {}
+    for path in found:
+        unique.setdefault((os.path.realpath(path), os.path.realpath(path.parent)), path)
+    return list(unique.values())
 
 
 def _probe_run(interpreter: Path, tree: Path, readable: Sequence[Path], isolation: str | None) -> Probed:
@@ -184,7 +192,8 @@ def _probe_run(interpreter: Path, tree: Path, readable: Sequence[Path], isolatio
     text = receipt.stdout_excerpt
     if receipt.exit_code != 0:
         said = (receipt.stderr_excerpt or text).strip().splitlines()[-1:] or ["no output"]
-        raise ProbeError(f"{interpreter} exited with {receipt.exit_code} when asked what it imports: {said[0]}")
+        raise ProbeError(f"{interpreter} exited with {receipt.exit_code} when asked what it imports: "
+                         f"{said[0]}")
     if receipt.stdout_bytes != len(text.encode()):
         raise ProbeError(f"{interpreter}'s list of importable names was cut or altered on its way out")
     try:
@@ -224,7 +233,8 @@ def import_names(commands: Sequence[str], *, readable: Sequence[Path] = (), isol
     of every file that could be imported by name."""
     try:
         with tempfile.TemporaryDirectory(prefix="crucible-probe-") as folder:
-            interpreters = interpreters_find(commands, tree=Path(folder), readable=readable, isolation=isolation)
+            interpreters = interpreters_find(commands, tree=Path(folder), readable=readable,
+                                             isolation=isolation)
         if not interpreters:
             raise ProbeError("no Python interpreter (`python`, `python3`) is on the sandbox's PATH")
         answers = [interpreter_probe(path, readable=readable, isolation=isolation) for path in interpreters]

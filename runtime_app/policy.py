@@ -25,7 +25,7 @@ import re
 import shlex
 import tomllib
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -334,10 +334,10 @@ def _runner_options(facts: CommandFacts, words: list[str], cwd: str, shown: str,
         elif word in ("-o", "--override-ini") or (name == "--override-ini" and equals):
             key, _, setting = (attached if equals else value).partition("=")
             _ini_setting(facts, key.strip(), setting, cwd, f"`-o {key.strip()}` in `{shown}`")
-        elif name in ("--rootdir", "-s", "--start-directory", "-t", "--top-level-directory"):
-            if name == "--rootdir" or unittest:
-                target = attached if equals else value
-                facts.dir_add(_repo_dir(cwd, target), f"`{target}` ({name} in `{shown}`)")
+        elif name == "--rootdir" or (unittest and name in ("-s", "--start-directory", "-t",
+                                                            "--top-level-directory")):
+            target = attached if equals else value
+            facts.dir_add(_repo_dir(cwd, target), f"`{target}` ({name} in `{shown}`)")
         index += 1
 
 
@@ -382,7 +382,8 @@ def command_facts(commands: Iterable[str]) -> CommandFacts:
             for item in re.split(r"[,\s]+", assignments.get("PYTEST_PLUGINS", "")):
                 facts.plugin_add(item, f"loaded as a pytest plugin by PYTEST_PLUGINS in `{command}`")
             if assignments.get("PYTEST_ADDOPTS"):
-                _ini_setting(facts, "addopts", assignments["PYTEST_ADDOPTS"], cwd, f"PYTEST_ADDOPTS in `{command}`")
+                _ini_setting(facts, "addopts", assignments["PYTEST_ADDOPTS"], cwd,
+                             f"PYTEST_ADDOPTS in `{command}`")
             for position, word in enumerate([program, *args]):
                 if word.endswith((".py", ".pyw")) or ("/" in word and position == 0):
                     script = _repo_dir(cwd, word)
@@ -394,7 +395,8 @@ def command_facts(commands: Iterable[str]) -> CommandFacts:
             unittest = "unittest" in words or "unittest" in program
             if unittest:
                 for pattern in UNITTEST_DEFAULT_FILES:
-                    facts.test_patterns.setdefault(pattern, f"unittest's default test file pattern (`{runner}`)")
+                    facts.test_patterns.setdefault(pattern,
+                                                   f"unittest's default test file pattern (`{runner}`)")
             if unittest or "pytest" in runner or "py.test" in runner:
                 _runner_options(facts, args, cwd, runner, unittest)
     return facts
@@ -615,7 +617,8 @@ class _Checker:
                 regular = any(self._has(self.patched_id, [*here, init]) for init in PACKAGE_INITS)
                 existed = any(self._has(self.baseline_id, [*here, init]) for init in PACKAGE_INITS)
             if names.error:
-                if depth == start and (regular or not self._has(self.baseline_id, here, tree=True)) and not existed:
+                new_name = regular or not self._has(self.baseline_id, here, tree=True)
+                if depth == start and new_name and not existed:
                     self.add(shown, f"could be imported by name by the commands (it is in {why}, which is on "
                                     "sys.path), and "
                                     f"{names.error}; nothing can be checked for shadowing until they can, so "
@@ -717,8 +720,8 @@ def _test_kinds(parts: list[str]) -> list[str]:
                      "(forbid_test_changes)")
     state = next((part for part in parts[:-1] if part in RUNNER_STATE_DIRS), None)
     if state:
-        kinds.append(f"pytest's cache (`{state}/`) decides which tests run (`--lf`, `--ff`, `--sw`) and cannot "
-                     "be changed (forbid_test_changes)")
+        kinds.append(f"pytest's cache (`{state}/`) decides which tests run (`--lf`, `--ff`, `--sw`) and "
+                     "cannot be changed (forbid_test_changes)")
     ci = next((f"{part}/" for part in parts[:-1] if part in CI_DIRS), None)
     ci = ci or (name if name in CI_FILES else None)
     if ci:
@@ -821,14 +824,16 @@ def _metadata_kinds(parts: list[str]) -> list[str]:
     """The packaging-metadata and bytecode rules a path breaks (on its segments as given)."""
     kinds = []
     name = parts[-1]
-    meta = next((part for part in parts[:-1] if part.endswith(METADATA_DIR_SUFFIXES) or part == "egg-info"), None)
+    meta = next((part for part in parts[:-1]
+                 if part.endswith(METADATA_DIR_SUFFIXES) or part == "egg-info"), None)
     if meta is None and (name.endswith((*METADATA_DIR_SUFFIXES, *METADATA_FILE_SUFFIXES[:2]))
                          or name in METADATA_NAMES - {"__pycache__"}):
         meta = name
     if meta is not None:
-        kinds.append(f"packaging metadata (`{meta}`): the interpreter reads it from a directory on sys.path as an "
-                     "installed distribution, its entry points (pytest loads `pytest11` ones as plugins) or "
-                     "start-up code (importlib.metadata, site.py); a patch cannot add or change it")
+        kinds.append(f"packaging metadata (`{meta}`): the interpreter reads it from a directory on sys.path "
+                     "as an installed distribution, its entry points (pytest loads `pytest11` ones as "
+                     "plugins) or start-up code (importlib.metadata, site.py); a patch cannot add or "
+                     "change it")
     if "__pycache__" in parts or name.endswith((".pyc", ".pyo")):
         kinds.append("compiled bytecode (`__pycache__/`, `.pyc`) is imported instead of its source; a patch "
                      "carries source only")
@@ -916,7 +921,8 @@ def _configs_read(store: Any, baseline_id: bytes, facts: CommandFacts, cwd: str)
         for key in ("pythonpath", "python_files", "addopts"):
             value = table.get(key)
             if isinstance(value, list):
-                value = shlex.join(str(item) for item in value) if key == "addopts" else " ".join(map(str, value))
+                words = [str(item) for item in value]
+                value = shlex.join(words) if key == "addopts" else " ".join(words)
             if isinstance(value, str):
                 _ini_setting(facts, key, value, cwd, f"`{path}`")
 
@@ -935,7 +941,7 @@ def _conftest_plugins(data: bytes) -> list[str]:
                 value = ast.literal_eval(node.value)
             except ValueError:
                 continue
-            items = [value] if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else []
+            items = [value] if isinstance(value, str) else value if isinstance(value, list | tuple) else ()
             found += [part for item in items if isinstance(item, str) for part in item.split(",")]
     return found
 

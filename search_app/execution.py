@@ -28,8 +28,8 @@ from django.utils import timezone
 from runtime_app import services as runtime_services
 from runtime_app.egress import EgressError, EgressProxy
 from runtime_app.fleet import Preset, preset_get
-from runtime_app.interpreters import import_names
 from runtime_app.git import GitError, file_at, repo_open
+from runtime_app.interpreters import import_names
 from runtime_app.lane import EXCLUSIVE, SHARED
 from runtime_app.llm import LLMError, ToolChat
 from runtime_app.metrics import MetricReading, last_json_line, metric_read

@@ -586,8 +586,10 @@ def test_a_root_json_py_is_refused_because_the_root_is_on_sys_path(shadow_repo):
     write_files(shadow_repo, {"json.py": "def load(f):\n    return {}\n"})
     verdict = check(shadow_repo, shadow_rules())
     assert has(verdict, "json.py", STDLIB_JSON)
-    assert has(verdict, "json.py", "`json.py` is in the repository root (every command's working directory), which is on sys.path")
-    assert has(verdict, "json.py", "rename it") and has(verdict, "json.py", "Python 3.11.7 at /venv/bin/python")
+    assert has(verdict, "json.py", "`json.py` is in the repository root (every command's working directory), "
+                                   "which is on sys.path")
+    assert has(verdict, "json.py", "rename it")
+    assert has(verdict, "json.py", "(names from Python 3.11.7 at /venv/bin/python)")
 
 
 def test_a_root_pytest_py_or_package_is_refused_as_the_installed_pytest(shadow_repo):
@@ -603,11 +605,13 @@ def test_a_module_beside_a_script_a_command_runs_is_refused(shadow_repo):
     write_files(shadow_repo, {"scripts/json.py": "X = 1\n"})
     verdict = check(shadow_repo, shadow_rules())
     assert has(verdict, "scripts/json.py", STDLIB_JSON)
-    assert has(verdict, "scripts/json.py", "the directory of `scripts/check.py`, which a command runs), which is on sys.path")
+    assert has(verdict, "scripts/json.py",
+               "the directory of `scripts/check.py`, which a command runs), which is on sys.path")
 
 
 def test_a_package_in_a_write_root_is_refused_when_it_is_named_like_an_installed_module(shadow_repo):
-    write_files(shadow_repo, {"code/pytest/__init__.py": "", "code/pytest/__main__.py": "raise SystemExit(0)\n"})
+    write_files(shadow_repo, {"code/pytest/__init__.py": "",
+                              "code/pytest/__main__.py": "raise SystemExit(0)\n"})
     verdict = check(shadow_repo, shadow_rules(write_roots=("code",)))
     for path in ("code/pytest/__init__.py", "code/pytest/__main__.py"):
         assert has(verdict, path, "instead of the installed module `pytest`"), verdict
@@ -645,13 +649,15 @@ def test_look_alikes_and_case_variants_of_a_name_are_refused(shadow_repo, path):
 
 
 def test_directories_named_by_the_commands_and_the_baselines_pytest_config_are_on_sys_path(tmp_path):
-    repo = repo_create(tmp_path / "conf", {**SHADOW_BASE, "pyproject.toml": '[tool.pytest.ini_options]\npythonpath = ["lib"]\n',
-                                           "work/run.py": "X = 1\n"})
+    repo = repo_create(tmp_path / "conf", {
+        **SHADOW_BASE, "pyproject.toml": '[tool.pytest.ini_options]\npythonpath = ["lib"]\n',
+        "work/run.py": "X = 1\n"})
     write_files(repo, {"src/json.py": "X = 1\n", "lib/os.py": "X = 1\n", "work/sys.py": "X = 1\n",
                        "other/json.py": "X = 1\n"})
     commands = ("PYTHONPATH=src python -m pytest", "cd work && python -c 'import run'")
     verdict = check(repo, shadow_rules(commands=commands))
-    assert has(verdict, "src/json.py", "`src` (PYTHONPATH in `PYTHONPATH=src python -m pytest`), which is on sys.path")
+    assert has(verdict, "src/json.py",
+               "`src` (PYTHONPATH in `PYTHONPATH=src python -m pytest`), which is on sys.path")
     assert has(verdict, "lib/os.py", "`lib` (pytest's pythonpath in `pyproject.toml`), which is on sys.path")
     assert has(verdict, "work/sys.py", "`work` (a command runs there: `cd work`), which is on sys.path")
     assert reasons(verdict, "other/json.py") == []
@@ -683,7 +689,8 @@ def test_pytests_cache_is_refused(shadow_repo):
 def test_a_module_a_command_loads_as_a_pytest_plugin_is_refused(shadow_repo):
     write_files(shadow_repo, {"code/myplugin.py": "def pytest_configure(config):\n    config.x = 1\n"})
     verdict = check(shadow_repo, shadow_rules(write_roots=("code",)))
-    assert has(verdict, "code/myplugin.py", "part of `myplugin`, loaded as a pytest plugin by `-p myplugin` in")
+    assert has(verdict, "code/myplugin.py",
+               "part of `myplugin`, loaded as a pytest plugin by `-p myplugin` in")
     assert has(verdict, "code/myplugin.py", "test-runner plugins cannot be changed")
 
 
@@ -704,24 +711,28 @@ def test_plugins_named_by_the_baselines_conftest_and_test_patterns_of_its_config
     write_files(repo, {"helpers/fixtures.py": "X = 1\n", "code/check_speed.py": "X = 1\n"})
     verdict = check(repo, shadow_rules(commands=("python -m pytest",)))
     assert has(verdict, "helpers/fixtures.py", "by `pytest_plugins` in `conftest.py`")
-    assert has(verdict, "code/check_speed.py", "collected as a test file (pytest's python_files in `pytest.ini`")
+    assert has(verdict, "code/check_speed.py",
+               "collected as a test file (pytest's python_files in `pytest.ini`")
 
 
 def test_the_directory_pytest_imports_a_test_module_from_is_on_sys_path(tmp_path):
     repo = repo_create(tmp_path / "conf", {**SHADOW_BASE, "code/checks/test_fast.py": "X = 1\n"})
     write_files(repo, {"code/checks/json.py": "X = 1\n"})
     verdict = check(repo, shadow_rules(write_roots=("code",), commands=("python -m pytest",)))
-    assert has(verdict, "code/checks/json.py", "pytest puts it on sys.path to import `code/checks/test_fast.py`")
+    assert has(verdict, "code/checks/json.py",
+               "pytest puts it on sys.path to import `code/checks/test_fast.py`")
 
 
 def test_unittest_discovery_patterns_are_test_files(shadow_repo):
     write_files(shadow_repo, {"code/testing_speed.py": "def load_tests(*a):\n    pass\n"})
-    verdict = check(shadow_repo, shadow_rules(write_roots=("code",), commands=("python -m unittest discover",)))
+    verdict = check(shadow_repo, shadow_rules(write_roots=("code",),
+                                              commands=("python -m unittest discover",)))
     assert has(verdict, "code/testing_speed.py", "unittest's default test file pattern")
 
 
 def test_when_the_interpreters_cannot_be_asked_every_importable_new_file_is_refused_with_why(shadow_repo):
-    failed = ImportNames(error="the interpreters that run the commands could not be asked what they import (boom)")
+    failed = ImportNames(
+        error="the interpreters that run the commands could not be asked what they import (boom)")
     write_files(shadow_repo, {"fastjson.py": "X = 1\n", "code/certificate.py": "X = 2\n", "notes.txt": "x\n"})
     verdict = check(shadow_repo, shadow_rules(names=failed))
     assert has(verdict, "fastjson.py", "could not be asked what they import (boom)")
