@@ -99,6 +99,7 @@ UNITTEST_DEFAULT_FILES = ("test*.py",)
 PYTEST_CONFIGS = (("pytest.ini", "pytest"), (".pytest.ini", "pytest"), ("tox.ini", "pytest"),
                   ("setup.cfg", "tool:pytest"))
 _PUNCTUATION = frozenset("();<>|&")
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 _WRAPPERS = frozenset({"env", "exec", "command", "builtin", "time", "nice", "nohup", "sudo", "xargs"})
 _INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 _DRIVE = re.compile(r"^[A-Za-z]:")
@@ -296,6 +297,16 @@ class CommandFacts:
     plugins: dict[str, str] = field(default_factory=dict)
     test_patterns: dict[str, str] = field(default_factory=dict)
     working_dirs: set[str] = field(default_factory=set)
+    scripts: set[str] = field(default_factory=set)  # repo programs the commands run
+
+    def merge(self, other: CommandFacts) -> None:
+        for folder, why in other.import_dirs.items():
+            self.dir_add(folder, why)
+        for name, why in other.plugins.items():
+            self.plugins.setdefault(name, why)
+        for pattern, why in other.test_patterns.items():
+            self.test_patterns.setdefault(pattern, why)
+        self.working_dirs |= other.working_dirs
 
     def dir_add(self, folder: str | None, why: str) -> None:
         if folder is not None:
@@ -384,6 +395,11 @@ def command_facts(commands: Iterable[str]) -> CommandFacts:
             if assignments.get("PYTEST_ADDOPTS"):
                 _ini_setting(facts, "addopts", assignments["PYTEST_ADDOPTS"], cwd,
                              f"PYTEST_ADDOPTS in `{command}`")
+            run = args[0] if posixpath.basename(program) in _SHELLS and args else program
+            if "/" in run or run.endswith(".sh"):
+                script = _repo_dir(cwd, run)
+                if script:
+                    facts.scripts.add(script)
             for position, word in enumerate([program, *args]):
                 if word.endswith((".py", ".pyw")) or ("/" in word and position == 0):
                     script = _repo_dir(cwd, word)
@@ -862,6 +878,12 @@ def _facts(store: Any, baseline_id: bytes | None, rules: PolicyRules) -> Command
 
 def _facts_build(store: Any, baseline_id: bytes | None, rules: PolicyRules) -> CommandFacts:
     facts = command_facts(rules.commands)
+    # A shell script a command runs is read for its own commands (one level deep).
+    for script in sorted(facts.scripts) if baseline_id is not None else []:
+        lines = (_blob_at(store, baseline_id, script) or b"").decode("utf-8", errors="replace").splitlines()
+        shebang = lines[0][2:].split() if lines and lines[0].startswith("#!") else []
+        if script.endswith(".sh") or (shebang and posixpath.basename(shebang[-1]) in _SHELLS):
+            facts.merge(command_facts(line for line in lines if not line.lstrip().startswith("#")))
     for root in rules.write_roots:
         folder = "/".join(_rule_parts(root))
         facts.dir_add(folder, f"the write root `{root}`")

@@ -723,6 +723,14 @@ def test_the_directory_pytest_imports_a_test_module_from_is_on_sys_path(tmp_path
                "pytest puts it on sys.path to import `code/checks/test_fast.py`")
 
 
+def test_a_shell_script_a_command_runs_is_read_for_the_directories_its_commands_use(tmp_path):
+    repo = repo_create(tmp_path / "conf", {**SHADOW_BASE,
+                                           "scripts/bench.sh": "#!/bin/sh\ncd work && python -m bench\n"})
+    write_files(repo, {"work/json.py": "X = 1\n"})
+    verdict = check(repo, shadow_rules(commands=("./scripts/bench.sh",)))
+    assert has(verdict, "work/json.py", "`work` (a command runs there: `cd work`), which is on sys.path")
+
+
 def test_unittest_discovery_patterns_are_test_files(shadow_repo):
     write_files(shadow_repo, {"code/testing_speed.py": "def load_tests(*a):\n    pass\n"})
     verdict = check(shadow_repo, shadow_rules(write_roots=("code",),
