@@ -690,7 +690,6 @@ class _Checker:
         return False
 
 
-
 def read_only_paths(paths: Iterable[str], rules: PolicyRules, extra: Iterable[str] = ()) -> list[str]:
     """The paths of a tree that no command may change while it runs (bound read-only in the
     sandbox): protected paths, the score script, `extra` (hidden evaluator files) and, with

@@ -747,12 +747,14 @@ def test_when_the_interpreters_cannot_be_asked_every_importable_new_file_is_refu
     assert reasons(verdict, "code/certificate.py") == [] and reasons(verdict, "notes.txt") == []
 
 
-def test_the_rules_from_a_spec_carry_the_probed_names(settings, data_dir):
+def test_the_rules_from_a_spec_carry_the_probed_names_and_the_hidden_files_directories(settings, data_dir):
     seed = (Path(__file__).parent.parent / "search_app" / "specs" / "seed_example.toml").read_text()
+    seed += '\n[evaluator.files]\n"bench/hidden/check.py" = "import json\\n"\n'
     rules = policy_rules(spec_validate(seed).spec)
     assert rules.import_names is not None and not rules.import_names.error
     assert {"json", "os"} <= rules.import_names.stdlib and "pytest" in rules.import_names.installed
     assert rules.commands[-1] == "./scripts/benchmark_candidate.sh"
+    assert rules.import_dirs == ("bench/hidden/check.py", "bench/hidden")
 
 
 # --- rules from a spec ------------------------------------------------------------------------
