@@ -82,6 +82,9 @@ def writer_prompt_parts(
         "", "## Rules",
         f"- Change only these paths: {', '.join(allowed)}.",
         "- Tests, test configuration, protected paths, symlinks, binary files and mode changes are refused.",
+        "- So is a module named like one the commands import from the standard library or an installed "
+        "package (`json.py`, `pytest/`) where they import it from, packaging metadata (`*.dist-info`, "
+        "`*.egg-info`, `*.pth`, `entry_points.txt`), bytecode and test-runner plugins.",
         f"- Protected: {', '.join(spec.hard_gates.protected_paths) or 'none beyond the defaults'}.",
         "- Your files are judged only by commands the runtime runs later; what you print is not evidence.",
         "", "## Evidence", spec.evidence.text or "(no notes)",
