@@ -634,7 +634,7 @@ class _Checker:
                 existed = any(self._has(self.baseline_id, [*here, init]) for init in PACKAGE_INITS)
             if names.error:
                 new_name = regular or not self._has(self.baseline_id, here, tree=True)
-                if depth == start and new_name and not existed:
+                if depth == start and new_name and not existed and name.isidentifier():
                     self.add(shown, f"could be imported by name by the commands (it is in {why}, which is on "
                                     "sys.path), and "
                                     f"{names.error}; nothing can be checked for shadowing until they can, so "
