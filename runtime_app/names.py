@@ -26,9 +26,10 @@ NAME_RULE = "ASCII letters, digits and . _ - / only"
 
 
 def character_shown(char: str) -> str:
-    """`U+202E RIGHT-TO-LEFT OVERRIDE`: a character as people can read it whatever it is."""
+    """`U+202E RIGHT-TO-LEFT OVERRIDE`: a character as people can read it whatever it is (a
+    control, private-use or unassigned one has no name: its code point alone)."""
     name = unicodedata.name(char, "")
-    return f"U+{ord(char):04X} {name}" if name else f"U+{ord(char):04X} (no name: unassigned)"
+    return f"U+{ord(char):04X} {name}" if name else f"U+{ord(char):04X}"
 
 
 def character_refusal(char: str) -> str:
