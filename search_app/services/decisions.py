@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
-from dulwich.objects import Commit
+from dulwich.objects import Commit, ObjectID
 from dulwich.refs import Ref, check_ref_format
 
 from runtime_app import access, remotes
@@ -491,9 +491,9 @@ def _commit_tree_verify(search: Search, branch: str, target: str, commit: str, t
             return
         ref = Ref(f"refs/heads/{branch}".encode())
         if target == Merge.Target.EXISTING_BRANCH:
-            repo.refs.set_if_equals(ref, commit.encode(), search.baseline_commit.encode())
+            repo.refs.set_if_equals(ref, ObjectID(commit.encode()), ObjectID(search.baseline_commit.encode()))
         else:
-            repo.refs.remove_if_equals(ref, commit.encode())
+            repo.refs.remove_if_equals(ref, ObjectID(commit.encode()))
     raise ValidationError(f"The merge was not made: the commit's tree is not the baseline with the approved "
                           f"patch applied ({short_sha(tree)}); {branch} was put back.")
 

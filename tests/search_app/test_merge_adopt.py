@@ -4,6 +4,7 @@ carries the search's trailers; and a branch name reads as what it is, at every d
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 
@@ -12,7 +13,7 @@ from django.core.exceptions import ValidationError
 
 from runtime_app.models import AuditEntry, Receipt
 from search_app import services
-from search_app.models import Merge
+from search_app.models import Candidate, Merge
 from tests.helpers import login, text_of
 from tests.search_app.runs import fates, run_inline, spec_text
 from tests.search_app.test_review_api import api, cli
@@ -160,3 +161,38 @@ def test_a_hostile_branch_name_is_refused_naming_its_character_by_page_api_and_c
     assert not Merge.objects.exists()
     assert cli(approver, "merge", search.search_id, "--branch", "feature/x_y.z").code == 0
     assert Merge.objects.get().branch == "feature/x_y.z"
+
+
+IGNORED_IN_ITS_OWN_PATCH = b"""diff --git a/.gitignore b/.gitignore
+new file mode 100644
+--- /dev/null
++++ b/.gitignore
+@@ -0,0 +1 @@
++*.log
+diff --git a/keep.log b/keep.log
+new file mode 100644
+--- /dev/null
++++ b/keep.log
+@@ -0,0 +1 @@
++kept
+"""
+
+
+def test_a_merge_commit_whose_tree_is_not_the_approved_tree_is_taken_back_and_nothing_is_merged(
+        finished, approver):
+    """A patch that adds a file its own .gitignore ignores: the checkout has the file, but
+    hashing the checkout leaves it out, so the commit would not hold the approved bytes."""
+    search, winner, repo = finished
+    patch = bytes(winner.patch) + IGNORED_IN_ITS_OWN_PATCH
+    Candidate.objects.filter(pk=winner.pk).update(patch=patch, patch_sha256=hashlib.sha256(patch).hexdigest())
+    winner = Candidate.objects.get(pk=winner.pk)
+    services.approval_record(approver, winner, "approve", winner.patch_sha256)
+    with pytest.raises(ValidationError, match=r"the commit's tree is not the baseline with the approved "
+                                              r"patch applied .*; crucible/search-.* was put back"):
+        services.merge_create(approver, search)
+    assert git(repo, "branch", "--list", f"crucible/{search.search_id}") == ""
+    assert not Merge.objects.exists()
+    git(repo, "branch", "release", search.baseline_commit)
+    with pytest.raises(ValidationError, match="release was put back"):
+        services.merge_create(approver, search, target="existing_branch", branch="release")
+    assert git(repo, "rev-parse", "release") == search.baseline_commit and not Merge.objects.exists()
