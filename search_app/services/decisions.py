@@ -412,9 +412,9 @@ def _merge_create(user: User, search: Search, target: str, branch: str) -> Merge
                              "patch_sha256": winner.patch_sha256, "tree": tree, "adopted": adopted})
         _winner_reason_refresh(winner)
         where = f"pushed to {pushed}" if pushed else "not pushed"
-        how = "adopted the commit made before" if adopted else "merged"
-        _search_event(search, "search.merged", f"{winner.candidate_id} {how} onto {branch} as "
-                      f"{short_sha(commit)} by {_user_name(user)} ({where})",
+        earlier = "; the commit an earlier attempt made, holding the approved tree" if adopted else ""
+        _search_event(search, "search.merged", f"{winner.candidate_id} merged onto {branch} as "
+                      f"{short_sha(commit)} by {_user_name(user)} ({where}{earlier})",
                       candidate_id=winner.candidate_id,
                       state=winner.state, reason=winner.reason)
     return merge

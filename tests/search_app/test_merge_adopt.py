@@ -152,6 +152,9 @@ def test_a_hostile_branch_name_is_refused_naming_its_character_by_page_api_and_c
                                 {"target": "new_branch", "branch": page_name})
     assert page.status_code == 400
     assert f"{page_char} (character 4) is a bidirectional control" in text_of(page)
+    page = login(approver).post(f"/searches/{search.search_id}/merge/",
+                                {"target": "new_branch", "branch": "\u00a0main"})  # not trimmed away
+    assert page.status_code == 400 and "U+00A0 NO-BREAK SPACE (character 1)" in text_of(page)
     refused = api(approver, f"/api/searches/{search.search_id}/merge", {"branch": api_name})
     assert refused.status_code == 400
     assert f"{api_char} (character 2) looks like the ASCII 'a'" in refused.json()["errors"]["branch"][0]
