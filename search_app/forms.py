@@ -163,4 +163,5 @@ class MergeForm(forms.Form):
     TARGETS = [(Merge.Target.NEW_BRANCH, "A new branch"),
                (Merge.Target.EXISTING_BRANCH, "An existing branch that still points at the baseline")]
     target = forms.ChoiceField(choices=TARGETS, widget=forms.RadioSelect)
-    branch = forms.CharField(required=False, max_length=255)
+    # Not stripped here: merge_create trims ASCII spaces only, and names any other space it refuses.
+    branch = forms.CharField(required=False, max_length=255, strip=False)

@@ -4,7 +4,9 @@ A person decides; the reviewer's verdict is advice. An approval is bound to the 
 hash the approver was shown, so a changed patch leaves it stale. A merge needs enough
 standing approvals, makes one commit with dulwich on a new or unmoved branch, and never pushes.
 A decision is withdrawn when its maker may no longer decide; a merge commits only bytes whose
-SHA-256 is the approved one, onto a branch name git reads as a plain branch.
+SHA-256 is the approved one, onto a branch name git reads as a plain branch and people read as
+what it is (printable ASCII). A commit found on the branch is adopted only if its tree is the
+baseline's with those bytes applied.
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
-from dulwich.objects import Commit
+from dulwich.objects import Commit, ObjectID
 from dulwich.refs import Ref, check_ref_format
 
 from runtime_app import access, remotes
 from runtime_app.git import GitError, commit_create, repo_open
 from runtime_app.models import Project, Receipt
+from runtime_app.names import name_refusal
 from runtime_app.presenters import short_sha
 from runtime_app.services import audit_record, receipt_record
-from runtime_app.worktrees import patch_apply, worktree_remove
+from runtime_app.worktrees import object_scratch, patch_stage, tree_checkout, worktree_remove
 from search_app.models import Approval, Candidate, Comment, Merge, Search, SearchRun
 from search_app.selectors import (
     REVISING,
@@ -47,12 +50,13 @@ MAX_COMMENT_CHARS = 10_000
 
 
 MAX_BRANCH_CHARS = 200
+_ASCII_SPACE = " \t\r\n"  # only these are trimmed: any other space is refused, never silently dropped
 
 
-VALID_BRANCH_HINT = ("A valid branch name looks like crucible/faster-parser or feature/x-2: letters, digits "
-                     "and . _ - / ; it does not start with '-', '.', '/' or 'refs/', is not HEAD or another "
-                     "*_HEAD name, has no spaces, '..', '~^:?*[\\' or control characters and does not end in "
-                     "'/', '.' or '.lock'.")
+VALID_BRANCH_HINT = ("A valid branch name looks like crucible/faster-parser or feature/x-2: ASCII letters, "
+                     "digits and . _ - / ; it does not start with '-', '.', '/' or 'refs/', is not HEAD or "
+                     "another *_HEAD name, has no spaces, '..', '~^:?*[\\' or control characters and does "
+                     "not end in '/', '.' or '.lock'.")
 
 
 class Conflict(ValidationError):
@@ -276,12 +280,17 @@ def approvals_withdraw(actor: User, user: User, *, project: Project | None = Non
 
 
 def branch_name_check(branch: str) -> str:
-    """A branch name git's `check-ref-format --branch` accepts and that git cannot read as
-    something else (HEAD-like names, options, full ref names); else a ValidationError."""
-    name = (branch or "").strip()
+    """A branch name git's `check-ref-format --branch` accepts, that git cannot read as
+    something else (HEAD-like names, options, full ref names) and that reads as what it is:
+    printable ASCII only (runtime_app.names: no invisible, bidi, look-alike or compatibility
+    characters); else a ValidationError naming the character and why."""
+    name = (branch or "").strip(_ASCII_SPACE)
     problem = ""
+    characters = name_refusal(name)
     if len(name) > MAX_BRANCH_CHARS:
         problem = f"it is {len(name)} characters long (at most {MAX_BRANCH_CHARS})"
+    elif characters:
+        problem = characters
     elif name.startswith("-"):
         problem = "it starts with '-', so git would read it as an option"
     elif name.startswith("refs/"):
@@ -314,6 +323,14 @@ class PatchMismatch(ValidationError):
                          "was merged. Ask an administrator to look at how the stored patch was altered.")
 
 
+class BranchRefused(ValidationError):
+    """The target branch's head is neither where a commit may be made nor the approved bytes."""
+
+    def __init__(self, message: str, head: str, tree: str) -> None:
+        self.head, self.tree, self.reason = head, tree, message
+        super().__init__({"branch": message})
+
+
 def _patch_verified(winner: Candidate) -> bytes:
     """The exact bytes to apply, once their SHA-256 is the one the approvals were bound to."""
     patch = bytes(winner.patch or b"")
@@ -331,12 +348,15 @@ def merge_create(user: User, search: Search, target: str = Merge.Target.NEW_BRAN
     only to a repository registered by URL (where it lives); a repository registered by path is
     never pushed.
     The branch name is checked (branch_name_check) and the bytes committed must hash to the
-    approved patch hash, else nothing is merged and the refusal is audited.
+    approved patch hash, else nothing is merged and the refusal is audited. A head already on the
+    branch is adopted (a crash between the commit and the row) only when its one parent is the
+    baseline and its tree is the baseline with the approved bytes applied; any other head refuses
+    the merge with the reason, audited. Trailers in a commit message never decide.
     """
     access.require(user, access.APPROVER, search.project)
     if target not in Merge.Target.values:
         raise ValidationError({"target": "Choose a new branch or an existing branch."})
-    branch = (branch or "").strip()
+    branch = (branch or "").strip(_ASCII_SPACE)
     if not branch and target == Merge.Target.NEW_BRANCH:
         branch = merge_branch_default(search)
     if not branch:
@@ -349,6 +369,10 @@ def merge_create(user: User, search: Search, target: str = Merge.Target.NEW_BRAN
                      detail={"reason": "patch bytes do not match the approved hash",
                              "approved_sha256": mismatch.approved, "actual_sha256": mismatch.actual})
         raise Conflict(mismatch.messages[0]) from None
+    except BranchRefused as refused:  # audited, like a mismatch, outside the rolled-back transaction
+        audit_record(user, "merge.refuse", project=search.project, target=f"{search.search_id} → {branch}",
+                     detail={"reason": refused.reason, "head": refused.head, "approved_tree": refused.tree})
+        raise
 
 
 def _merge_create(user: User, search: Search, target: str, branch: str) -> Merge:
@@ -363,8 +387,10 @@ def _merge_create(user: User, search: Search, target: str, branch: str) -> Merge
         patch = _patch_verified(winner)
         approvers = ", ".join(sorted({a.user_name for a in state["standing_approvals"]}))
         started_at, started = datetime.now(UTC), monotonic()
-        # A merge whose commit was made but whose row was not (a crash between the two) is adopted.
-        earlier = _earlier_merge_commit(search, winner, branch)
+        tree = _approved_tree(search, patch)
+        # A merge whose commit was made but whose row was not (a crash between the two) is adopted:
+        # only a commit on the baseline whose tree is the approved bytes applied to it.
+        earlier = _earlier_merge_commit(search, winner, branch, tree, target)
         adopted = earlier is not None
         commit = earlier if earlier is not None else _merge_commit(
             search, winner, branch, target, user, approvers, patch=patch)
@@ -375,7 +401,7 @@ def _merge_create(user: User, search: Search, target: str, branch: str) -> Merge
             detail={"branch": branch, "target": target, "commit": commit, "baseline": search.baseline_commit,
                     "patch_sha256": winner.patch_sha256, "approved_by": approvers,
                     "pushed": bool(pushed), "pushed_to": pushed,
-                    "adopted": adopted},
+                    "adopted": adopted, "tree": tree},
         ), project=search.project, subject=("candidate", winner.pk), label=f"{winner.candidate_id} merge")
         merge = Merge.objects.create(
             search=search, candidate=winner, target=target, branch=branch, commit_sha=commit,
@@ -383,11 +409,12 @@ def _merge_create(user: User, search: Search, target: str, branch: str) -> Merge
             receipt=receipt)
         audit_record(user, "merge.create", project=search.project, target=f"{search.search_id} → {branch}",
                      detail={"commit": commit, "candidate": winner.candidate_id,
-                             "patch_sha256": winner.patch_sha256})
+                             "patch_sha256": winner.patch_sha256, "tree": tree, "adopted": adopted})
         _winner_reason_refresh(winner)
         where = f"pushed to {pushed}" if pushed else "not pushed"
+        earlier = "; the commit an earlier attempt made, holding the approved tree" if adopted else ""
         _search_event(search, "search.merged", f"{winner.candidate_id} merged onto {branch} as "
-                      f"{short_sha(commit)} by {_user_name(user)} ({where})",
+                      f"{short_sha(commit)} by {_user_name(user)} ({where}{earlier})",
                       candidate_id=winner.candidate_id,
                       state=winner.state, reason=winner.reason)
     return merge
@@ -412,7 +439,8 @@ def _merge_push(search: Search, branch: str, commit: str) -> str:
 def _merge_commit(search: Search, winner: Candidate, branch: str, target: str, user: User, approvers: str,
                   patch: bytes | None = None) -> str:
     """The winner's patch on a clean baseline, committed with dulwich onto `branch`; `patch` is
-    the bytes merge_create verified (read and verified here when not given)."""
+    the bytes merge_create verified (read and verified here when not given). The commit's tree
+    must be the approved tree (_approved_tree), else the branch is put back and nothing is merged."""
     patch = _patch_verified(winner) if patch is None else patch
     # No repo lock here: worktree creation takes it, and the branch moves by compare-and-set.
     if target == Merge.Target.NEW_BRANCH and _branch_exists(search.repository_path, branch):
@@ -421,9 +449,11 @@ def _merge_commit(search: Search, winner: Candidate, branch: str, target: str, u
         _branch_at_baseline(search, branch)
     worktree = None
     try:
-        worktree = patch_apply(search.repository_path, search.baseline_commit, patch,
-                               f"merge-{search.search_id}-{int(monotonic() * 1000)}")
-        return commit_create(
+        with object_scratch(search.repository_path) as scratch:
+            tree = patch_stage(search.repository_path, search.baseline_commit, patch, scratch)
+            worktree = tree_checkout(search.repository_path, search.baseline_commit, tree,
+                                     f"merge-{search.search_id}-{int(monotonic() * 1000)}", scratch)
+        commit = commit_create(
             search.repository_path,
             message=f"{search.name}: {winner.candidate_id}\n\n{search.objective}",
             author=_identity(user), committer="Crucible <crucible@localhost>",
@@ -438,22 +468,86 @@ def _merge_commit(search: Search, winner: Candidate, branch: str, target: str, u
     finally:
         if worktree is not None:
             worktree_remove(search.repository_path, worktree)
+    _commit_tree_verify(search, branch, target, commit, tree)
+    return commit
 
 
-def _earlier_merge_commit(search: Search, winner: Candidate, branch: str) -> str | None:
-    """The head of `branch` if it is this search's merge of this patch onto the baseline."""
+def _approved_tree(search: Search, patch: bytes) -> str:
+    """The sha of the baseline's tree with the approved patch bytes applied, built in a scratch
+    object directory: nothing is written into the repository to know it."""
+    try:
+        with object_scratch(search.repository_path) as scratch:
+            return patch_stage(search.repository_path, search.baseline_commit, patch, scratch)
+    except GitError as error:
+        raise ValidationError(f"The merge was not made: the approved patch {error}") from None
+
+
+def _commit_tree_verify(search: Search, branch: str, target: str, commit: str, tree: str) -> None:
+    """A commit just made whose tree is not the approved tree (a checkout that lost a file) is
+    taken back off `branch` (compare-and-set to the baseline, or removed if it was new)."""
+    with repo_open(search.repository_path) as repo:
+        made = repo[commit.encode()]
+        if isinstance(made, Commit) and made.tree.decode() == tree:
+            return
+        ref = Ref(f"refs/heads/{branch}".encode())
+        if target == Merge.Target.EXISTING_BRANCH:
+            repo.refs.set_if_equals(ref, ObjectID(commit.encode()), ObjectID(search.baseline_commit.encode()))
+        else:
+            repo.refs.remove_if_equals(ref, ObjectID(commit.encode()))
+    raise ValidationError(f"The merge was not made: the commit's tree is not the baseline with the approved "
+                          f"patch applied ({short_sha(tree)}); {branch} was put back.")
+
+
+def _earlier_merge_commit(search: Search, winner: Candidate, branch: str, tree: str,
+                          target: str = Merge.Target.NEW_BRANCH) -> str | None:
+    """The head of `branch` if it is this search's merge of the approved bytes: its only parent
+    is the baseline, its tree is `tree` (the baseline with the approved patch applied) and its
+    trailers name this search and this patch. None if the branch is absent or at the baseline
+    (a commit is then made). Any other head refuses the merge with the reason: a new branch that
+    exists names its head and asks for another name; an existing branch moved on."""
     with repo_open(search.repository_path) as repo:
         ref = Ref(f"refs/heads/{branch}".encode())
         if ref not in repo.refs:
             return None
-        commit = repo[repo.refs[ref]]
-        if not isinstance(commit, Commit) or [parent.decode() for parent in commit.parents] != [
-                search.baseline_commit]:
-            return None
-        message = commit.message.decode(errors="replace")
+        head = repo.refs[ref].decode()
+        commit = repo[head.encode()]
+    if head == search.baseline_commit and target == Merge.Target.EXISTING_BRANCH:
+        return None
+    why = _adoption_refusal(search, winner, commit, tree)
+    if not why:
+        return head
+    if target == Merge.Target.EXISTING_BRANCH:
+        raise BranchRefused(f"{branch} has moved on from the baseline ({short_sha(head)} is not "
+                            f"{short_sha(search.baseline_commit)}) and {why}; merge to a new branch instead.",
+                            head, tree)
+    raise BranchRefused(f"Branch {branch} exists already and does not hold the approved patch: its head "
+                        f"{short_sha(head)} {why}. Choose another branch name.", head, tree)
+
+
+def _adoption_refusal(search: Search, winner: Candidate, commit: Any, tree: str) -> str:
+    """Why `commit` is not this search's merge of the approved bytes ('' if it is)."""
+    if not isinstance(commit, Commit):
+        return "is not a commit"
+    if commit.id.decode() == search.baseline_commit:
+        return "is the baseline itself"
+    parents = [parent.decode() for parent in commit.parents]
+    if parents != [search.baseline_commit]:
+        return f"does not have the baseline {short_sha(search.baseline_commit)} as its only parent"
+    if commit.tree.decode() != tree:
+        return (f"has tree {short_sha(commit.tree.decode())}, not {short_sha(tree)} (the baseline with the "
+                "approved patch applied): it holds other bytes")
+    trailers = _trailer_block(commit.message.decode(errors="replace"))
     wanted = (f"Crucible-Search: {search.search_id}",
               f"Crucible-Candidate: {winner.candidate_id} {winner.patch_sha256}")
-    return commit.id.decode() if all(line in message.splitlines() for line in wanted) else None
+    if not all(line in trailers for line in wanted):
+        return "holds the approved bytes but is not a Crucible merge of this search (no trailers for it)"
+    return ""
+
+
+def _trailer_block(message: str) -> list[str]:
+    """The lines of a commit message's last paragraph, where git reads trailers (not the body)."""
+    paragraphs = [part for part in message.strip().split("\n\n") if part.strip()]
+    return paragraphs[-1].splitlines() if paragraphs else []
 
 
 def _identity(user: User) -> str:
