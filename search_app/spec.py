@@ -843,7 +843,7 @@ def _results_checks(data: dict[str, Any], add: Any) -> None:
     score, gates, evaluator = (data.get(key) for key in ("score", "hard_gates", "evaluator"))
     results = score.get("results") if isinstance(score, dict) else None
     files = results.get("files") if isinstance(results, dict) else None
-    if not _strings(files):
+    if not isinstance(files, list) or not _strings(files):
         return
     protected = gates.get("protected_paths", []) if isinstance(gates, dict) else []
     hidden = list(evaluator.get("files", {})) if isinstance(evaluator, dict) and \
