@@ -78,6 +78,8 @@ def evaluator_record(
         },
         "hidden_files": sorted([*inline, *(item.record() for item in hidden)], key=lambda item: item["path"]),
     }
+    if score.results is not None:  # what every trial is checked on judges candidates too
+        record["score"]["results"] = spec.model_dump(mode="json")["score"]["results"]
     evaluated = {section: paths for section, paths in (read_paths or {}).items() if section != "worker"}
     if evaluated:
         record["read_paths"] = evaluated
