@@ -71,6 +71,7 @@ def test_the_live_display_ends_with_the_outcome_table(demo, tmp_path):
     assert done.returncode == 0, done.stderr.decode()
     search_id = Search.objects.get().search_id
     assert out.splitlines()[0] == f"Started {search_id}: " + page_url(f"/searches/{search_id}/")
+    assert out.splitlines()[1] == f"warning: {RESULTS_WARNING}"  # its spec declares no `score.results`
     assert "winner — cand_001 (awaiting approval)" in out and "changed nothing" in out
     assert f"score: value, {REPORTED_LABEL}" in " ".join(out.split())
 

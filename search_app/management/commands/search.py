@@ -299,10 +299,10 @@ class Command(CrucibleCommand):
             self.fail([str(error)], 1)
         started = f"Started {search.search_id}: {page_url(reverse('search_detail', args=[search.search_id]))}"
         # With --json, standard output stays one JSON document (its `warnings` key has these too).
+        (self.stderr if as_json else self.stdout).write(started, style_func=lambda text: text)
         for warning in spec_warnings(search_spec(search)):
             (self.stderr if as_json else self.stdout).write(printable(f"warning: {warning}"),
                                                             style_func=lambda text: text)
-        (self.stderr if as_json else self.stdout).write(started, style_func=lambda text: text)
         if as_json:
             search_run_inline(search)
             self.json_write(search_run_report(search), ensure_ascii=True)
