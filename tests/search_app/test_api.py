@@ -130,6 +130,7 @@ def test_freezing_through_the_api_records_the_search(api, personas, repo_path):
     assert frozen["baseline_commit"] == git(repo_path, "rev-parse", "v1")
     assert frozen["search_id"] == "search-" + frozen["preregistration_hash"][:16]
     assert frozen["candidate_batches"][0][0] == "cand_001"
+    assert frozen["warnings"] == [RESULTS_WARNING]  # frozen all the same: the seed declares no results
     assert len(frozen["candidate_batches"]) == 2
     again = post(api, "/api/searches", body).json()
     assert again["search_id"] == frozen["search_id"]
