@@ -48,10 +48,10 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from django.conf import settings
 
@@ -70,6 +70,8 @@ SANDBOX_HOME = "/tmp/home"  # noqa: S108  (inside the sandbox's private tmpfs)
 # Where a score command finds $CRUCIBLE_METRICS_FILE under bubblewrap (outside its tree).
 METRICS_DIR_INSIDE = "/run/crucible"
 METRICS_NAME = "metrics.json"
+# The most of a trial's results (its stdout, each results file) the runtime keeps to compare.
+RESULTS_LIMIT = 16 << 20
 # Where the egress proxy's folder (its socket and forwarder) is bound under bubblewrap, and the
 # port its forwarder listens on in the sandbox's own loopback (runtime_app.egress).
 EGRESS_DIR_INSIDE = "/run/crucible-egress"
@@ -187,15 +189,19 @@ def redact(text: str, secrets: Sequence[str]) -> str:
 class _Capture:
     """A stream's head and tail, its size and the SHA-256 of every byte, in bounded memory."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, sink: BinaryIO | None = None) -> None:
         self.head_cap = cap // 2
         self.tail_cap = cap - self.head_cap
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
         self.digest = hashlib.sha256()
+        self.sink = sink  # every byte up to RESULTS_LIMIT also goes here (a trial's results)
 
     def feed(self, chunk: bytes) -> None:
+        if self.sink is not None and self.total < RESULTS_LIMIT:
+            with contextlib.suppress(ValueError, OSError):  # closed: a pipe held open past the end
+                self.sink.write(chunk[: RESULTS_LIMIT - self.total])
         self.total += len(chunk)
         self.digest.update(chunk)
         room = self.head_cap - len(self.head)
@@ -733,8 +739,8 @@ def _reachable(path: Path, uid: int, gid: int) -> bool:
 
 
 def _view_argv(tree: Path, source: Path, writable: bool, readable: Sequence[Path], read_only: Sequence[str],
-               metrics_path: Path | None, stage: _Stage, limits: Limits, egress_dir: Path | None = None
-               ) -> tuple[list[str], list[dict[str, str | int]]]:
+               metrics_path: Path | None, stage: _Stage, limits: Limits, egress_dir: Path | None = None,
+               results: Mapping[str, Path] | None = None) -> tuple[list[str], list[dict[str, str | int]]]:
     """bubblewrap's mount arguments for an allow-list view, and the mounts as a receipt lists them.
     `source` is where the tree's content comes from (the tree, a fresh copy, or a stage slot)."""
     argv: list[str] = []
@@ -768,6 +774,10 @@ def _view_argv(tree: Path, source: Path, writable: bool, readable: Sequence[Path
         bind(stage.source(path), path, "ro", path)
     for relative in read_only:
         bind(source / relative, tree / relative, "ro", tree / relative)
+    # A results file is a host file bound in place (bubblewrap makes its folders in the fresh tree):
+    # what the command writes there outlives the throwaway tree.
+    for relative, host in (results or {}).items():
+        bind(stage.source(host), tree / relative, "rw", host)
     if metrics_path is not None:  # one file, written in place: no folder to fill
         bind(stage.source(metrics_path), Path(METRICS_DIR_INSIDE) / METRICS_NAME, "rw", metrics_path)
     if egress_dir is not None:  # the proxy's socket is the one way out; read-only still connects
@@ -887,6 +897,8 @@ class _Plan:
     metrics_path: Path | None
     view: dict
     enforced: dict[str, str]  # how each limit on writes is held, for the receipt
+    results_paths: dict[str, Path] = field(default_factory=dict)  # where each results file is read after
+    results_root: Path | None = None  # with rlimits only: the tree they are in
 
 
 def _copy_tree(tree: Path, copy: Path) -> None:
@@ -947,7 +959,7 @@ class _Scratch:
 def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[str, str] | None,
           limits: Limits, readable: list[Path], read_only: list[str], writable: bool, fresh: bool,
           metrics: bool, accounting: bool, joins: Sequence[str], join_late: Sequence[str],
-          egress_dir: Path | None = None) -> _Plan:
+          egress_dir: Path | None = None, results: Sequence[str] = ()) -> _Plan:
     prlimit = shutil.which("prlimit")
     if not prlimit:
         raise SandboxError("prlimit (util-linux) is not installed; commands cannot be limited")
@@ -956,7 +968,7 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
         return _plan_in(scratch, prlimit, argv, chosen=chosen, tree=tree, cwd=cwd, env=env,
                         limits=limits, readable=readable, read_only=read_only, writable=writable,
                         fresh=fresh, metrics=metrics, accounting=accounting, joins=joins, join_late=join_late,
-                        egress_dir=egress_dir)
+                        egress_dir=egress_dir, results=results)
     except BaseException:
         scratch.remove()  # a refused run leaves nothing behind
         raise
@@ -965,7 +977,7 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
 def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, tree: Path, cwd: Path,
              env: Mapping[str, str] | None, limits: Limits, readable: list[Path], read_only: list[str],
              writable: bool, fresh: bool, metrics: bool, accounting: bool, joins: Sequence[str],
-             join_late: Sequence[str], egress_dir: Path | None = None) -> _Plan:
+             join_late: Sequence[str], egress_dir: Path | None = None, results: Sequence[str] = ()) -> _Plan:
     metrics_path = scratch.file(".json") if metrics else None
     if chosen != BUBBLEWRAP:
         home = scratch.dir() / "home"
@@ -979,7 +991,7 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
             declared["CRUCIBLE_METRICS_FILE"] = str(metrics_path)
         env_full, refused = env_build(declared, home=str(home))
         run_cwd = run_tree / cwd.relative_to(tree)
-        return _Plan(_start_argv(joins, [], [prlimit, *limits.prlimit_args(), "--", *join_late, *argv]),
+        plan = _Plan(_start_argv(joins, [], [prlimit, *limits.prlimit_args(), "--", *join_late, *argv]),
                      env_full, str(run_cwd),
                      sorted(env_full), refused, scratch, metrics_path,
                      {"uid": os.geteuid(), "gid": os.getegid(), "network": "host (no isolation)",
@@ -989,6 +1001,9 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
                       **({"read_only_paths": "not enforced"} if read_only else {})},
                      {"tmp_enforced_by": "none (rlimits only: the host's /tmp and /dev/shm)",
                       "tree_writes_enforced_by": "none (rlimits only; each file at most file_size_bytes)"})
+        plan.results_paths = {relative: run_tree / relative for relative in results}  # read before removal
+        plan.results_root = run_tree
+        return plan
     identity = sandbox_identity()
     if fresh or writable:  # a read-only tree is only read: it must be readable by others (0644)
         tree_hand_over(tree, identity)
@@ -1014,8 +1029,9 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
         writes = "none (a fresh copy on disk; each file at most file_size_bytes)"
     else:
         source = stage.source(tree)
+    results_paths = {relative: _results_host_file(scratch, tree, relative, identity) for relative in results}
     view, mounts = _view_argv(tree, source, writable or fresh, readable, read_only, metrics_path, stage,
-                              limits, egress_dir)
+                              limits, egress_dir, results_paths)
     bwrap = [shutil.which("bwrap") or "bwrap", *view, *_FLAGS]
     if not accounting:
         bwrap.append("--as-pid-1")  # no cgroup to count the tree: rusage must reach the command itself
@@ -1030,7 +1046,36 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
                   "tree": how, "mounts": mounts,
                   **({"read_only_paths": list(read_only)} if read_only else {})},
                  {"tmp_enforced_by": "tmpfs size (/tmp and /dev/shm; / and /dev read-only)",
-                  "tree_writes_enforced_by": writes})
+                  "tree_writes_enforced_by": writes}, results_paths)
+
+
+def _results_host_file(scratch: _Scratch, tree: Path, relative: str,
+                       identity: tuple[int, int] | None) -> Path:
+    """The host file bound at `relative` in the command's tree: what the pristine tree holds there
+    (a regular file, not followed through a link), owned by the sandbox user, who writes it in place."""
+    host = scratch.file(".result")
+    before = _regular_read(tree / relative, RESULTS_LIMIT, tree)
+    if before:
+        host.write_bytes(before)
+    if identity is not None:
+        os.chown(host, *identity)
+    return host
+
+
+def _regular_read(path: Path, limit: int, root: Path | None = None) -> bytes | None:
+    """Up to `limit` + 1 bytes of a regular file, never through a link (at its last component, or
+    in a folder on the way that leads out of `root`), a pipe or a device; None when there is none."""
+    try:
+        folder = Path(os.path.realpath(path.parent))
+        if root is not None and not _inside(folder, Path(os.path.realpath(root))):
+            return None
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(handle, "rb") as source:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            return None
+        return source.read(limit + 1)
 
 
 def chosen_mode(chosen: str) -> str:
@@ -1059,6 +1104,8 @@ def run(
     lane: str = SHARED,
     tail: Tail | None = None,
     egress: EgressProxy | None = None,
+    stdout_file: str | Path | None = None,
+    results_files: Mapping[str, str | Path] | None = None,
 ) -> Receipt:
     """Run `command` (argv list, or a shell line for /bin/sh) contained, and describe it.
 
@@ -1074,6 +1121,11 @@ def run(
     redacted as the receipt is. With a started `egress` proxy (runtime_app.egress) the command
     runs under its forwarder, which serves the proxy on the sandbox's own 127.0.0.1 (the URL is in
     `$CRUCIBLE_EGRESS_URL`); the proxy's records and totals go into the receipt.
+    A trial's results reach the caller outside the command: with `stdout_file`, its whole stdout
+    (up to RESULTS_LIMIT) is written there too; `results_files` maps tree-relative paths to host
+    files, and what the command wrote at each path (in place: under bubblewrap it is a bound
+    file, so renaming over it or removing it fails) is copied there after it ends, up to
+    RESULTS_LIMIT + 1 bytes (more means cut). The receipt says what came back of each.
     Returns an unsaved Receipt; `services.receipt_record` writes it.
     """
     limits = limits or Limits()
@@ -1099,7 +1151,8 @@ def run(
                          readable=readable_paths, read_only=list(read_only), writable=writable, fresh=fresh,
                          metrics=metrics_file is not None, accounting=accounting,
                          joins=cgroups.early if cgroups else [], join_late=join_late,
-                         egress_dir=egress.socket_path.parent if egress and chosen == BUBBLEWRAP else None)
+                         egress_dir=egress.socket_path.parent if egress and chosen == BUBBLEWRAP else None,
+                         results=_results_checked(results_files))
         except BaseException:
             for fd in late_fds:
                 os.close(fd)
@@ -1116,11 +1169,13 @@ def run(
         peak = figures = None
         status = 0
         rusage = None
+        sink: BinaryIO | None = None
         try:
             started_at = datetime.now(UTC)
             started = time.monotonic()
             if tail is not None:
                 tail.begin([redact(part, secrets) for part in argv], secrets)
+            sink = open(stdout_file, "wb") if stdout_file is not None else None  # noqa: SIM115
             try:
                 process = subprocess.Popen(
                     full_argv, cwd=plan.popen_cwd, env=plan.popen_env, stdin=subprocess.PIPE,
@@ -1132,7 +1187,7 @@ def run(
             finally:
                 for fd in late_fds:
                     os.close(fd)
-            captures = {process.stdout.fileno(): _Capture(limits.output_bytes),
+            captures = {process.stdout.fileno(): _Capture(limits.output_bytes, sink),
                         process.stderr.fileno(): _Capture(limits.output_bytes)}
             timed_out, cancelled, status, rusage, stray, ended = _wait(
                 process, captures, stdin, started + timeout, cancel, cgroups, tail, chosen == BUBBLEWRAP)
@@ -1143,7 +1198,10 @@ def run(
                 figures = cgroups.accounting() if accounting else None
                 oom_kills = cgroups.oom_kills() if cgroups.memory_limited else 0
             metrics_copied = _metrics_collect(plan.metrics_path, metrics_file)
+            results_copied = _results_collect(plan.results_paths, results_files or {}, plan.results_root)
         finally:
+            if sink is not None:
+                sink.close()
             if cgroups:
                 cgroups.remove()
             plan.scratch.remove()
@@ -1190,6 +1248,9 @@ def run(
             "lane": {"mode": lane, "waited_seconds": round(lane_wait, 6)},
             **({} if metrics_file is None else
                {"metrics_file": "written" if metrics_copied else "not written"}),
+            **({} if stdout_file is None else
+               {"stdout_file": "whole" if out.total <= RESULTS_LIMIT else f"cut at {RESULTS_LIMIT:,} bytes"}),
+            **({"results_files": results_copied} if results_files else {}),
             **({} if egress is None else
                {"egress": {**egress.describe(egress_mark), "forwarder": egress_view}}),
         },
@@ -1347,6 +1408,35 @@ def _metrics_collect(metrics_path: Path | None, metrics_file: str | Path | None)
         return False
     target.write_bytes(data)
     return True
+
+
+def _results_checked(results_files: Mapping[str, str | Path] | None) -> list[str]:
+    """The tree-relative paths of `results_files`, refused unless each stays inside the tree."""
+    relatives = list(results_files or {})
+    for relative in relatives:
+        parts = Path(relative).parts
+        if not relative or "\0" in relative or Path(relative).is_absolute() or {"..", ".git"} & set(parts):
+            raise SandboxError(f"results file {relative!r} must be a path inside the tree")
+    return relatives
+
+
+def _results_collect(results_paths: Mapping[str, Path], results_files: Mapping[str, str | Path],
+                     results_root: Path | None) -> dict[str, str]:
+    """Copy what the command left at each results path to where the caller wants it: "written",
+    "not written" (no regular file, or an empty one) or "cut" (larger than RESULTS_LIMIT: the first
+    RESULTS_LIMIT + 1 bytes are copied). With rlimits only the files are in the command's own tree
+    (`results_root`), and are not read through a link out of it."""
+    said = {}
+    for relative, target in results_files.items():
+        Path(target).unlink(missing_ok=True)
+        path = results_paths.get(relative)
+        data = _regular_read(path, RESULTS_LIMIT, results_root) if path is not None else None
+        if not data:
+            said[relative] = "not written"
+            continue
+        Path(target).write_bytes(data)
+        said[relative] = "written" if len(data) <= RESULTS_LIMIT else f"cut at {RESULTS_LIMIT:,} bytes"
+    return said
 
 
 def _scratch_remove(scratch: Path) -> None:

@@ -14,7 +14,7 @@ from runtime_app.selectors import project_for_user, repository_for_user
 from search_app import diffs, selectors, services
 from search_app.execution import search_spec
 from search_app.preflight import provider_problems
-from search_app.spec import spec_validate
+from search_app.spec import spec_validate, spec_warnings
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -49,6 +49,9 @@ class ValidationOut(Schema):
     valid: bool
     errors: list[SpecErrorOut]
     summary: dict[str, Any] | None
+    warnings: list[str] = Field(
+        default_factory=list, description="what a valid spec allows but a person should know before "
+        "freezing it (\"nothing checks correctness while the score runs\" without `score.results`)")
 
 
 class SpecIn(Schema):
@@ -112,6 +115,7 @@ def _validation(text: str) -> dict[str, Any]:
         "valid": report.valid,
         "errors": [{**error.as_dict(), "text": str(error)} for error in report.errors],
         "summary": summary,
+        "warnings": report.warnings,
     }
 
 
@@ -173,6 +177,9 @@ class SearchFrozenOut(SearchOut):
     provider_warnings: list[str] = Field(
         description="why its writers could not reach their model now (no key, no server); "
                     "starting it will ask for start_anyway")
+    warnings: list[str] = Field(
+        default_factory=list, description="what the frozen spec allows but a person should know "
+        "(\"nothing checks correctness while the score runs\" without `score.results`)")
 
 
 @router.post("/searches", response={201: SearchFrozenOut})
@@ -193,8 +200,9 @@ def search_freeze(request: AuthenticatedHttpRequest, body: FreezeIn):
     search = services.search_freeze(
         request.user, project, text, body.ref, repository=repository, spec_version=version
     )
-    return Status(201, {**_search_fields(search),
-                        "provider_warnings": provider_problems(search_spec(search).worker.provider)})
+    spec = search_spec(search)
+    return Status(201, {**_search_fields(search), "warnings": spec_warnings(spec),
+                        "provider_warnings": provider_problems(spec.worker.provider)})
 
 
 class SearchListItemOut(SearchOut):
@@ -261,7 +269,8 @@ def search_cancel(request: AuthenticatedHttpRequest, search_id: str):
 def search_run(request: HttpRequest, search_id: str):
     """Status, phase, budget, outcome, and every candidate with its fate and receipt ids.
     `metric` is the score's metric; `metric_source` says who measured it: `runtime`, or the
-    label the pages show for a figure the score command reports about itself."""
+    label the pages show for a figure the score command reports about itself. `warnings` are the
+    frozen spec's ("nothing checks correctness while the score runs" without `score.results`)."""
     return selectors.search_run_report(selectors.search_for_user(request.user, search_id))
 
 

@@ -36,6 +36,7 @@ from runtime_app.metrics import MetricReading, last_json_line, metric_read
 from runtime_app.models import Receipt
 from runtime_app.policy import PolicyRules, command_script, read_only_paths
 from runtime_app.prices import Price, price_for, worst_case_microusd
+from runtime_app.results import STDOUT, results_compare_all, results_digest, stdout_results
 from runtime_app.sandbox import SYSTEM_DIRS, Limits, SandboxError
 from runtime_app.services import ReceiptBatch
 from runtime_app.tools import EDITOR_TOOL, SHELL_TOOL, tool_dispatch
@@ -45,13 +46,14 @@ from search_app.hidden import hidden_files_write, readable_for
 from search_app.measurement import block_order
 from search_app.models import Review, Search, SearchRun, Step
 from search_app.preflight import search_start_failure
-from search_app.spec import SearchSpec
+from search_app.spec import ResultsSpec, SearchSpec
 from search_app.step_result import StepResult
 
 LLM_KINDS = ("anthropic", "bedrock", "openai-compatible")
 WRITER_TIMEOUT_SECONDS = 1800
 REVIEW_TIMEOUT_SECONDS = 300
 REVIEWER_SCRIPT = Path(__file__).resolve().parent / "reviewer.py"
+BASELINE = "baseline"  # the baseline's member id in a block
 
 
 def effort_for(spec: SearchSpec, round_index: int) -> str:
@@ -281,10 +283,11 @@ def _run(step: Step, command: Sequence[str] | str, label: str, *, cwd: Path, tim
          limits: Limits | None = None, fresh: bool = False, read_only: Sequence[str] = (),
          metrics_file: Path | None = None, lane: str = SHARED, subject: int | None = None,
          note: dict[str, Any] | None = None, egress: EgressProxy | None = None,
-         pending: ReceiptBatch | None = None) -> Receipt:
+         pending: ReceiptBatch | None = None, results: TrialResults | None = None) -> Receipt:
     """A command in the sandbox for this step, with its receipt on the candidate's page (or on
     `subject`'s, the candidate a measurement trial is for); `note` is added to its detail. With
-    `pending`, the receipt is written with that batch (its pk is None until then)."""
+    `pending`, the receipt is written with that batch (its pk is None until then). With `results`,
+    the trial's stdout and results files are handed back to its folder."""
     repo_git = Path(search_repository(step.search)) / ".git"
     subject_pk = subject or step.candidate_id
     try:
@@ -293,6 +296,7 @@ def _run(step: Step, command: Sequence[str] | str, label: str, *, cwd: Path, tim
             readable=[repo_git, *readable], cancel=cancel, limits=limits, project=step.search.project,
             subject=("candidate", subject_pk), label=label, fresh=fresh, read_only=read_only,
             metrics_file=metrics_file, lane=lane, note=note, egress=egress, pending=pending,
+            **(results.run_options() if results is not None else {}),
         )
     except SandboxError as error:  # refused before it ran (e.g. bubblewrap required): say so
         now = timezone.now()
@@ -572,17 +576,59 @@ def evaluate(step: Step, cancel: threading.Event) -> StepResult:
 # ------------------------------------------------------------------------------------- measure
 
 
+@dataclass
+class TrialResults:
+    """Where one trial's results come back to the worker (its stdout and each results file the
+    spec names), in a folder of its own, removed before the block's receipts are written."""
+
+    folder: Path
+    checked: ResultsSpec
+
+    @classmethod
+    def make(cls, scratch: Path, checked: ResultsSpec) -> TrialResults:
+        folder = scratch / f"results-{uuid.uuid4().hex}"
+        folder.mkdir(mode=0o700)
+        return cls(folder, checked)
+
+    def run_options(self) -> dict[str, Any]:
+        files = {path: self.folder / f"file-{n}" for n, path in enumerate(self.checked.files)}
+        stdout = self.folder / "stdout" if self.checked.stdout else None
+        return {"stdout_file": stdout, "results_files": files}
+
+    def read(self, trial: Receipt, metric: str) -> tuple[dict[str, bytes | None] | None, str]:
+        """({result: its bytes, or None when not written}, "") or (None, why there are none)."""
+        if trial.error:
+            return None, f"the trial did not run ({trial.error})"
+        found: dict[str, bytes | None] = {}
+        if self.checked.stdout:
+            said = trial.detail.get("stdout_file", "")
+            if said != "whole":
+                return None, f"its stdout was {said or 'not kept'} (results are compared whole)"
+            found[STDOUT] = stdout_results((self.folder / "stdout").read_bytes(), metric)
+        states = trial.detail.get("results_files", {})
+        for n, path in enumerate(self.checked.files):
+            said = states.get(path, "not written")
+            if said.startswith("cut"):
+                return None, f"its results file `{path}` was {said} (results are compared whole)"
+            found[path] = (self.folder / f"file-{n}").read_bytes() if said == "written" else None
+        return found, ""
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 def _trial(step: Step, spec: SearchSpec, member: Any, tree: Path, read_only: list[str], label: str,
-           cancel: threading.Event, block: int, position: int, scratch: Path, pending: ReceiptBatch
-           ) -> tuple[Receipt, Path | None]:
+           cancel: threading.Event, block: int, position: int, scratch: Path, pending: ReceiptBatch,
+           results: TrialResults | None = None) -> tuple[Receipt, Path | None]:
     """One timing trial in the exclusive lane, on a fresh copy of the member's pristine tree; its
-    receipt goes to `pending`. Returns it and the file its metrics were written to, if any."""
+    receipt goes to `pending`. Returns it and the file its metrics were written to, if any; its
+    results come back to `results`, when the spec checks them."""
     reported = not spec.score.runtime_measured
     metrics_file = scratch / f"metrics-{uuid.uuid4().hex}.json" if reported else None
     trial = _run(step, spec.score.command, f"{label} trial block {block}", cwd=tree,
                  timeout=spec.score.timeout_seconds, cancel=cancel, fresh=True, read_only=read_only,
                  readable=readable_for(spec, "score"), metrics_file=metrics_file, lane=EXCLUSIVE,
-                 subject=member.pk, pending=pending,
+                 subject=member.pk, pending=pending, results=results,
                  note={"block": block, "position": position, "round": step.round,
                        "measures": member.candidate_id, "metric": spec.score.metric,
                        "metric_source": "runtime" if not reported else "reported by the score command"})
@@ -683,6 +729,8 @@ def _block_trials(step: Step, spec: SearchSpec, members: dict[str, Any],
     ran: list[Trial] = []
     stopped = False  # cancelled before a trial started
     batch = ReceiptBatch(tails_wait=False)
+    checked = spec.score.results_checked
+    results: dict[str, TrialResults] = {}
     try:
         for position, cid in enumerate(order):
             if cancel.is_set():
@@ -690,8 +738,10 @@ def _block_trials(step: Step, spec: SearchSpec, members: dict[str, Any],
                 break
             tree, read_only = trees[cid]
             label = f"{cid} r{step.round}"
+            if checked is not None:
+                results[cid] = TrialResults.make(scratch, checked)
             trial, metrics_file = _trial(step, spec, members[cid], tree, read_only, label, cancel,
-                                         block, position, scratch, batch)
+                                         block, position, scratch, batch, results.get(cid))
             ran.append((cid, trial, metrics_file))
             if trial.detail.get("cancelled"):
                 break
@@ -699,9 +749,60 @@ def _block_trials(step: Step, spec: SearchSpec, members: dict[str, Any],
             failure = search_start_failure(step.search, trial, "score.command", spec.score.command)
             if failure and failure.spec:
                 break
+        _results_compared(spec, ran, results)  # in the receipts, written next
     finally:
+        for folder in results.values():
+            folder.remove()
         batch.write()
     return ran, stopped
+
+
+def _results_compared(spec: SearchSpec, ran: list[Trial], results: dict[str, TrialResults]) -> None:
+    """Correctness checked where it is timed: each trial's results, read here in the worker
+    (outside every sandbox), against the baseline's trial in the same block. Each trial's receipt
+    gets the digest of its results and `results_check`; one that differs, the first differing
+    lines (`results_difference`). Nothing is compared in a block without a baseline trial that
+    succeeded with readable results; the receipts say why. One member's results in memory at a
+    time, beside the baseline's."""
+    if not results:
+        return
+    metric = spec.score.metric
+    base = next((trial for cid, trial, _ in ran if cid == BASELINE), None)
+    expected, why = None, "the baseline is not measured in this block"
+    if base is not None:
+        expected, why = results[BASELINE].read(base, metric)
+        if expected is not None:
+            base.detail = {**base.detail, "results_sha256": results_digest(expected)}
+            failed = f"the baseline's trial {base.outcome}"
+            why = _results_missing(spec, expected) if base.succeeded else failed
+        base.detail = {**base.detail, "results_check": f"unreadable: {why}" if why else "the baseline's"}
+    for cid, trial, _ in ran:
+        if cid == BASELINE or cid not in results:
+            continue
+        found, unreadable = results[cid].read(trial, metric)
+        if found is not None:  # what pages show of the results: never the results themselves
+            trial.detail = {**trial.detail, "results_sha256": results_digest(found)}
+        if expected is None or why:
+            check, difference = f"not compared: {why}", None
+        elif found is None:
+            check, difference = f"unreadable: {unreadable}", None
+        else:
+            difference = results_compare_all(expected, found, results[cid].checked.tolerance)
+            check = "differs" if difference else "matches the baseline's"
+        trial.detail = {**trial.detail, "results_check": check,
+                        **({"results_difference": difference.as_dict()} if difference else {})}
+
+
+def _results_missing(spec: SearchSpec, expected: dict[str, bytes | None]) -> str:
+    """Why the baseline's results check nothing (it printed or wrote none), or ""."""
+    checked = spec.score.results_checked
+    if checked is not None and checked.stdout and not expected.get(STDOUT):
+        return "its stdout has nothing but metric lines"
+    missing = [path for path in (checked.files if checked else []) if not expected.get(path)]
+    if missing:
+        named = ", ".join(f"`{path}`" for path in missing)
+        return f"it wrote nothing to {named} (results files are written in place)"
+    return ""
 
 
 def _block_judged(step: Step, spec: SearchSpec, ran: list[Trial], block: int,
@@ -726,6 +827,39 @@ def _block_judged(step: Step, spec: SearchSpec, ran: list[Trial], block: int,
             continue
         values[cid][str(block)] = reading.value
         durations[cid][str(block)] = trial.duration_seconds
+    return _results_judged(spec, ran, block, receipts, values, durations, dropped)
+
+
+def _results_judged(spec: SearchSpec, ran: list[Trial], block: int, receipts: list[int],
+                    values: dict[str, dict[str, float]], durations: dict[str, dict[str, float]],
+                    dropped: dict[str, str]) -> StepResult | None:
+    """A counted trial whose results differ from the baseline's (or cannot be read) leaves the
+    block's figures and its member goes into `dropped`; a counted baseline trial without results
+    to compare stops the search (the spec's problem: a person must fix it)."""
+    if spec.score.results_checked is None:
+        return None
+    base = next((trial for cid, trial, _ in ran if cid == BASELINE), None)
+    if base is not None and str(block) in values.get(BASELINE, {}):
+        check = base.detail.get("results_check", "")
+        if check.startswith("unreadable: "):
+            why = check.removeprefix("unreadable: ")
+            return StepResult(spec_failure=f"score.results: the baseline's trial in block {block} has no "
+                                           f"results to compare (receipt #{base.pk}): {why}; fix the score "
+                                           "command or `score.results`", receipts=receipts)
+    for cid, trial, _ in ran:
+        check = trial.detail.get("results_check", "")
+        unreadable = check.startswith("unreadable: ")
+        if cid == BASELINE or str(block) not in values.get(cid, {}) or not (check == "differs" or unreadable):
+            continue
+        values[cid].pop(str(block))
+        durations[cid].pop(str(block), None)
+        if check == "differs":
+            summary = trial.detail.get("results_difference", {}).get("summary", "")
+            why = (f"its results differ from the baseline's in the same block (receipt "
+                   f"#{base.pk if base else '?'}): {summary}")
+        else:
+            why = f"its results cannot be compared: {check.removeprefix('unreadable: ')}"
+        dropped[cid] = f"trial in block {block}: {why} (receipt #{trial.pk})"
     return None
 
 

@@ -67,15 +67,18 @@ def evaluator_record(
     gates, score = spec.hard_gates, spec.score
     inline = [{"path": path, "sha256": sha256_hex(content.encode())}
               for path, content in spec.evaluator.inline().items()]
+    scored: dict[str, Any] = {
+        "command": score.command,
+        "metric": score.metric,
+        "direction": score.direction,
+        "trials": score.trials,
+        "timeout_seconds": score.timeout_seconds,
+    }
+    if score.results is not None:  # what every trial is checked on judges candidates too
+        scored["results"] = spec.model_dump(mode="json")["score"]["results"]
     record = {
         "hard_gates": {"commands": list(gates.commands), "timeout_seconds": gates.timeout_seconds},
-        "score": {
-            "command": score.command,
-            "metric": score.metric,
-            "direction": score.direction,
-            "trials": score.trials,
-            "timeout_seconds": score.timeout_seconds,
-        },
+        "score": scored,
         "hidden_files": sorted([*inline, *(item.record() for item in hidden)], key=lambda item: item["path"]),
     }
     evaluated = {section: paths for section, paths in (read_paths or {}).items() if section != "worker"}

@@ -30,7 +30,7 @@ from search_app.freeze import candidate_batches, canonical, search_id_for, sha25
 from search_app.measurement import figure_text
 from search_app.models import Candidate, Search, SearchRun, Spec, SpecVersion, Step
 from search_app.selection import is_better
-from search_app.spec import spec_validate
+from search_app.spec import spec_validate, spec_warnings
 from search_app.spec_templates import SPEC_TEMPLATES
 from search_app.templatetags.search_figures import change_text
 
@@ -284,6 +284,8 @@ def search_record(search: Search) -> dict[str, Any]:
         "candidate_count": sum(len(batch) for batch in search.candidate_batches),
         "empty_message": "No activity for this search yet.",
         "forecast": selectors.search_forecast_before_start(search),
+        "results_checked": search_spec(search).score.results_checked,
+        "spec_warnings": spec_warnings(search_spec(search)),
     }
 
 

@@ -15,7 +15,14 @@ from pydantic import BaseModel
 from runtime_app.fleet import PRESETS
 from runtime_app.metrics import REPORTED_LABEL
 from search_app import freeze
-from search_app.spec import LIVE_CEILING, MAX_SPEC_BYTES, RUNTIME_METRICS, SearchSpec, _check_repo_path
+from search_app.spec import (
+    LIVE_CEILING,
+    MAX_SPEC_BYTES,
+    RUNTIME_METRICS,
+    ResultsSpec,
+    SearchSpec,
+    _check_repo_path,
+)
 
 REFERENCE_PATH = Path(__file__).resolve().parent.parent / "docs" / "spec-reference.md"
 # The full score contract lives in docs/sandbox.md; this reference states it in short and links there.
@@ -240,6 +247,9 @@ def spec_reference_markdown() -> str:
             continue
         section = defs[model.__name__]
         out += ["", f"## [{name}]", "", _doc(model.__doc__), "", *_table(model, section, defs, f"{name}.")]
+        if name == "score":
+            out += ["", "### `score.results` as a table", "", _doc(ResultsSpec.__doc__), "",
+                    *_table(ResultsSpec, defs[ResultsSpec.__name__], defs, "score.results.")]
         if name == "worker":
             out += [
                 "",
@@ -277,6 +287,11 @@ def spec_reference_markdown() -> str:
         "- Either way a trial's metric counts only when the command exited 0 within",
         "  `score.timeout_seconds` and the value is a finite number; a trial without one eliminates the",
         "  candidate, with the reason.",
+        "- With `score.results`, what each trial computed (its stdout less its metric lines, and/or the",
+        "  files it names) is compared by the runtime, outside the sandbox, with the baseline's trial in",
+        "  the same block; a difference eliminates the candidate with the first differing lines shown.",
+        "  Without it, nothing checks correctness while the score runs: the spec validates and freezes",
+        "  with that warning.",
         "",
     ]
     return "\n".join(out)

@@ -55,7 +55,7 @@ from search_app.forecast import Forecast, History, forecast
 from search_app.measurement import figure_text, is_paired
 from search_app.models import Approval, Candidate, Merge, Search, SearchRun, Spec, SpecVersion, Step
 from search_app.plotting import ScorePoint
-from search_app.spec import SearchSpec
+from search_app.spec import SearchSpec, spec_warnings
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -220,6 +220,7 @@ def search_run_report(search: Search) -> dict[str, Any]:
     report = run_summary(search)
     metric = search.spec_normalized["score"]["metric"]
     report.update(metric=metric, metric_source=metric_source(metric))
+    report["warnings"] = spec_warnings(search_spec(search))  # "nothing checks correctness …"
     report.pop("started_at"), report.pop("finished_at"), report.pop("winner_patch_sha256")
     if report["merge"]:
         report["merge"]["at"] = report["merge"]["at"].isoformat()

@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from runtime_app.fleet import EFFORTS, PRESETS, preset_get, preset_names
-from runtime_app.policy import DEFAULT_MAX_PATCH_BYTES, DEFAULT_MAX_PATCH_FILES
+from runtime_app.policy import DEFAULT_MAX_PATCH_BYTES, DEFAULT_MAX_PATCH_FILES, command_script
 from runtime_app.presenters import NAME_MAX_LENGTH
 from search_app.measurement import min_blocks
 
@@ -297,6 +297,52 @@ class HardGatesSpec(_Section):
         return _check_host_path_list(values)
 
 
+RESULTS_WARNING = ("nothing checks correctness while the score runs: the score command's results are not "
+                   "compared with the baseline's, so code that behaves only while it is watched can win "
+                   "(add `results = \"stdout\"` or `results = { files = [...] }` to [score])")
+MAX_RESULTS_FILES = 20
+
+
+class ResultsSpec(_Section):
+    """What a score trial computed, compared by the runtime with the baseline's trial in the same
+    block: a difference eliminates the candidate. `results = "stdout"` is `{ stdout = true }`."""
+
+    stdout: bool = Field(False, description="the command's whole stdout, less its metric lines (lines that "
+                         "are a JSON object with the metric's name as a key)")
+    files: Annotated[list[str], Field(max_length=MAX_RESULTS_FILES)] = Field(
+        default_factory=list,
+        description="repo-relative files the command writes in its tree, written in place (under "
+        "bubblewrap each is a file bound there: renaming over it or removing it fails); not protected "
+        "paths, hidden evaluator files or the score script",
+    )
+    tolerance: float = Field(
+        0.0, ge=0, le=1, allow_inf_nan=False,
+        description="0: every line exactly; above 0, the numbers on a line compare with "
+        "`math.isclose(rel_tol=tolerance, abs_tol=tolerance)` and the rest of the line exactly",
+    )
+
+    @field_validator("files")
+    @classmethod
+    def _paths(cls, values: list[str]) -> list[str]:
+        return _check_path_list(values)
+
+    @model_validator(mode="after")
+    def _something(self) -> ResultsSpec:
+        if not self.stdout and not self.files:
+            raise ValueError("`stdout = true`, `files = [...]` or both: results to compare")
+        return self
+
+
+def _results_kind(value: Any) -> str:
+    return "table" if isinstance(value, dict | ResultsSpec) else "text"
+
+
+ResultsEntry = Annotated[
+    Annotated[Literal["stdout"], Tag("text")] | Annotated[ResultsSpec, Tag("table")],
+    Discriminator(_results_kind),
+]
+
+
 class ScoreSpec(_Section):
     """How survivors of the gates are scored: each round runs the score command in blocks (every
     survivor and the baseline once per block), and a candidate's figure is the median of its
@@ -348,11 +394,24 @@ class ScoreSpec(_Section):
         "candidates either side of the cut cannot be told apart (default: 3 × trials)",
     )
     read_paths: HostPaths = _read_paths("hashed into the evaluator record at freeze")
+    results: ResultsEntry | None = Field(
+        None, description="what each trial computed, compared by the runtime with the baseline's trial in "
+        "the same block (a difference eliminates the candidate, its first differing lines shown): "
+        "`\"stdout\"`, or a table `{ stdout = true, files = [\"out/result.json\"], tolerance = 1e-9 }`. "
+        "Without it nothing checks correctness while the score runs, and the spec is frozen with a warning",
+    )
 
     @field_validator("read_paths")
     @classmethod
     def _host_paths(cls, values: list[str]) -> list[str]:
         return _check_host_path_list(values)
+
+    @property
+    def results_checked(self) -> ResultsSpec | None:
+        """The results every trial is checked on (`"stdout"` read as `{ stdout = true }`), or None."""
+        if self.results is None:
+            return None
+        return ResultsSpec(stdout=True) if self.results == "stdout" else self.results  # type: ignore[return-value]
 
     @property
     def trials_ceiling(self) -> int:
@@ -435,6 +494,11 @@ class SpecReport:
     @property
     def valid(self) -> bool:
         return not self.errors
+
+    @property
+    def warnings(self) -> list[str]:
+        """What a valid spec allows but a person should know before freezing it."""
+        return spec_warnings(self.spec) if self.spec is not None else []
 
     def summary(self) -> dict[str, Any] | None:
         return spec_summary(self.spec) if self.spec is not None else None
@@ -536,6 +600,7 @@ _MODEL_FOR_TABLE: dict[tuple[str, ...], type[BaseModel]] = {
     ("evaluator",): EvaluatorSpec,
     ("hard_gates",): HardGatesSpec,
     ("score",): ScoreSpec,
+    ("score", "results"): ResultsSpec,
     ("selection",): SelectionSpec,
 }
 _TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
@@ -577,6 +642,8 @@ def _field_path(loc: tuple[str | int, ...], data: dict[str, Any]) -> tuple[str |
     type did not pick (a string checked as a list), so each mistake is reported once."""
     if loc[:2] == ("evaluator", "files") and len(loc) >= 4 and loc[3] in ("text", "host"):
         return loc[:3] + loc[4:]  # a hidden file's tag: inline contents or a host source
+    if loc[:2] == ("score", "results") and len(loc) >= 3 and loc[2] in ("text", "table"):
+        return loc[:2] + loc[3:]  # `"stdout"` or a table
     for index in range(1, len(loc)):
         tag = loc[index]
         if loc[:index] in _UNION_FIELDS and isinstance(tag, str):
@@ -594,6 +661,8 @@ def _expected(error: ErrorDetails, path: tuple[str, ...]) -> str:
     kind = error["type"]
     if len(path) == 3 and path[:2] == ("evaluator", "files") and kind == "string_type":
         return 'a valid string of file contents, or { path = "/host/file" } or { dir = "/host/dir" }'
+    if path == ("score", "results") and kind in ("literal_error", "model_attributes_type"):
+        return '"stdout", or a table { stdout = true, files = ["out/result.json"], tolerance = 1e-9 }'
     if kind == "value_error":
         return str(ctx.get("error", error["msg"]))
     if kind == "literal_error":
@@ -764,7 +833,44 @@ def _cross_checks(data: dict[str, Any], positions: dict[tuple[str, ...], tuple[i
     if isinstance(metric, str) and metric.startswith("runtime:") and metric not in RUNTIME_METRICS:
         add(("score", "metric"), f"`{metric}` is not a metric the runtime measures",
             "one of " + ", ".join(RUNTIME_METRICS) + ", or a name the score command reports")
+    _results_checks(data, add)
     return errors
+
+
+def _results_checks(data: dict[str, Any], add: Any) -> None:
+    """A results file must be one the score command can write: not a protected path, a hidden
+    evaluator file or the score script (each is bound read-only in every trial)."""
+    score, gates, evaluator = (data.get(key) for key in ("score", "hard_gates", "evaluator"))
+    results = score.get("results") if isinstance(score, dict) else None
+    files = results.get("files") if isinstance(results, dict) else None
+    if not isinstance(files, list) or not _strings(files):
+        return
+    protected = gates.get("protected_paths", []) if isinstance(gates, dict) else []
+    hidden = list(evaluator.get("files", {})) if isinstance(evaluator, dict) and \
+        isinstance(evaluator.get("files"), dict) else []
+    command = score.get("command") if isinstance(score, dict) else None
+    script = command_script(command) if isinstance(command, str) else None
+
+    def under(path: str, root: str) -> bool:
+        root = root.strip("/")
+        return bool(root) and (path.strip("/") == root or path.startswith(root + "/"))
+
+    for path in files:
+        where = ("score", "results", "files")
+        if any(under(path, root) for root in protected if isinstance(root, str)):
+            add(where, f"results file `{path}` is a protected path: no trial can write it",
+                "a file the score command writes, outside hard_gates.protected_paths")
+        elif any(under(path, root) for root in hidden):
+            add(where, f"results file `{path}` is a hidden evaluator file: no trial can write it",
+                "a file the score command writes, outside [evaluator.files]")
+        elif script and under(path, script):
+            add(where, f"results file `{path}` is the score script", "a file the score command writes")
+
+
+def spec_warnings(spec: SearchSpec) -> list[str]:
+    """What a valid spec allows but a person should know before freezing it; a freeze still
+    succeeds."""
+    return [] if spec.score.results is not None else [RESULTS_WARNING]
 
 
 def _too_large() -> SpecReport:
@@ -834,6 +940,7 @@ ADDED_KEYS_DEFAULTS = {
     ("worker", "max_patch_files"): DEFAULT_MAX_PATCH_FILES,
     ("worker", "read_paths"): [], ("hard_gates", "read_paths"): [], ("score", "read_paths"): [],
     ("selection", "review"): "blocking",
+    ("score", "results"): None,
 }
 
 

@@ -286,8 +286,8 @@ def _evaluated(step: Step, candidate: Candidate, result: StepResult) -> None:
             candidate.save()
             _candidate_event(candidate, candidate.reason)
             _search_event(step.search, "search.baseline_failed", f"the baseline failed its gates "
-                          f"({result.eliminated}): candidates are compared by absolute values",
-                          round=step.round)
+                          f"({result.eliminated}): candidates are compared by absolute values"
+                          + _results_unchecked(step.search), round=step.round)
         else:
             candidate.round_reached = step.round
             _eliminate(candidate, f"round {step.round}: {result.eliminated}")
@@ -320,10 +320,19 @@ def _measurement_apply(step: Any, result: StepResult) -> None:
             candidate.save(update_fields=["state", "reason", "updated_at"])
             _candidate_event(candidate, candidate.reason)
             _search_event(search, "search.baseline_failed", f"the baseline could not be measured ({why}): "
-                          "candidates are compared by absolute values", round=step.round)
+                          "candidates are compared by absolute values" + _results_unchecked(search),
+                          round=step.round)
         else:
             _eliminate(candidate, f"round {step.round}: {why}")
     _scores_update(search, spec, step.round)
+
+
+def _results_unchecked(search: Search) -> str:
+    """What a search whose baseline is out loses: its trial results are no longer compared."""
+    if search_spec(search).score.results is None:
+        return ""
+    return ("; trial results are not compared from here on (there is no baseline trial to compare "
+            "them with): each trial's receipt says `results_check: not compared`")
 
 
 def _block_values(candidate: Any, key: str) -> dict[int, float]:

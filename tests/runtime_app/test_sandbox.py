@@ -361,3 +361,64 @@ def test_pytest_in_a_worktree_under_the_default_data_dir_does_not_take_crucible_
         shutil.rmtree(settings.DATA_DIR)
     assert receipt.succeeded, receipt.stderr_excerpt + receipt.stdout_excerpt
     assert f"rootdir: {tree}\n" in receipt.stdout_excerpt and "configfile" not in receipt.stdout_excerpt
+
+
+# ------------------------------------------------------------------- a trial's results, handed back
+
+
+def test_the_whole_stdout_reaches_a_stdout_file_beyond_the_receipt_s_excerpt(tree, mode, tmp_path):
+    target = tmp_path / "stdout"
+    receipt = run("seq 1 20000", cwd=tree, timeout=30, isolation=mode, fresh=True, stdout_file=target,
+                  limits=Limits(output_bytes=1000))
+    assert "bytes not kept" in receipt.stdout_excerpt
+    assert target.read_bytes() == b"".join(f"{n}\n".encode() for n in range(1, 20001))
+    assert receipt.detail["stdout_file"] == "whole"
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == receipt.stdout_sha256
+
+
+def test_a_stdout_file_is_cut_at_the_results_limit_and_the_receipt_says_so(tree, mode, tmp_path, monkeypatch):
+    monkeypatch.setattr(sandbox, "RESULTS_LIMIT", 1000)
+    target = tmp_path / "stdout"
+    receipt = run("seq 1 20000", cwd=tree, timeout=30, isolation=mode, stdout_file=target)
+    assert target.read_bytes() == b"".join(f"{n}\n".encode() for n in range(1, 20001))[:1000]
+    assert receipt.detail["stdout_file"] == "cut at 1,000 bytes"
+
+
+def test_results_files_written_in_a_fresh_tree_reach_the_runtime_and_the_tree_stays_pristine(
+        tree, mode, tmp_path):
+    wanted = {"out/deep/result.json": tmp_path / "a", "README": tmp_path / "b", "never.txt": tmp_path / "c"}
+    script = ("mkdir -p out/deep; echo '{\"answer\": 42}' > out/deep/result.json; cat README; "
+              "echo appended >> README")
+    receipt = run(script, cwd=tree, timeout=30, isolation=mode, fresh=True, results_files=wanted)
+    assert receipt.succeeded, receipt.stderr_excerpt
+    assert receipt.stdout_excerpt == "hello\n"  # the tree's own file is there to be read
+    assert (tmp_path / "a").read_text() == '{"answer": 42}\n'
+    assert (tmp_path / "b").read_text() == "hello\nappended\n"
+    assert not (tmp_path / "c").exists()
+    assert receipt.detail["results_files"] == {"out/deep/result.json": "written", "README": "written",
+                                               "never.txt": "not written"}
+    assert not (tree / "out").exists() and (tree / "README").read_text() == "hello\n"
+
+
+def test_a_results_file_is_never_read_through_a_link_a_pipe_or_beyond_its_limit(
+        tree, mode, tmp_path, monkeypatch):
+    monkeypatch.setattr(sandbox, "RESULTS_LIMIT", 100)
+    wanted = {"link": tmp_path / "link", "fifo": tmp_path / "fifo", "big": tmp_path / "big"}
+    # Under bubblewrap each is a bound file: it cannot be replaced (the command sees EBUSY).
+    script = "ln -sf /etc/passwd link; rm -f fifo; mkfifo fifo; seq 1 1000 > big; exit 0"
+    receipt = run(script, cwd=tree, timeout=30, isolation=mode, fresh=True, results_files=wanted)
+    said = receipt.detail["results_files"]
+    assert said["link"] == said["fifo"] == "not written"
+    assert said["big"] == "cut at 100 bytes" and len((tmp_path / "big").read_bytes()) == 101
+    assert not (tmp_path / "link").exists() and not (tmp_path / "fifo").exists()
+
+
+@pytest.mark.parametrize("bad", ["/etc/passwd", "../out", ".git/config", ""])
+def test_a_results_file_outside_the_tree_is_refused_before_anything_runs(tree, bad, tmp_path):
+    with pytest.raises(SandboxError, match="results file"):
+        run(["true"], cwd=tree, timeout=10, isolation="off", fresh=True, results_files={bad: tmp_path / "x"})
+
+
+def test_a_run_that_asks_for_no_results_keeps_its_receipt_as_it_was(tree, mode):
+    receipt = run(["true"], cwd=tree, timeout=10, isolation=mode, fresh=True)
+    assert "stdout_file" not in receipt.detail and "results_files" not in receipt.detail

@@ -11,7 +11,7 @@ from django.test import Client
 from runtime_app.services import api_token_create, repository_register
 from search_app import services
 from search_app.models import Search
-from search_app.spec import spec_validate
+from search_app.spec import RESULTS_WARNING, spec_validate
 from tests.gitrepo import git, repo_create
 from tests.helpers import login
 
@@ -57,6 +57,13 @@ def test_validate_summarises_a_valid_spec(api):
     assert body["summary"]["rounds"] == [32, 8, 3, 1]
     assert body["summary"]["budget_usd"] == 5.0
     assert body["summary"]["metric_source"] == "reported by the score command (forgeable by code it runs)"
+
+
+def test_validate_warns_when_nothing_checks_correctness_while_the_score_runs(api):
+    body = post(api, "/api/specs/validate", {"text": SEED}).json()
+    assert body["valid"] is True and body["warnings"] == [RESULTS_WARNING]
+    checked = SEED.replace('metric = "median_runtime_ms"', 'metric = "median_runtime_ms"\nresults = "stdout"')
+    assert post(api, "/api/specs/validate", {"text": checked}).json()["warnings"] == []
 
 
 def test_validate_says_who_measures_the_score(api):
@@ -123,6 +130,7 @@ def test_freezing_through_the_api_records_the_search(api, personas, repo_path):
     assert frozen["baseline_commit"] == git(repo_path, "rev-parse", "v1")
     assert frozen["search_id"] == "search-" + frozen["preregistration_hash"][:16]
     assert frozen["candidate_batches"][0][0] == "cand_001"
+    assert frozen["warnings"] == [RESULTS_WARNING]  # frozen all the same: the seed declares no results
     assert len(frozen["candidate_batches"]) == 2
     again = post(api, "/api/searches", body).json()
     assert again["search_id"] == frozen["search_id"]

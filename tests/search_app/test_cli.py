@@ -15,7 +15,7 @@ from runtime_app.models import Project, ProjectMembership, Repository
 from search_app.freeze import freeze_inputs
 from search_app.models import Search
 from search_app.reference import spec_reference_markdown
-from search_app.spec import spec_validate
+from search_app.spec import RESULTS_WARNING, spec_validate
 from tests.gitrepo import baseline_repo, seed_runnable
 from tests.helpers import REPO_ROOT, make_user, subprocess_env
 from tests.search_app.test_freeze import GOLDEN_BASELINE_COMMIT, WITH_EVIDENCE
@@ -55,8 +55,16 @@ def test_validate_prints_a_summary_of_a_valid_spec_and_exits_0():
         "  score       minimize median_runtime_ms over 5 trials",
         "              reported by the score command (forgeable by code it runs)",
         "  selection   pareto, diverse",
+        f"  warning     {RESULTS_WARNING}",  # the seed declares no `score.results`
     ]
     assert done.stderr == b""
+
+
+def test_validate_warns_only_when_nothing_checks_correctness_while_the_score_runs():
+    printed = lines(search("validate", str(SEED_PATH)).stdout)
+    assert printed[-1].startswith("  warning     nothing checks correctness while the score runs")
+    demo = search("validate", str(REPO_ROOT / "search_app" / "spec_templates" / "demo-scripted.toml"))
+    assert demo.returncode == 0 and "warning" not in demo.stdout.decode()
 
 
 def test_validate_says_the_runtime_measures_a_runtime_metric():
@@ -98,7 +106,7 @@ def test_validate_lists_every_error_of_a_spec_with_several_problems(tmp_path):
         f"{spec}:5:1 concurrency: invalid value; expected a number less than or equal to 16",
         f"{spec}:31:1 score.trails: unknown key `trails`; expected one of command, metric, direction, "
         "trials, tie_breakers, timeout_seconds, replay_tolerance, comparison, confidence, max_trials, "
-        "read_paths (did you mean `trials`?)",
+        "read_paths, results (did you mean `trials`?)",
         f"{spec}:35:1 selection.policy: invalid value; expected 'pareto' or 'ordered'",
     ]
 
@@ -166,6 +174,8 @@ def test_freeze_registers_the_repository_and_prints_the_frozen_ids(demo, spec_fi
         f"baseline commit  {GOLDEN_BASELINE_COMMIT} (v1)",
         "candidates       32 in 2 batches of up to 16",
     ]
+    # Frozen all the same, with the warning on stderr: its spec declares no `score.results`.
+    assert f"warning: {RESULTS_WARNING}" in done.stderr.decode()
     frozen = Search.objects.get()
     assert (frozen.search_id, frozen.project, frozen.created_by.username) == (
         expected.search_id, demo, "admin")

@@ -18,6 +18,7 @@ from search_app.freeze import (
     FreezeError,
     candidate_batches,
     canonical,
+    evaluator_record,
     freeze_inputs,
     preregistration_record,
     search_id_for,
@@ -489,3 +490,11 @@ def test_search_freeze_refuses_a_repository_of_another_project(personas, repo, t
     theirs = repository_register(personas.outsider, personas.beta, str(other), trusted=True)
     with pytest.raises(ValidationError, match="another project"):
         search_freeze(personas.member, personas.alpha, SEED, "v1", repository=theirs)
+
+
+def test_the_results_a_trial_is_checked_on_are_part_of_the_evaluator_record_only_when_declared():
+    assert "results" not in evaluator_record(spec_validate(SEED).spec)["score"]
+    results = 'results = { files = ["out/r.txt"], tolerance = 0.01 }'
+    checked = SEED.replace('metric = "median_runtime_ms"', f'metric = "median_runtime_ms"\n{results}')
+    record = evaluator_record(spec_validate(checked).spec)
+    assert record["score"]["results"] == {"stdout": False, "files": ["out/r.txt"], "tolerance": 0.01}

@@ -18,6 +18,7 @@ from runtime_app.metrics import REPORTED_LABEL
 from runtime_app.models import Repository
 from runtime_app.selectors import page_url
 from search_app.models import Search, SearchRun
+from search_app.spec import RESULTS_WARNING
 from tests.helpers import REPO_ROOT, subprocess_env
 from tests.search_app.runs import plan_repo, spec_text
 
@@ -38,6 +39,9 @@ def test_run_prints_the_outcome_and_status_and_receipts_agree(demo, tmp_path):
     assert done.returncode == 0, done.stderr.decode()
     report = json.loads(done.stdout)
     assert f"Started {report['search_id']}: http" in done.stderr.decode()  # stdout stays JSON
+    # Its spec declares no `score.results`: the JSON says so, and so does stderr.
+    assert report["warnings"] == [RESULTS_WARNING]
+    assert f"warning: {RESULTS_WARNING}" in done.stderr.decode()
     assert (report["status"], report["outcome"], report["winner"]) == ("finished", "winner", "cand_002")
     by_id = {c["candidate_id"]: c for c in report["candidates"]}
     assert "gate 1" in by_id["cand_003"]["reason"] and by_id["cand_002"]["receipts"]
@@ -67,6 +71,7 @@ def test_the_live_display_ends_with_the_outcome_table(demo, tmp_path):
     assert done.returncode == 0, done.stderr.decode()
     search_id = Search.objects.get().search_id
     assert out.splitlines()[0] == f"Started {search_id}: " + page_url(f"/searches/{search_id}/")
+    assert out.splitlines()[1] == f"warning: {RESULTS_WARNING}"  # its spec declares no `score.results`
     assert "winner — cand_001 (awaiting approval)" in out and "changed nothing" in out
     assert f"score: value, {REPORTED_LABEL}" in " ".join(out.split())
 
@@ -97,11 +102,12 @@ def test_the_demo_picks_the_fast_correct_candidate_and_explains_every_other(demo
     assert "gate 1" in fate["cand_006"]["reason"]  # breaks the build
     assert "gate 2" in fate["cand_008"]["reason"]  # hard-coded answer, caught by a hidden test
     assert "changed nothing" in fate["cand_010"]["reason"]
-    # The fake score printed by cand_007 was never read: its score is its measured runtime, trial
-    # division's (as cand_002's), so it falls in round 1 behind the sieve and the wheel.
+    # The fake score cand_007 prints was never read as a score; printed beside the result, it
+    # makes its trial's results differ from the baseline's, and that eliminates it.
     fake = fate["cand_007"]
-    assert fake["score"] is not None and fake["score"] > fate["cand_001"]["score"], fates
-    assert fake["reason"].startswith("round 1: rank") and "not in the best 2" in fake["reason"], fates
+    assert "its results differ from the baseline's in the same block" in fake["reason"], fates
+    assert 'stdout line 1: baseline `{\'bound\': 20000' in fake["reason"], fates
+    assert report["warnings"] == []
     assert report["review"]["verdict"] == "approve"
 
 

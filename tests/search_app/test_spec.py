@@ -417,3 +417,86 @@ def test_windows_line_endings_give_the_same_positions():
     assert spec_validate(SEED.replace("\n", "\r\n")).valid
     text = SEED.replace("trials = 5", "  trials = 0").replace("\n", "\r\n")
     assert positions(spec_validate(text)) == [("score.trials", 31, 3)]
+
+
+# --- results: what a trial computed, checked against the baseline's -------------------------------
+
+METRIC_LINE = 'metric = "median_runtime_ms"'
+
+
+def results_spec(results: str, *, extra: str = "") -> str:
+    return SEED.replace(METRIC_LINE, f"{METRIC_LINE}\nresults = {results}") + extra
+
+
+RESULTS_SEED = results_spec('"stdout"')
+
+
+def test_a_spec_without_results_is_valid_with_the_warning_that_nothing_checks_correctness():
+    report = spec_validate(SEED)
+    assert report.valid
+    assert len(report.warnings) == 1
+    assert report.warnings[0].startswith("nothing checks correctness while the score runs")
+
+
+def test_results_stdout_is_read_as_a_table_with_stdout_and_no_warning():
+    report = spec_validate(RESULTS_SEED)
+    assert report.valid and report.warnings == []
+    checked = report.spec.score.results_checked
+    assert (checked.stdout, checked.files, checked.tolerance) == (True, [], 0.0)
+
+
+def test_a_results_table_names_files_and_a_tolerance():
+    report = spec_validate(results_spec('{ stdout = true, files = ["out/result.json"], tolerance = 1e-9 }'))
+    assert report.valid, [str(e) for e in report.errors]
+    checked = report.spec.score.results_checked
+    assert (checked.stdout, checked.files, checked.tolerance) == (True, ["out/result.json"], 1e-9)
+    assert spec_normalized(report.spec)["score"]["results"] == {
+        "stdout": True, "files": ["out/result.json"], "tolerance": 1e-9}
+
+
+def test_a_spec_without_results_keeps_the_search_id_it_always_had():
+    assert "results" not in spec_normalized(spec_validate(SEED).spec)["score"]
+
+
+def results_line() -> int:
+    return RESULTS_SEED.split("\n").index('results = "stdout"') + 1
+
+
+@pytest.mark.parametrize(("results", "says"), [
+    ('"stdin"', '"stdout", or a table'),
+    ("true", '"stdout", or a table'),
+    ("{}", "`stdout = true`, `files = [...]` or both"),
+    ("{ stdout = false }", "`stdout = true`, `files = [...]` or both"),
+    ('{ files = ["../out.txt"] }', "no `..`"),
+    ('{ files = ["/etc/passwd"] }', "repo-relative"),
+    ('{ files = [".git/config"] }', "outside `.git`"),
+    ('{ files = ["a", "a"] }', "each path once"),
+    ("{ files = [" + ", ".join(f'"f{n}"' for n in range(21)) + "] }", "at most 20"),
+    ('{ stdout = true, tolerance = -1 }', "greater than or equal to 0"),
+    ('{ stdout = true, tolerance = nan }', "finite number"),
+    ('{ stdout = "yes" }', "bool"),
+])
+def test_a_bad_results_value_is_reported_at_its_line_and_column(results, says):
+    error = only_error(results_spec(results))
+    assert (error.line, error.column) == (results_line(), 1)
+    assert error.path.startswith("score.results"), error.path
+    assert says in str(error), str(error)
+
+
+def test_a_misspelled_results_key_suggests_the_known_one():
+    error = only_error(results_spec("{ stdout = true, tolerence = 0.1 }"))
+    assert error.path == "score.results.tolerence" and error.suggestion == "tolerance"
+    assert (error.line, error.column) == (results_line(), 1)
+
+
+@pytest.mark.parametrize(("files", "extra", "says"), [
+    ('["tests/out.txt"]', "", "is a protected path"),
+    ('["scripts/benchmark_candidate.sh"]', "", "is the score script"),
+    ('["bench/hidden.txt"]', '\n[evaluator.files]\n"bench/hidden.txt" = "x"\n', "is a hidden evaluator file"),
+    ('["bench/hidden/x.txt"]', '\n[evaluator.files]\n"bench/hidden" = { dir = "/srv/hidden" }\n',
+     "is a hidden evaluator file"),
+])
+def test_a_results_file_the_score_command_cannot_write_is_refused_at_its_line(files, extra, says):
+    error = only_error(results_spec(f"{{ files = {files} }}", extra=extra))
+    assert error.path == "score.results.files" and says in error.message, str(error)
+    assert (error.line, error.column) == (results_line(), 1)

@@ -14,13 +14,14 @@ from runtime_app.models import ProjectMembership
 from runtime_app.services import repository_register
 from search_app import services
 from search_app.models import Search, Spec, SpecVersion
-from search_app.spec import spec_validate
+from search_app.spec import RESULTS_WARNING, spec_validate
 from search_app.spec_templates import SPEC_TEMPLATES
 from tests.gitrepo import git, repo_create
 from tests.helpers import login, make_user
 
 pytestmark = pytest.mark.django_db
 SEED = (Path(__file__).parent / "specs" / "seed_example.toml").read_text()
+METRIC_LINE = 'metric = "median_runtime_ms"'
 TYPO = SEED.replace("trials = 5", "trails = 5").replace("population = 32", "population = 1")
 
 
@@ -151,14 +152,16 @@ def test_the_template_picker_fills_the_editor_without_javascript(personas):
 
 
 @pytest.mark.parametrize("template", SPEC_TEMPLATES, ids=lambda t: t.slug)
-def test_every_template_is_a_valid_spec(template):
+def test_every_template_is_a_valid_spec_that_checks_its_trials_results(template):
     report = spec_validate(template.text)
     assert report.valid, [str(error) for error in report.errors]
+    assert report.spec.score.results is not None and report.warnings == []
 
 
-def test_the_speed_up_template_is_the_seeds_example(personas):
+def test_the_speed_up_template_is_the_seeds_example_with_its_results_checked(personas):
     speed_up = spec_validate(SPEC_TEMPLATES[0].text).spec
-    assert speed_up == spec_validate(SEED).spec
+    seed = spec_validate(SEED).spec
+    assert speed_up == seed.model_copy(update={"score": seed.score.model_copy(update={"results": "stdout"})})
 
 
 def test_choosing_a_repository_preselects_it_and_lists_its_branches_and_tags(personas, repository):
@@ -410,6 +413,28 @@ def test_the_search_page_shows_the_forecast_until_the_search_starts(personas, re
     assert "Unknown: no finished search of this repository yet." in page
     services.search_start(personas.owner, search, enqueue=False)
     assert 'id="forecast"' not in client.get(f"/searches/{search.search_id}/").content.decode()
+
+
+def test_the_search_page_warns_when_nothing_checks_correctness_while_the_score_runs(personas, repository):
+    unchecked = services.search_freeze(personas.owner, personas.alpha, SEED, "main", repository=repository)
+    client = login(personas.member)
+    page = page_text(client.get(f"/searches/{unchecked.search_id}/"))
+    assert f"Warning: {RESULTS_WARNING}" in page and 'id="spec-warning-1"' in page
+    checked = SEED.replace(METRIC_LINE, METRIC_LINE + '\nresults = { stdout = true, files = ["out/r.json"] }')
+    search = services.search_freeze(personas.owner, personas.alpha, checked, "main", repository=repository)
+    page = page_text(client.get(f"/searches/{search.search_id}/"))
+    assert "Warning:" not in page
+    assert "each trial's stdout (less its metric lines) and out/r.json compared with the baseline's trial" \
+        in " ".join(re.sub(r"<[^>]+>", "", page).split())
+
+
+def test_the_validation_partial_shows_the_warning_and_what_is_compared(personas):
+    client = login(personas.member)
+    unchecked = page_text(client.post("/searches/specs/validate/", {"text": SEED}))
+    assert f"Warning: {RESULTS_WARNING}" in unchecked and "not compared" in unchecked
+    checked = SEED.replace(METRIC_LINE, METRIC_LINE + '\nresults = "stdout"')
+    shown = page_text(client.post("/searches/specs/validate/", {"text": checked}))
+    assert "Warning:" not in shown and "stdout (less its metric lines)" in shown
 
 
 # --- access -----------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ from search_app.services import (
     thread_reopen,
     thread_resolve,
 )
-from search_app.spec import SpecReport, spec_validate
+from search_app.spec import SpecReport, spec_validate, spec_warnings
 from search_app.templatetags.search_figures import metric_source
 
 _SEARCH_ID = re.compile(r"search-[0-9a-f]{16}")
@@ -227,6 +227,7 @@ class Command(CrucibleCommand):
             f"  score       {summary['score']}",
             f"              {metric_source(report.spec.score.metric)}",
             f"  selection   {summary['selection']}",
+            *(f"  warning     {warning}" for warning in report.warnings),
         ]
         for line in lines:
             self.stdout.write(printable(line))
@@ -246,7 +247,8 @@ class Command(CrucibleCommand):
         ]
         for line in lines:
             self.stdout.write(printable(line))
-        for warning in provider_problems(search_spec(search).worker.provider):
+        spec = search_spec(search)
+        for warning in [*provider_problems(spec.worker.provider), *spec_warnings(spec)]:
             self.stderr.write(printable(f"warning: {warning}"), style_func=lambda text: text)
 
     def _frozen(self, file: str, repo: str, ref: str, project_name: str, username: str) -> Any:
@@ -296,8 +298,11 @@ class Command(CrucibleCommand):
         except PermissionDenied as error:
             self.fail([str(error)], 1)
         started = f"Started {search.search_id}: {page_url(reverse('search_detail', args=[search.search_id]))}"
-        # With --json, standard output stays one JSON document.
+        # With --json, standard output stays one JSON document (its `warnings` key has these too).
         (self.stderr if as_json else self.stdout).write(started, style_func=lambda text: text)
+        for warning in spec_warnings(search_spec(search)):
+            (self.stderr if as_json else self.stdout).write(printable(f"warning: {warning}"),
+                                                            style_func=lambda text: text)
         if as_json:
             search_run_inline(search)
             self.json_write(search_run_report(search), ensure_ascii=True)
