@@ -75,6 +75,8 @@ def evaluator_record(
             "direction": score.direction,
             "trials": score.trials,
             "timeout_seconds": score.timeout_seconds,
+            # What a reported figure measures decides how it is read and checked; absent when unset.
+            **({"reported": score.reported} if score.reported is not None else {}),
         },
         "hidden_files": sorted([*inline, *(item.record() for item in hidden)], key=lambda item: item["path"]),
     }
