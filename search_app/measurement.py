@@ -246,3 +246,119 @@ def figure_text(score: float | None, low: float | None, high: float | None, *, p
     if low is None or high is None or low == high == score:
         return f"{score:.3g}×"
     return f"{score:.3g}× [{low:.3g}, {high:.3g}]"
+
+
+# ------------------------------------------------------------- a reported figure, corroborated
+
+# What one unit of a reported figure is in the runtime's own units: seconds, or KiB.
+TIME_UNITS = {"time_s": 1.0, "time_ms": 1e-3, "time_us": 1e-6, "time_ns": 1e-9}
+MEMORY_UNITS = {"memory_kib": 1.0, "memory_bytes": 1 / 1024}
+_SHOWN = {"time_s": "s", "time_ms": "ms", "time_us": "µs", "time_ns": "ns", "memory_kib": "KiB",
+          "memory_bytes": "bytes"}
+# The runtime's noise a reported saving may hide in: at least this, or this share of the baseline.
+TIME_TOLERANCE_SECONDS = 0.005
+MEMORY_TOLERANCE_KIB = 1024
+TOLERANCE_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class TrialFigures:
+    """One trial: what the score command reported, and what the runtime measured of it (wall
+    seconds from outside, CPU seconds and peak KiB of its whole process tree)."""
+
+    reported: float
+    wall: float | None = None
+    cpu: float | None = None
+    rss: float | None = None
+
+
+def _ratio(mine: Sequence[float], theirs: Sequence[float]) -> float | None:
+    base = statistics.median(theirs) if theirs else 0
+    return statistics.median(mine) / base if mine and base else None
+
+
+def _factor(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}×"
+
+
+def _amount(value: float, kind: str) -> str:
+    return f"{value:.4g} {_SHOWN[kind]}"
+
+
+def report_tolerance(kind: str, baseline: Mapping[int, TrialFigures]) -> float:
+    """How much of a reported saving the runtime's noise may hide (seconds or KiB): 5 ms or 5 % of
+    the baseline's median wall time; 1 MiB or 5 % of its median peak memory."""
+    if kind in MEMORY_UNITS:
+        rss = [t.rss for t in baseline.values() if t.rss is not None]
+        return max(MEMORY_TOLERANCE_KIB, TOLERANCE_SHARE * statistics.median(rss) if rss else 0)
+    wall = [t.wall for t in baseline.values() if t.wall is not None]
+    return max(TIME_TOLERANCE_SECONDS, TOLERANCE_SHARE * statistics.median(wall) if wall else 0)
+
+
+def report_overruns(kind: str, trials: Mapping[int, TrialFigures], tolerance: float) -> str | None:
+    """Why a time figure cannot be what it says: its median is more than the whole command took
+    (beyond the tolerance), which no honest report of part of that command can be; None if not."""
+    if kind not in TIME_UNITS:
+        return None
+    pairs = [(t.reported * TIME_UNITS[kind], t.wall) for t in trials.values() if t.wall is not None]
+    if not pairs:
+        return None
+    reported, wall = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+    if reported <= wall + tolerance:
+        return None
+    return (f"reports {_amount(reported / TIME_UNITS[kind], kind)} a trial, but the runtime measured the whole "
+            f"command at {wall * 1000:.4g} ms wall time")
+
+
+def report_contradicted(kind: str, candidate: Mapping[int, TrialFigures], baseline: Mapping[int, TrialFigures],
+                        confidence: float) -> str | None:
+    """Whether the runtime's own measurement contradicts a reported time or memory figure, and how.
+
+    In each block both ran, the saving the candidate claims over the baseline (converted to
+    seconds or KiB) less the saving the runtime measured (wall or CPU time, whichever saved more;
+    peak memory) is what the report does not explain. The report is contradicted when the lower
+    end of the confidence interval of that median is above the tolerance (`report_tolerance`):
+    a saving that fixed start-up cost and noise can hide stays within it and is taken, and one
+    that is simply absent from the runtime's figures is not. A time figure larger than the whole
+    command took is contradicted too. None when the report stands."""
+    if kind not in TIME_UNITS and kind not in MEMORY_UNITS:
+        return None
+    tolerance = report_tolerance(kind, baseline)
+    overrun = report_overruns(kind, candidate, tolerance)
+    if overrun:
+        return f"{overrun}: a report of part of that command cannot be larger than the whole of it"
+    blocks = sorted(block for block in candidate if block in baseline)
+    if not blocks:
+        return None
+    memory = kind in MEMORY_UNITS
+    scale = MEMORY_UNITS[kind] if memory else TIME_UNITS[kind]
+    claimed, unexplained = [], []
+    for block in blocks:
+        b, c = baseline[block], candidate[block]
+        saved = [b.rss - c.rss] if memory and b.rss is not None and c.rss is not None else \
+            [x - y for x, y in ((b.wall, c.wall), (b.cpu, c.cpu)) if x is not None and y is not None]
+        if not saved:
+            continue
+        claim = (b.reported - c.reported) * scale
+        claimed.append(claim)
+        unexplained.append(claim - max(saved))
+    if not unexplained:
+        return None
+    interval = median_interval(unexplained, confidence)
+    if interval.low <= tolerance:
+        return None
+    mine = [candidate[b].reported for b in blocks]
+    theirs = [baseline[b].reported for b in blocks]
+    said = (f"reports {_factor(_ratio(mine, theirs))} the baseline ({_amount(statistics.median(mine), kind)} vs "
+            f"{_amount(statistics.median(theirs), kind)})")
+    if memory:
+        seen = "the runtime measured " + _factor(_ratio([candidate[b].rss or 0 for b in blocks],
+                                                        [baseline[b].rss or 0 for b in blocks])) + " in peak memory"
+        gap = f"{statistics.median(claimed):.4g} KiB it claims to save"
+    else:
+        walls = _ratio([candidate[b].wall or 0 for b in blocks], [baseline[b].wall or 0 for b in blocks])
+        cpus = _ratio([candidate[b].cpu or 0 for b in blocks], [baseline[b].cpu or 0 for b in blocks])
+        seen = f"the runtime measured {_factor(walls)} in wall time and {_factor(cpus)} in CPU time"
+        gap = f"{statistics.median(claimed) * 1000:.4g} ms it claims to save"
+    return (f"{said}; {seen}: {interval.point / (1 if memory else 1e-3):.4g} {'KiB' if memory else 'ms'} of the "
+            f"{gap} are not in the runtime's own measurement")
