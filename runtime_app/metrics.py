@@ -119,9 +119,9 @@ def _descriptor_output(report_file: str | Path | None) -> tuple[dict | None, str
     """What the score command's own process wrote to $CRUCIBLE_REPORT_FD (sandbox.run saved it)."""
     path = Path(report_file) if report_file is not None else None
     if path is None or not path.is_file():
-        return None, DESCRIPTOR, ("the score command wrote nothing to its report descriptor ($CRUCIBLE_REPORT_FD); "
-                                  "a figure of this kind is read from there only, never from stdout or "
-                                  "$CRUCIBLE_METRICS_FILE")
+        return None, DESCRIPTOR, ("the score command wrote nothing to its report descriptor "
+                                  "($CRUCIBLE_REPORT_FD); a figure of this kind is read from there only, "
+                                  "never from stdout or $CRUCIBLE_METRICS_FILE")
     try:
         data = json.loads(path.read_bytes())
     except (ValueError, UnicodeDecodeError) as error:

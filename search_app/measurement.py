@@ -306,12 +306,12 @@ def report_overruns(kind: str, trials: Mapping[int, TrialFigures], tolerance: fl
     reported, wall = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
     if reported <= wall + tolerance:
         return None
-    return (f"reports {_amount(reported / TIME_UNITS[kind], kind)} a trial, but the runtime measured the whole "
-            f"command at {wall * 1000:.4g} ms wall time")
+    return (f"reports {_amount(reported / TIME_UNITS[kind], kind)} a trial, but the runtime measured the "
+            f"whole command at {wall * 1000:.4g} ms wall time")
 
 
-def report_contradicted(kind: str, candidate: Mapping[int, TrialFigures], baseline: Mapping[int, TrialFigures],
-                        confidence: float) -> str | None:
+def report_contradicted(kind: str, candidate: Mapping[int, TrialFigures],
+                        baseline: Mapping[int, TrialFigures], confidence: float) -> str | None:
     """Whether the runtime's own measurement contradicts a reported time or memory figure, and how.
 
     In each block both ran, the saving the candidate claims over the baseline (converted to
@@ -349,16 +349,16 @@ def report_contradicted(kind: str, candidate: Mapping[int, TrialFigures], baseli
         return None
     mine = [candidate[b].reported for b in blocks]
     theirs = [baseline[b].reported for b in blocks]
-    said = (f"reports {_factor(_ratio(mine, theirs))} the baseline ({_amount(statistics.median(mine), kind)} vs "
-            f"{_amount(statistics.median(theirs), kind)})")
+    said = (f"reports {_factor(_ratio(mine, theirs))} the baseline "
+            f"({_amount(statistics.median(mine), kind)} vs {_amount(statistics.median(theirs), kind)})")
     if memory:
-        seen = "the runtime measured " + _factor(_ratio([candidate[b].rss or 0 for b in blocks],
-                                                        [baseline[b].rss or 0 for b in blocks])) + " in peak memory"
+        rss = _ratio([candidate[b].rss or 0 for b in blocks], [baseline[b].rss or 0 for b in blocks])
+        seen = f"the runtime measured {_factor(rss)} in peak memory"
         gap = f"{statistics.median(claimed):.4g} KiB it claims to save"
     else:
         walls = _ratio([candidate[b].wall or 0 for b in blocks], [baseline[b].wall or 0 for b in blocks])
         cpus = _ratio([candidate[b].cpu or 0 for b in blocks], [baseline[b].cpu or 0 for b in blocks])
         seen = f"the runtime measured {_factor(walls)} in wall time and {_factor(cpus)} in CPU time"
         gap = f"{statistics.median(claimed) * 1000:.4g} ms it claims to save"
-    return (f"{said}; {seen}: {interval.point / (1 if memory else 1e-3):.4g} {'KiB' if memory else 'ms'} of the "
-            f"{gap} are not in the runtime's own measurement")
+    unexplained = f"{interval.point:.4g} KiB" if memory else f"{interval.point * 1000:.4g} ms"
+    return f"{said}; {seen}: {unexplained} of the {gap} are not in the runtime's own measurement"

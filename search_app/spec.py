@@ -354,11 +354,11 @@ class ScoreSpec(_Section):
     )
     reported: ReportedKind | None = Field(
         None, description="what a metric the score command reports about itself measures (required for "
-        "any metric not starting with `runtime:`, refused for one that does): `time_s`, `time_ms`, `time_us`, "
-        "`time_ns`, `memory_kib` or `memory_bytes` are checked against the runtime's own wall, CPU and memory "
-        "figures of the same trials, and a candidate whose report they contradict is eliminated (these need "
-        "`direction = \"minimize\"`); `other` (accuracy, a count …) is read only from the runtime's report "
-        "descriptor (`$CRUCIBLE_REPORT_FD`), which the score command's own process holds and its children "
+        "any metric not starting with `runtime:`, refused for one that does): `time_s`, `time_ms`, "
+        "`time_us`, `time_ns`, `memory_kib` or `memory_bytes` are checked against the runtime's own wall, "
+        "CPU and memory figures of the same trials, and a candidate whose report they contradict is "
+        "eliminated (these need `direction = \"minimize\"`); `other` (accuracy, a count …) is read only "
+        "from the runtime's report descriptor (`$CRUCIBLE_REPORT_FD`), which the score command's own process holds and its children "
         "need not, never from stdout or `$CRUCIBLE_METRICS_FILE`",
     )
     read_paths: HostPaths = _read_paths("hashed into the evaluator record at freeze")
@@ -806,9 +806,10 @@ def _reported_checks(score: dict[str, Any], metric: str,
             add(("score", "reported"), f"`{metric}` is measured by the runtime, not reported by the "
                 "score command: remove `reported`", "no `reported` with a runtime: metric")
     elif reported is None:
-        add(("score", "metric"), f"`{metric}` is a figure the score command reports about itself: say what it "
-            "measures with `reported = \"time_ms\"` (the runtime then checks it against its own measurement), "
-            "`reported = \"other\"` (read only from the runtime's report descriptor, $CRUCIBLE_REPORT_FD), "
+        add(("score", "metric"), f"`{metric}` is a figure the score command reports about itself: say what "
+            "it measures with `reported = \"time_ms\"` (the runtime then checks it against its own "
+            "measurement), `reported = \"other\"` (read only from the runtime's report descriptor, "
+            "$CRUCIBLE_REPORT_FD), "
             "or score on a figure the runtime measures: " + ", ".join(RUNTIME_METRICS),
             "score.reported = " + " | ".join(f'"{kind}"' for kind in REPORTED_KINDS))
     elif reported in REPORTED_KINDS and reported != "other" and direction == "maximize":
