@@ -358,8 +358,8 @@ class ScoreSpec(_Section):
         "`time_us`, `time_ns`, `memory_kib` or `memory_bytes` are checked against the runtime's own wall, "
         "CPU and memory figures of the same trials, and a candidate whose report they contradict is "
         "eliminated (these need `direction = \"minimize\"`); `other` (accuracy, a count …) is read only "
-        "from the runtime's report descriptor (`$CRUCIBLE_REPORT_FD`), which the score command's own process holds and its children "
-        "need not, never from stdout or `$CRUCIBLE_METRICS_FILE`",
+        "from the runtime's report descriptor (`$CRUCIBLE_REPORT_FD`), which the score command's own "
+        "process holds and its children need not, never from stdout or `$CRUCIBLE_METRICS_FILE`",
     )
     read_paths: HostPaths = _read_paths("hashed into the evaluator record at freeze")
 
