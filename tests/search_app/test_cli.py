@@ -53,7 +53,7 @@ def test_validate_prints_a_summary_of_a_valid_spec_and_exits_0():
         "  budget      $5.00, 10,000,000 tokens",
         "  gates       2 commands",
         "  score       minimize median_runtime_ms over 5 trials",
-        "              reported by the score command (forgeable by code it runs)",
+        "              reported by the score command, checked against the runtime's wall and CPU time",
         "  selection   pareto, diverse",
     ]
     assert done.stderr == b""
