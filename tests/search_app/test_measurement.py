@@ -237,6 +237,16 @@ def test_an_honest_large_speed_up_the_runtime_also_measured_is_taken():
     assert report_contradicted("time_ms", honest, baseline, 0.95) is None
 
 
+def test_an_honest_saving_on_a_loaded_host_is_taken_though_the_timed_region_outran_its_cpu_time():
+    # Measured on a 2-core host shared by six test runs: the baseline's timed region took 94-113 ms of
+    # wall time and about half that in CPU time; the candidate's start-up was slowed in one block.
+    baseline = {0: TrialFigures(113.12, 0.249, 0.0913), 1: TrialFigures(94.01, 0.170, 0.0890)}
+    honest = {0: TrialFigures(0.0019, 0.157, 0.0374), 1: TrialFigures(0.0022, 0.119, 0.0384)}
+    assert report_contradicted("time_ms", honest, baseline, 0.95) is None
+    forger = {0: TrialFigures(0.0, 0.347, 0.0932), 1: TrialFigures(0.0, 0.233, 0.0914)}
+    assert report_contradicted("time_ms", forger, baseline, 0.95) is not None
+
+
 def test_a_report_that_doubles_a_real_saving_is_contradicted():
     baseline = _trials(200, 0.30, 0.29)
     inflated = _trials(0.5, 0.20, 0.19)  # saved 100 ms, claims 199.5
