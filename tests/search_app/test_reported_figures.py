@@ -144,7 +144,8 @@ WRITES = WORK + ("\nimport os\n\n"
 
 OTHER_WRITER = f'''import os, pathlib, sys
 sys.stdin.read()
-code = {{"cand_001": {PRINTS!r}, "cand_002": {WRITES!r}, "cand_003": {HONEST!r}}}[os.environ["CRUCIBLE_CANDIDATE_ID"]]
+plan = {{"cand_001": {PRINTS!r}, "cand_002": {WRITES!r}, "cand_003": {HONEST!r}}}
+code = plan[os.environ["CRUCIBLE_CANDIDATE_ID"]]
 pathlib.Path("code/work.py").write_text(code)
 '''
 
@@ -156,7 +157,8 @@ os.set_inheritable(fd, False)
 CASES = {1: "odd", 2: "even", 3: "odd", 4: "even"}
 run = ("import json, sys; sys.path.insert(0, 'code'); from work import label; "
        "print(json.dumps([label(n) for n in %r]))" % sorted(CASES))
-child = subprocess.run([sys.executable, "-c", run], capture_output=True, text=True, timeout=60, close_fds=True)
+child = subprocess.run([sys.executable, "-c", run], capture_output=True, text=True, timeout=60,
+                       close_fds=True)
 print(child.stdout, end="")  # the child's output, for the receipt
 answers = next(json.loads(line) for line in child.stdout.splitlines() if line.startswith("["))
 accuracy = sum(answer == CASES[n] for n, answer in zip(sorted(CASES), answers)) / len(CASES)
