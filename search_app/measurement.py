@@ -331,9 +331,9 @@ def report_contradicted(kind: str, candidate: Mapping[int, TrialFigures],
     In each block both ran, the saving the candidate claims over the baseline (converted to
     seconds or KiB) less the saving the runtime measured (wall time or stretched CPU time,
     `_time_saved`, whichever saved more; peak memory) is what the report does not explain. The
-    report is contradicted when the lower end of the confidence interval of that median is above the tolerance (`report_tolerance`):
-    a saving that fixed start-up cost and noise can hide stays within it and is taken, and one
-    that is simply absent from the runtime's figures is not. A time figure larger than the whole
+    report is contradicted when the lower end of the confidence interval of that median is above
+    the tolerance (`report_tolerance`): a saving that fixed start-up cost and noise can hide stays
+    within it and is taken, and one that is simply absent from the runtime's figures is not. A time figure larger than the whole
     command took is contradicted too. None when the report stands."""
     if kind not in TIME_UNITS and kind not in MEMORY_UNITS:
         return None
