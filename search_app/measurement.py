@@ -333,8 +333,8 @@ def report_contradicted(kind: str, candidate: Mapping[int, TrialFigures],
     `_time_saved`, whichever saved more; peak memory) is what the report does not explain. The
     report is contradicted when the lower end of the confidence interval of that median is above
     the tolerance (`report_tolerance`): a saving that fixed start-up cost and noise can hide stays
-    within it and is taken, and one that is simply absent from the runtime's figures is not. A time figure larger than the whole
-    command took is contradicted too. None when the report stands."""
+    within it and is taken, and one that is simply absent from the runtime's figures is not. A
+    time figure larger than the whole command took is contradicted too. None when the report stands."""
     if kind not in TIME_UNITS and kind not in MEMORY_UNITS:
         return None
     tolerance = report_tolerance(kind, baseline)
@@ -374,5 +374,5 @@ def report_contradicted(kind: str, candidate: Mapping[int, TrialFigures],
         cpus = _ratio([candidate[b].cpu or 0 for b in blocks], [baseline[b].cpu or 0 for b in blocks])
         seen = f"the runtime measured {_factor(walls)} in wall time and {_factor(cpus)} in CPU time"
         gap = f"{statistics.median(claimed) * 1000:.4g} ms it claims to save"
-    unexplained = f"{interval.point:.4g} KiB" if memory else f"{interval.point * 1000:.4g} ms"
-    return f"{said}; {seen}: {unexplained} of the {gap} are not in the runtime's own measurement"
+    missing = f"{interval.point:.4g} KiB" if memory else f"{interval.point * 1000:.4g} ms"
+    return f"{said}; {seen}: {missing} of the {gap} are not in the runtime's own measurement"

@@ -434,7 +434,7 @@ def _replay_verdict(step: Any, candidate: Any, result: StepResult) -> tuple[bool
                     for block, value in merged.get(member, {}).items()}
         mine, theirs = trials(cid), trials("baseline") if "baseline" not in dropped else {}
         why = _baseline_unit_wrong(spec, theirs) or report_contradicted(
-            spec.score.reported, mine, theirs, spec.score.confidence)
+            spec.score.reported or "", mine, theirs, spec.score.confidence)
         if why:
             return False, why, 0
     baseline = step.search.candidates.get(number=0)
