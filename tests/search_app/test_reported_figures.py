@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -216,3 +218,11 @@ def test_an_other_figure_counts_only_through_the_report_descriptor_the_candidate
     written = Receipt.objects.filter(subject_id=candidates["cand_002"].pk, label__contains="trial").first()
     assert "refused: [Errno 9] Bad file descriptor" in written.stdout_excerpt  # not handed to the child
     assert written.stdout_excerpt.count("refused:") == 2  # nor reachable through /proc/<evaluator>/fd
+
+
+def test_the_evaluator_process_docs_show_is_the_one_this_search_runs():
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "sandbox.md").read_text()
+    example = docs.split("```toml\n[evaluator.files]\n", 1)[1].split("```", 1)[0]
+    data = tomllib.loads("[evaluator.files]\n" + example)
+    assert data["evaluator"]["files"]["scripts/evaluate.py"] == EVALUATOR
+    assert data["score"]["reported"] == "other"
