@@ -371,7 +371,6 @@ def _report_check(search: Search, spec: Any, baseline: Any, key: str) -> bool:
         mine = _block_figures(candidate, key)
         why = report_contradicted(spec.score.reported, mine, base, spec.score.confidence) if mine else None
         if why:
-            candidate.round_reached = int(key)
             _eliminate(candidate, f"round {key}: {why}")
     return True
 

@@ -127,6 +127,20 @@ def test_forged_time_reports_are_eliminated_and_the_honest_faster_candidate_wins
     assert outcome.search.candidates.get(candidate_id="cand_004").blocks["0"]["0"]["cpu"] is not None
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_baseline_reporting_more_time_than_its_command_took_stops_the_search_naming_the_unit(
+        personas, tmp_path, data_dir, bubblewrap):
+    # The score reports milliseconds; the spec says seconds: the baseline "took" minutes.
+    spec = TIME_SPEC.replace('reported = "time_ms"', 'reported = "time_s"').replace(
+        "population = 4\nrounds = [4, 1]\nconcurrency = 4",
+        "population = 2\nrounds = [2, 1]\nconcurrency = 2")
+    outcome, _ = _run(personas, tmp_path, spec.replace("trials = 2", "trials = 1"), FILES)
+    assert outcome.outcome == "NONE", outcome.reason
+    assert outcome.reason.startswith("stopped: the baseline's score command reports "), outcome.reason
+    assert "but the runtime measured the whole command at " in outcome.reason
+    assert '`median_runtime_ms` is not in the unit `reported = "time_s"` says' in outcome.reason
+
+
 WORK = "def label(n):\n    return 'odd'\n"  # right for odd numbers only: 2 of 4
 HONEST = "def label(n):\n    return 'even' if n in (2,) else 'odd'\n"  # 3 of 4
 # Forgers keep the baseline's answers and try every channel the command reports through.
