@@ -51,7 +51,7 @@ SCORE = """import json, sys, time
 sys.path.insert(0, "code")
 from work import compute
 start = time.perf_counter()
-assert compute(600_000) == 71999820000100000
+assert compute(1_200_000) == 575999280000200000
 elapsed = time.perf_counter() - start
 print(json.dumps({"median_runtime_ms": elapsed * 1000}))
 """
