@@ -376,11 +376,15 @@ def report_contradicted(kind: str, candidate: Mapping[int, TrialFigures],
     if memory:
         rss = _ratio([candidate[b].rss or 0 for b in blocks], [baseline[b].rss or 0 for b in blocks])
         seen = f"the runtime measured {_factor(rss)} in peak memory"
-        gap = f"{statistics.median(claimed):.4g} KiB it claims to save"
+        unit, shown = "KiB", 1.0
     else:
         walls = _ratio([candidate[b].wall or 0 for b in blocks], [baseline[b].wall or 0 for b in blocks])
         cpus = _ratio([candidate[b].cpu or 0 for b in blocks], [baseline[b].cpu or 0 for b in blocks])
         seen = f"the runtime measured {_factor(walls)} in wall time and {_factor(cpus)} in CPU time"
-        gap = f"{statistics.median(claimed) * 1000:.4g} ms it claims to save"
-    missing = f"{missing_point:.4g} KiB" if memory else f"{missing_point * 1000:.4g} ms"
-    return f"{said}; {seen}: {missing} of the {gap} are not in the runtime's own measurement"
+        unit, shown = "ms", 1000.0
+    claim = statistics.median(claimed)
+    if missing_point >= claim:
+        return (f"{said}; {seen}: none of the {claim * shown:.4g} {unit} it claims to save is in the "
+                "runtime's own measurement")
+    return (f"{said}; {seen}: {missing_point * shown:.4g} {unit} of the {claim * shown:.4g} {unit} it claims "
+            "to save are not in the runtime's own measurement")

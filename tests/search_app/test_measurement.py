@@ -220,7 +220,21 @@ def test_a_forged_report_the_runtime_saw_no_saving_for_is_contradicted_with_both
     assert why is not None
     assert why.startswith("reports 0.0001× the baseline (0.01 ms vs 100 ms); the runtime measured 1× in wall "
                           "time and 0.992× in CPU time: ")
-    assert why.endswith("of the 99.99 ms it claims to save are not in the runtime's own measurement")
+    assert why.endswith("97.91 ms of the 99.99 ms it claims to save are not in the runtime's own measurement")
+
+
+def test_a_forger_whose_command_used_more_cpu_has_none_of_its_claim_measured():
+    baseline = _trials(100, 0.25, 0.24)
+    forger = _trials(0.0, 0.26, 0.25)
+    why = report_contradicted("time_ms", forger, baseline, 0.95)
+    assert why.endswith("none of the 100 ms it claims to save is in the runtime's own measurement")
+
+
+def test_a_report_partly_explained_says_how_much_of_its_claim_is_missing():
+    baseline = _trials(100, 0.25, 0.24)
+    inflated = _trials(0.01, 0.20, 0.19)  # saved 50 ms, claims 99.99
+    why = report_contradicted("time_ms", inflated, baseline, 0.95)
+    assert why.endswith("47.91 ms of the 99.99 ms it claims to save are not in the runtime's own measurement")
 
 
 def test_an_honest_20x_speed_up_of_1_ms_inside_100_ms_of_start_up_is_taken():
