@@ -52,6 +52,7 @@ protected_paths = ["tests", "expected_result.json", "scripts", "certificate.py"]
 [score]
 command = "./scripts/benchmark_candidate.sh"
 metric = "median_runtime_ms"
+reported = "time_ms"
 trials = 1
 '''
 

@@ -90,7 +90,9 @@ WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 def spec(name: str, population: int, rounds: list[int], sleep: float, trials: int,
          comparison: str | None = None) -> str:
     pause = f"sleep {sleep}; " if sleep else ""
-    score = pause + "printf '{\\\"v\\\": %s}\\n' $(cksum < code/id.txt | cut -d' ' -f1)"
+    # The figure goes to the report descriptor (`reported = "other"`); bash, as dash takes no fd above 9.
+    score = pause + ("bash -c 'printf \"{\\\"v\\\": %s}\" \"$(cksum < code/id.txt | cut -d\" \" -f1)\" "
+                     ">&\"$CRUCIBLE_REPORT_FD\"'")
     compare = f'comparison = "{comparison}"\n' if comparison else ""
     return f'''name = "{name}"
 objective = "bench"
@@ -107,8 +109,9 @@ write_roots = ["code"]
 commands = ["{pause or 'true'}"]
 
 [score]
-command = "{score}"
+command = {json.dumps(score)}
 metric = "v"
+reported = "other"
 direction = "maximize"
 trials = {trials}
 {compare}'''

@@ -5,10 +5,15 @@ The contract (docs/sandbox.md, "the score contract"):
 - `runtime:wall_seconds`, `runtime:cpu_seconds` and `runtime:max_rss_kib` are measured by the
   runtime from outside the command (its reaping time, its cgroup's counters): nothing the
   command's code prints, writes or patches changes them.
-- Any other metric is *reported by the score command*: a JSON object written to the file named
-  by `$CRUCIBLE_METRICS_FILE` (outside the command's tree), or, if it writes no such file, a
-  JSON object as the last non-empty line of stdout. Code the command runs can forge it; the
-  reading says so, and pages label it.
+- Any other metric is *reported by the score command*, and the spec says what it measures
+  (`score.reported`). A time or memory figure comes from a JSON object written to the file named
+  by `$CRUCIBLE_METRICS_FILE` (outside the command's tree), the report descriptor, or else the
+  last non-empty line of stdout; code the command runs can forge any of those, so the search
+  checks it against the runtime's own measurement of the same trials (search_app.measurement
+  `report_contradicted`). A figure of another kind (`reported = "other"`) is read only from the
+  report descriptor: the write end of a pipe handed to the score command's own process
+  (`$CRUCIBLE_REPORT_FD`), which an evaluator keeps from the children that run candidate code.
+  A spec frozen before `reported` existed reads as it always did, and is labelled forgeable.
 A metric counts only when the command exited 0 within its time, and only as a finite number.
 Anything else is no metric, with a reason a person can act on.
 """
@@ -26,20 +31,33 @@ METRICS_FILE_LIMIT = 1 << 20
 
 
 RUNTIME_PREFIX = "runtime:"
+# A reported metric of a search frozen before `score.reported`: nothing checks it.
 REPORTED_LABEL = "reported by the score command (forgeable by code it runs)"
+CORROBORATED_LABEL = "reported by the score command, checked against the runtime's wall and CPU time"
+CORROBORATED_MEMORY_LABEL = "reported by the score command, checked against the runtime's peak memory"
+DESCRIPTOR_LABEL = ("reported through the runtime's report descriptor (CRUCIBLE_REPORT_FD), which the "
+                    "candidate's code does not hold")
+DESCRIPTOR = "report descriptor"
 
 
-def metric_source(metric: str) -> str:
-    """Who measures a score of `metric`: `runtime`, or the words every page shows for a figure
-    the score command reports about itself (scripts match the one short word for the trusted case)."""
-    return "runtime" if str(metric).startswith(RUNTIME_PREFIX) else REPORTED_LABEL
+def metric_source(metric: str, reported: str | None = None) -> str:
+    """Who measures a score of `metric` (what `score.reported` says it is): `runtime`, or the
+    words every page shows for a figure the score command reports about itself (scripts match
+    the one short word for the trusted case)."""
+    if str(metric).startswith(RUNTIME_PREFIX):
+        return "runtime"
+    if reported == "other":
+        return DESCRIPTOR_LABEL
+    if reported in ("memory_kib", "memory_bytes"):
+        return CORROBORATED_MEMORY_LABEL
+    return CORROBORATED_LABEL if reported else REPORTED_LABEL
 
 
 @dataclass(frozen=True)
 class MetricReading:
     value: float | None
     reason: str  # where the value came from, or why there is none
-    source: str = ""  # "runtime", "metrics file" or "last line of stdout"
+    source: str = ""  # "runtime", "metrics file", "report descriptor" or "last line of stdout"
 
     @property
     def counted(self) -> bool:
@@ -71,14 +89,20 @@ def runtime_metric(receipt: Receipt, metric: str) -> MetricReading:
     return MetricReading(float(value), f"measured by the runtime{how}", "runtime")
 
 
-def metric_read(receipt: Receipt, metric: str, metrics_file: str | Path | None = None) -> MetricReading:
+def metric_read(receipt: Receipt, metric: str, metrics_file: str | Path | None = None, *,
+                report_file: str | Path | None = None, descriptor_only: bool = False) -> MetricReading:
     """The named metric, if the command succeeded: measured by the runtime (`runtime:` names)
-    or from the command's structured output."""
+    or from the command's structured output: what came through the report descriptor
+    (`report_file`), else the metrics file, else the last line of stdout; with `descriptor_only`
+    (`reported = "other"`) from the descriptor alone."""
     if not receipt.succeeded:
         return MetricReading(None, f"the command {receipt.outcome}; a metric only counts after exit 0")
     if metric.startswith(RUNTIME_PREFIX):
         return runtime_metric(receipt, metric)
-    data, source, problem = _structured_output(receipt, metrics_file)
+    if descriptor_only or (report_file is not None and Path(report_file).is_file()):
+        data, source, problem = _descriptor_output(report_file)
+    else:
+        data, source, problem = _structured_output(receipt, metrics_file)
     if data is None:
         return MetricReading(None, problem)
     if metric not in data:
@@ -87,7 +111,24 @@ def metric_read(receipt: Receipt, metric: str, metrics_file: str | Path | None =
     value = data[metric]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return MetricReading(None, f"metric {metric!r} is {value!r}, not a finite number", source)
-    return MetricReading(float(value), f"from the {source}, {REPORTED_LABEL}", source)
+    label = DESCRIPTOR_LABEL if source == DESCRIPTOR else REPORTED_LABEL
+    return MetricReading(float(value), f"from the {source}, {label}", source)
+
+
+def _descriptor_output(report_file: str | Path | None) -> tuple[dict | None, str, str]:
+    """What the score command's own process wrote to $CRUCIBLE_REPORT_FD (sandbox.run saved it)."""
+    path = Path(report_file) if report_file is not None else None
+    if path is None or not path.is_file():
+        return None, DESCRIPTOR, ("the score command wrote nothing to its report descriptor "
+                                  "($CRUCIBLE_REPORT_FD); a figure of this kind is read from there only, "
+                                  "never from stdout or $CRUCIBLE_METRICS_FILE")
+    try:
+        data = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as error:
+        return None, DESCRIPTOR, f"what came through the report descriptor is not JSON: {error}"
+    if not isinstance(data, dict):
+        return None, DESCRIPTOR, "what came through the report descriptor is JSON but not an object"
+    return data, DESCRIPTOR, ""
 
 
 def _structured_output(receipt: Receipt, metrics_file: str | Path | None) -> tuple[dict | None, str, str]:

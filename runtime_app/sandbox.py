@@ -37,6 +37,7 @@ import hashlib
 import logging
 import os
 import re
+import select
 import selectors
 import shutil
 import signal
@@ -72,6 +73,10 @@ METRICS_DIR_INSIDE = "/run/crucible"
 METRICS_NAME = "metrics.json"
 # The most of a trial's results (its stdout, each results file) the runtime keeps to compare.
 RESULTS_LIMIT = 16 << 20
+# The report descriptor: the write end of a pipe handed to a command's own process (run's
+# `report_file`), its number in this variable; what comes through it is read up to REPORT_LIMIT.
+REPORT_FD_VARIABLE = "CRUCIBLE_REPORT_FD"
+REPORT_LIMIT = 1 << 20
 # Where the egress proxy's folder (its socket and forwarder) is bound under bubblewrap, and the
 # port its forwarder listens on in the sandbox's own loopback (runtime_app.egress).
 EGRESS_DIR_INSIDE = "/run/crucible-egress"
@@ -959,7 +964,7 @@ class _Scratch:
 def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[str, str] | None,
           limits: Limits, readable: list[Path], read_only: list[str], writable: bool, fresh: bool,
           metrics: bool, accounting: bool, joins: Sequence[str], join_late: Sequence[str],
-          egress_dir: Path | None = None, results: Sequence[str] = ()) -> _Plan:
+          egress_dir: Path | None = None, results: Sequence[str] = (), report_fd: int | None = None) -> _Plan:
     prlimit = shutil.which("prlimit")
     if not prlimit:
         raise SandboxError("prlimit (util-linux) is not installed; commands cannot be limited")
@@ -968,7 +973,7 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
         return _plan_in(scratch, prlimit, argv, chosen=chosen, tree=tree, cwd=cwd, env=env,
                         limits=limits, readable=readable, read_only=read_only, writable=writable,
                         fresh=fresh, metrics=metrics, accounting=accounting, joins=joins, join_late=join_late,
-                        egress_dir=egress_dir, results=results)
+                        egress_dir=egress_dir, results=results, report_fd=report_fd)
     except BaseException:
         scratch.remove()  # a refused run leaves nothing behind
         raise
@@ -977,8 +982,11 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
 def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, tree: Path, cwd: Path,
              env: Mapping[str, str] | None, limits: Limits, readable: list[Path], read_only: list[str],
              writable: bool, fresh: bool, metrics: bool, accounting: bool, joins: Sequence[str],
-             join_late: Sequence[str], egress_dir: Path | None = None, results: Sequence[str] = ()) -> _Plan:
+             join_late: Sequence[str], egress_dir: Path | None = None, results: Sequence[str] = (),
+             report_fd: int | None = None) -> _Plan:
     metrics_path = scratch.file(".json") if metrics else None
+    # The descriptor's number is the same in the command's process: every stage before it keeps it.
+    report = {} if report_fd is None else {REPORT_FD_VARIABLE: str(report_fd)}
     if chosen != BUBBLEWRAP:
         home = scratch.dir() / "home"
         home.mkdir()
@@ -986,7 +994,7 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
         if fresh:  # no bubblewrap to bind a copy over the pristine path: run in the copy itself
             run_tree = scratch.dir() / "tree"
             _copy_tree(tree, run_tree)
-        declared = dict(env or {})
+        declared = {**(env or {}), **report}
         if metrics_path is not None:
             declared["CRUCIBLE_METRICS_FILE"] = str(metrics_path)
         env_full, refused = env_build(declared, home=str(home))
@@ -1007,7 +1015,7 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
     identity = sandbox_identity()
     if fresh or writable:  # a read-only tree is only read: it must be readable by others (0644)
         tree_hand_over(tree, identity)
-    declared = dict(env or {})
+    declared = {**(env or {}), **report}
     if metrics_path is not None:
         if identity is not None:
             os.chown(metrics_path, *identity)
@@ -1106,6 +1114,7 @@ def run(
     egress: EgressProxy | None = None,
     stdout_file: str | Path | None = None,
     results_files: Mapping[str, str | Path] | None = None,
+    report_file: str | Path | None = None,
 ) -> Receipt:
     """Run `command` (argv list, or a shell line for /bin/sh) contained, and describe it.
 
@@ -1115,7 +1124,10 @@ def run(
     receipt says it was not enforced). `fresh=True` runs the command on a throwaway overlay (or
     copy) of the tree, which stays pristine; `read_only` are tree-relative paths bound read-only
     on top. With `metrics_file`, the command gets `$CRUCIBLE_METRICS_FILE` outside its tree and
-    what it writes there is copied to `metrics_file` afterwards. `lane` is the measurement lane
+    what it writes there is copied to `metrics_file` afterwards. With `report_file`, the command's
+    own process gets the write end of a pipe (its number in `$CRUCIBLE_REPORT_FD`, inheritable, so
+    the command decides whether its children get it) and what came through it (at most 1 MiB) is
+    written to `report_file` when the command ends. `lane` is the measurement lane
     mode held while the command runs (`exclusive` for timing trials). Setting `cancel` stops the
     command like a timeout. A `tail` (runtime_app.tails) gets its combined output while it runs,
     redacted as the receipt is. With a started `egress` proxy (runtime_app.egress) the command
@@ -1142,6 +1154,7 @@ def run(
         cgroups = _cgroups_open(parents, limits, chosen)
         accounting = cgroups is not None and cgroups.accounts
         late_fds: list[int] = []
+        report = _ReportPipe() if report_file is not None else None
         try:
             if accounting:
                 late_fds = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in cgroups.late]
@@ -1152,10 +1165,13 @@ def run(
                          metrics=metrics_file is not None, accounting=accounting,
                          joins=cgroups.early if cgroups else [], join_late=join_late,
                          egress_dir=egress.socket_path.parent if egress and chosen == BUBBLEWRAP else None,
-                         results=_results_checked(results_files))
+                         results=_results_checked(results_files),
+                         report_fd=report.write_fd if report else None)
         except BaseException:
             for fd in late_fds:
                 os.close(fd)
+            if report:
+                report.close()
             if cgroups:
                 cgroups.remove()
             raise
@@ -1166,6 +1182,7 @@ def run(
         captures: dict[int, _Capture] = {}
         timed_out = cancelled = False
         stray = oom_kills = 0
+        reported = ""
         peak = figures = None
         status = 0
         rusage = None
@@ -1180,13 +1197,15 @@ def run(
                 process = subprocess.Popen(
                     full_argv, cwd=plan.popen_cwd, env=plan.popen_env, stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                    pass_fds=late_fds,
+                    pass_fds=[*late_fds, *([report.write_fd] if report else [])],
                 )
             except OSError as error:
                 raise SandboxError(f"the sandbox could not start: {error}") from None
             finally:
                 for fd in late_fds:
                     os.close(fd)
+                if report:
+                    report.started()  # only the command holds the write end now
             captures = {process.stdout.fileno(): _Capture(limits.output_bytes, sink),
                         process.stderr.fileno(): _Capture(limits.output_bytes)}
             timed_out, cancelled, status, rusage, stray, ended = _wait(
@@ -1199,11 +1218,15 @@ def run(
                 oom_kills = cgroups.oom_kills() if cgroups.memory_limited else 0
             metrics_copied = _metrics_collect(plan.metrics_path, metrics_file)
             results_copied = _results_collect(plan.results_paths, results_files or {}, plan.results_root)
+            if report and report_file is not None:
+                reported = report.collect(Path(report_file))
         finally:
             if sink is not None:
                 sink.close()
             if cgroups:
                 cgroups.remove()
+            if report:
+                report.close()
             plan.scratch.remove()
 
     exit_code, signal_number = _exit_of(status, chosen=chosen, killed=timed_out or cancelled)
@@ -1251,6 +1274,7 @@ def run(
             **({} if stdout_file is None else
                {"stdout_file": "whole" if out.total <= RESULTS_LIMIT else f"cut at {RESULTS_LIMIT:,} bytes"}),
             **({"results_files": results_copied} if results_files else {}),
+            **({} if report_file is None else {"report_descriptor": reported or "not written"}),
             **({} if egress is None else
                {"egress": {**egress.describe(egress_mark), "forwarder": egress_view}}),
         },
@@ -1437,6 +1461,67 @@ def _results_collect(results_paths: Mapping[str, Path], results_files: Mapping[s
         Path(target).write_bytes(data)
         said[relative] = "written" if len(data) <= RESULTS_LIMIT else f"cut at {RESULTS_LIMIT:,} bytes"
     return said
+
+
+class _ReportPipe:
+    """The report descriptor (docs/sandbox.md, the score contract): a pipe whose write end only the
+    command's own process is handed; a thread reads it while the command runs (a writer never
+    blocks on a full pipe) and keeps at most REPORT_LIMIT bytes."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()  # both close-on-exec: Popen's pass_fds hands over one
+        self.data = bytearray()
+        self.too_large = False
+        self.stop = threading.Event()
+        self.reader: threading.Thread | None = None
+
+    def started(self) -> None:
+        os.close(self.write_fd)
+        self.write_fd = -1
+        os.set_blocking(self.read_fd, False)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(OSError):  # closed under it after a 5 s wait: keep what came
+            while True:
+                ready, _, _ = select.select([self.read_fd], [], [], 0.1)
+                if not ready:
+                    if self.stop.is_set():
+                        return
+                    continue
+                try:
+                    chunk = os.read(self.read_fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    return  # every holder of the write end has closed it
+                self.too_large = self.too_large or len(self.data) + len(chunk) > REPORT_LIMIT
+                if not self.too_large:  # the rest is drained, so a writer never blocks
+                    self.data += chunk
+
+    def collect(self, target: Path) -> str:
+        """After the command ended: what came, written to `target`; how the receipt says it."""
+        self.stop.set()  # a process that outlived the command may hold the write end: stop waiting
+        if self.reader is not None:
+            self.reader.join(5)
+        target.unlink(missing_ok=True)
+        if self.too_large:
+            return "more than 1 MiB (not read)"
+        if not self.data:
+            return ""
+        target.write_bytes(bytes(self.data))
+        return "written"
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.reader is not None:
+            self.reader.join(5)
+        for fd in (self.read_fd, self.write_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.read_fd = self.write_fd = -1
 
 
 def _scratch_remove(scratch: Path) -> None:

@@ -110,7 +110,7 @@ def _validation(text: str) -> dict[str, Any]:
     report = spec_validate(text)
     summary = report.summary()
     if summary is not None and report.spec is not None:  # (a summary is there when the spec is)
-        summary["metric_source"] = metric_source(report.spec.score.metric)
+        summary["metric_source"] = metric_source(report.spec.score.metric, report.spec.score.reported)
     return {
         "valid": report.valid,
         "errors": [{**error.as_dict(), "text": str(error)} for error in report.errors],

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.utils import timezone
@@ -283,7 +283,8 @@ def _run(step: Step, command: Sequence[str] | str, label: str, *, cwd: Path, tim
          limits: Limits | None = None, fresh: bool = False, read_only: Sequence[str] = (),
          metrics_file: Path | None = None, lane: str = SHARED, subject: int | None = None,
          note: dict[str, Any] | None = None, egress: EgressProxy | None = None,
-         pending: ReceiptBatch | None = None, results: TrialResults | None = None) -> Receipt:
+         pending: ReceiptBatch | None = None, results: TrialResults | None = None,
+         report_file: Path | None = None) -> Receipt:
     """A command in the sandbox for this step, with its receipt on the candidate's page (or on
     `subject`'s, the candidate a measurement trial is for); `note` is added to its detail. With
     `pending`, the receipt is written with that batch (its pk is None until then). With `results`,
@@ -297,6 +298,7 @@ def _run(step: Step, command: Sequence[str] | str, label: str, *, cwd: Path, tim
             subject=("candidate", subject_pk), label=label, fresh=fresh, read_only=read_only,
             metrics_file=metrics_file, lane=lane, note=note, egress=egress, pending=pending,
             **(results.run_options() if results is not None else {}),
+            **({} if report_file is None else {"report_file": report_file}),
         )
     except SandboxError as error:  # refused before it ran (e.g. bubblewrap required): say so
         now = timezone.now()
@@ -617,35 +619,58 @@ class TrialResults:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def _trial_source(spec: SearchSpec) -> str:
+    """Where a trial's metric comes from, as its receipt says."""
+    if spec.score.runtime_measured:
+        return "runtime"
+    if spec.score.reported == "other":
+        return "the report descriptor (CRUCIBLE_REPORT_FD) only"
+    return "reported by the score command" + (", checked against the runtime's measurement"
+                                              if spec.score.corroborated else "")
+
+
 def _trial(step: Step, spec: SearchSpec, member: Any, tree: Path, read_only: list[str], label: str,
            cancel: threading.Event, block: int, position: int, scratch: Path, pending: ReceiptBatch,
-           results: TrialResults | None = None) -> tuple[Receipt, Path | None]:
+           results: TrialResults | None = None) -> tuple[Receipt, TrialFiles]:
     """One timing trial in the exclusive lane, on a fresh copy of the member's pristine tree; its
-    receipt goes to `pending`. Returns it and the file its metrics were written to, if any; its
-    results come back to `results`, when the spec checks them."""
+    receipt goes to `pending`. Returns it and the files its metrics and its report descriptor
+    were written to, if any; its results come back to `results`, when the spec checks them. A
+    figure of another kind (`reported = "other"`) gets no metrics file: it is read only from the
+    report descriptor."""
     reported = not spec.score.runtime_measured
-    metrics_file = scratch / f"metrics-{uuid.uuid4().hex}.json" if reported else None
+    files = TrialFiles(
+        scratch / f"metrics-{uuid.uuid4().hex}.json" if reported and spec.score.reported != "other" else None,
+        scratch / f"report-{uuid.uuid4().hex}.json" if spec.score.reported is not None else None)
     trial = _run(step, spec.score.command, f"{label} trial block {block}", cwd=tree,
                  timeout=spec.score.timeout_seconds, cancel=cancel, fresh=True, read_only=read_only,
-                 readable=readable_for(spec, "score"), metrics_file=metrics_file, lane=EXCLUSIVE,
-                 subject=member.pk, pending=pending, results=results,
+                 readable=readable_for(spec, "score"), metrics_file=files.metrics, lane=EXCLUSIVE,
+                 subject=member.pk, pending=pending, results=results, report_file=files.report,
                  note={"block": block, "position": position, "round": step.round,
                        "measures": member.candidate_id, "metric": spec.score.metric,
-                       "metric_source": "runtime" if not reported else "reported by the score command"})
-    return trial, metrics_file
+                       "metric_source": _trial_source(spec)})
+    return trial, files
 
 
-def _trial_reading(spec: SearchSpec, trial: Receipt, metrics_file: Path | None) -> MetricReading:
-    """The metric a written trial measured; its metrics file is removed."""
+def _trial_reading(spec: SearchSpec, trial: Receipt, files: TrialFiles) -> MetricReading:
+    """The metric a written trial measured; its files are removed."""
     try:
-        return metric_read(trial, spec.score.metric, metrics_file)
+        return metric_read(trial, spec.score.metric, files.metrics, report_file=files.report,
+                           descriptor_only=spec.score.reported == "other")
     finally:
-        if metrics_file is not None:
-            metrics_file.unlink(missing_ok=True)
+        for path in files:
+            if path is not None:
+                path.unlink(missing_ok=True)
 
 
-# A block's trial: the member it measured, its receipt, the file its metrics were written to.
-Trial = tuple[str, Receipt, Path | None]
+class TrialFiles(NamedTuple):
+    """Where a trial's $CRUCIBLE_METRICS_FILE and its report descriptor were written, if anywhere."""
+
+    metrics: Path | None
+    report: Path | None
+
+
+# A block's trial: the member it measured, its receipt, the files its metrics were written to.
+Trial = tuple[str, Receipt, TrialFiles]
 
 
 def measure(step: Step, cancel: threading.Event) -> StepResult:
@@ -663,6 +688,8 @@ def measure(step: Step, cancel: threading.Event) -> StepResult:
     receipts: list[int] = []
     values: dict[str, dict[str, float]] = {cid: {} for cid in members}
     durations: dict[str, dict[str, float]] = {cid: {} for cid in members}
+    measured: dict[str, dict[str, dict[str, float]]] = {"cpu": {cid: {} for cid in members},
+                                                         "rss": {cid: {} for cid in members}}
     dropped: dict[str, str] = {}
     built_by: dict[str, Any] = {}  # each member's tree: the apply receipt that built it (its pk once written)
     parked_from: list[str] = []  # members whose tree was parked (by their evaluation or earlier trials)
@@ -675,7 +702,7 @@ def measure(step: Step, cancel: threading.Event) -> StepResult:
             order = block_order(search.search_id, namespace, block, running)
             ran, stopped = _block_trials(step, spec, members, trees, order, block, cancel, scratch)
             receipts += [trial.pk for _, trial, _ in ran]
-            ended = _block_judged(step, spec, ran, block, receipts, values, durations, dropped)
+            ended = _block_judged(step, spec, ran, block, receipts, values, durations, dropped, measured)
             if ended is not None:
                 return ended
             if stopped:
@@ -684,6 +711,7 @@ def measure(step: Step, cancel: threading.Event) -> StepResult:
         keep = step.kind == Step.Kind.MEASURE and not cancel.is_set()
         _trees_release(step, members, trees, built_by, keep=keep, dropped=dropped)
     return StepResult(receipts=receipts, values=values, durations=durations, dropped=dropped,
+                      cpu=measured["cpu"], rss=measured["rss"],
                       blocks=[first, last], members=sorted(members),
                       trees_parked_before=sorted(parked_from) if parked_from else None)
 
@@ -740,9 +768,9 @@ def _block_trials(step: Step, spec: SearchSpec, members: dict[str, Any],
             label = f"{cid} r{step.round}"
             if checked is not None:
                 results[cid] = TrialResults.make(scratch, checked)
-            trial, metrics_file = _trial(step, spec, members[cid], tree, read_only, label, cancel,
-                                         block, position, scratch, batch, results.get(cid))
-            ran.append((cid, trial, metrics_file))
+            trial, files = _trial(step, spec, members[cid], tree, read_only, label, cancel,
+                                  block, position, scratch, batch, results.get(cid))
+            ran.append((cid, trial, files))
             if trial.detail.get("cancelled"):
                 break
             # A score command that cannot start stops the search: no more trials of this block.
@@ -807,11 +835,12 @@ def _results_missing(spec: SearchSpec, expected: dict[str, bytes | None]) -> str
 
 def _block_judged(step: Step, spec: SearchSpec, ran: list[Trial], block: int,
                   receipts: list[int], values: dict[str, dict[str, float]],
-                  durations: dict[str, dict[str, float]], dropped: dict[str, str]) -> StepResult | None:
-    """A block's readings into `values` and `durations`, a member whose trial failed into
-    `dropped`; the step's result when the block ends it (cancelled, or a score command that
-    cannot start), else None."""
-    readings = [_trial_reading(spec, trial, metrics_file) for _, trial, metrics_file in ran]
+                  durations: dict[str, dict[str, float]], dropped: dict[str, str],
+                  measured: dict[str, dict[str, dict[str, float]]]) -> StepResult | None:
+    """A block's readings into `values`, `durations` and what else the runtime `measured` of each
+    trial (CPU seconds, peak KiB), a member whose trial failed into `dropped`; the step's result
+    when the block ends it (cancelled, or a score command that cannot start), else None."""
+    readings = [_trial_reading(spec, trial, files) for _, trial, files in ran]
     for (cid, trial, _), reading in zip(ran, readings, strict=True):
         if trial.detail.get("cancelled"):
             return StepResult(cancelled=True, receipts=receipts)
@@ -827,12 +856,18 @@ def _block_judged(step: Step, spec: SearchSpec, ran: list[Trial], block: int,
             continue
         values[cid][str(block)] = reading.value
         durations[cid][str(block)] = trial.duration_seconds
-    return _results_judged(spec, ran, block, receipts, values, durations, dropped)
+        usage = trial.rusage or {}
+        if usage.get("user_cpu_seconds") is not None and usage.get("sys_cpu_seconds") is not None:
+            measured["cpu"][cid][str(block)] = usage["user_cpu_seconds"] + usage["sys_cpu_seconds"]
+        if usage.get("max_rss_kib") is not None:
+            measured["rss"][cid][str(block)] = usage["max_rss_kib"]
+    return _results_judged(spec, ran, block, receipts, values, durations, dropped, measured)
 
 
 def _results_judged(spec: SearchSpec, ran: list[Trial], block: int, receipts: list[int],
                     values: dict[str, dict[str, float]], durations: dict[str, dict[str, float]],
-                    dropped: dict[str, str]) -> StepResult | None:
+                    dropped: dict[str, str], measured: dict[str, dict[str, dict[str, float]]]
+                    ) -> StepResult | None:
     """A counted trial whose results differ from the baseline's (or cannot be read) leaves the
     block's figures and its member goes into `dropped`; a counted baseline trial without results
     to compare stops the search (the spec's problem: a person must fix it)."""
@@ -853,6 +888,8 @@ def _results_judged(spec: SearchSpec, ran: list[Trial], block: int, receipts: li
             continue
         values[cid].pop(str(block))
         durations[cid].pop(str(block), None)
+        for figures in measured.values():
+            figures.get(cid, {}).pop(str(block), None)
         if check == "differs":
             summary = trial.detail.get("results_difference", {}).get("summary", "")
             why = (f"its results differ from the baseline's in the same block (receipt "

@@ -74,6 +74,8 @@ def evaluator_record(
         "trials": score.trials,
         "timeout_seconds": score.timeout_seconds,
     }
+    if score.reported is not None:  # what a reported figure measures decides how it is read and checked
+        scored["reported"] = score.reported
     if score.results is not None:  # what every trial is checked on judges candidates too
         scored["results"] = spec.model_dump(mode="json")["score"]["results"]
     record = {

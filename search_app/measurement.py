@@ -246,3 +246,145 @@ def figure_text(score: float | None, low: float | None, high: float | None, *, p
     if low is None or high is None or low == high == score:
         return f"{score:.3g}×"
     return f"{score:.3g}× [{low:.3g}, {high:.3g}]"
+
+
+# ------------------------------------------------------------- a reported figure, corroborated
+
+# What one unit of a reported figure is in the runtime's own units: seconds, or KiB.
+TIME_UNITS = {"time_s": 1.0, "time_ms": 1e-3, "time_us": 1e-6, "time_ns": 1e-9}
+MEMORY_UNITS = {"memory_kib": 1.0, "memory_bytes": 1 / 1024}
+_SHOWN = {"time_s": "s", "time_ms": "ms", "time_us": "µs", "time_ns": "ns", "memory_kib": "KiB",
+          "memory_bytes": "bytes"}
+# The runtime's noise a reported saving may hide in: at least this, or this share of the baseline.
+TIME_TOLERANCE_SECONDS = 0.005
+MEMORY_TOLERANCE_KIB = 1024
+TOLERANCE_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class TrialFigures:
+    """One trial: what the score command reported, and what the runtime measured of it (wall
+    seconds from outside, CPU seconds and peak KiB of its whole process tree)."""
+
+    reported: float
+    wall: float | None = None
+    cpu: float | None = None
+    rss: float | None = None
+
+
+def _ratio(mine: Sequence[float], theirs: Sequence[float]) -> float | None:
+    base = statistics.median(theirs) if theirs else 0
+    return statistics.median(mine) / base if mine and base else None
+
+
+def _factor(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}×"
+
+
+def _amount(value: float, kind: str) -> str:
+    return f"{value:.4g} {_SHOWN[kind]}"
+
+
+def report_tolerance(kind: str, baseline: Mapping[int, TrialFigures]) -> float:
+    """How much of a reported saving the runtime's noise may hide (seconds or KiB): 5 ms or 5 % of
+    the baseline's median wall time; 1 MiB or 5 % of its median peak memory."""
+    if kind in MEMORY_UNITS:
+        rss = [t.rss for t in baseline.values() if t.rss is not None]
+        return max(MEMORY_TOLERANCE_KIB, TOLERANCE_SHARE * statistics.median(rss) if rss else 0)
+    wall = [t.wall for t in baseline.values() if t.wall is not None]
+    return max(TIME_TOLERANCE_SECONDS, TOLERANCE_SHARE * statistics.median(wall) if wall else 0)
+
+
+def report_overruns(kind: str, trials: Mapping[int, TrialFigures], tolerance: float) -> str | None:
+    """Why a time figure cannot be what it says: its median is more than the whole command took
+    (beyond the tolerance), which no honest report of part of that command can be; None if not."""
+    if kind not in TIME_UNITS:
+        return None
+    pairs = [(t.reported * TIME_UNITS[kind], t.wall) for t in trials.values() if t.wall is not None]
+    if not pairs:
+        return None
+    reported, wall = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+    if reported <= wall + tolerance:
+        return None
+    return (f"reports {_amount(reported / TIME_UNITS[kind], kind)} a trial, but the runtime measured the "
+            f"whole command at {wall * 1000:.4g} ms wall time")
+
+
+def _stretch(b: TrialFigures) -> float:
+    """How much the host stretched the baseline's wall time over its CPU time in one block (at
+    least 1): on a loaded host a region timed with a wall clock takes longer than the CPU time it
+    used, the baseline's as much as anyone's, and the candidate's code cannot reach that figure."""
+    return max(1.0, b.wall / b.cpu) if b.wall and b.cpu else 1.0
+
+
+def report_contradicted(kind: str, candidate: Mapping[int, TrialFigures],
+                        baseline: Mapping[int, TrialFigures], confidence: float) -> str | None:
+    """Whether the runtime's own measurement contradicts a reported time or memory figure, and how.
+
+    In each block both ran, the saving the candidate claims over the baseline (converted to
+    seconds or KiB) less the saving the runtime measured is what the report does not explain.
+    Memory: peak memory saved; the report is contradicted when the lower end of the confidence
+    interval of the median of that is above the tolerance (`report_tolerance`). Time: CPU time
+    saved, stretched by the baseline's own wall/CPU ratio in that block (`_stretch`), and wall
+    time saved; the report is contradicted when the interval's lower end for CPU time is above the
+    tolerance and so is the median for wall time (with no CPU figures, the interval's lower end
+    for wall time decides). A saving that fixed start-up cost and noise can hide stays within the
+    tolerance and is taken, and one that is simply absent from the runtime's figures is not. A
+    time figure larger than the whole command took is contradicted too. None when the report stands."""
+    if kind not in TIME_UNITS and kind not in MEMORY_UNITS:
+        return None
+    tolerance = report_tolerance(kind, baseline)
+    overrun = report_overruns(kind, candidate, tolerance)
+    if overrun:
+        return f"{overrun}: a report of part of that command cannot be larger than the whole of it"
+    blocks = sorted(block for block in candidate if block in baseline)
+    if not blocks:
+        return None
+    memory = kind in MEMORY_UNITS
+    scale = MEMORY_UNITS[kind] if memory else TIME_UNITS[kind]
+    claimed: list[float] = []
+    unexplained: dict[str, list[float]] = {"rss": [], "cpu": [], "wall": []}
+    for block in blocks:
+        b, c = baseline[block], candidate[block]
+        claim = (b.reported - c.reported) * scale
+        claimed.append(claim)
+        if memory and b.rss is not None and c.rss is not None:
+            unexplained["rss"].append(claim - (b.rss - c.rss))
+        if not memory and b.cpu is not None and c.cpu is not None:
+            unexplained["cpu"].append(claim - (b.cpu - c.cpu) * _stretch(b))
+        if not memory and b.wall is not None and c.wall is not None:
+            unexplained["wall"].append(claim - (b.wall - c.wall))
+    if memory:
+        if not unexplained["rss"] or median_interval(unexplained["rss"], confidence).low <= tolerance:
+            return None
+        missing_point = statistics.median(unexplained["rss"])
+    else:
+        cpu, wall = unexplained["cpu"], unexplained["wall"]
+        if not cpu and not wall:
+            return None
+        # CPU time is the steady witness; wall time speaks for savings that are not CPU (threads,
+        # less waiting), by its median: one block's start-up noise must not excuse a forger.
+        if cpu and median_interval(cpu, confidence).low <= tolerance:
+            return None
+        if wall and (statistics.median(wall) if cpu else median_interval(wall, confidence).low) <= tolerance:
+            return None
+        missing_point = min(statistics.median(values) for values in (cpu, wall) if values)
+    mine = [candidate[b].reported for b in blocks]
+    theirs = [baseline[b].reported for b in blocks]
+    said = (f"reports {_factor(_ratio(mine, theirs))} the baseline "
+            f"({_amount(statistics.median(mine), kind)} vs {_amount(statistics.median(theirs), kind)})")
+    if memory:
+        rss = _ratio([candidate[b].rss or 0 for b in blocks], [baseline[b].rss or 0 for b in blocks])
+        seen = f"the runtime measured {_factor(rss)} in peak memory"
+        unit, shown = "KiB", 1.0
+    else:
+        walls = _ratio([candidate[b].wall or 0 for b in blocks], [baseline[b].wall or 0 for b in blocks])
+        cpus = _ratio([candidate[b].cpu or 0 for b in blocks], [baseline[b].cpu or 0 for b in blocks])
+        seen = f"the runtime measured {_factor(walls)} in wall time and {_factor(cpus)} in CPU time"
+        unit, shown = "ms", 1000.0
+    claim = statistics.median(claimed)
+    if missing_point >= claim:
+        return (f"{said}; {seen}: none of the {claim * shown:.4g} {unit} it claims to save is in the "
+                "runtime's own measurement")
+    return (f"{said}; {seen}: {missing_point * shown:.4g} {unit} of the {claim * shown:.4g} {unit} it claims "
+            "to save are not in the runtime's own measurement")

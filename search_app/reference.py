@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from runtime_app.fleet import PRESETS
-from runtime_app.metrics import REPORTED_LABEL
+from runtime_app.metrics import CORROBORATED_LABEL, DESCRIPTOR_LABEL, REPORTED_LABEL
 from search_app import freeze
 from search_app.spec import (
     LIVE_CEILING,
@@ -29,8 +29,9 @@ REFERENCE_PATH = Path(__file__).resolve().parent.parent / "docs" / "spec-referen
 SCORE_CONTRACT_TITLE = "docs/sandbox.md, Metrics: the score contract"
 SCORE_CONTRACT_LINK = "sandbox.md#metrics-the-score-contract"
 
-# The example from the seed document (shared/seeds/workflow-experimental-search.md),
-# byte for byte; tests check it against tests/search_app/specs/seed_example.toml.
+# The example from the seed document (shared/seeds/workflow-experimental-search.md), byte for
+# byte but for the `reported` line the score contract asks of a reported metric (issue 30);
+# tests check it against tests/search_app/specs/seed_example.toml.
 SEED_EXAMPLE = """\
 name = "speed-up-certificate"
 objective = "Reduce runtime without changing exact results"
@@ -62,6 +63,7 @@ protected_paths = ["tests", "expected_result.json"]
 command = "./scripts/benchmark_candidate.sh"
 direction = "minimize"
 metric = "median_runtime_ms"
+reported = "time_ms"
 trials = 5
 tie_breakers = ["diff_lines", "cost_microusd"]
 
@@ -278,12 +280,23 @@ def spec_reference_markdown() -> str:
         "- " + ", ".join(f"`{name}`" for name in RUNTIME_METRICS) + " are measured by the runtime from",
         "  outside the command (wall time to its reaping, CPU time and peak memory of its whole",
         "  process tree); nothing the command prints or writes is read.",
-        "- Any other name is reported by the score command: a JSON object it writes to the file named",
-        "  by `$CRUCIBLE_METRICS_FILE` (outside its tree) or, if it writes none, prints as its last",
-        "  non-empty line of stdout, e.g. `{\"median_runtime_ms\": 12.5}`. The candidate's code runs",
-        f"  inside that command, so such a figure is labelled *{REPORTED_LABEL}*",
-        "  on the search and candidate pages, in the spec editor's summary, in `manage.py search",
-        "  status` and in the API (`metric_source`).",
+        "- Any other name is reported by the score command, and `score.reported` says what it measures",
+        "  (a spec without it is refused). A time or memory figure (`time_s`, `time_ms`, `time_us`,",
+        "  `time_ns`, `memory_kib`, `memory_bytes`) is a JSON object the command writes to its report",
+        "  descriptor (`$CRUCIBLE_REPORT_FD`), to the file named by `$CRUCIBLE_METRICS_FILE` (outside",
+        "  its tree) or, writing neither, prints as its last non-empty line of stdout, e.g.",
+        "  `{\"median_runtime_ms\": 12.5}`. The candidate's code runs inside that command and can forge",
+        "  it, so the runtime checks it against its own wall, CPU and memory figures of the same trials:",
+        "  a saving the report claims and the runtime's measurement does not show (beyond its noise)",
+        "  eliminates the candidate, with both figures. Such a figure is labelled",
+        f"  *{CORROBORATED_LABEL}*.",
+        "- A figure of another kind (`reported = \"other\"`: accuracy, a count …) is read only from the",
+        "  report descriptor, never from stdout or the metrics file: a hidden evaluator writes it there",
+        "  and runs the candidate's code in a child process, which does not get the descriptor. It is",
+        f"  labelled *{DESCRIPTOR_LABEL}*.",
+        f"- A search frozen before `reported` existed reads its figure as it always did: *{REPORTED_LABEL}*.",
+        "  Each label is on the search and candidate pages, in the spec editor's summary, in",
+        "  `manage.py search status` and in the API (`metric_source`).",
         "- Either way a trial's metric counts only when the command exited 0 within",
         "  `score.timeout_seconds` and the value is a finite number; a trial without one eliminates the",
         "  candidate, with the reason.",

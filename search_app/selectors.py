@@ -219,7 +219,8 @@ def search_run_report(search: Search) -> dict[str, Any]:
     with the metric and who measured it at the top and on every candidate."""
     report = run_summary(search)
     metric = search.spec_normalized["score"]["metric"]
-    report.update(metric=metric, metric_source=metric_source(metric))
+    reported = search.spec_normalized["score"].get("reported")
+    report.update(metric=metric, metric_source=metric_source(metric, reported))
     report["warnings"] = spec_warnings(search_spec(search))  # "nothing checks correctness …"
     report.pop("started_at"), report.pop("finished_at"), report.pop("winner_patch_sha256")
     if report["merge"]:

@@ -46,6 +46,11 @@ ORDERING_KEYS: tuple[OrderingKey, ...] = typing.get_args(OrderingKey)
 NAME_RE = rf"^[a-z0-9_-]{{1,{NAME_MAX_LENGTH}}}$"
 # Metrics the runtime measures from outside the score command (docs/sandbox.md, the score contract).
 RUNTIME_METRICS = ("runtime:wall_seconds", "runtime:cpu_seconds", "runtime:max_rss_kib")
+# What a figure the score command reports about itself measures (`score.reported`): the runtime
+# corroborates the time and memory kinds with its own measurement; `other` only comes through the
+# report descriptor.
+REPORTED_KINDS = ("time_s", "time_ms", "time_us", "time_ns", "memory_kib", "memory_bytes", "other")
+ReportedKind = Literal["time_s", "time_ms", "time_us", "time_ns", "memory_kib", "memory_bytes", "other"]
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -353,7 +358,7 @@ class ScoreSpec(_Section):
         min_length=1, max_length=100,
         description="the metric to compare: " + ", ".join(f"`{name}`" for name in RUNTIME_METRICS)
         + " are measured by the runtime from outside the score command; any other name is reported by the "
-        "score command itself, as a JSON object, and code it runs could forge it (see "
+        "score command itself, as a JSON object, and must say what it measures with `reported` (see "
         "[The score contract](#the-score-contract))",
     )
     direction: Literal["minimize", "maximize"] = Field("minimize", description="better is lower or higher")
@@ -393,6 +398,15 @@ class ScoreSpec(_Section):
         None, ge=1, le=100, description="`paired`: blocks a candidate may get in one round when the "
         "candidates either side of the cut cannot be told apart (default: 3 × trials)",
     )
+    reported: ReportedKind | None = Field(
+        None, description="what a metric the score command reports about itself measures (required for "
+        "any metric not starting with `runtime:`, refused for one that does): `time_s`, `time_ms`, "
+        "`time_us`, `time_ns`, `memory_kib` or `memory_bytes` are checked against the runtime's own wall, "
+        "CPU and memory figures of the same trials, and a candidate whose report they contradict is "
+        "eliminated (these need `direction = \"minimize\"`); `other` (accuracy, a count …) is read only "
+        "from the runtime's report descriptor (`$CRUCIBLE_REPORT_FD`), which the score command's own "
+        "process holds and its children need not, never from stdout or `$CRUCIBLE_METRICS_FILE`",
+    )
     read_paths: HostPaths = _read_paths("hashed into the evaluator record at freeze")
     results: ResultsEntry | None = Field(
         None, description="what each trial computed, compared by the runtime with the baseline's trial in "
@@ -422,6 +436,12 @@ class ScoreSpec(_Section):
     def runtime_measured(self) -> bool:
         """Whether the runtime measures the metric itself (no code the command runs can report it)."""
         return self.metric in RUNTIME_METRICS
+
+    @property
+    def corroborated(self) -> bool:
+        """Whether a reported figure is of a kind the runtime measures too (time or memory), so the
+        runtime checks it against its own measurement."""
+        return self.reported is not None and self.reported != "other"
 
 
 class SelectionSpec(_Section):
@@ -834,6 +854,37 @@ def _cross_checks(data: dict[str, Any], positions: dict[tuple[str, ...], tuple[i
         add(("score", "metric"), f"`{metric}` is not a metric the runtime measures",
             "one of " + ", ".join(RUNTIME_METRICS) + ", or a name the score command reports")
     _results_checks(data, add)
+    if isinstance(score, dict) and isinstance(metric, str) and metric:
+        errors += _reported_checks(score, metric, positions)
+    return errors
+
+
+def _reported_checks(score: dict[str, Any], metric: str,
+                     positions: dict[tuple[str, ...], tuple[int, int]]) -> list[SpecError]:
+    """`score.reported`: required for a figure the score command reports about itself, refused for
+    one the runtime measures, and a time or memory figure must be minimized. An authoring rule (not
+    the model's): searches frozen before it re-read as they were frozen."""
+    errors: list[SpecError] = []
+
+    def add(path: tuple[str, ...], message: str, expected: str) -> None:
+        line, column = _locate(positions, path)
+        errors.append(SpecError(line, column, ".".join(path), message, expected))
+
+    reported, direction = score.get("reported"), score.get("direction", "minimize")
+    if metric.startswith("runtime:"):
+        if reported is not None:
+            add(("score", "reported"), f"`{metric}` is measured by the runtime, not reported by the "
+                "score command: remove `reported`", "no `reported` with a runtime: metric")
+    elif reported is None:
+        add(("score", "metric"), f"`{metric}` is a figure the score command reports about itself: say what "
+            "it measures with `reported = \"time_ms\"` (the runtime then checks it against its own "
+            "measurement), `reported = \"other\"` (read only from the runtime's report descriptor, "
+            "$CRUCIBLE_REPORT_FD), "
+            "or score on a figure the runtime measures: " + ", ".join(RUNTIME_METRICS),
+            "score.reported = " + " | ".join(f'"{kind}"' for kind in REPORTED_KINDS))
+    elif reported in REPORTED_KINDS and reported != "other" and direction == "maximize":
+        add(("score", "direction"), f"`reported = \"{reported}\"` is a time or memory figure: more of it is "
+            "never better", "direction = \"minimize\" (or `reported = \"other\"`)")
     return errors
 
 
@@ -939,7 +990,7 @@ ADDED_KEYS_DEFAULTS = {
     ("worker", "max_patch_bytes"): DEFAULT_MAX_PATCH_BYTES,
     ("worker", "max_patch_files"): DEFAULT_MAX_PATCH_FILES,
     ("worker", "read_paths"): [], ("hard_gates", "read_paths"): [], ("score", "read_paths"): [],
-    ("selection", "review"): "blocking",
+    ("selection", "review"): "blocking", ("score", "reported"): None,
     ("score", "results"): None,
 }
 

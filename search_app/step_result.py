@@ -41,6 +41,9 @@ class StepResult:
     # measure and replay: by member, by block
     values: dict[str, dict[str, float]] | None = None
     durations: dict[str, dict[str, float]] | None = None
+    # what the runtime measured of each trial besides its wall time: CPU seconds, peak KiB
+    cpu: dict[str, dict[str, float]] | None = None
+    rss: dict[str, dict[str, float]] | None = None
     dropped: dict[str, str] | None = None
     blocks: list[int] | None = None
     members: list[str] | None = None

@@ -141,15 +141,17 @@ def _winner_reason_refresh(winner: Candidate) -> None:
                                                                              updated_at=timezone.now())
 
 
-def _replay_values(step: Step, candidate: Candidate, result: dict) -> dict[str, dict[int, float]]:
-    """The replay's values by member and block: this step's and those of the replay steps it
-    extends (one replay, measured in more than one step when it needed more blocks)."""
+def _replay_values(step: Step, candidate: Candidate, result: dict, field: str = "values"
+                   ) -> dict[str, dict[int, float]]:
+    """The replay's values (or another of its figures by member and block: `durations`, `cpu`,
+    `rss`) by member and block: this step's and those of the replay steps it extends (one
+    replay, measured in more than one step when it needed more blocks)."""
     merged: dict[str, dict[int, float]] = {}
     earlier = Step.objects.filter(search=step.search, candidate=candidate, kind=Step.Kind.REPLAY,
                                   state=Step.State.DONE, plan__namespace=step.plan.get("namespace")
                                   ).exclude(pk=step.pk)
     for source in [*(s.result for s in earlier.order_by("id")), result]:
-        for member, by_block in (source.get("values") or {}).items():
+        for member, by_block in (source.get(field) or {}).items():
             merged.setdefault(member, {}).update({int(block): v for block, v in by_block.items()})
     return merged
 

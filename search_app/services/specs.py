@@ -102,7 +102,13 @@ DRAFT_INSTRUCTIONS = """You draft Crucible search specs. A person describes what
 with one complete spec in TOML, in a ```toml block, and nothing else of substance. Follow the
 reference exactly (keys, types, ranges): population equals the first round; rounds strictly
 decrease to 1; concurrency at most 16 and at most the population. Keep commands and paths
-plausible for the repository described; the person will edit them before saving.
+plausible for the repository described; the person will edit them before saving. Score time
+objectives on the runtime's own figures (`runtime:wall_seconds`, `runtime:cpu_seconds`,
+`runtime:max_rss_kib`) unless the person asks for a figure their score command reports; then
+say what it measures with `score.reported` ("time_ms" and the other time or memory units, checked
+against the runtime's measurement, with direction = "minimize"; "other" for accuracy, counts and
+the like, which the score command's own process writes to $CRUCIBLE_REPORT_FD while it runs the
+candidate's code only in a child process).
 """
 
 

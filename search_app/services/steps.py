@@ -7,7 +7,7 @@ import logging
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -19,11 +19,15 @@ from django.utils import timezone
 from search_app import execution
 from search_app.frozen import search_spec
 from search_app.measurement import (
+    TrialFigures,
     median_interval,
     paired_ratios,
     replay_consistent,
     replay_undecided,
     replay_within_band,
+    report_contradicted,
+    report_overruns,
+    report_tolerance,
 )
 from search_app.models import Candidate, Review, Search, SearchRun, Step
 from search_app.services._common import (
@@ -308,8 +312,10 @@ def _measurement_apply(step: Any, result: StepResult) -> None:
     members = {c.candidate_id: c for c in search.candidates.filter(candidate_id__in=result.members or [])}
     for cid, candidate in members.items():
         values, seconds = (result.values or {}).get(cid, {}), (result.durations or {}).get(cid, {})
+        cpu, rss = (result.cpu or {}).get(cid, {}), (result.rss or {}).get(cid, {})
         round_blocks = dict(candidate.blocks.get(key, {}))
-        round_blocks.update({block: {"value": value, "seconds": seconds.get(block)}
+        round_blocks.update({block: {"value": value, "seconds": seconds.get(block), "cpu": cpu.get(block),
+                                     "rss": rss.get(block)}
                              for block, value in values.items()})
         candidate.blocks = {**candidate.blocks, key: round_blocks}
         candidate.save(update_fields=["blocks", "updated_at"])
@@ -339,12 +345,53 @@ def _block_values(candidate: Any, key: str) -> dict[int, float]:
     return {int(block): item["value"] for block, item in candidate.blocks.get(key, {}).items()}
 
 
+def _block_figures(candidate: Any, key: str) -> dict[int, TrialFigures]:
+    """Each block's reported value beside what the runtime measured of the same trial."""
+    return {int(block): TrialFigures(item["value"], item.get("seconds"), item.get("cpu"), item.get("rss"))
+            for block, item in candidate.blocks.get(key, {}).items()}
+
+
+def _baseline_unit_wrong(spec: Any, baseline: Mapping[int, TrialFigures]) -> str | None:
+    """The spec's failure when the baseline reports more time than its whole command took: the
+    `reported` unit does not say what the score command reports."""
+    kind = spec.score.reported
+    if not spec.score.corroborated or not baseline:
+        return None
+    overrun = report_overruns(kind, baseline, report_tolerance(kind, baseline))
+    if overrun is None:
+        return None
+    return (f"the baseline's score command {overrun}: `{spec.score.metric}` is not in the unit "
+            f"`reported = \"{kind}\"` says (fix `score.reported` or the score command)")
+
+
+def _report_check(search: Search, spec: Any, baseline: Any, key: str) -> bool:
+    """Check every measured candidate's reported figure of round `key` against the runtime's own
+    measurement (search_app.measurement.report_contradicted) and eliminate those it contradicts.
+    False when the baseline's own report cannot be right: the search stops as a spec failure."""
+    if not spec.score.corroborated:
+        return True
+    base = _block_figures(baseline, key) if baseline.state != Candidate.State.ELIMINATED else {}
+    wrong = _baseline_unit_wrong(spec, base)
+    if wrong:
+        _spec_failure_stop(SearchRun.objects.get(search=search), wrong)
+        return False
+    for candidate in search.candidates.filter(state=Candidate.State.ALIVE, round_reached=int(key)
+                                              ).exclude(number=0):
+        mine = _block_figures(candidate, key)
+        why = report_contradicted(spec.score.reported, mine, base, spec.score.confidence) if mine else None
+        if why:
+            _eliminate(candidate, f"round {key}: {why}")
+    return True
+
+
 def _scores_update(search: Search, spec: Any, round_index: int) -> None:
     """Each measured candidate's figure for the round: its median paired ratio to the baseline
     with its interval (paired), or the median of its values (absolute); the absolute median is
     kept either way."""
     key = str(round_index)
     baseline = search.candidates.get(number=0)
+    if not _report_check(search, spec, baseline, key):
+        return
     paired = comparison_for(search, spec, baseline) == "paired"
     base_values = _block_values(baseline, key)
     for candidate in search.candidates.filter(state=Candidate.State.ALIVE, round_reached=round_index):
@@ -385,6 +432,19 @@ def _replay_verdict(step: Any, candidate: Any, result: StepResult) -> tuple[bool
     values, base = merged.get(cid, {}), merged.get("baseline", {})
     if not values:
         return False, "the replay measured nothing", 0
+    if spec.score.corroborated:
+        figures = {name: _replay_values(step, candidate, result.as_dict(), name) for name in
+                   ("durations", "cpu", "rss")}
+
+        def trials(member: str) -> dict[int, TrialFigures]:
+            return {block: TrialFigures(value, *(figures[name].get(member, {}).get(block)
+                                                 for name in ("durations", "cpu", "rss")))
+                    for block, value in merged.get(member, {}).items()}
+        mine, theirs = trials(cid), trials("baseline") if "baseline" not in dropped else {}
+        why = _baseline_unit_wrong(spec, theirs) or report_contradicted(
+            spec.score.reported or "", mine, theirs, spec.score.confidence)
+        if why:
+            return False, why, 0
     baseline = step.search.candidates.get(number=0)
     paired = comparison_for(step.search, spec, baseline) == "paired"
     if "revision" in step.plan:

@@ -8,7 +8,8 @@ from typing import Any
 
 from django import template
 
-from runtime_app.metrics import REPORTED_LABEL, RUNTIME_PREFIX
+from runtime_app.metrics import RUNTIME_PREFIX
+from runtime_app.metrics import metric_source as source_words
 from search_app.measurement import figure_text
 
 register = template.Library()
@@ -34,11 +35,18 @@ def measured(candidate: Any) -> str:
 
 
 @register.filter
-def metric_source(metric: str) -> str:
-    """Who measures a metric, in the words every page uses."""
+def metric_source(score: Any) -> str:
+    """Who measures a score (a `[score]` section, as a mapping or a ScoreSpec, or only its metric),
+    in the words every page uses."""
+    if isinstance(score, str):
+        metric, reported = score, None
+    elif isinstance(score, dict):
+        metric, reported = score.get("metric", ""), score.get("reported")
+    else:
+        metric, reported = getattr(score, "metric", ""), getattr(score, "reported", None)
     if str(metric).startswith(RUNTIME_PREFIX):
         return "measured by the runtime, from outside the score command"
-    return REPORTED_LABEL
+    return source_words(str(metric), reported)
 
 
 # Between these ratios (best / baseline) a change reads as a percentage, outside as a factor:

@@ -62,7 +62,7 @@ def test_an_operator_types_an_invalid_spec_jumps_to_an_error_fixes_it_and_freeze
     page.fill("#spec-text", TYPO)
     error = page.locator("#validation button.spec-error", has_text="score.trails")
     error.wait_for(timeout=WAIT_MS)
-    assert error.locator(".where").inner_text() == "31:1"
+    assert error.locator(".where").inner_text() == "32:1"
     assert "did you mean trials?" in error.inner_text()
     assert page.locator("#validation button.spec-error").count() == 4
     assert page.locator("#validation .where", has_text="3:1").count() == 1

@@ -570,6 +570,7 @@ protected_paths = ["tests", "scripts"]
 [score]
 command = "python scripts/bench.py"
 metric = "{metric}"
+{'' if metric.startswith("runtime:") else 'reported = "time_ms"'}
 direction = "minimize"
 trials = 2
 """
@@ -624,7 +625,8 @@ def test_a_forged_score_script_and_weakened_tests_never_reach_the_next_command(p
     assert forged.state == "eliminated" and forged.score_absolute and forged.score_absolute > 1, reasons
     trial = Receipt.objects.filter(subject_type="candidate", subject_id=forged.pk,
                                    label__contains=" trial ").first()
-    assert trial.detail["metric_source"] == "reported by the score command"
+    assert trial.detail["metric_source"] == ("reported by the score command, checked against the runtime's "
+                                             "measurement")
     assert "0.001" not in trial.stdout_excerpt
 
 

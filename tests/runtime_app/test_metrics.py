@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_app.metrics import metric_read
+from runtime_app.metrics import metric_read, metric_source
 from runtime_app.models import Receipt
 from runtime_app.sandbox import run
 
@@ -130,3 +130,50 @@ def test_a_real_command_gets_its_cpu_time_and_peak_memory_measured(tree):
                       for name in ("wall_seconds", "cpu_seconds", "max_rss_kib"))
     assert cpu >= 0.3 and wall >= cpu * 0.9  # a single thread cannot use more CPU than wall time
     assert rss >= 64 * 1024
+
+
+# --- the report descriptor --------------------------------------------------------------------
+
+DESCRIPTOR_WRITE = "import os; os.write(int(os.environ['CRUCIBLE_REPORT_FD']), b'{\"accuracy\": 0.75}')"
+
+
+def test_a_figure_of_another_kind_is_read_from_the_report_descriptor_only(tree, tmp_path):
+    report, metrics = tmp_path / "report.json", tmp_path / "metrics.json"
+    # Stdout and the metrics file say 1.0; only what came through the descriptor counts.
+    metrics.write_text('{"accuracy": 1.0}')
+    script = DESCRIPTOR_WRITE + "; print('{\"accuracy\": 1.0}')"
+    receipt = run(["python3", "-c", script], cwd=tree, timeout=30, isolation="off", report_file=report)
+    reading = metric_read(receipt, "accuracy", metrics, report_file=report, descriptor_only=True)
+    assert reading.value == 0.75 and reading.source == "report descriptor"
+    assert "report descriptor (CRUCIBLE_REPORT_FD)" in reading.reason
+
+
+def test_a_figure_printed_or_written_to_the_metrics_file_is_not_a_descriptor_report(tree, tmp_path):
+    report, metrics = tmp_path / "report.json", tmp_path / "metrics.json"
+    metrics.write_text('{"accuracy": 1.0}')
+    receipt = run("echo '{\"accuracy\": 1.0}'", cwd=tree, timeout=30, isolation="off", report_file=report)
+    reading = metric_read(receipt, "accuracy", metrics, report_file=report, descriptor_only=True)
+    assert reading.value is None
+    assert "wrote nothing to its report descriptor" in reading.reason
+    assert "never from stdout or $CRUCIBLE_METRICS_FILE" in reading.reason
+
+
+def test_a_time_figure_may_come_through_the_descriptor_before_the_metrics_file(tree, tmp_path):
+    report, metrics = tmp_path / "report.json", tmp_path / "metrics.json"
+    metrics.write_text('{"accuracy": 1.0}')
+    receipt = run(["python3", "-c", DESCRIPTOR_WRITE], cwd=tree, timeout=30, isolation="off",
+                  report_file=report)
+    assert metric_read(receipt, "accuracy", metrics, report_file=report).value == 0.75
+    assert metric_read(receipt, "accuracy", metrics, report_file=tmp_path / "none.json").value == 1.0
+
+
+@pytest.mark.parametrize(("reported", "words"), [
+    (None, "reported by the score command (forgeable by code it runs)"),
+    ("time_ms", "reported by the score command, checked against the runtime's wall and CPU time"),
+    ("memory_kib", "reported by the score command, checked against the runtime's peak memory"),
+    ("other", "reported through the runtime's report descriptor (CRUCIBLE_REPORT_FD), which the "
+              "candidate's code does not hold"),
+])
+def test_the_label_says_how_a_reported_figure_reaches_the_runtime(reported, words):
+    assert metric_source("median_runtime_ms", reported) == words
+    assert metric_source("runtime:cpu_seconds", reported) == "runtime"

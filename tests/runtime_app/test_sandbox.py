@@ -422,3 +422,57 @@ def test_a_results_file_outside_the_tree_is_refused_before_anything_runs(tree, b
 def test_a_run_that_asks_for_no_results_keeps_its_receipt_as_it_was(tree, mode):
     receipt = run(["true"], cwd=tree, timeout=10, isolation=mode, fresh=True)
     assert "stdout_file" not in receipt.detail and "results_files" not in receipt.detail
+# --- the report descriptor (docs/sandbox.md, the score contract) --------------------------------
+
+REPORTER = """import json, os, subprocess, sys
+fd = int(os.environ["CRUCIBLE_REPORT_FD"])
+if sys.argv[1:] == ["child"]:  # the evaluator pattern: candidate code only in a child
+    forged = "import os; os.write(%d, b'1.0')" % fd
+    child = subprocess.run([sys.executable, "-c", forged], capture_output=True, text=True)
+    print("child:", child.returncode, child.stderr.strip().splitlines()[-1])
+os.write(fd, json.dumps({"accuracy": 0.5}).encode())
+"""
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_the_report_descriptor_reaches_the_command_s_own_process_and_what_it_writes_is_kept(
+        tree, mode, tmp_path, fresh):
+    (tree / "report.py").write_text(REPORTER)
+    report = tmp_path / "report.json"
+    receipt = run([sys.executable, "report.py"], cwd=tree, timeout=30, isolation=mode, report_file=report,
+                  fresh=fresh)
+    assert receipt.succeeded, receipt.stderr_excerpt
+    assert "CRUCIBLE_REPORT_FD" in receipt.env_names
+    assert report.read_text() == '{"accuracy": 0.5}'
+    assert receipt.detail["report_descriptor"] == "written"
+
+
+def test_a_child_started_with_subprocess_cannot_write_to_the_report_descriptor(tree, mode, tmp_path):
+    (tree / "report.py").write_text(REPORTER)
+    report = tmp_path / "report.json"
+    receipt = run([sys.executable, "report.py", "child"], cwd=tree, timeout=30, isolation=mode,
+                  report_file=report)
+    assert receipt.succeeded, receipt.stderr_excerpt
+    assert "child: 1 OSError: [Errno 9] Bad file descriptor" in receipt.stdout_excerpt
+    assert report.read_text() == '{"accuracy": 0.5}'
+
+
+def test_a_command_that_writes_nothing_to_the_report_descriptor_leaves_no_report(tree, mode, tmp_path):
+    report = tmp_path / "report.json"
+    report.write_text("stale")
+    receipt = run("echo '{\"accuracy\": 1}'", cwd=tree, timeout=30, isolation=mode, report_file=report)
+    assert receipt.succeeded and not report.exists()
+    assert receipt.detail["report_descriptor"] == "not written"
+
+
+def test_a_report_beyond_1_mib_is_not_read_and_the_writer_never_blocks(tree, mode, tmp_path):
+    report = tmp_path / "report.json"
+    script = "import os; os.write(int(os.environ['CRUCIBLE_REPORT_FD']), b'x' * (2 << 20))"
+    receipt = run([sys.executable, "-c", script], cwd=tree, timeout=30, isolation=mode, report_file=report)
+    assert receipt.succeeded and not receipt.timed_out and not report.exists()
+    assert receipt.detail["report_descriptor"] == "more than 1 MiB (not read)"
+
+
+def test_without_a_report_file_the_command_gets_no_descriptor(tree, mode):
+    receipt = run("env", cwd=tree, timeout=30, isolation=mode)
+    assert "CRUCIBLE_REPORT_FD" not in receipt.stdout_excerpt and "report_descriptor" not in receipt.detail

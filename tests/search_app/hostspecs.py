@@ -38,6 +38,7 @@ timeout_seconds = 60
 [score]
 command = {json.dumps(score)}
 metric = "value"
+reported = "other"
 direction = "maximize"
 trials = 1
 {score_extra}

@@ -56,7 +56,8 @@ def test_validate_summarises_a_valid_spec(api):
     assert body["valid"] is True and body["errors"] == []
     assert body["summary"]["rounds"] == [32, 8, 3, 1]
     assert body["summary"]["budget_usd"] == 5.0
-    assert body["summary"]["metric_source"] == "reported by the score command (forgeable by code it runs)"
+    assert body["summary"]["metric_source"] == (
+        "reported by the score command, checked against the runtime's wall and CPU time")
 
 
 def test_validate_warns_when_nothing_checks_correctness_while_the_score_runs(api):
@@ -67,7 +68,8 @@ def test_validate_warns_when_nothing_checks_correctness_while_the_score_runs(api
 
 
 def test_validate_says_who_measures_the_score(api):
-    runtime = SEED.replace('metric = "median_runtime_ms"', 'metric = "runtime:cpu_seconds"')
+    runtime = SEED.replace('metric = "median_runtime_ms"\nreported = "time_ms"',
+                           'metric = "runtime:cpu_seconds"')
     assert post(api, "/api/specs/validate", {"text": runtime}).json()["summary"]["metric_source"] == "runtime"
     broken = post(api, "/api/specs/validate", {"text": SEED.replace("trials = 5", "trials = 50")}).json()
     assert broken["summary"] is None  # nothing to say about a spec that does not validate

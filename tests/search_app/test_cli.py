@@ -53,7 +53,7 @@ def test_validate_prints_a_summary_of_a_valid_spec_and_exits_0():
         "  budget      $5.00, 10,000,000 tokens",
         "  gates       2 commands",
         "  score       minimize median_runtime_ms over 5 trials",
-        "              reported by the score command (forgeable by code it runs)",
+        "              reported by the score command, checked against the runtime's wall and CPU time",
         "  selection   pareto, diverse",
         f"  warning     {RESULTS_WARNING}",  # the seed declares no `score.results`
     ]
@@ -104,10 +104,10 @@ def test_validate_lists_every_error_of_a_spec_with_several_problems(tmp_path):
     assert done.returncode == 1
     assert lines(done.stdout) == [
         f"{spec}:5:1 concurrency: invalid value; expected a number less than or equal to 16",
-        f"{spec}:31:1 score.trails: unknown key `trails`; expected one of command, metric, direction, "
+        f"{spec}:32:1 score.trails: unknown key `trails`; expected one of command, metric, direction, "
         "trials, tie_breakers, timeout_seconds, replay_tolerance, comparison, confidence, max_trials, "
-        "read_paths, results (did you mean `trials`?)",
-        f"{spec}:35:1 selection.policy: invalid value; expected 'pareto' or 'ordered'",
+        "reported, read_paths, results (did you mean `trials`?)",
+        f"{spec}:36:1 selection.policy: invalid value; expected 'pareto' or 'ordered'",
     ]
 
 
@@ -117,7 +117,7 @@ def test_validate_reads_standard_input_for_a_dash():
     assert done.returncode == 1
     assert lines(done.stdout) == expected_lines("<stdin>", broken)
     assert lines(done.stdout) == [
-        "<stdin>:31:1 score.trials: invalid value; expected a number less than or equal to 25"
+        "<stdin>:32:1 score.trials: invalid value; expected a number less than or equal to 25"
     ]
     assert search("validate", "-", stdin=SEED_PATH.read_bytes()).returncode == 0
 
@@ -128,7 +128,7 @@ def test_validate_shows_control_characters_from_a_spec_escaped_on_one_line(tmp_p
     done = search("validate", str(spec))
     assert done.returncode == 1
     [line] = lines(done.stdout)
-    assert line.startswith(f"{spec}:38:1 selection.\\x1b[2J\\x0afake: unknown key `\\x1b[2J\\x0afake`")
+    assert line.startswith(f"{spec}:39:1 selection.\\x1b[2J\\x0afake: unknown key `\\x1b[2J\\x0afake`")
     assert b"\x1b" not in done.stdout
 
 

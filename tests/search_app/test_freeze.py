@@ -42,13 +42,13 @@ FULL = SEED + EVIDENCE + HIDDEN
 GOLDEN_BASELINE_COMMIT = "6d8d2e79a0eb21309284c06bdf9eb139944baf98"
 GOLDEN_MAIN_COMMIT = "9ab8b32df91bb2a0be1036ab686d0abedfcb4c82"
 GOLDEN_EVIDENCE_HASH = "bb3391dcc45f59fd3f400614043081de4a63392a4bb2f7be77fbbbfb82ef630c"
-GOLDEN_EVALUATOR_HASH = "a70adadbcdbcc5076ff6a9201b6062781ca4392b5305ea2764756e3b60e4afcd"
-GOLDEN_PREREGISTRATION_HASH = "c288286713dc94f8dcb8df91a6540278158c869242f33f4145ef560fe521ae6e"
-GOLDEN_SEARCH_ID = "search-c288286713dc94f8"
-# The seed exactly as the seed document gives it (no evidence).
+GOLDEN_EVALUATOR_HASH = "bcf6f96f8321ac2e7112d72157a25c41ed027f6cb36c9b6d871fc4658e0cbd67"
+GOLDEN_PREREGISTRATION_HASH = "ab6b63a15ce8407cbb648919b1ea9b660b55d8bea6ad35dd8e7e3705ee5c36b5"
+GOLDEN_SEARCH_ID = "search-ab6b63a15ce8407c"
+# The seed as the seed document gives it (no evidence), with the `reported` line issue 30 asks for.
 GOLDEN_SEED_EVIDENCE_HASH = "a9c449ae5342cd28cfe2d374e22e4434410971c9c32801c334d971ac318fc570"
-GOLDEN_SEED_PREREGISTRATION_HASH = "3b0cbf9986e0aa4afa08689be30825b1fffa2a5b0301dde2e2934a1f0734ad7a"
-GOLDEN_SEED_SEARCH_ID = "search-3b0cbf9986e0aa4a"
+GOLDEN_SEED_PREREGISTRATION_HASH = "2bce7cba4bdbc2eae505472312b7b4fe878540db1346a6a733e3cd848875bc0c"
+GOLDEN_SEED_SEARCH_ID = "search-2bce7cba4bdbc2ea"
 
 
 @pytest.fixture
@@ -222,7 +222,9 @@ SPEC_CHANGES = [
      "forbid_test_changes = true\ntimeout_seconds = 601", {"evaluator"}),
     ("score.command", "./scripts/benchmark_candidate.sh", "./scripts/benchmark.sh", {"evaluator"}),
     ("score.metric", 'metric = "median_runtime_ms"', 'metric = "median_runtime_us"', {"evaluator"}),
-    ("score.direction", 'direction = "minimize"', 'direction = "maximize"', {"evaluator"}),
+    ("score.direction", 'direction = "minimize"\nmetric = "median_runtime_ms"\nreported = "time_ms"',
+     'direction = "maximize"\nmetric = "median_runtime_ms"\nreported = "other"', {"evaluator"}),
+    ("score.reported", 'reported = "time_ms"', 'reported = "time_us"', {"evaluator"}),
     ("score.trials", "trials = 5", "trials = 7", {"evaluator"}),
     ("score.timeout_seconds", "trials = 5", "trials = 5\ntimeout_seconds = 901", {"evaluator"}),
     ("score.tie_breakers", 'tie_breakers = ["diff_lines", "cost_microusd"]',
@@ -388,7 +390,7 @@ def test_every_problem_is_reported_at_once(repo):
 def test_an_invalid_spec_is_refused_with_its_errors_before_the_repository_is_read(tmp_path):
     text = SEED.replace("trials = 5", "trials = 0")
     assert problems_of(text, tmp_path / "missing") == [
-        "spec 31:1 score.trials: invalid value; expected a number greater than or equal to 1"
+        "spec 32:1 score.trials: invalid value; expected a number greater than or equal to 1"
     ]
 
 

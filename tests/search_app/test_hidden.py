@@ -189,7 +189,7 @@ def test_without_evaluator_roots_host_entries_are_refused_naming_the_setting(tmp
     repo = plan_repo(tmp_path / "repo", {})
     text = spec(evaluator='"hidden/x.py" = { path = "/srv/hidden/x.py" }')
     assert problems(text, repo) == [
-        "spec 31:1 evaluator.files.hidden/x.py: /srv/hidden/x.py: no host paths are allowed here: an "
+        "spec 32:1 evaluator.files.hidden/x.py: /srv/hidden/x.py: no host paths are allowed here: an "
         "administrator sets CRUCIBLE_EVALUATOR_ROOTS (comma-separated absolute directories) to allow them"]
 
 
@@ -206,7 +206,7 @@ def test_a_path_outside_the_roots_gets_the_same_answer_whether_or_not_it_exists(
 
     answers = {refusal(outside / "exists.py"), refusal(outside / "missing.py"),
                refusal(host / "leak" / "exists.py"), refusal(host / "leak" / "missing.py")}
-    assert answers == {f"spec 31:1 evaluator.files.hidden/x.py: PATH is not under CRUCIBLE_EVALUATOR_ROOTS "
+    assert answers == {f"spec 32:1 evaluator.files.hidden/x.py: PATH is not under CRUCIBLE_EVALUATOR_ROOTS "
                        f"({host}); move it there"}
     # Inside the roots, a missing file may say so: the administrator chose to show that place.
     assert "no such file or directory" in refusal(host / "missing.py")
@@ -217,7 +217,7 @@ def test_a_symlink_inside_a_hidden_directory_is_refused_with_its_path(tmp_path, 
     (host / "tests" / "sub" / "link.txt").symlink_to(host / "value.txt")
     [problem] = problems(spec(evaluator=entries(host)), repo)
     assert f"{host}/tests/sub/link.txt: a symlink; hidden files are copied as regular files only" in problem
-    assert problem.startswith("spec 32:1 evaluator.files.hidden/tests: ")
+    assert problem.startswith("spec 33:1 evaluator.files.hidden/tests: ")
 
 
 def test_a_fifo_inside_a_hidden_directory_is_refused_without_reading_it(tmp_path, host):
@@ -269,7 +269,7 @@ def test_search_freeze_reports_host_problems_as_a_validation_error(personas, tmp
     text = spec(evaluator=f'"hidden/x.py" = {{ path = {json.dumps(str(host / "nope.py"))} }}')
     with pytest.raises(ValidationError) as caught:
         services.search_freeze(personas.owner, personas.alpha, text, "HEAD", repository_path=str(repo))
-    assert caught.value.messages == [f"spec 31:1 evaluator.files.hidden/x.py: {host}/nope.py: no such file "
+    assert caught.value.messages == [f"spec 32:1 evaluator.files.hidden/x.py: {host}/nope.py: no such file "
                                      "or directory"]
 
 

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.conf import settings
 
+from runtime_app.metrics import DESCRIPTOR_LABEL
 from runtime_app.models import Receipt
 from search_app import execution, selectors, services
 from search_app.measurement import block_order
@@ -191,8 +192,8 @@ def _one_noisy_replay_block(monkeypatch, search, candidate_id: str):
     real = execution.metric_read
     noisy = []
 
-    def read(trial, metric, metrics_file):
-        reading = real(trial, metric, metrics_file)
+    def read(trial, metric, metrics_file, **options):
+        reading = real(trial, metric, metrics_file, **options)
         replaying = SearchRun.objects.get(search=search).phase == "replay"
         if replaying and not noisy and trial.detail.get("measures") == candidate_id and reading.counted:
             noisy.append(trial.pk)
@@ -235,8 +236,9 @@ def test_a_replay_clearly_worse_than_the_baseline_gets_no_more_blocks(personas, 
                     trials=3, confidence=0.95, max_trials=12)
     real = execution.metric_read
 
-    def read(trial, metric, metrics_file):  # every replay trial of cand_001 now reads 1 (baseline: 2)
-        reading = real(trial, metric, metrics_file)
+    # Every replay trial of cand_001 now reads 1 (baseline: 2).
+    def read(trial, metric, metrics_file, **options):
+        reading = real(trial, metric, metrics_file, **options)
         if SearchRun.objects.get(search=search).phase == "replay" and \
                 trial.detail.get("measures") == "cand_001" and reading.counted:
             return dataclasses.replace(reading, value=1)
@@ -293,10 +295,10 @@ def test_pages_say_who_measured_the_score_and_show_the_paired_figure(personas, t
     run_inline(personas, search)
     client = login(personas.member)
     page = text_of(client.get(f"/searches/{search.search_id}/"))
-    assert "reported by the score command (forgeable by code it runs)" in page
+    assert DESCRIPTOR_LABEL in page
     assert '4.5× <span class="muted">(9)</span>' in page  # cand_002: its ratio, then its median value
     candidate = text_of(client.get(f"/searches/{search.search_id}/candidates/cand_002/"))
-    assert "4.5×" in candidate and "(median 9)" in candidate and "forgeable by code it runs" in candidate
+    assert "4.5×" in candidate and "(median 9)" in candidate and DESCRIPTOR_LABEL in candidate
 
 
 def test_a_search_frozen_before_paired_blocks_runs_as_it_was_frozen(personas, tmp_path, data_dir):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from runtime_app.metrics import REPORTED_LABEL
+from runtime_app.metrics import CORROBORATED_LABEL, DESCRIPTOR_LABEL, REPORTED_LABEL
 from search_app.measurement import min_blocks
 from search_app.reference import REFERENCE_PATH, SCORE_CONTRACT_LINK, SEED_EXAMPLE, spec_reference_markdown
 from search_app.spec import RUNTIME_METRICS, SearchSpec, spec_validate
@@ -58,6 +58,8 @@ def test_the_reference_states_the_score_contract_defined_in_the_sandbox_docs_and
     contract = reference.split("## The score contract", 1)[1]
     assert all(f"`{name}`" in contract for name in RUNTIME_METRICS)
     assert "`$CRUCIBLE_METRICS_FILE`" in contract and f"*{REPORTED_LABEL}*" in contract
+    assert f"*{CORROBORATED_LABEL}*" in contract and f"*{DESCRIPTOR_LABEL}*" in contract
+    assert "`$CRUCIBLE_REPORT_FD`" in contract
     # The contract is not invented here: the link lands on the section that defines it.
     page, anchor = SCORE_CONTRACT_LINK.split("#")
     sandbox = (REFERENCE_PATH.parent / page).read_text(encoding="utf-8")

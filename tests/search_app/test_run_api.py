@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from runtime_app.metrics import REPORTED_LABEL
+from runtime_app.metrics import DESCRIPTOR_LABEL
 from runtime_app.models import ProjectMembership
 from search_app import services
 from search_app.models import SearchRun
@@ -26,9 +26,9 @@ def test_an_operator_starts_a_search_and_follows_it_to_its_outcome(personas, sma
     candidates = client.get(f"/api/searches/{small_search.search_id}/candidates").json()
     assert [c["candidate_id"] for c in candidates] == ["baseline", "cand_001", "cand_002"]
     # Its score command prints the metric: the run and every candidate say who measured it.
-    assert (report["metric"], report["metric_source"]) == ("value", REPORTED_LABEL)
-    assert [c["metric_source"] for c in candidates] == [REPORTED_LABEL] * 3
-    assert [c["metric_source"] for c in report["candidates"]] == [REPORTED_LABEL] * 3
+    assert (report["metric"], report["metric_source"]) == ("value", DESCRIPTOR_LABEL)
+    assert [c["metric_source"] for c in candidates] == [DESCRIPTOR_LABEL] * 3
+    assert [c["metric_source"] for c in report["candidates"]] == [DESCRIPTOR_LABEL] * 3
     # Each figure as the pages show it: a paired ratio to the baseline with its interval.
     winner = next(c for c in candidates if c["candidate_id"] == "cand_001")
     assert winner["figure"].startswith(f"{winner['score']:.3g}×") and winner["score_absolute"] is not None
@@ -37,7 +37,8 @@ def test_an_operator_starts_a_search_and_follows_it_to_its_outcome(personas, sma
 
 
 def test_a_runtime_metric_is_said_to_be_measured_by_the_runtime(personas, tmp_path, data_dir):
-    text = spec_text(population=2, rounds=[2, 1]).replace('"value"', '"runtime:wall_seconds"')
+    text = spec_text(population=2, rounds=[2, 1]).replace('"value"', '"runtime:wall_seconds"').replace(
+        'reported = "other"\n', "")
     search = services.search_freeze(personas.owner, personas.alpha, text, "HEAD",
                                     repository_path=str(plan_repo(tmp_path / "repo", {"cand_001": 4})))
     report = login(personas.member).get(f"/api/searches/{search.search_id}/run").json()

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from runtime_app.metrics import REPORTED_LABEL
+from runtime_app.metrics import DESCRIPTOR_LABEL
 from runtime_app.models import Repository
 from runtime_app.selectors import page_url
 from search_app.models import Search, SearchRun
@@ -46,14 +46,14 @@ def test_run_prints_the_outcome_and_status_and_receipts_agree(demo, tmp_path):
     by_id = {c["candidate_id"]: c for c in report["candidates"]}
     assert "gate 1" in by_id["cand_003"]["reason"] and by_id["cand_002"]["receipts"]
     # Its score command prints the metric, so every score says code it ran could have forged it.
-    assert (report["metric"], report["metric_source"]) == ("value", REPORTED_LABEL)
-    assert {c["metric_source"] for c in report["candidates"]} == {REPORTED_LABEL}
+    assert (report["metric"], report["metric_source"]) == ("value", DESCRIPTOR_LABEL)
+    assert {c["metric_source"] for c in report["candidates"]} == {DESCRIPTOR_LABEL}
 
     status = json.loads(search("status", report["search_id"], "--json").stdout)
-    assert (status["winner"], status["metric_source"]) == ("cand_002", REPORTED_LABEL)
+    assert (status["winner"], status["metric_source"]) == ("cand_002", DESCRIPTOR_LABEL)
     table = search("status", report["search_id"]).stdout.decode()
     assert f"{report['search_id']} plan-search: winner — cand_002 (awaiting approval)" in table
-    assert f"score: value, {REPORTED_LABEL}" in " ".join(table.split())
+    assert f"score: value, {DESCRIPTOR_LABEL}" in " ".join(table.split())
     receipts = search("receipts", report["search_id"], "--candidate", "cand_002").stdout.decode().splitlines()
     assert len(receipts) == len(by_id["cand_002"]["receipts"])
     assert any("cand_002 writer" in line for line in receipts)
@@ -73,7 +73,7 @@ def test_the_live_display_ends_with_the_outcome_table(demo, tmp_path):
     assert out.splitlines()[0] == f"Started {search_id}: " + page_url(f"/searches/{search_id}/")
     assert out.splitlines()[1] == f"warning: {RESULTS_WARNING}"  # its spec declares no `score.results`
     assert "winner — cand_001 (awaiting approval)" in out and "changed nothing" in out
-    assert f"score: value, {REPORTED_LABEL}" in " ".join(out.split())
+    assert f"score: value, {DESCRIPTOR_LABEL}" in " ".join(out.split())
 
 
 @pytest.mark.parametrize("action", ["status", "receipts", "cancel"])

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from search_app.spec import (
     MAX_SPEC_BYTES,
+    SearchSpec,
     SpecError,
     key_positions,
     spec_efforts,
@@ -70,9 +72,19 @@ def test_the_seed_example_as_bytes_validates_too():
     assert spec_validate(SEED.encode()).valid
 
 
+REPORTED_LINE = 'reported = "time_ms"\n'
+
+
 @pytest.mark.skipif(not SEED_DOCUMENT.exists(), reason=f"{SEED_DOCUMENT} is not on this machine")
-def test_the_checked_in_seed_example_is_the_seed_documents_toml_block():
-    assert seed_toml_from_document(SEED_DOCUMENT.read_text()) == SEED
+def test_the_checked_in_seed_example_is_the_seed_documents_toml_block_saying_what_its_metric_measures():
+    assert seed_toml_from_document(SEED_DOCUMENT.read_text()) == SEED.replace(REPORTED_LINE, "")
+
+
+def test_the_seed_documents_own_block_is_refused_until_it_says_what_its_reported_metric_measures():
+    [error] = spec_validate(SEED.replace(REPORTED_LINE, "")).errors
+    assert (error.path, error.line, error.column) == ("score.metric", 30, 1)
+    assert "`median_runtime_ms` is a figure the score command reports about itself" in error.message
+    assert 'reported = "time_ms"' in error.message and "runtime:cpu_seconds" in error.message
 
 
 def test_the_seed_example_gets_every_default_filled_in():
@@ -186,10 +198,10 @@ def only_error(text: str | bytes) -> SpecError:
         ({"forbid_test_changes": "forbid_test_changes = false"}, "hard_gates.forbid_test_changes", (24, 1),
          "`true`: weakening tests is never allowed"),
         ({"direction": 'direction = "lower"'}, "score.direction", (29, 1), "'minimize' or 'maximize'"),
-        ({"trials": "trials = 26"}, "score.trials", (31, 1), "a number less than or equal to 25"),
-        ({"tie_breakers": "tie_breakers = []"}, "score.tie_breakers", (32, 1), "at least 1 item(s)"),
+        ({"trials": "trials = 26"}, "score.trials", (32, 1), "a number less than or equal to 25"),
+        ({"tie_breakers": "tie_breakers = []"}, "score.tie_breakers", (33, 1), "at least 1 item(s)"),
         ({"policy": 'policy = "ordered"\nordering = ["cost_microusd", "elegance"]'},
-         "selection.ordering[1]", (36, 1), "'score', 'runtime', 'diff_lines' or 'cost_microusd'"),
+         "selection.ordering[1]", (37, 1), "'score', 'runtime', 'diff_lines' or 'cost_microusd'"),
     ],
     ids=lambda value: value if isinstance(value, str) else None,
 )
@@ -208,7 +220,7 @@ def test_auto_merge_is_refused_with_the_reason():
 
 def test_a_misspelled_key_suggests_the_key_it_resembles_and_lists_the_known_ones():
     error = only_error(SEED.replace("trials = 5", "trails = 5"))
-    assert (error.path, error.line, error.column) == ("score.trails", 31, 1)
+    assert (error.path, error.line, error.column) == ("score.trails", 32, 1)
     assert error.message == "unknown key `trails`"
     assert error.suggestion == "trials"
     assert error.expected.startswith("one of command, metric, direction, trials")
@@ -249,8 +261,8 @@ def test_every_error_is_listed_at_once():
         ("worker.model", 8, 1),  # deepseek needs a model: the misspelled key left none
         ("worker.modle", 10, 1),
         ("budget.max_tokens", 17, 1),
-        ("score.trials", 31, 1),
-        ("selection.ordering", 36, 1),
+        ("score.trials", 32, 1),
+        ("selection.ordering", 37, 1),
     ]
 
 
@@ -267,7 +279,7 @@ def test_five_distinct_problems_report_five_errors():
         ("concurrency", 5, 1),
         ("worker.reasoning_effort", 11, 1),
         ("score.direction", 29, 1),
-        ("selection.retain_diversity", 36, 1),
+        ("selection.retain_diversity", 37, 1),
     ]
 
 
@@ -351,7 +363,8 @@ def test_a_spec_over_the_size_limit_is_refused_without_parsing():
         {"trials": "trials = 1"},
         {"trials": "trials = 25"},
         {"tie_breakers": 'tie_breakers = ["tokens", "score", "cost_microusd", "diff_lines"]'},
-        {"direction": 'direction = "maximize"'},
+        {"direction": 'direction = "maximize"', "reported": 'reported = "other"'},
+        {"metric": 'metric = "runtime:cpu_seconds"', "reported": None},
         {"policy": 'policy = "ordered"\nordering = ["score", "runtime", "diff_lines", "cost_microusd"]'},
         {"retain_diversity": "retain_diversity = false"},
         {"forbid_test_changes": None},
@@ -360,6 +373,47 @@ def test_a_spec_over_the_size_limit_is_refused_without_parsing():
 def test_values_at_the_edges_of_each_range_are_valid(replacements):
     report = spec_validate(with_lines(**replacements))
     assert report.valid, [str(e) for e in report.errors]
+
+
+@pytest.mark.parametrize("kind", ["time_s", "time_ms", "time_us", "time_ns", "memory_kib", "memory_bytes",
+                                  "other"])
+def test_a_reported_metric_may_say_it_measures_each_kind(kind):
+    report = spec_validate(with_lines(reported=f'reported = "{kind}"'))
+    assert report.valid, [str(e) for e in report.errors]
+    assert report.spec.score.reported == kind
+    assert report.spec.score.corroborated == (kind != "other")
+
+
+def test_a_reported_metric_without_reported_is_refused_with_what_to_write_instead():
+    error = only_error(with_lines(reported=None))
+    assert (error.path, error.line, error.column) == ("score.metric", 30, 1)
+    assert error.message.startswith("`median_runtime_ms` is a figure the score command reports about itself: "
+                                    'say what it measures with `reported = "time_ms"`')
+    assert "runtime:wall_seconds, runtime:cpu_seconds, runtime:max_rss_kib" in error.message
+
+
+def test_a_runtime_metric_may_not_say_it_is_reported():
+    error = only_error(with_lines(metric='metric = "runtime:wall_seconds"'))
+    assert (error.path, error.line, error.column) == ("score.reported", 31, 1)
+    assert "measured by the runtime" in error.message
+
+
+@pytest.mark.parametrize("kind", ["time_ms", "memory_kib"])
+def test_a_time_or_memory_figure_must_be_minimized(kind):
+    error = only_error(with_lines(direction='direction = "maximize"', reported=f'reported = "{kind}"'))
+    assert (error.path, error.line, error.column) == ("score.direction", 29, 1)
+    assert error.expected.startswith('direction = "minimize"')
+
+
+def test_an_unknown_reported_kind_is_refused_at_its_key():
+    error = only_error(with_lines(reported='reported = "seconds"'))
+    assert (error.path, error.line) == ("score.reported", 31)
+
+
+def test_a_frozen_spec_without_reported_still_reads_as_it_was_frozen():
+    # The rule is the author's, not the model's: searches frozen before it re-read unchanged.
+    data = tomllib.loads(with_lines(reported=None))
+    assert SearchSpec.model_validate(data).score.reported is None
 
 
 def test_every_optional_key_may_be_written_out_explicitly():
@@ -410,13 +464,13 @@ def test_line_numbers_count_only_newlines_like_toml_does():
     # U+2028 and U+0085 are legal in TOML comments; str.splitlines would count them as lines.
     text = SEED.replace("[score]", "# a comment with \u2028 and \x85 inside\n[score]")
     report = spec_validate(text.replace("trials = 5", "trials = 0"))
-    assert positions(report) == [("score.trials", 32, 1)]
+    assert positions(report) == [("score.trials", 33, 1)]
 
 
 def test_windows_line_endings_give_the_same_positions():
     assert spec_validate(SEED.replace("\n", "\r\n")).valid
     text = SEED.replace("trials = 5", "  trials = 0").replace("\n", "\r\n")
-    assert positions(spec_validate(text)) == [("score.trials", 31, 3)]
+    assert positions(spec_validate(text)) == [("score.trials", 32, 3)]
 
 
 # --- results: what a trial computed, checked against the baseline's -------------------------------

@@ -65,7 +65,7 @@ def test_the_validation_partial_lists_every_error_with_line_column_and_a_suggest
     errors = re.findall(r'data-line="(\d+)" data-column="(\d+)"', response.content.decode())
     assert errors == [(str(e.line), str(e.column)) for e in spec_validate(TYPO).errors]
     assert len(errors) == 4
-    assert "3:1" in text and "31:1" in text
+    assert "3:1" in text and "32:1" in text
     assert "score.trails" in text and "unknown key `trails`" in text
     assert "did you mean" in text and "<code>trials</code>" in response.content.decode()
     assert "expected: a number greater than or equal to 2" in text
@@ -91,8 +91,9 @@ def test_a_valid_spec_shows_the_summary_card(personas):
 def test_the_summary_card_says_who_measures_the_score(personas):
     client = login(personas.member)
     reported = page_text(client.post("/searches/specs/validate/", {"text": SEED}))
-    assert "reported by the score command (forgeable by code it runs)" in reported
-    runtime = SEED.replace('metric = "median_runtime_ms"', 'metric = "runtime:wall_seconds"')
+    assert "reported by the score command, checked against the runtime's wall and CPU time" in reported
+    runtime = SEED.replace('metric = "median_runtime_ms"\nreported = "time_ms"',
+                           'metric = "runtime:wall_seconds"')
     measured = page_text(client.post("/searches/specs/validate/", {"text": runtime}))
     assert "measured by the runtime, from outside the score command" in measured
     assert "forgeable" not in measured
@@ -194,7 +195,7 @@ def test_a_saved_invalid_spec_shows_its_errors_on_first_load_without_javascript(
     response = login(personas.member).get(f"/searches/specs/{spec.pk}/")
     text = page_text(response)
     assert response.status_code == 200
-    assert "4 problems" in text and "31:1" in text and "did you mean" in text
+    assert "4 problems" in text and "32:1" in text and "did you mean" in text
     assert TYPO.splitlines()[30] in text  # the typed text is in the textarea
 
 
@@ -362,7 +363,7 @@ def test_freezing_a_dirty_repository_is_refused(personas, repository, repo_path)
 def test_freezing_an_invalid_spec_lists_the_spec_errors(personas, repository):
     response = freeze_post(login(personas.owner), repository, text=TYPO)
     assert response.status_code == 400
-    assert "spec 31:1 score.trails: unknown key `trails`" in page_text(response)
+    assert "spec 32:1 score.trails: unknown key `trails`" in page_text(response)
 
 
 def test_freezing_without_a_repository_asks_for_one(personas):

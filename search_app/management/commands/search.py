@@ -225,7 +225,7 @@ class Command(CrucibleCommand):
             f"  budget      {', '.join(b for b in budget if b) or 'no ceiling'}",
             f"  gates       {gates} command{'s' if gates != 1 else ''}",
             f"  score       {summary['score']}",
-            f"              {metric_source(report.spec.score.metric)}",
+            f"              {metric_source(report.spec.score)}",
             f"  selection   {summary['selection']}",
             *(f"  warning     {warning}" for warning in report.warnings),
         ]
@@ -516,7 +516,9 @@ def _outcome_table(report: dict) -> Any:
         title += f"; {took} {report['elapsed_text']}"
         title += f", {report['eta_text']}" if report.get("eta_text") else ""
     # Whoever reads a score here also reads who measured it (docs/sandbox.md, the score contract).
-    source = escape(printable(f"score: {report['metric']}, {metric_source(report['metric'])}"))
+    words = report.get("metric_source")
+    words = metric_source(report["metric"]) if words in (None, "runtime") else words
+    source = escape(printable(f"score: {report['metric']}, {words}"))
     table = Table(title=f"{printable(title)}\n{source}", title_justify="left")
     columns = ("candidate", "state", "round", "gates", "score", "±", "diff", "cost", "receipts", "reason")
     for column in columns:
