@@ -134,13 +134,13 @@ def test_a_parked_tree_is_never_taken_for_anything_else(measuring, change, tmp_p
 
 
 def test_a_search_that_ends_removes_the_trees_parked_on_this_host(personas, tmp_path, data_dir):
-    search = frozen(personas, tmp_path, {"cand_001": "sleep", "cand_002": "sleep"}, population=2,
-                    rounds=[2, 1])
+    search = frozen(personas, tmp_path, {"cand_001": 5, "cand_002": "hang"}, population=2, rounds=[2, 1])
     services.search_start(personas.owner, search, enqueue=False)
     runner = threading.Thread(target=lambda: services.search_run_inline(search))
     runner.start()
     deadline = time.monotonic() + 60
-    # The baseline's evaluation passes its gate and parks its tree while the writers sleep.
+    # The baseline's (or cand_001's) evaluation passes its gate and parks its tree while cand_002's
+    # gate hangs.
     while not any(name.endswith(execution.PARKED_SUFFIX) for name in left_behind(search)):
         assert time.monotonic() < deadline, left_behind(search)
         time.sleep(0.1)
