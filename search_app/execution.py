@@ -251,9 +251,9 @@ def parked_trees_sweep() -> int:
         parked_in = record.get("round")
         # Only a round's trials take a parked tree: none once the rounds are over (replay, review,
         # a revision's writer) or when the search's writers refine.
-        in_rounds = run is not None and run.status == SearchRun.Status.RUNNING and \
-            run.phase == SearchRun.Phase.ROUNDS
-        if in_rounds and (not isinstance(parked_in, int) or parked_in >= run.round_index - 1) \
+        if search is not None and run is not None and run.status == SearchRun.Status.RUNNING \
+                and run.phase == SearchRun.Phase.ROUNDS \
+                and (not isinstance(parked_in, int) or parked_in >= run.round_index - 1) \
                 and trees_park(search_spec(search)):
             continue
         _parked_record(tree).unlink(missing_ok=True)

@@ -166,3 +166,26 @@ def test_the_sweep_removes_a_tree_whose_search_is_gone(measuring):
     step.search.delete()
     assert execution.parked_trees_sweep() == 1
     assert not tree.exists()
+
+
+@pytest.mark.parametrize("phase", ["replay", "review", "revise"])
+def test_once_the_rounds_are_over_a_host_s_sweep_removes_every_parked_tree(measuring, phase):
+    """Only a round's trials take a parked tree; a revision's writer never runs beside one."""
+    step, _, tree = measuring
+    SearchRun.objects.filter(search=step.search).update(status="running", phase=phase)
+    assert execution.parked_trees_sweep() == 1
+    assert not tree.exists()
+
+
+def test_a_search_whose_writers_refine_keeps_no_parked_tree(personas, tmp_path, data_dir):
+    """Its later rounds start with writers: no tree with hidden files may wait for them on any host."""
+    search = frozen(personas, tmp_path, {"cand_001": 5}, population=2, rounds=[2, 1], refine=True)
+    services.search_start(personas.owner, search, enqueue=False)
+    step = Step.objects.create(search=search, candidate=search.candidates.get(number=0), kind="measure",
+                               round=0, plan={"members": ["cand_001"], "blocks": [0, 1]})
+    tree = worktrees_root() / f"{search.search_id}-cand_001-evaluate-r0"
+    tree.mkdir(parents=True)
+    assert execution._tree_park(step, "cand_001", tree, [], "0" * 64, None)
+    assert not execution.trees_park(execution.search_spec(search))
+    assert execution.parked_trees_sweep() == 1
+    assert not tree.exists()
