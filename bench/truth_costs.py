@@ -23,7 +23,9 @@ repository, `search_run_inline`:
 - `--also REF`: the code at REF (exported like `before`), with `results = "stdout"` if it accepts it.
 
 **Figures:** each run's wall time (from `search_start` to the end of `search_run_inline`, the
-database migrated and the search frozen before), the median per lane and the ratio after/before.
+database migrated and the search frozen before) and the part of it that the barrier changes,
+round 0's writers and gates (from the run's start to its first trial), the median of each per
+lane and the ratio to before.
 Data and the exported tree go to a temp dir in the system temp dir, removed unless `--keep`.
 """
 
@@ -75,7 +77,11 @@ started = time.monotonic()
 services.search_start(user, search, enqueue=False)
 run = services.search_run_inline(search)
 wall = time.monotonic() - started
-print(json.dumps({"wall": wall, "variant": variant, "refused": refused, "outcome": run.outcome,
+from search_app.models import Step
+first_trials = Step.objects.filter(search=search, kind="measure").order_by("started_at").first()
+writers_and_gates = (first_trials.started_at - run.started_at).total_seconds() if first_trials else None
+print(json.dumps({"wall": wall, "writers_and_gates": writers_and_gates, "variant": variant,
+                  "refused": refused, "outcome": run.outcome,
                   "winner": run.winner.candidate_id if run.winner else None,
                   "commands": Receipt.objects.filter(kind="command").count()}))
 '''
@@ -145,6 +151,7 @@ def main() -> None:
         trees = {"before": export(args.before, temp / "before-tree"), "after": REPO_ROOT,
                  **{ref: export(ref, temp / f"{ref}-tree") for ref in args.also}}
         walls: dict[str, list[float]] = {lane: [] for lane in trees}
+        round0: dict[str, list[float]] = {lane: [] for lane in trees}
         variants: dict[str, set[str]] = {lane: set() for lane in trees}
         for repeat in range(args.repeats):
             order = list(trees) if repeat % 2 == 0 else list(reversed(trees))
@@ -152,17 +159,19 @@ def main() -> None:
                 specs = [plain] if lane == "before" else [checked, plain]
                 got = lane_run(trees[lane], temp / f"{lane}-{repeat}", specs)
                 walls[lane].append(got["wall"])
+                round0[lane].append(got["writers_and_gates"])
                 if lane != "before":
                     variants[lane].add("with results = \"stdout\"" if got["variant"] == 0 else
                                        f"without results (that tree refused the key: {got['refused'][0]})")
-                print(f"  run {repeat + 1} {lane:8}: {got['wall']:6.2f} s, {got['commands']} commands, "
-                      f"{got['outcome']} {got['winner']}", flush=True)
-    before = statistics.median(walls["before"])
-    print(f"wall time, median of {args.repeats}: before {before:.2f} s")
+                print(f"  run {repeat + 1} {lane:8}: {got['wall']:6.2f} s (round 0's writers and gates "
+                      f"{got['writers_and_gates']:5.2f} s), {got['commands']} commands, {got['outcome']} "
+                      f"{got['winner']}", flush=True)
+    before, before0 = statistics.median(walls["before"]), statistics.median(round0["before"])
+    print(f"median of {args.repeats}: before {before:.2f} s (round 0's writers and gates {before0:.2f} s)")
     for lane in list(trees)[1:]:
-        median = statistics.median(walls[lane])
-        print(f"  {lane}: {median:.2f} s, {median / before:.2f}× before; its spec ran "
-              f"{', '.join(sorted(variants[lane]))}")
+        median, median0 = statistics.median(walls[lane]), statistics.median(round0[lane])
+        print(f"  {lane}: {median:.2f} s, {median / before:.2f}× before (round 0's writers and gates "
+              f"{median0:.2f} s, {median0 / before0:.2f}×); its spec ran {', '.join(sorted(variants[lane]))}")
 
 
 def export(ref: str, tree: Path) -> Path:
