@@ -265,7 +265,8 @@ comparison = "absolute"
     assert b"leak.txt" in bytes(leaker.patch)  # it wrote what came through
     assert b"hidden-marker-5521" not in bytes(leaker.patch)
     assert b"nothing came through" in bytes(leaker.patch)
-    # The locking code did run with the hidden test, in its gate, once the writers had ended.
-    gate = Receipt.objects.get(subject_type="candidate", subject_id=search.candidates.get(
+    # The locking code did run with the hidden test, in its gates (its evaluation's, and its replay's
+    # if the noise of the wall times made it a finalist), once the writers had ended.
+    gates = Receipt.objects.filter(subject_type="candidate", subject_id=search.candidates.get(
         candidate_id="cand_001").pk, label__contains=" gate 1")
-    assert gate.succeeded
+    assert gates and all(gate.succeeded for gate in gates)
