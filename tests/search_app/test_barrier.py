@@ -15,6 +15,7 @@ import json
 import threading
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import OperationalError
 
 from runtime_app.models import Event, Receipt
@@ -25,6 +26,7 @@ from search_app.services import steps
 from search_app.step_result import StepResult
 from tests.gitrepo import repo_create
 from tests.search_app.runs import frozen, plan_repo, spec_text
+from tests.search_app.test_revision import _changes_requested, _finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -118,6 +120,24 @@ def test_refinement_writers_run_with_no_hidden_file_on_disk_and_their_evaluation
     # Nothing was parked across a round boundary: every trial tree was checked out for its step.
     assert not any(step.result.get("trees_parked_before") for step in search.steps.filter(kind="measure"))
     assert hidden_trees(search) == []
+
+
+def test_a_winner_goes_back_to_its_writer_only_once_every_step_of_its_search_has_ended(
+    personas, approver, tmp_path, data_dir
+):
+    search, winner = _finished(personas, tmp_path, 12)
+    _changes_requested(search, winner, approver, personas)
+    trials = search.steps.filter(kind="measure").first()
+    Step.objects.filter(pk=trials.pk).update(state="running")  # its worker is still at it somewhere
+    with pytest.raises(ValidationError, match="still running"):
+        services.search_revise(personas.member, search, enqueue=False)
+    Step.objects.filter(pk=trials.pk).update(state="done")
+    services.search_revise(personas.member, search, enqueue=False)
+    run = drive_last_ready_first(search)
+    assert bytes(run.winner.patch).count(b"return 12") == 1
+    revision = search.steps.get(kind="generate", plan__revision=1)
+    gates = search.steps.get(kind="replay", plan__revision=1)
+    assert gates.created_at >= revision.finished_at
 
 
 def test_a_worker_that_cannot_renew_its_lease_stops_its_command_and_records_nothing(
