@@ -39,6 +39,7 @@ bench: setup
 	$(PY) bench/sandbox_overhead.py
 	$(PY) bench/egress_overhead.py
 	$(PY) bench/search_orchestration.py
+	$(PY) bench/truth_costs.py
 	$(PY) bench/planner_scale.py
 	$(PY) bench/step_costs.py
 	$(PY) bench/sqlite_writers.py

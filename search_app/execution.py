@@ -167,8 +167,17 @@ def _fresh_worktree_path(repo: str, name: str) -> None:
 # outside every sandbox's view, written only once the tree is complete and removed before it.
 # What no trial will take is removed: after a round's trials, when the search ends (on the host
 # that ends it), and by each worker host's own sweep (parked_trees_sweep), for the trees a host
-# parked when the trials ran on another.
+# parked when the trials ran on another. A search whose writers refine (`worker.refine`) parks
+# nothing: its later rounds start with writers, and no hidden file may exist in any tree while a
+# writer of the same search runs, on any host (trees_park).
 PARKED_SUFFIX = ".parked.json"
+
+
+def trees_park(spec: SearchSpec) -> bool:
+    """Whether a search's evaluation trees may be kept past the step that built them: not when
+    writers run again after its evaluations (refinement), since a tree parked on one host
+    outlives that step until another host's trials take it or its sweep removes it."""
+    return not spec.worker.refine
 
 
 @dataclass(frozen=True)
@@ -259,8 +268,12 @@ def parked_trees_sweep() -> int:
         search = searches.get(record.get("search", ""))
         run = getattr(search, "run", None) if search is not None else None
         parked_in = record.get("round")
-        if run is not None and run.status == SearchRun.Status.RUNNING and (
-                not isinstance(parked_in, int) or parked_in >= run.round_index - 1):
+        # Only a round's trials take a parked tree: none once the rounds are over (replay, review,
+        # a revision's writer) or when the search's writers refine.
+        if search is not None and run is not None and run.status == SearchRun.Status.RUNNING \
+                and run.phase == SearchRun.Phase.ROUNDS \
+                and (not isinstance(parked_in, int) or parked_in >= run.round_index - 1) \
+                and trees_park(search_spec(search)):
             continue
         _parked_record(tree).unlink(missing_ok=True)
         if search is not None and (tree.exists() or tree.is_symlink()):
@@ -571,7 +584,7 @@ def evaluate(step: Step, cancel: threading.Event) -> StepResult:
     run later, in the round's measurement blocks (`measure`)."""
     spec = search_spec(step.search)
     label = f"{step.candidate.candidate_id} r{step.round} {step.kind}"
-    stopped, receipts = _gated(step, spec, step.kind, label, cancel, park=True)
+    stopped, receipts = _gated(step, spec, step.kind, label, cancel, park=trees_park(spec))
     return stopped or StepResult(receipts=receipts, gates_passed=len(spec.hard_gates.commands))
 
 
@@ -708,7 +721,7 @@ def measure(step: Step, cancel: threading.Event) -> StepResult:
             if stopped:
                 return StepResult(cancelled=True, receipts=receipts)
     finally:
-        keep = step.kind == Step.Kind.MEASURE and not cancel.is_set()
+        keep = step.kind == Step.Kind.MEASURE and not cancel.is_set() and trees_park(spec)
         _trees_release(step, members, trees, built_by, keep=keep, dropped=dropped)
     return StepResult(receipts=receipts, values=values, durations=durations, dropped=dropped,
                       cpu=measured["cpu"], rss=measured["rss"],

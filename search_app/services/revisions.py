@@ -64,6 +64,9 @@ def search_revise(user: User, search: Search, note: str = "", *, enqueue: bool =
         if refused:
             raise ValidationError(refused)
         assert run is not None and run.winner is not None  # revision_refusal refuses otherwise
+        if search.steps.filter(state__in=(Step.State.PENDING, Step.State.RUNNING)).exists():
+            # A writer starts only once every command that saw the hidden files has ended.
+            raise ValidationError("A step of this search is still running; send it back once it has ended.")
         winner = run.winner
         spec = search_spec(search)
         cost, tokens = _reservation(run, spec.concurrency)

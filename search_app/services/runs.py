@@ -99,7 +99,8 @@ def search_start(user: User, search: Search, *, enqueue: bool = True) -> Any:
         )
         if not created:
             return run
-        baseline = Candidate.objects.create(
+        # The baseline's evaluation is created by the planner once every round 0 writer has ended.
+        Candidate.objects.create(
             search=search, candidate_id="baseline", number=0, batch=0, state=Candidate.State.EVALUATING,
             reason="the unchanged baseline, for comparison",
         )
@@ -108,12 +109,12 @@ def search_start(user: User, search: Search, *, enqueue: bool = True) -> Any:
             for batch, ids in enumerate(search.candidate_batches)
             for number, candidate_id in ((int(cid.split("_")[1]), cid) for cid in ids)
         ])
-        Step.objects.create(search=search, candidate=baseline, kind=Step.Kind.EVALUATE, round=0)
         if enqueue:
             transaction.on_commit(lambda: task_send("search_app.tasks.search_drive", search.pk))
         audit_record(user, "search.start", project=search.project, target=f"{search.search_id} {search.name}")
         _search_event(search, "search.started", f"{search.name} started: {spec.population} candidates, "
                       f"rounds {spec.rounds}")
+        _barrier_event(search, 0)
     return run
 
 
@@ -188,22 +189,47 @@ def _live_steps(search: Search) -> Any:
     return search.steps.filter(state__in=_LIVE_STATES)
 
 
-def _writing_first(search: Search) -> int | None:
-    """The number of the first candidate whose writer has not finished: later ones wait for it."""
-    return search.candidates.filter(number__gt=0, state__in=_UNWRITTEN_STATES).order_by("number") \
-        .values_list("number", flat=True).first()
+def _writers_live(search: Search) -> bool:
+    """Whether a writer of the search may still run: a writer step not ended (pending, running, or
+    running on a worker whose lease expired: it stays live until it is run again or fails), or a
+    candidate not yet through its writer. While one may, no evaluation tree gets hidden files."""
+    return search.steps.filter(kind=Step.Kind.GENERATE, state__in=_LIVE_STATES).exists() or \
+        search.candidates.filter(number__gt=0, state__in=_UNWRITTEN_STATES).exists()
 
 
-def _to_evaluate(search: Search, round_index: int, before: int | None) -> Any:
-    """Candidates whose writer finished this round, with no evaluation yet, before `before`."""
+def _evaluations_due(search: Search, round_index: int) -> tuple[Any, Any]:
+    """(the baseline if its round 0 evaluation is due, the candidates whose evaluation is due): none
+    while any writer of the search may still run. This is the barrier (docs/sandbox.md, "Writers
+    and hidden files"): an evaluation tree holds the hidden files, and concurrent sandboxes always
+    share some channel."""
+    if _writers_live(search):
+        return None, search.candidates.none()
+    return _baseline_unevaluated(search, round_index), _to_evaluate(search, round_index)
+
+
+def _to_evaluate(search: Search, round_index: int) -> Any:
+    """Candidates whose writer finished this round, with no evaluation yet (past the barrier only)."""
     steps = Step.objects.filter(candidate=OuterRef("pk"), round=round_index)
-    candidates = search.candidates.filter(number__gt=0, state=Candidate.State.EVALUATING).filter(
+    return search.candidates.filter(number__gt=0, state=Candidate.State.EVALUATING).filter(
         Exists(steps.filter(kind=Step.Kind.GENERATE, state__in=(Step.State.DONE, Step.State.FAILED)))
     ).exclude(
-        Exists(steps.filter(kind=Step.Kind.EVALUATE)))
-    if before is not None:
-        candidates = candidates.filter(number__lt=before)
-    return candidates.order_by("number").only(*_PLAN_FIELDS)
+        Exists(steps.filter(kind=Step.Kind.EVALUATE))).order_by("number").only(*_PLAN_FIELDS)
+
+
+def _baseline_unevaluated(search: Search, round_index: int) -> Any:
+    """The baseline, if its round 0 evaluation is not made yet (past the barrier only)."""
+    if round_index != 0:
+        return None
+    evaluated = Step.objects.filter(candidate=OuterRef("pk"), kind=Step.Kind.EVALUATE)
+    return search.candidates.filter(number=0, state=Candidate.State.EVALUATING).exclude(
+        Exists(evaluated)).only(*_PLAN_FIELDS).first()
+
+
+def _barrier_event(search: Search, round_index: int) -> None:
+    """Once per round that has writers: why its evaluations wait."""
+    _search_event(search, "search.barrier", f"round {round_index}: evaluations start when every writer of "
+                  f"round {round_index} has ended (no hidden evaluator file exists while a writer of this "
+                  "search runs)", round=round_index)
 
 
 def _planner_has_work(run: Any, spec: Any) -> bool:
@@ -213,7 +239,8 @@ def _planner_has_work(run: Any, spec: Any) -> bool:
         return True
     if run.phase != SearchRun.Phase.ROUNDS:
         return run.phase in _ENDGAME_PHASES and not _live_steps(search).exists()
-    if _to_evaluate(search, run.round_index, _writing_first(search)).exists():
+    baseline, due = _evaluations_due(search, run.round_index)
+    if baseline is not None or due.exists():
         return True
     live = _live_steps(search).count()
     queued = search.candidates.filter(number__gt=0, state=Candidate.State.QUEUED)
@@ -263,29 +290,17 @@ def _ready_steps(search: Search, concurrency: int) -> list[int]:
 
 
 def _admit(run: Any, spec: Any) -> int:
-    """Admit to evaluation each candidate whose writer has finished (in round 0, or a refinement
-    in a later round), in candidate order, and round 0's writers in batch order; return how
-    many steps are live after it.
+    """Admit round 0's writers in batch order, and, once every writer of the round has ended
+    (round 0's, or a later round's refinements), the round's evaluations: the baseline's (round 0)
+    and each written candidate's, in candidate order; return how many steps are live after it.
 
-    A candidate is admitted to evaluation only once every earlier candidate's writer of the round
-    has finished, and a refinement that reproduces the patch of a candidate still refining waits for
-    that writer, so identical patches are grouped deterministically: the group is evaluated once, by
-    its earliest-admitted member, and the others are marked at once, whatever they would have scored.
+    No evaluation exists while a writer of the search may run (an evaluation tree holds the hidden
+    files, and concurrent sandboxes always share some channel), so identical patches are grouped
+    with every writer of the round finished: the group is evaluated once, by its earliest-admitted
+    member, and the others are marked at once, whatever they would have scored.
     """
     search = run.search
     live = _live_steps(search).count()
-    for candidate in _to_evaluate(search, run.round_index, _writing_first(search)):
-        original = _identical_earlier(candidate)
-        if original is not None and original.state == Candidate.State.WRITING:
-            continue  # its writer may still change that patch: the group waits for it
-        if original is not None:
-            candidate.duplicate_of = original
-            _eliminate(candidate, f"identical patch to {original.candidate_id}: evaluated once and credited "
-                                  f"to {original.candidate_id}, the earliest candidate with it")
-            continue
-        Step.objects.create(search=search, candidate=candidate, kind=Step.Kind.EVALUATE,
-                            round=run.round_index)
-        live += 1
     queued = search.candidates.filter(number__gt=0, state=Candidate.State.QUEUED).order_by("number") \
         .only(*_PLAN_FIELDS)
     reserved_here = False  # a writer admitted by this call holds a reservation too
@@ -305,7 +320,33 @@ def _admit(run: Any, spec: Any) -> int:
                             reserved_cost_microusd=cost, reserved_tokens=tokens)
         live += 1
         _candidate_event(candidate, "admitted; its writer starts")
-    return live
+    return live + _evaluations_admit(run)
+
+
+def _evaluations_admit(run: Any) -> int:
+    """The round's evaluations, once every writer of the search has ended; how many were made."""
+    search, round_index = run.search, run.round_index
+    baseline, due_now = _evaluations_due(search, round_index)
+    due = list(due_now)
+    if not (baseline or due):
+        return 0
+    if not search.steps.filter(kind=Step.Kind.EVALUATE, round=round_index).exists():
+        _search_event(search, "search.evaluating", f"round {round_index}: every writer of round "
+                      f"{round_index} has ended; evaluations start", round=round_index)
+    made = 0
+    if baseline is not None:
+        Step.objects.create(search=search, candidate=baseline, kind=Step.Kind.EVALUATE, round=0)
+        made += 1
+    for candidate in due:
+        original = _identical_earlier(candidate)
+        if original is not None:
+            candidate.duplicate_of = original
+            _eliminate(candidate, f"identical patch to {original.candidate_id}: evaluated once and credited "
+                                  f"to {original.candidate_id}, the earliest candidate with it")
+            continue
+        Step.objects.create(search=search, candidate=candidate, kind=Step.Kind.EVALUATE, round=round_index)
+        made += 1
+    return made
 
 
 # States of candidates whose patch is still in the race (a refining writer's until it lands).
@@ -451,6 +492,8 @@ def _round_close(run: Any, spec: Any) -> None:
         _decision_apply(run, spec, decision, by_id, ties, round_index, last)
     _search_event(search, "search.round_closed", f"round {round_index} closed: "
                   f"{sum(d.promoted for d in decisions)} of {len(decisions)} go on", round=round_index)
+    if not last and search.steps.filter(kind=Step.Kind.GENERATE, round=round_index + 1).exists():
+        _barrier_event(search, round_index + 1)
     if last:
         run.phase = SearchRun.Phase.REPLAY
     else:

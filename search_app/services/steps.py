@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -129,32 +129,53 @@ def step_claim(step_pk: int, owner: str) -> Any:
     return Step.objects.select_related("search__project", "candidate__search__project").get(pk=step_pk)
 
 
-def _heartbeat(step_pk: int, owner: str, search_pk: int, cancel: Any, stop: Any) -> None:
-    """Extend the lease while the step works; notice cancellation or a lost lease."""
-    renew_every = max(_lease_seconds() / 6, 0.5)
-    renewed = time.monotonic()
+def _lease_renew(step_pk: int, owner: str) -> bool:
+    """Extend this worker's lease on a running step; False when it is no longer ours."""
+    return Step.objects.filter(pk=step_pk, state=Step.State.RUNNING, lease_owner=owner).update(
+        lease_expires_at=timezone.now() + timedelta(seconds=_lease_seconds())) > 0
+
+
+def _heartbeat(step_pk: int, owner: str, search_pk: int, cancel: Any, stop: Any, fenced: Any) -> None:
+    """Extend the lease while the step works; notice cancellation or a lost lease.
+
+    A worker that has not renewed its lease for half a lease (the database unreachable, a stalled
+    process) stops its commands itself (`fenced`): once the lease expires, another worker may take
+    the step over and the planner may count its writer as ended, so nothing of this attempt may
+    still run then (the writer/evaluation barrier relies on it)."""
+    lease = _lease_seconds()
+    renew_every = max(lease / 6, 0.5)
+    renewed = held = time.monotonic()
     try:
         while not stop.wait(min(renew_every, 1.0)):  # cancellation is noticed within a second
-            kept = True
-            if time.monotonic() - renewed >= renew_every:
-                renewed = time.monotonic()
-                kept = Step.objects.filter(pk=step_pk, state=Step.State.RUNNING, lease_owner=owner).update(
-                    lease_expires_at=timezone.now() + timedelta(seconds=_lease_seconds())) > 0
-            cancelling = SearchRun.objects.filter(search_id=search_pk,
-                                                  status=SearchRun.Status.CANCELLING).exists()
-            if not kept or cancelling:
+            kept, cancelling = True, False
+            try:
+                if time.monotonic() - renewed >= renew_every:
+                    renewed = time.monotonic()  # before the write: the lease it sets ends later
+                    kept = _lease_renew(step_pk, owner)
+                    held = renewed if kept else held
+                cancelling = SearchRun.objects.filter(search_id=search_pk,
+                                                      status=SearchRun.Status.CANCELLING).exists()
+            except DatabaseError:
+                logger.warning("step %s: its lease could not be renewed", step_pk, exc_info=True)
+                connection.close()  # the next renewal reconnects
+            if time.monotonic() - held >= lease / 2:
+                fenced.set()
+            if not kept or cancelling or fenced.is_set():
                 cancel.set()
     finally:
         connection.close()
 
 
 def step_execute(step_pk: int, owner: str) -> bool:
-    """Claim a step, do its work, and record the result if the lease is still ours."""
+    """Claim a step, do its work, and record the result if the lease is still ours.
+
+    A step whose worker stopped it for want of a renewed lease records nothing: it stays running
+    until its lease expires, then is taken back or failed like a step whose worker died."""
     step = step_claim(step_pk, owner)
     if step is None:
         return False
-    cancel, stop = threading.Event(), threading.Event()
-    beat = threading.Thread(target=_heartbeat, args=(step.pk, owner, step.search_id, cancel, stop),
+    cancel, stop, fenced = threading.Event(), threading.Event(), threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(step.pk, owner, step.search_id, cancel, stop, fenced),
                             daemon=True)
     beat.start()
     try:
@@ -165,6 +186,9 @@ def step_execute(step_pk: int, owner: str) -> bool:
     finally:
         stop.set()
         beat.join()
+    if fenced.is_set():
+        logger.warning("step %s stopped: its lease was not renewed for half a lease", step_pk)
+        return False
     recorded = _step_record(step.pk, owner, result)
     # The search ended while this step ran: no trial will need the trees it parked.
     if step.kind in (Step.Kind.EVALUATE, Step.Kind.MEASURE) and \

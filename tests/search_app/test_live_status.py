@@ -49,7 +49,9 @@ def test_the_baseline_row_on_the_page_is_the_row_sent_live(finished, personas):
 def test_a_baseline_that_cannot_be_measured_is_announced_with_its_row(small_search, personas):
     search = small_search
     services.search_start(personas.member, search, enqueue=False)
-    step = Step.objects.get(search=search, candidate__number=0)
+    # Its evaluation, as the planner makes it once every writer has ended.
+    step = Step.objects.create(search=search, candidate=search.candidates.get(number=0), kind="evaluate",
+                               round=0)
     services.step_claim(step.pk, "w")
     services.steps._step_record(step.pk, "w", StepResult(error="the runtime fell over"))
     event = search_events(search, payload__candidate_id="baseline")[-1]
@@ -193,6 +195,7 @@ def test_the_time_left_is_estimated_from_the_pace_of_the_steps_done(small_search
     timing = selectors.run_timing(search, run, now=now)
     assert timing["elapsed_text"] == "6 min 0 s" and timing["eta_text"] == ""  # nothing done yet: no guess
     baseline = search.candidates.get(number=0)
+    Step.objects.create(search=search, candidate=baseline, kind="evaluate", round=0)
     Step.objects.filter(search=search).update(state="done", finished_at=timezone.now())
     for part in range(2):
         Step.objects.create(search=search, candidate=baseline, kind="measure", round=0, part=part,

@@ -134,13 +134,13 @@ def test_a_parked_tree_is_never_taken_for_anything_else(measuring, change, tmp_p
 
 
 def test_a_search_that_ends_removes_the_trees_parked_on_this_host(personas, tmp_path, data_dir):
-    search = frozen(personas, tmp_path, {"cand_001": "sleep", "cand_002": "sleep"}, population=2,
-                    rounds=[2, 1])
+    search = frozen(personas, tmp_path, {"cand_001": 5, "cand_002": "hang"}, population=2, rounds=[2, 1])
     services.search_start(personas.owner, search, enqueue=False)
     runner = threading.Thread(target=lambda: services.search_run_inline(search))
     runner.start()
     deadline = time.monotonic() + 60
-    # The baseline's evaluation passes its gate and parks its tree while the writers sleep.
+    # The baseline's (or cand_001's) evaluation passes its gate and parks its tree while cand_002's
+    # gate hangs.
     while not any(name.endswith(execution.PARKED_SUFFIX) for name in left_behind(search)):
         assert time.monotonic() < deadline, left_behind(search)
         time.sleep(0.1)
@@ -164,5 +164,28 @@ def test_a_host_s_sweep_removes_the_trees_no_trial_will_take(measuring, status, 
 def test_the_sweep_removes_a_tree_whose_search_is_gone(measuring):
     step, _, tree = measuring
     step.search.delete()
+    assert execution.parked_trees_sweep() == 1
+    assert not tree.exists()
+
+
+@pytest.mark.parametrize("phase", ["replay", "review", "revise"])
+def test_once_the_rounds_are_over_a_host_s_sweep_removes_every_parked_tree(measuring, phase):
+    """Only a round's trials take a parked tree; a revision's writer never runs beside one."""
+    step, _, tree = measuring
+    SearchRun.objects.filter(search=step.search).update(status="running", phase=phase)
+    assert execution.parked_trees_sweep() == 1
+    assert not tree.exists()
+
+
+def test_a_search_whose_writers_refine_keeps_no_parked_tree(personas, tmp_path, data_dir):
+    """Its later rounds start with writers: no tree with hidden files may wait for them on any host."""
+    search = frozen(personas, tmp_path, {"cand_001": 5}, population=2, rounds=[2, 1], refine=True)
+    services.search_start(personas.owner, search, enqueue=False)
+    step = Step.objects.create(search=search, candidate=search.candidates.get(number=0), kind="measure",
+                               round=0, plan={"members": ["cand_001"], "blocks": [0, 1]})
+    tree = worktrees_root() / f"{search.search_id}-cand_001-evaluate-r0"
+    tree.mkdir(parents=True)
+    assert execution._tree_park(step, "cand_001", tree, [], "0" * 64, None)
+    assert not execution.trees_park(execution.search_spec(search))
     assert execution.parked_trees_sweep() == 1
     assert not tree.exists()

@@ -22,7 +22,7 @@ WRITES = ("BEGIN", "INSERT", "UPDATE", "DELETE", "SAVEPOINT")
 
 
 def mid_round(personas, tmp_path, population: int):
-    """A started search whose baseline and first three writers ran for real (concurrency 4)."""
+    """A started search whose first four writers ran for real (concurrency 4)."""
     plan = {f"cand_{n:03d}": 10 + n for n in range(1, population + 1)}
     search = frozen(personas, tmp_path, plan, population=population, rounds=[population, 1], concurrency=4)
     services.search_start(personas.owner, search, enqueue=False)
@@ -43,12 +43,12 @@ def test_a_steady_state_planner_call_costs_the_same_at_any_population(personas, 
     calls = {}
     for population in (8, 64):
         search = mid_round(personas, tmp_path, population)
-        admitting = planner_call(search)  # three evaluations and one more writer
+        admitting = planner_call(search)  # four more writers (no evaluation while writers run)
         idle = planner_call(search)  # every slot is taken: nothing to write
         steps = search.steps.order_by("id")
         assert [(s.kind, s.candidate.candidate_id) for s in steps][4:] == [
-            ("evaluate", "cand_001"), ("evaluate", "cand_002"), ("evaluate", "cand_003"),
-            ("generate", "cand_004")]
+            ("generate", "cand_005"), ("generate", "cand_006"), ("generate", "cand_007"),
+            ("generate", "cand_008")]
         assert len(admitting[0]) == 4 and idle[0] == admitting[0]
         calls[population] = (admitting[1], idle[1])
     for small, large in zip(calls[8], calls[64], strict=True):
@@ -62,7 +62,8 @@ def test_a_steady_state_planner_call_costs_the_same_at_any_population(personas, 
 def test_a_completion_plans_in_place_only_when_no_drive_is_pending(personas, tmp_path, data_dir, monkeypatch):
     search = frozen(personas, tmp_path, {"cand_001": 4}, population=2, rounds=[2, 1])
     services.search_start(personas.owner, search, enqueue=False)
-    step = search.steps.get()
+    services.search_advance(search.pk)
+    step = search.steps.first()
     planned: list[int] = []
     monkeypatch.setattr(services, "step_execute", lambda step_pk, owner: True)
     monkeypatch.setattr(services, "search_advance", lambda search_pk: planned.append(search_pk) or [])
@@ -85,7 +86,8 @@ def test_a_worker_runs_the_next_ready_step_itself_and_queues_the_rest(personas, 
                                                                       monkeypatch):
     search = frozen(personas, tmp_path, {"cand_001": 4}, population=2, rounds=[2, 1])
     services.search_start(personas.owner, search, enqueue=False)
-    first = search.steps.get().pk
+    services.search_advance(search.pk)
+    first = search.steps.order_by("id").first().pk
     ran: list[int] = []
     queued: list[int] = []
     plans = iter([[first + 1, first + 2], [first + 3], []])
@@ -101,7 +103,8 @@ def test_a_worker_runs_the_next_ready_step_itself_and_queues_the_rest(personas, 
 def test_a_chain_of_steps_hands_its_slot_back_after_a_while(personas, tmp_path, data_dir, monkeypatch):
     search = frozen(personas, tmp_path, {"cand_001": 4}, population=2, rounds=[2, 1])
     services.search_start(personas.owner, search, enqueue=False)
-    first = search.steps.get().pk
+    services.search_advance(search.pk)
+    first = search.steps.order_by("id").first().pk
     ran: list[int] = []
     queued: list[int] = []
     monkeypatch.setattr(services, "step_execute", lambda step_pk, owner: ran.append(step_pk) or True)

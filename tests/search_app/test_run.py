@@ -286,20 +286,21 @@ def test_a_writer_that_lost_three_workers_hands_its_budget_reservation_back(pers
                     budget="[budget]\nmax_cost_microusd = 1000\n")
     services.search_start(personas.owner, search, enqueue=False)
     services.search_advance(search.pk)
-    # The baseline's evaluation and cand_001's writer are live; the writer reserved 1000 / 2.
-    assert SearchRun.objects.get(search=search).reserved_cost_microusd == 500
+    # Both writers are live (the baseline's evaluation waits for them); each reserved 1000 / 2.
+    assert SearchRun.objects.get(search=search).reserved_cost_microusd == 1000
     step = Step.objects.get(search=search, kind="generate", candidate__candidate_id="cand_001")
     Step.objects.filter(pk=step.pk).update(state="running", attempts=3, lease_owner="ghost",
                                            lease_expires_at="2000-01-01T00:00:00Z")
     services.steps_reconcile()
-    assert SearchRun.objects.get(search=search).reserved_cost_microusd == 0
+    assert SearchRun.objects.get(search=search).reserved_cost_microusd == 500
 
 
 def test_starting_twice_changes_nothing(personas, tmp_path, data_dir):
     search = frozen(personas, tmp_path, {"cand_001": 3}, population=2, rounds=[2, 1])
     first = services.search_start(personas.owner, search, enqueue=False)
     again = services.search_start(personas.owner, search, enqueue=False)
-    assert first.pk == again.pk and search.candidates.count() == 3 and search.steps.count() == 1
+    # No step yet: the planner admits the writers (the baseline's evaluation waits for them).
+    assert first.pk == again.pk and search.candidates.count() == 3 and search.steps.count() == 0
 
 
 def test_the_writer_prompt_prefix_is_identical_for_every_candidate(personas, tmp_path, data_dir):
