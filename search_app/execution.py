@@ -786,7 +786,9 @@ def _static_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threadi
     # The commands name the test runner: its distributions are the judge the patch must not reach.
     commands = json.dumps([*spec.hard_gates.commands, spec.score.command])
     reviewer = _run(
-        step, [sys.executable, str(REVIEWER_SCRIPT), "--protected", ",".join(protected),
+        # -I: the script's own folder (search_app, whose selectors.py is not the standard one) stays
+        # off sys.path when the reviewer runs outside bubblewrap.
+        step, [sys.executable, "-I", str(REVIEWER_SCRIPT), "--protected", ",".join(protected),
                "--commands", commands],
         f"{candidate.candidate_id} review", cwd=worktree, timeout=REVIEW_TIMEOUT_SECONDS,
         cancel=cancel, stdin=bytes(candidate.patch), writable=False, readable=[REVIEWER_SCRIPT],
@@ -828,7 +830,7 @@ reaching outside the program.
 
 The candidate's code runs INSIDE the commands that judge it (the test runner, the gates, the
 timed trials), so it can rewrite their verdict from inside. Code that reaches into the process
-that judges it is cheating whatever it computes: reject, and name the file and line. That is:
+that judges it is cheating whatever it computes: reject, and name the line (path:line). That is:
 - test-runner internals: importing or touching pytest, _pytest, pluggy or unittest internals,
   a `config` or `pluginmanager`, registering plugins, defining hook functions (`pytest_*`,
   `load_tests`, a `pytest_impl` marker);

@@ -40,7 +40,7 @@ proof that a winner is honest.
 Non-Python files are read line by line with the older text rules; a shell script is flagged
 whole. Copies of protected expected values are flagged in every file.
 
-    python search_app/reviewer.py --protected tests,expected_result.json \
+    python -I search_app/reviewer.py --protected tests,expected_result.json \
         --commands '["python -m pytest -q tests"]' < patch.diff
 """
 
