@@ -60,6 +60,14 @@ def test_llm_writers_edit_through_the_tool_loop_and_the_best_wins(personas, tmp_
     assert review.verdict == "approve" and review.reviewer == "anthropic fake-sonnet (read-only tools)"
     reviewer_calls = Receipt.objects.filter(kind="llm_call", label__contains="reviewer")
     assert reviewer_calls.count() == 1
+    # The model reviewer is told the whole class of reaching into the judge, and to name the line.
+    told = str([r["system"] for r in fake.requests if "independent reviewer" in str(r["system"])])
+    for category in ("test-runner internals", "pluginmanager", "pytest_*", "sys.settrace", "sys.addaudithook",
+                     "gc", "sys._getframe", "f_back", "sys.modules", "__subclasses__", "os._exit", "atexit",
+                     "signal.signal", "time.perf_counter = ...", "builtins.print", "sys.stdout",
+                     "sys.argv", "sys.flags", "os.environ", "os.getcwd", "/proc", "__import__",
+                     "reject, and name the line"):
+        assert category in told, category
     assert {c.resolved_model for c in calls} == {"fake-sonnet-20261201"}
     from search_app.selectors import search_run_report
 
