@@ -30,8 +30,19 @@ function the patch changes), what the code REACHES, by category, not by text:
 Every route into the judge starts at one of a handful of entry points the language defines
 (an import, a builtin that hands out interpreter objects, an object-model attribute, an
 attribute write): the reviewer flags the entry points, so an obfuscated attack still has to
-pass one. What no static reader can do is decide behaviour: code may compute wrong answers
-honestly-looking, or reach the judge through a route the language adds tomorrow. That is why
+pass one. Names are followed to what they really reach (`os.sys._getframe` is `sys._getframe`,
+found by importing the standard module; a module held in a variable is itself a finding),
+strings built from literals are folded (`"pytest" + "_sessionfinish"`), a source encoding other
+than UTF-8 is refused, and the protected tests' own modules count as the judge.
+
+The lists above are the part no metadata can derive: nothing marks a standard module as "the
+interpreter's". What can be derived is: the test runner's distributions (from the commands and
+`importlib.metadata`), the object model's attributes (from the interpreter's own objects), the
+protected modules (from the protected paths), and what a re-exported name resolves to.
+
+What no static reader can do is decide behaviour: wrong code can look honest, and code can
+reach the judge by a route this reader does not know (an object a harmless-looking library
+holds, a shared file). That is why
 the decision rests on structural checks outside every process the candidate's code runs in
 (results compared by the runtime, the runtime's own measurement, the writer/evaluation barrier,
 the change policy's shadowing rules); this reviewer's reject is evidence that blocks, not the
@@ -224,7 +235,7 @@ def harness_modules(commands: tuple[str, ...]) -> dict[str, str]:
     with contextlib.suppress(Exception):
         for dist in importlib.metadata.distributions():
             name = _canonical(dist.metadata["Name"] or "")
-            if runners & set(_requires(name)):  # a plugin: it requires the runner
+            if runners & set(_requirement_names(dist.requires)):  # a plugin: it requires the runner
                 wanted.add(name)
             for entry in dist.entry_points:  # a plugin module of the runner's entry-point group
                 if any(entry.group.startswith(_canonical(runner).replace("-", "_")) for runner in runners):
@@ -243,11 +254,15 @@ def _canonical(name: str) -> str:
 
 def _requires(dist: str) -> list[str]:
     try:
-        requires = importlib.metadata.requires(dist) or []
+        return _requirement_names(importlib.metadata.requires(dist))
     except Exception:
         return []
+
+
+def _requirement_names(requires: list[str] | None) -> list[str]:
+    """The distributions a requirement list names, less those only an extra asks for."""
     names = []
-    for requirement in requires:
+    for requirement in requires or []:
         if "extra ==" in requirement.replace("extra==", "extra =="):
             continue
         match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
@@ -530,13 +545,15 @@ class PythonReader:
 
     # -- which nodes
     def examined(self) -> list[ast.AST]:
-        """Nodes on added lines, and every node of a function that contains an added line."""
-        changed_functions = [
-            node for node in ast.walk(self.tree)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-            and not any(line in self.added for line in self._header(node))
-            and any(line in self.added for line in range(node.lineno, (node.end_lineno or node.lineno) + 1))
-        ]
+        """Nodes on added lines, and every node of the innermost function around an added line."""
+        functions = [node for node in ast.walk(self.tree)
+                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
+        changed_functions = []
+        for line in self.added:
+            around = [function for function in functions
+                      if function.lineno <= line <= (function.end_lineno or function.lineno)]
+            if around:
+                changed_functions.append(max(around, key=lambda function: function.lineno))
         inside = {id(child) for function in changed_functions for child in ast.walk(function)}
         nodes = []
         for node in ast.walk(self.tree):
