@@ -782,7 +782,8 @@ def _static_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threadi
                    receipts: list[int]) -> StepResult:
     """Crucible's static reviewer (search_app/reviewer.py) reads the patch in the sandbox."""
     candidate = step.candidate
-    protected = [*spec.hard_gates.protected_paths, "tests"]
+    # The hidden files' paths too: code that looks for them tells an evaluation from a writer's run.
+    protected = [*spec.hard_gates.protected_paths, "tests", *spec.evaluator.files]
     # The commands name the test runner: its distributions are the judge the patch must not reach.
     commands = json.dumps([*spec.hard_gates.commands, spec.score.command])
     reviewer = _run(

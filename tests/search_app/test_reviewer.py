@@ -340,6 +340,10 @@ HOSTILE = {
         from tests import test_work  # <-
         test_work.test_it = lambda: None
     """,
+    "looking for the judge's files": """
+        import os
+        CHECKED = os.path.exists(os.path.join("tests", "test_work.py"))  # <-
+    """,
     "a source encoding that hides code": """
         # -*- coding: utf-7 -*-  # <-
         def compute(n):
@@ -530,6 +534,11 @@ def test_the_object_models_attributes_are_derived_from_the_interpreters_objects(
             "f_globals", "f_locals", "tb_frame", "gi_frame", "cell_contents"} <= reviewer.OBJECT_MODEL
     assert not {"__name__", "__init__", "__class__", "__doc__", "__len__", "replace", "close",
                 "args"} & reviewer.OBJECT_MODEL
+
+
+def test_code_nested_deeper_than_the_reviewer_reads_is_rejected(tmp_path, monkeypatch):
+    result = _review(tmp_path, monkeypatch, {"code/work.py": "x = " + "-" * 100_000 + "1\n"})
+    assert result["verdict"] == "reject" and result["findings"][0]["line"] == 1
 
 
 def test_a_shell_script_is_flagged_whole_and_other_text_by_its_lines(tmp_path, monkeypatch):
