@@ -766,8 +766,10 @@ def review(step: Step, cancel: threading.Event) -> StepResult:
         if not (llm and (step.reserved_cost_microusd or not budgeted)):
             return _static_review(step, spec, worktree, cancel, [admit.pk])
         result = _llm_review(step, spec, worktree, cancel, admit)
-        if result.verdict is not None or result.cancelled:
+        if result.cancelled:
             return result
+        if result.verdict is not None:
+            return _llm_review_corroborated(step, spec, worktree, cancel, result)
         # No verdict (an outage, or a patch whose text talked the model out of one): the static
         # reviewer, which no text can talk round, reads it instead; the model's calls stay counted.
         static = _static_review(step, spec, worktree, cancel, result.receipts or [])
@@ -776,6 +778,21 @@ def review(step: Step, cancel: threading.Event) -> StepResult:
         return replace(static, findings=[note, *(static.findings or [])], usage=result.usage)
     finally:
         worktree_remove(search_repository(search), worktree)
+
+
+def _llm_review_corroborated(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
+                             result: StepResult) -> StepResult:
+    """A model's approval stands only if the static reviewer finds nothing high: the patch's own
+    text can talk a model round, never the static reviewer, whose reject of code reaching into
+    the process that judges it blocks whatever the model said."""
+    static = _static_review(step, spec, worktree, cancel, result.receipts or [])
+    if static.cancelled:
+        return replace(static, usage=result.usage)
+    serious = [f for f in static.findings or [] if isinstance(f, dict) and f.get("severity") == "high"]
+    if result.verdict == Review.Verdict.APPROVE and static.verdict == Review.Verdict.REJECT and serious:
+        return replace(static, reviewer=f"{result.reviewer}, overruled by the crucible static reviewer"[:200],
+                       findings=[*serious, *(result.findings or [])][:100], usage=result.usage)
+    return replace(result, receipts=static.receipts)
 
 
 def _static_review(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
