@@ -60,6 +60,14 @@ def test_llm_writers_edit_through_the_tool_loop_and_the_best_wins(personas, tmp_
     assert review.verdict == "approve" and review.reviewer == "anthropic fake-sonnet (read-only tools)"
     reviewer_calls = Receipt.objects.filter(kind="llm_call", label__contains="reviewer")
     assert reviewer_calls.count() == 1
+    # The model reviewer is told the whole class of reaching into the judge, and to name the line.
+    told = str([r["system"] for r in fake.requests if "independent reviewer" in str(r["system"])])
+    for category in ("test-runner internals", "pluginmanager", "pytest_*", "sys.settrace", "sys.addaudithook",
+                     "gc", "sys._getframe", "f_back", "sys.modules", "__subclasses__", "os._exit", "atexit",
+                     "signal.signal", "time.perf_counter = ...", "builtins.print", "sys.stdout",
+                     "sys.argv", "sys.flags", "os.environ", "os.getcwd", "/proc", "__import__",
+                     "reject, and name the line"):
+        assert category in told, category
     assert {c.resolved_model for c in calls} == {"fake-sonnet-20261201"}
     from search_app.selectors import search_run_report
 
@@ -262,3 +270,28 @@ def test_preset_effort_defaults_are_frozen_per_round_unless_the_spec_sets_its_ow
     assert explicit.preregistration_hash != search.preregistration_hash
     with pytest.raises(ModelValidationError, match="Unknown effort 'fast'"):
         ProviderPreset(name="bad", kind="anthropic", efforts="low, fast").full_clean()
+
+
+def test_a_models_approval_of_code_that_reaches_into_its_judge_is_overruled_by_the_static_reviewer(
+        personas, tmp_path, monkeypatch, settings):
+    settings.DATA_DIR = tmp_path / "data"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    # cand_002 scores best and its model reviewer approves it (this fake approves everything), but
+    # it walks the interpreter's objects, as code looking for the test runner does.
+    hostile = {"path": "code/answer.py",
+               "content": "import gc\n\n_seen = len(gc.get_objects())\n\n\ndef answer():\n    return 9\n"}
+    with FakeAnthropic(plan={"cand_001": answer(5), "cand_002": hostile}) as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        repo = plan_repo(tmp_path / "repo", {})
+        search = services.search_freeze(personas.owner, personas.alpha, llm_spec(population=2, rounds=[2, 1]),
+                                        "HEAD", repository_path=str(repo))
+        services.search_start(personas.owner, search, enqueue=False)
+        run = services.search_run_inline(search)
+    forger = search.candidates.get(candidate_id="cand_002")
+    assert forger.state == "eliminated", forger.reason
+    assert ("the reviewer rejects it: reaches the interpreter's live objects (gc) at code/answer.py:1"
+            in forger.reason)
+    overruled = search.reviews.get(candidate=forger)
+    assert overruled.verdict == "reject" and "overruled by the crucible static reviewer" in overruled.reviewer
+    assert run.outcome == "winner" and run.winner.candidate_id == "cand_001"
+    assert search.reviews.get(candidate=run.winner).reviewer == "anthropic fake-sonnet (read-only tools)"
