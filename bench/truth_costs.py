@@ -18,8 +18,10 @@ repository, `search_run_inline`:
 - `before`: the code at `f99a6cd` (the commit before issue 30), exported by this script with
   `git archive` into the temp dir and run with this interpreter (the same venv);
 - `after`: this checkout, whose spec also declares `results = "stdout"` under `[score]` (each
-  trial's stdout less its metric lines is compared with the baseline's from the same block)
-  when this tree's spec accepts that key; the script says which variant ran;
+  trial's stdout less its metric lines is compared with the baseline's from the same block) and
+  `reported = "other"` (the figure comes through the report descriptor, as this tree requires
+  for a figure the runtime does not measure), when this tree's spec accepts those keys; the
+  script says which variant ran;
 - `--also REF`: the code at REF (exported like `before`), with `results = "stdout"` if it accepts it.
 
 **Figures:** each run's wall time (from `search_start` to the end of `search_run_inline`, the
@@ -88,8 +90,17 @@ print(json.dumps({"wall": wall, "writers_and_gates": writers_and_gates, "variant
 
 
 def spec(population: int, rounds: list[int], sleep: float, trials: int, results: bool) -> str:
+    """The search's spec; with `results`, as this issue's code wants it: the trial's stdout compared
+    with the baseline's (`results = "stdout"`), and the figure, of no kind the runtime measures,
+    through the report descriptor (`reported = "other"`) instead of stdout's last line."""
     pause = f"sleep {sleep}; " if sleep else ""
-    score = pause + "echo computed; printf '{\\\"v\\\": %s}\\n' $(cksum < code/id.txt | cut -d' ' -f1)"
+    figure = "$(cksum < code/id.txt | cut -d' ' -f1)"
+    if results:  # bash: dash cannot write to a descriptor above 9
+        score = (pause + "echo computed; v=" + figure + "; exec bash -c "
+                 + "'printf \"{\\\"v\\\": %s}\" \"$0\" >&\"$CRUCIBLE_REPORT_FD\"' \"$v\"")
+    else:
+        score = pause + "echo computed; printf '{\"v\": %s}\\n' " + figure
+    checked = 'reported = "other"\nresults = "stdout"' if results else ""
     return f'''name = "truth-costs"
 objective = "bench"
 population = {population}
@@ -105,12 +116,12 @@ write_roots = ["code"]
 commands = ["{pause or 'true'}"]
 
 [score]
-command = "{score}"
+command = {json.dumps(score)}
 metric = "v"
 direction = "maximize"
 trials = {trials}
 comparison = "absolute"
-{'results = "stdout"' if results else ''}
+{checked}
 '''
 
 
