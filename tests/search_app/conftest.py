@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+
+from runtime_app import sandbox
+from tests.helpers import service_missing
 
 # Fixtures that tests outside tests/search_app use too live in fixtures.py.
 from tests.search_app.fixtures import data_dir, demo, finished, reviewing  # noqa: F401
@@ -14,6 +19,16 @@ def small_search(personas, tmp_path, data_dir):  # noqa: F811 (data_dir: the fix
     """A frozen two-candidate search of project alpha: cand_001 scores 4, cand_002 edits the tests."""
     return frozen(personas, tmp_path, {"cand_001": 4, "cand_002": "tests"}, repo_name="repo",
                   population=2, rounds=[2, 1])
+
+
+@pytest.fixture
+def bubblewrap(settings):
+    """The real sandbox, required: a test of the truth boundary proves nothing under rlimits only
+    (CRUCIBLE_REQUIRE_SERVICES turns the skip into a failure)."""
+    available, reason = sandbox.bubblewrap_probe()
+    if not available:
+        service_missing(reason)
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, sandbox="required")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -15,18 +15,15 @@ the honest candidate.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from runtime_app import sandbox
 from runtime_app.models import Receipt
 from search_app import services
 from tests.gitrepo import repo_create
-from tests.helpers import service_missing
 
 SLOW = "def compute(n):\n    return sum(i * i for i in range(n))\n"
 FAST = "def compute(n):\n    return (n - 1) * n * (2 * n - 1) // 6\n"
@@ -92,14 +89,6 @@ trials = 2
 policy = "ordered"
 ordering = ["score", "diff_lines"]
 """
-
-
-@pytest.fixture
-def bubblewrap(settings):
-    available, reason = sandbox.bubblewrap_probe()
-    if not available:
-        service_missing(reason)
-    settings.CONFIG = dataclasses.replace(settings.CONFIG, sandbox="required")
 
 
 def _run(personas, tmp_path, spec: str, files: dict[str, str]):

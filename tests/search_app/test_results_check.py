@@ -11,15 +11,11 @@ line, and the honest faster candidate still wins.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from runtime_app import sandbox
 from runtime_app.models import Receipt
 from search_app import services
 from tests.gitrepo import repo_create
-from tests.helpers import service_missing
 
 # How each cheater tells a score trial from a gate. Each is True only inside the score command.
 DETECTORS = {
@@ -119,14 +115,6 @@ def _run(personas, tmp_path, spec: str, files: dict[str, str] = FILES):
     services.search_start(personas.owner, search, enqueue=False)
     outcome = services.search_run_inline(search)
     return search, outcome, {c.candidate_id: c for c in search.candidates.all()}
-
-
-@pytest.fixture
-def bubblewrap(settings):
-    available, reason = sandbox.bubblewrap_probe()
-    if not available:
-        service_missing(reason)
-    settings.CONFIG = dataclasses.replace(settings.CONFIG, sandbox="required")
 
 
 @pytest.mark.django_db(transaction=True)

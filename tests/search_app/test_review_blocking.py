@@ -9,14 +9,10 @@ the next candidate is replayed.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from runtime_app import sandbox
 from search_app import services
 from tests.gitrepo import repo_create
-from tests.helpers import service_missing
 
 WRITER = r'''import os, pathlib, sys
 sys.stdin.read()
@@ -79,14 +75,6 @@ def _run(personas, tmp_path, review: str | None):
     services.search_start(personas.owner, search, enqueue=False)
     outcome = services.search_run_inline(search)
     return search, outcome, {c.candidate_id: c for c in search.candidates.all()}
-
-
-@pytest.fixture
-def bubblewrap(settings):
-    available, reason = sandbox.bubblewrap_probe()
-    if not available:
-        service_missing(reason)
-    settings.CONFIG = dataclasses.replace(settings.CONFIG, sandbox="required")
 
 
 @pytest.mark.django_db(transaction=True)

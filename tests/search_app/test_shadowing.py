@@ -11,15 +11,12 @@ repository, real sandbox, a `command` writer that picks its patch by `$CRUCIBLE_
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
 
-from runtime_app import sandbox
 from search_app import services
 from tests.gitrepo import repo_create
-from tests.helpers import service_missing
 
 # Longer than the attacks' change of work.py, so that before the rule an attacker, tied with it on
 # score, came first on diff_lines.
@@ -121,14 +118,6 @@ trials = 2
 policy = "ordered"
 ordering = ["score", "diff_lines"]
 """
-
-
-@pytest.fixture
-def bubblewrap(settings):
-    available, reason = sandbox.bubblewrap_probe()
-    if not available:
-        service_missing(reason)
-    settings.CONFIG = dataclasses.replace(settings.CONFIG, sandbox="required")
 
 
 @pytest.mark.django_db(transaction=True)

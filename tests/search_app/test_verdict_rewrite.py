@@ -11,14 +11,10 @@ and the next candidate is replayed.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from runtime_app import sandbox
 from search_app import services
 from tests.gitrepo import repo_create
-from tests.helpers import service_missing
 
 # Counts the primes below n by trial division: the baseline, slow and right.
 BASELINE = '''def compute(n):
@@ -140,14 +136,6 @@ trials = 2
 policy = "ordered"
 ordering = ["score", "diff_lines"]
 """
-
-
-@pytest.fixture
-def bubblewrap(settings):
-    available, reason = sandbox.bubblewrap_probe()
-    if not available:
-        service_missing(reason)
-    settings.CONFIG = dataclasses.replace(settings.CONFIG, sandbox="required")
 
 
 @pytest.mark.django_db(transaction=True)
