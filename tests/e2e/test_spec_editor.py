@@ -71,9 +71,9 @@ def test_an_operator_types_an_invalid_spec_jumps_to_an_error_fixes_it_and_freeze
     error.click()
     assert page.evaluate("document.activeElement.id") == "spec-text"
     start = page.evaluate("document.getElementById('spec-text').selectionStart")
-    assert start == offset_of(TYPO, 31, 1)
+    assert start == offset_of(TYPO, 32, 1)
     assert TYPO[start:].startswith("trails = 5")
-    assert page.inner_text("#cursor-position") == "Line 31, column 1"
+    assert page.inner_text("#cursor-position") == "Line 32, column 1"
 
     page.fill("#spec-text", SEED)
     page.wait_for_selector("#validation.is-valid", timeout=WAIT_MS)

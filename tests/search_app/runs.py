@@ -92,7 +92,7 @@ def spec_text(*, population: int, rounds: list[int], concurrency: int | None = N
               budget: str = "", gate_timeout: int = 60, name: str = "plan-search",
               policy: str = "ordered", refine: bool = False, effort: str = "",
               replay_tolerance: float = 0.25, comparison: str = "paired",
-              max_trials: int | None = None, confidence: float = 0.5) -> str:
+              max_trials: int | None = None, confidence: float = 0.5, review: str = "blocking") -> str:
     """A plan search's spec. Its scores are exact, so by default it decides at confidence 0.5
     (two blocks are enough); tests of the statistics ask for more."""
     concurrency = concurrency or min(4, population)
@@ -129,6 +129,7 @@ confidence = {confidence}
 [selection]
 policy = "{policy}"
 ordering = ["score", "diff_lines"]
+review = "{review}"
 '''
 
 

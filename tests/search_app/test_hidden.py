@@ -130,7 +130,9 @@ for place in ("hidden/value.txt", {source!r}):
         seen.append(place + " unreadable: " + type(error).__name__)
 seen += [os.path.join(d, f) for d, _, files in os.walk(".") if ".git" not in d for f in files]
 print("\\n".join(seen))
-pathlib.Path("code/answer.py").write_text("SEEN = " + repr(seen) + "\\ndef answer():\\n    return 5\\n")
+# What it saw goes into its patch as data: code naming the judge's files would be the reviewer's.
+pathlib.Path("code/seen.txt").write_text("\\n".join(seen) + "\\n")
+pathlib.Path("code/answer.py").write_text("def answer():\\n    return 5\\n")
 '''
 
 

@@ -113,7 +113,9 @@ def _clone_search(personas, tmp_path, *, keep: bool):
         "scripts/writer.py": CLONE_WRITER.format(keep=keep),
         "plan.json": "{}",
     })
-    text = spec_text(population=3, rounds=[3, 2, 1], refine=True)
+    # The clone reads its working directory to score differently per tree: the reviewer rejects
+    # that (it tells one tree from another), so here its verdict is advice; the grouping is tested.
+    text = spec_text(population=3, rounds=[3, 2, 1], refine=True, review="advisory")
     search = services.search_freeze(personas.owner, personas.alpha, text, "HEAD", repository_path=str(repo))
     return search, run_inline(personas, search)
 
