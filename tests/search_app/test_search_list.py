@@ -50,7 +50,8 @@ def started(personas, search, *, baseline: float | None = None, scores: tuple = 
         Candidate.objects.filter(search=search, number=0).update(score=baseline)
     for number, score in enumerate(scores, start=1):
         Candidate.objects.filter(search=search, number=number).update(score=score)
-    if running:
+    if running:  # the planner admits the first writers; one of them began
+        services.search_advance(search.pk)
         Step.objects.filter(search=search).update(state="running", started_at=timezone.now())
     return search
 

@@ -59,8 +59,8 @@ FILES = {
 }
 
 GATE = "python -c \"import sys; sys.path.insert(0, 'code'); import answer; assert answer.answer() > 0\""
-SCORE = ("python -c \"import json, sys; sys.path.insert(0, 'code'); import answer; "
-         "print(json.dumps({'value': answer.answer()}))\"")
+SCORE = ("python -c \"import json, os, sys; sys.path.insert(0, 'code'); import answer; "
+         "os.write(int(os.environ['CRUCIBLE_REPORT_FD']), json.dumps({'value': answer.answer()}).encode())\"")
 
 SPEC = f"""name = "writer-git"
 objective = "Make answer() return the largest number you can"
@@ -80,6 +80,7 @@ protected_paths = ["tests", "scripts"]
 [score]
 command = {json.dumps(SCORE)}
 metric = "value"
+reported = "other"
 direction = "maximize"
 trials = 1
 confidence = 0.5
