@@ -80,8 +80,8 @@ def invitation_refusal(invitation: Invitation | None) -> str | None:
         return (f"This invitation to {project} was already used to set a password. Log in with "
                 "that account; if you forgot the password, ask a project admin.")
     if invitation_is_expired(invitation):
-        return (f"This invitation to {project} expired on {when(invitation.expires_at)}. Ask a project admin of "
-                f"{project} to resend it: you will get a new link.")
+        return (f"This invitation to {project} expired on {when(invitation.expires_at)}. "
+                f"Ask a project admin of {project} to resend it: you will get a new link.")
     return None
 
 
