@@ -233,7 +233,7 @@ def invitation_accept(request: HttpRequest, token: str) -> HttpResponse:
             "invitation_days": invitations.INVITATION_DAYS,
         }, status=400 if form.errors else 200)
     # The token is in this page's URL: no other site learns it from a Referer header.
-    response["Referrer-Policy"] = "no-referrer"
+    response["Referrer-Policy"] = "same-origin"
     return response
 
 

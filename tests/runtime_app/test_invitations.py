@@ -118,7 +118,7 @@ def test_inviting_an_address_again_renews_its_pending_invitation(personas):
 def test_the_invitee_sets_a_password_on_crucibles_page_and_lands_signed_in_in_the_project(personas):
     link = invite(login(personas.owner), personas, email="grace.hopper@example.org", role="operator")
     form = Client().get(link)
-    assert form.status_code == 200 and form["Referrer-Policy"] == "no-referrer"
+    assert form.status_code == 200 and form["Referrer-Policy"] == "same-origin"
     words = text_of(form)
     assert "Join alpha on Crucible" in words and "grace.hopper" in words and "operator" in words
     assert "Django administration" not in words
