@@ -100,8 +100,10 @@ def _members_page(request: HttpRequest, project: Any, form: MemberAddForm | None
                   status: int = 200) -> HttpResponse:
     can_admin = access.has_role(request.user, project, access.ADMIN)
     # The link of an invitation just made or resent: shown once, then gone from the session.
-    shown = request.session.pop(INVITATION_LINK_KEY, None) if request.method == "GET" else None
-    if not (shown and shown.get("project") == project.pk and can_admin):
+    shown = request.session.get(INVITATION_LINK_KEY) if request.method == "GET" else None
+    if shown and shown.get("project") == project.pk:
+        del request.session[INVITATION_LINK_KEY]
+    else:
         shown = None
     return render(request, "runtime_app/project_members.html", {
         "project": project,
