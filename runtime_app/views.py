@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -41,6 +42,8 @@ from runtime_app.forms import (
 from runtime_app.htmx import for_htmx, wants_partial
 from runtime_app.models import ProjectRole, Webhook
 from runtime_app.subjects import subject_labels_attach
+
+logger = logging.getLogger(__name__)
 
 
 def _role_badges(user: Any) -> list[str]:
@@ -216,6 +219,10 @@ def invitation_accept(request: HttpRequest, token: str) -> HttpResponse:
     if refusal is not None or invitation is None:
         response = render(request, "runtime_app/invitation_refused.html", {
             "refusal": refusal, "invitation": invitation}, status=404 if invitation is None else 410)
+        # Django would log the 404/410 with its path, the whole token: log its first characters only.
+        response._has_been_logged = True  # type: ignore[attr-defined]
+        logger.warning("Invitation link refused (%d, token %.6s…): %s", response.status_code, token,
+                       invitations.invitation_status(invitation) if invitation else "unknown")
     else:
         username = invitations.invitation_username(invitation.email)
         form = SetPasswordForm(get_user_model()(username=username, email=invitation.email),

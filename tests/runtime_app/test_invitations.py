@@ -193,6 +193,17 @@ def test_a_revoked_link_refuses_with_a_clear_page(personas):
     assert AuditEntry.objects.filter(action="invitation.revoke", target="grace@example.org").exists()
 
 
+def test_a_refused_link_is_logged_by_its_first_characters_only(personas, caplog):
+    owner = login(personas.owner)
+    link = invite(owner, personas)
+    token = link.split("/")[2]
+    owner.post(f"/projects/{personas.alpha.pk}/invitations/{Invitation.objects.get().pk}/revoke/")
+    with caplog.at_level("INFO"):
+        assert Client().get(link).status_code == 410
+    assert f"token {token[:6]}…)" in caplog.text and "revoked" in caplog.text
+    assert token not in caplog.text
+
+
 def test_an_expired_link_says_when_it_expired_and_a_resend_renews_it(personas):
     owner = login(personas.owner)
     link = invite(owner, personas)
