@@ -89,6 +89,7 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "project": project,
         **selectors.project_hub(request.user, project),
         "memberships": project.memberships.select_related("user").order_by("user__username"),
+        "pending_invitations": invitations.invitations_pending(project).count(),
         "can_operate": access.has_role(request.user, project, access.OPERATOR),
         "can_admin": access.has_role(request.user, project, access.ADMIN),
         "can_manage_webhooks": notifications.project_admin_is(request.user, project),

@@ -84,6 +84,7 @@ def test_every_member_sees_pending_invitations_with_their_expiry_but_only_an_adm
     pending = page.content.decode().split('id="pending-invitations"')[1]
     assert "grace@example.org" in pending and invitation.expires_at.strftime("%Y-%m-%d") in pending
     assert "Resend" not in pending and "Revoke" not in pending
+    assert "1 pending invitation" in text_of(login(personas.member).get(f"/projects/{personas.alpha.pk}/"))
     for action in ("resend", "revoke"):
         url = f"/projects/{personas.alpha.pk}/invitations/{invitation.pk}/{action}/"
         assert login(personas.member).post(url).status_code == 403
