@@ -23,7 +23,12 @@ urlpatterns = [
         auth_views.PasswordChangeView.as_view(success_url="/account/"),
         name="password_change",
     ),
-    # An invited member sets their password here (the link in their invitation email).
+    path("account/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
+    # Forgot a password: a link to set a new one is emailed (Crucible's own pages, templates/registration/).
+    path("password/reset/", auth_views.PasswordResetView.as_view(subject_template_name=
+         "registration/password_reset_subject.txt"), name="password_reset"),
+    path("password/reset/sent/", auth_views.PasswordResetDoneView.as_view(), name="password_reset_done"),
+    # The emailed link sets the password here (also invitations sent before runtime_app 0011).
     path("reset/<uidb64>/<token>/", auth_views.PasswordResetConfirmView.as_view(),
          name="password_reset_confirm"),
     path("reset/done/", auth_views.PasswordResetCompleteView.as_view(), name="password_reset_complete"),

@@ -6,10 +6,11 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest
+from django.urls import reverse
 from ninja import Field, Query, Router, Schema, Status
 
-from runtime_app import access, selectors, services
+from runtime_app import access, invitations, selectors, services
 from runtime_app.health import health_status
 from runtime_app.presenters import NAME_MAX_LENGTH
 
@@ -49,6 +50,27 @@ class MemberIn(Schema):
 
 class MemberRoleIn(Schema):
     role: str = Field(..., max_length=16)
+
+
+class InvitationOut(Schema):
+    id: int
+    email: str
+    role: str = Field(description="viewer, operator, approver or admin (project admin)")
+    status: str = Field(description="pending, expired, accepted or revoked")
+    invited_by: str
+    created_at: datetime
+    sent_at: datetime = Field(description="when the current link was issued")
+    sends: int
+    expires_at: datetime
+
+
+class InvitationIssuedOut(InvitationOut):
+    link: str = Field(description="the invitation link: returned this once, never stored (only its hash)")
+
+
+class InvitationIn(Schema):
+    email: str = Field(..., max_length=254, description="an address no account has")
+    role: str = Field("viewer", max_length=16)
 
 
 class EventOut(Schema):
@@ -138,7 +160,7 @@ def project_member_add(request: HttpRequest, project_id: int, body: MemberIn):
     A member already there keeps their role (200): change it with PATCH."""
     project = selectors.project_for_user(request.user, project_id)
     before = project.memberships.count()
-    membership, _ = services.member_find_or_invite(request.user, project, body.who, body.role)
+    membership = services.member_find_and_add(request.user, project, body.who, body.role)
     return Status(201 if project.memberships.count() > before else 200, _member_out(membership))
 
 
@@ -156,6 +178,61 @@ def project_member_remove(request: HttpRequest, project_id: int, username: str):
     project = selectors.project_for_user(request.user, project_id)
     services.project_member_remove(request.user, project, _member_of(project, username).user)
     return Status(204, None)
+
+
+def _invitation_out(invitation: Any, link: str | None = None) -> dict[str, Any]:
+    out = {"id": invitation.pk, "email": invitation.email, "role": invitation.role,
+           "status": invitations.invitation_status(invitation),
+           "invited_by": invitation.invited_by.get_username() if invitation.invited_by else "",
+           "created_at": invitation.created_at, "sent_at": invitation.sent_at,
+           "sends": invitation.sends, "expires_at": invitation.expires_at}
+    return out if link is None else {**out, "link": link}
+
+
+def _link_for(request: HttpRequest) -> invitations.LinkFor:
+    def link_for(token: str) -> str:
+        return request.build_absolute_uri(reverse("invitation_accept", args=[token]))
+    return link_for
+
+
+def _invitation(request: HttpRequest, project_id: int, invitation_id: int) -> Any:
+    project = selectors.project_for_user(request.user, project_id)
+    invitation = invitations.invitation_of(project, invitation_id)
+    if invitation is None:
+        raise Http404("No such invitation.")
+    return invitation
+
+
+@router.get("/projects/{project_id}/invitations", response=list[InvitationOut])
+def invitation_list(request: HttpRequest, project_id: int):
+    """The project's pending invitations (expired ones included), as the members page lists them."""
+    project = selectors.project_for_user(request.user, project_id)
+    return [_invitation_out(invitation) for invitation in invitations.invitations_pending(project)]
+
+
+@router.post("/projects/{project_id}/invitations", response={201: InvitationIssuedOut})
+def invitation_create(request: HttpRequest, project_id: int, body: InvitationIn):
+    """Invite an address no account has; a project admin only. The link is in this answer only
+    (and emailed); inviting an address with a pending invitation renews it (new link)."""
+    project = selectors.project_for_user(request.user, project_id)
+    invitation, token = invitations.invitation_create(request.user, project, body.email, body.role,
+                                                      link_for=_link_for(request))
+    return Status(201, _invitation_out(invitation, _link_for(request)(token)))
+
+
+@router.post("/projects/{project_id}/invitations/{invitation_id}/resend", response=InvitationIssuedOut)
+def invitation_resend(request: HttpRequest, project_id: int, invitation_id: int):
+    """A new link for a pending (or expired) invitation, returned once and emailed; the old one stops."""
+    invitation, token = invitations.invitation_resend(
+        request.user, _invitation(request, project_id, invitation_id), link_for=_link_for(request))
+    return _invitation_out(invitation, _link_for(request)(token))
+
+
+@router.post("/projects/{project_id}/invitations/{invitation_id}/revoke", response=InvitationOut)
+def invitation_revoke(request: HttpRequest, project_id: int, invitation_id: int):
+    """Close a pending invitation: its link refuses from now on. A project admin only."""
+    return _invitation_out(invitations.invitation_revoke(
+        request.user, _invitation(request, project_id, invitation_id)))
 
 
 @router.get("/events", response=list[EventOut])

@@ -63,7 +63,8 @@ ROLE_CHOICES = [("viewer", "viewer: reads and comments"),
 
 class MemberAddForm(forms.Form):
     who = forms.CharField(max_length=254, label="Username or email",
-                          help_text="An email address no account has gets an invitation to set a password.")
+                          help_text="An email address no account has gets an invitation: you see its "
+                                    "link once, to copy, and it is emailed to them.")
     role = forms.ChoiceField(choices=ROLE_CHOICES, initial="viewer")
 
 

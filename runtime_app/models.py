@@ -477,3 +477,40 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"delivery #{self.pk} of {self.kind} to {self.webhook.name}: {self.state}"
+
+
+class Invitation(models.Model):
+    """An email address asked to join a project with a role; its link carries a random token of
+    which only the SHA-256 is stored. The account and membership are made when it is accepted."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        ACCEPTED = "accepted", "accepted"
+        REVOKED = "revoked", "revoked"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField(help_text="lower-cased")
+    role = models.CharField(max_length=16, choices=ProjectRole.choices, default=ProjectRole.VIEWER)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(help_text="when the current link was issued (a resend renews it)")
+    sends = models.PositiveIntegerField(default=1)
+    expires_at = models.DateTimeField()
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    closed_at = models.DateTimeField(null=True, blank=True, help_text="when it was accepted or revoked")
+
+    class Meta:
+        ordering = ["email"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "email"], condition=models.Q(state="pending"),
+                                    name="one_pending_invitation_per_email")
+        ]
+
+    def __str__(self) -> str:
+        return f"invitation of {self.email} to {self.project}"

@@ -16,7 +16,6 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
-from django.core.mail import send_mail
 from django.core.validators import validate_email
 from django.db import transaction
 from django.utils import timezone
@@ -107,50 +106,38 @@ def project_member_add(actor: User, project: Project, user: User,
     return membership
 
 
-def member_find_or_invite(actor: User, project: Project, who: str, role: str,
-                          *, invite_url: Any = None) -> tuple[ProjectMembership, bool]:
-    """Add the account named `who` (a username or an email address) to `project` with `role`;
-    an email address no account has gets a new account and an email with a link to set its
-    password (`invite_url(user)` makes the link). Returns the membership and whether an
-    account was invited."""
-    access.require(actor, access.ADMIN, project)
-    _role_checked(role)
+def member_account_find(who: str) -> User | None:
+    """The account named `who` (a username, or the email address of an account); None when `who`
+    is a valid email address no account has (someone to invite)."""
     who = (who or "").strip()
     if not who:
         raise ValidationError({"who": "Give a username or an email address."})
     users = get_user_model()._default_manager
     user = users.filter(username__iexact=who).first() or (
         users.filter(email__iexact=who).order_by("pk").first() if "@" in who else None)
-    invited = False
+    if user is not None:
+        return user
+    if "@" not in who:
+        raise ValidationError({"who": f"No account is named {who!r}: give their email address "
+                                      "to invite them."})
+    try:
+        validate_email(who)
+    except ValidationError:
+        raise ValidationError({"who": f"{who!r} is not a valid email address."}) from None
+    return None
+
+
+def member_find_and_add(actor: User, project: Project, who: str, role: str) -> ProjectMembership:
+    """Add the account named `who` (a username or an email address) to `project` with `role`.
+    An address no account has is refused here: invite it (runtime_app/invitations.py)."""
+    access.require(actor, access.ADMIN, project)
+    _role_checked(role)
+    user = member_account_find(who)
     if user is None:
-        if "@" not in who:
-            raise ValidationError({"who": f"No account is named {who!r}: give their email address "
-                                          "to invite them."})
-        try:
-            validate_email(who)
-        except ValidationError:
-            raise ValidationError({"who": f"{who!r} is not a valid email address."}) from None
-        if invite_url is None:
-            raise ValidationError({"who": f"No account has the address {who}; invite them from the "
-                                          "project's members page."})
-        base = re.sub(r"[^A-Za-z0-9_.-]", "-", who.split("@")[0])[:100] or "member"
-        username, number = base, 1
-        while users.filter(username__iexact=username).exists():
-            number += 1
-            username = f"{base}-{number}"
-        with transaction.atomic():
-            user = users.create_user(username=username, email=who)  # no password until they set one
-            audit_record(actor, "account.invite", project=project, target=username,
-                         detail={"user": username})
-        invited = True
-    membership = project_member_add(actor, project, user, role)
-    if invited:
-        link = invite_url(user)
-        send_mail(f"You are invited to {project.name} on Crucible",
-                  f"{actor.get_username()} added you to the project {project.name} as "
-                  f"{access.role_label(role)}.\n\nSet your password (your username is "
-                  f"{user.get_username()}):\n{link}\n", None, [who])
-    return membership, invited
+        raise ValidationError({"who": f"No account has the address {who.strip()}; invite them from the "
+                                      "project's members page (or POST /api/projects/"
+                                      f"{project.pk}/invitations)."})
+    return project_member_add(actor, project, user, role)
 
 
 def project_member_role_set(actor: User, project: Project, user: User,

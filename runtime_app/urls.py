@@ -13,6 +13,12 @@ urlpatterns = [
          name="project_member_role"),
     path("projects/<int:project_id>/members/<int:user_id>/remove/", views.project_member_remove,
          name="project_member_remove"),
+    path("projects/<int:project_id>/invitations/<int:invitation_id>/resend/", views.invitation_resend,
+         name="invitation_resend"),
+    path("projects/<int:project_id>/invitations/<int:invitation_id>/revoke/", views.invitation_revoke,
+         name="invitation_revoke"),
+    # An invitee, signed out, sets a password here: the link's token is the key (views.invitation_accept).
+    path("invitations/<str:token>/", views.invitation_accept, name="invitation_accept"),
     path("projects/<int:project_id>/webhooks/", views.webhooks, name="webhooks"),
     path("projects/<int:project_id>/webhooks/<int:webhook_id>/deactivate/", views.webhook_deactivate,
          name="webhook_deactivate"),

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.tokens import default_token_generator
+from django.contrib.auth import get_user_model, login
+from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.forms import SetPasswordForm
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
@@ -18,11 +22,11 @@ from django.shortcuts import redirect, render
 from django.template import engines
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.encoding import force_bytes
-from django.utils.http import urlsafe_base64_encode
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.cache import never_cache
+from django.views.decorators.debug import sensitive_post_parameters
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from runtime_app import access, notifications, selectors, services
+from runtime_app import access, invitations, notifications, selectors, services
 from runtime_app.forms import (
     ApiTokenForm,
     AuditFilterForm,
@@ -38,6 +42,8 @@ from runtime_app.forms import (
 from runtime_app.htmx import for_htmx, wants_partial
 from runtime_app.models import ProjectRole, Webhook
 from runtime_app.subjects import subject_labels_attach
+
+logger = logging.getLogger(__name__)
 
 
 def _role_badges(user: Any) -> list[str]:
@@ -83,6 +89,7 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "project": project,
         **selectors.project_hub(request.user, project),
         "memberships": project.memberships.select_related("user").order_by("user__username"),
+        "pending_invitations": invitations.invitations_pending(project).count(),
         "can_operate": access.has_role(request.user, project, access.OPERATOR),
         "can_admin": access.has_role(request.user, project, access.ADMIN),
         "can_manage_webhooks": notifications.project_admin_is(request.user, project),
@@ -90,12 +97,26 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
     })
 
 
+INVITATION_LINK_KEY = "crucible_invitation_link"
+
+
 def _members_page(request: HttpRequest, project: Any, form: MemberAddForm | None = None,
                   status: int = 200) -> HttpResponse:
+    can_admin = access.has_role(request.user, project, access.ADMIN)
+    # The link of an invitation just made or resent: shown once, then gone from the session.
+    shown = request.session.get(INVITATION_LINK_KEY) if request.method == "GET" else None
+    if shown and shown.get("project") == project.pk:
+        del request.session[INVITATION_LINK_KEY]
+    else:
+        shown = None
     return render(request, "runtime_app/project_members.html", {
         "project": project,
         "memberships": selectors.project_memberships(project),
-        "can_admin": access.has_role(request.user, project, access.ADMIN),
+        "invitations": [(invitation, invitations.invitation_status(invitation))
+                        for invitation in invitations.invitations_pending(project)],
+        "invitation_link": shown,
+        "invitation_days": invitations.INVITATION_DAYS,
+        "can_admin": can_admin,
         "form": form or MemberAddForm(),
         "role_choices": ProjectRole.choices,
     }, status=status)
@@ -103,16 +124,23 @@ def _members_page(request: HttpRequest, project: Any, form: MemberAddForm | None
 
 @require_GET
 def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
-    """Who is in the project and their roles; a project admin adds, invites, changes and removes."""
+    """Who is in the project and their roles, and who is invited; a project admin adds, invites,
+    changes and removes, and revokes or resends invitations."""
     return _members_page(request, selectors.project_for_user(request.user, project_id))
 
 
-def _invite_url(request: HttpRequest) -> Any:
-    def url(user: Any) -> str:
-        uid = urlsafe_base64_encode(force_bytes(user.pk))
-        token = default_token_generator.make_token(user)
-        return request.build_absolute_uri(reverse("password_reset_confirm", args=[uid, token]))
-    return url
+def _invitation_link_for(request: HttpRequest) -> invitations.LinkFor:
+    def link_for(token: str) -> str:
+        return request.build_absolute_uri(reverse("invitation_accept", args=[token]))
+    return link_for
+
+
+def _invitation_link_keep(request: HttpRequest, invitation: Any, token: str) -> None:
+    """Hold the new link for the members page to show once, right after this redirect."""
+    request.session[INVITATION_LINK_KEY] = {
+        "project": invitation.project_id, "email": invitation.email,
+        "url": _invitation_link_for(request)(token),
+        "expires_at": invitation.expires_at.isoformat()}
 
 
 @require_POST
@@ -122,22 +150,101 @@ def project_member_add(request: HttpRequest, project_id: int) -> HttpResponse:
     if form.is_valid():
         who, role = form.cleaned_data["who"], form.cleaned_data["role"]
         try:
-            membership, invited = services.member_find_or_invite(
-                request.user, project, who, role, invite_url=_invite_url(request))
+            user = services.member_account_find(who)
+            if user is None:
+                invitation, token = invitations.invitation_create(
+                    request.user, project, who, role, link_for=_invitation_link_for(request))
+            else:
+                membership = services.project_member_add(request.user, project, user, role)
         except ValidationError as error:
             form_errors_apply(form, error)
         else:
+            if user is None:
+                _invitation_link_keep(request, invitation, token)
+                messages.success(request, f"Invited {invitation.email} as {access.role_label(role)}. "
+                                          "Copy the link below and send it to them (it was emailed too).")
+                return redirect("project_members", project_id=project.pk)
             name = membership.user.get_username()
-            if invited:
-                messages.success(request, f"Invited {who} as {name} ({access.role_label(role)}): "
-                                          "an email with a link to set a password is on its way.")
-            elif membership.role != role:
+            if membership.role != role:
                 label = access.role_label(membership.role)
                 messages.info(request, f"{name} is a member already, as {label}: change their role below.")
             else:
                 messages.success(request, f"{name} added as {access.role_label(role)}.")
             return redirect("project_members", project_id=project.pk)
     return _members_page(request, project, form, status=400)
+
+
+def _invitation(project: Any, invitation_id: int) -> Any:
+    invitation = invitations.invitation_of(project, invitation_id)
+    if invitation is None:
+        raise Http404("No such invitation.")
+    return invitation
+
+
+@require_POST
+def invitation_resend(request: HttpRequest, project_id: int, invitation_id: int) -> HttpResponse:
+    project = selectors.project_for_user(request.user, project_id)
+    try:
+        invitation, token = invitations.invitation_resend(
+            request.user, _invitation(project, invitation_id), link_for=_invitation_link_for(request))
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        _invitation_link_keep(request, invitation, token)
+        messages.success(request, f"Sent a new invitation link to {invitation.email}; "
+                                  "the previous link no longer works.")
+    return redirect("project_members", project_id=project.pk)
+
+
+@require_POST
+def invitation_revoke(request: HttpRequest, project_id: int, invitation_id: int) -> HttpResponse:
+    project = selectors.project_for_user(request.user, project_id)
+    try:
+        invitation = invitations.invitation_revoke(request.user, _invitation(project, invitation_id))
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(request, f"Revoked the invitation of {invitation.email}; its link no longer works.")
+    return redirect("project_members", project_id=project.pk)
+
+
+@login_not_required
+@require_http_methods(["GET", "POST"])
+@sensitive_post_parameters()
+@never_cache
+def invitation_accept(request: HttpRequest, token: str) -> HttpResponse:
+    """The invitee, signed out, sets a password from the link: signed in, they land in the project.
+    A link that cannot be used (unknown, replaced, revoked, expired, used) gets a page saying why."""
+    invitation = invitations.invitation_for_token(token)
+    refusal = invitations.invitation_refusal(invitation)
+    if refusal is not None or invitation is None:
+        response = render(request, "runtime_app/invitation_refused.html", {
+            "refusal": refusal, "invitation": invitation}, status=404 if invitation is None else 410)
+        # Django would log the 404/410 with its path, the whole token: log its first characters only.
+        response._has_been_logged = True  # type: ignore[attr-defined]
+        logger.warning("Invitation link refused (%d, token %.6s…): %s", response.status_code, token,
+                       invitations.invitation_status(invitation) if invitation else "unknown")
+    else:
+        username = invitations.invitation_username(invitation.email)
+        form = SetPasswordForm(get_user_model()(username=username, email=invitation.email),
+                               request.POST if request.method == "POST" else None)
+        if form.is_valid():
+            try:
+                user = invitations.invitation_accept(token, form.cleaned_data["new_password1"])
+            except ValidationError as error:
+                form_errors_apply(form, error)
+            else:
+                login(request, user, backend=settings.AUTHENTICATION_BACKENDS[0])
+                messages.success(request, f"Welcome to {invitation.project.name}, {user.get_username()}: "
+                                          f"you are {access.role_label(invitation.role)} here.")
+                return redirect("project_detail", project_id=invitation.project_id)
+        response = render(request, "runtime_app/invitation_accept.html", {
+            "invitation": invitation, "username": username, "form": form,
+            "invitation_days": invitations.INVITATION_DAYS,
+        }, status=400 if form.errors else 200)
+    # The token is in this page's URL: no other site learns it from a Referer header.
+    response["Referrer-Policy"] = "same-origin"
+    return response
 
 
 def _member(project: Any, user_id: int) -> Any:

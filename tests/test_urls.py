@@ -13,9 +13,11 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from tests.helpers import PublishedSchema
 
 # Pages that must be reachable logged out, and nothing else.
-PUBLIC = {"/login/", "/admin/login/",
-          # An invitee sets their password here, logged out: the link's signed token is the key.
+PUBLIC = {"/login/", "/admin/login/", "/password/reset/", "/password/reset/sent/",
+          # A password link's signed token is the key here, logged out.
           "/reset/1/1/", "/reset/done/"}
+# An invitee opens their link logged out: a made-up token gets a page saying so (404), never a login.
+PUBLIC_REFUSING = {"/invitations/1/": 404}
 # … and these, which only point at a public static file.
 PUBLIC_REDIRECTS = {"/favicon.ico": "/static/favicon.svg"}
 # Workers fetch baselines here with a per-search token, not a login (search_app/git_http.py).
@@ -64,6 +66,12 @@ def test_every_url_refuses_anonymous_visitors(client, url):
             assert "invalid" in client.get(url).content.decode().lower()
             assert client.post(url, {"new_password1": "x-Long-pass-42", "new_password2": "x-Long-pass-42"}
                                ).status_code == 200
+        return
+    if url in PUBLIC_REFUSING:
+        for method in ("get", "post"):
+            response = getattr(client, method)(url)
+            assert response.status_code == PUBLIC_REFUSING[url], (method, url, response.status_code)
+            assert "cannot be used" in response.content.decode()
         return
     if url in PUBLIC_REDIRECTS:
         response = client.get(url)

@@ -9,10 +9,13 @@ from __future__ import annotations
 import pytest
 
 from evolve_app.services import demo_agent_create, evolution_run_execute, evolution_run_start
-from runtime_app.models import Receipt
+from runtime_app import access
+from runtime_app.invitations import invitation_create, invitation_revoke
+from runtime_app.models import ProjectMembership, Receipt
 from runtime_app.services import repository_register
 from search_app.services import search_start, spec_create
 from tests.e2e.test_dashboard_flow import SCREENSHOTS, log_in, shot
+from tests.helpers import make_user
 from tests.search_app.fixtures import data_dir, finished  # noqa: F401 (fixtures)
 from tests.search_app.runs import frozen, spec_text
 
@@ -52,6 +55,7 @@ def layout_pages(personas, finished, data_dir, tmp_path):  # noqa: F811 (fixture
         "agent": f"/agents/{agent.pk}/",
         "spec-editor": f"/searches/specs/{spec.pk}/",
         "account": "/account/",
+        "password-change": "/account/password/",
         "repositories": "/repositories/",
         "repository": f"/repositories/{repository.pk}/",
         "receipt": f"/receipts/{receipt.pk}/",
@@ -67,7 +71,8 @@ def layout_pages(personas, finished, data_dir, tmp_path):  # noqa: F811 (fixture
     }
 
 
-SIGNED_OUT_PAGES = {"login": "/login/"}
+SIGNED_OUT_PAGES = {"login": "/login/", "password-reset": "/password/reset/",
+                    "password-reset-sent": "/password/reset/sent/", "password-reset-done": "/reset/done/"}
 # What a page shows once drawn (the API docs draw by script after load): its screenshot waits for it.
 SHOWN = {"api-docs": "#swagger-ui .opblock", "search-cancel": "#confirm-cancel",
          "evolution-run-cancel": "#confirm-cancel", "evolution-run": ".evo-curve svg"}
@@ -153,3 +158,58 @@ def test_the_browser_finds_the_favicon_from_the_link_and_at_favicon_ico(layout_p
     for url in (icon, "/favicon.ico"):
         response = page.request.get(url)
         assert response.ok and response.headers["content-type"].startswith("image/svg+xml"), url
+
+
+LONG_EMAIL = "a.very.long.name.of.a.new.teammate.from.the.research.department@example-laboratories.org"
+
+
+@pytest.fixture
+def onboarding(personas, daphne_server):
+    """The members page of a project with a member and a pending invitation whose addresses are
+    long, and the pages of an invitation link: one that works, one that was revoked."""
+    long_named = make_user("long-named-member-of-the-team")
+    long_named.email = "another.very.long.address.of.a.member@example-laboratories.org"
+    long_named.save()
+    ProjectMembership.objects.create(project=personas.alpha, user=long_named, role=access.APPROVER)
+    _, token = invitation_create(personas.owner, personas.alpha, LONG_EMAIL, access.OPERATOR,
+                                 link_for=lambda token: f"{daphne_server}/invitations/{token}/")
+    revoked, revoked_token = invitation_create(personas.owner, personas.alpha, "gone@example.org",
+                                               access.VIEWER, link_for=lambda token: token)
+    invitation_revoke(personas.owner, revoked)
+    return {"members": f"/projects/{personas.alpha.pk}/members/",
+            "invitation": f"/invitations/{token}/", "invitation-revoked": f"/invitations/{revoked_token}/",
+            "invitation-unknown": "/invitations/made-up/", "password-link-invalid": "/reset/MQ/made-up/"}
+
+
+def test_the_members_page_and_the_password_pages_fit_a_phone_with_every_control_on_screen(
+        onboarding, browser_page):
+    """At 390 px the role select, Set role and Remove of every member, and Resend and Revoke of
+    every invitation, are on screen (the rows stack); the invitation and password pages, the
+    refusing ones too, do not scroll sideways."""
+    page = browser_page
+    page.set_viewport_size({"width": 390, "height": 844})
+    problems = []
+    for name in ("invitation", "invitation-revoked", "invitation-unknown", "password-link-invalid"):
+        page.goto(onboarding[name])
+        shot(page, f"layout-phone-{name}")
+        box = page_box(page)
+        if box["scrollWidth"] > box["innerWidth"]:
+            problems.append(f"{name}: {box['scrollWidth']} px wide")
+    log_in(page, "owner")
+    page.goto(onboarding["members"])
+    shot(page, "layout-phone-members-with-invitations")
+    box = page_box(page)
+    if box["scrollWidth"] > box["innerWidth"]:
+        problems.append(f"members: {box['scrollWidth']} px wide")
+    controls = page.evaluate("""() => [...document.querySelectorAll(
+            '#members select, #members button, #invitations button')].map(el => {
+        const r = el.getBoundingClientRect();
+        return {what: el.getAttribute('aria-label') || el.textContent.trim(), left: r.left, right: r.right,
+                width: r.width, clipped: el.closest('.table-scroll') !== null};
+    })""")
+    # Three members (a select, Set role and Remove each) and one invitation (Resend and Revoke).
+    assert len(controls) == 3 * 3 + 2, controls
+    problems += [f"members: {control['what']} at {control['left']:.0f}–{control['right']:.0f} px"
+                 for control in controls
+                 if control["left"] < 0 or control["right"] > 390 or control["width"] == 0]
+    assert problems == []

@@ -5,11 +5,9 @@ migration carries yesterday's global groups into each membership without losing 
 from __future__ import annotations
 
 import io
-import re
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core import mail
 from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
@@ -40,28 +38,6 @@ def test_a_project_admin_adds_a_member_by_username_with_a_role_from_the_page(per
     assert "newcomer added as approver." in page
     assert AuditEntry.objects.filter(action="project.member_add", target="newcomer",
                                      detail__role="approver", actor=personas.owner).exists()
-
-
-def test_an_email_no_account_has_is_invited_with_a_link_to_set_a_password(personas, settings):
-    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-    client = login(personas.owner)
-    response = client.post(f"/projects/{personas.alpha.pk}/members/add/",
-                           {"who": "grace@example.org", "role": "viewer"}, follow=True)
-    assert "Invited grace@example.org as grace (viewer)" in text_of(response)
-    grace = get_user_model().objects.get(email="grace@example.org")
-    assert not grace.has_usable_password() and members_of(personas.alpha)["grace"] == access.VIEWER
-    [message] = mail.outbox
-    assert message.to == ["grace@example.org"] and "alpha" in message.subject
-    link = re.search(r"http://testserver(/reset/\S+)", message.body).group(1)
-    # The invitee is logged out: the link works without a login and sets their password.
-    anonymous = Client()
-    form = anonymous.get(link, follow=True)
-    assert form.status_code == 200
-    done = anonymous.post(form.redirect_chain[-1][0], {"new_password1": "a-Long-new-pass-42",
-                                                       "new_password2": "a-Long-new-pass-42"})
-    assert done.status_code == 302
-    grace.refresh_from_db()
-    assert grace.check_password("a-Long-new-pass-42")
 
 
 @pytest.mark.parametrize("who, words", [

@@ -20,7 +20,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from runtime_app import access
 from runtime_app.cli import CrucibleCommand
 from runtime_app.selectors import project_memberships
-from runtime_app.services import member_find_or_invite, project_member_remove, project_member_role_set
+from runtime_app.services import member_find_and_add, project_member_remove, project_member_role_set
 
 
 class Command(CrucibleCommand):
@@ -54,7 +54,7 @@ class Command(CrucibleCommand):
                 for membership in project_memberships(project):
                     self.stdout.write(f"{membership.user.get_username()}\t{membership.role}")
             elif action == "add":
-                membership, _ = member_find_or_invite(actor, project, options["who"], options["role"])
+                membership = member_find_and_add(actor, project, options["who"], options["role"])
                 self.stdout.write(f"{membership.user.get_username()} is {membership.role} in {project.name}")
             else:
                 member = project.memberships.filter(user__username=options["username"]).first()
