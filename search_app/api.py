@@ -362,6 +362,8 @@ class CommentIn(Schema):
     body: str = Field(..., description="the comment's text (markdown; pages render it sanitised)")
     path: str = Field("", description="a file the candidate's patch changes; empty for the whole candidate")
     line: int | None = Field(None, description="a line of that file the diff shows (needs `path`)")
+    side: str = Field("", description="the side of the diff `line` is on: \"new\" (the file after the "
+                                      "patch; the default) or \"old\" (before it: a deleted or context line)")
     reply_to: int | None = Field(None, description="a thread's id: this comment is a reply in it "
                                                    "(then no `path` or `line`)")
 
@@ -373,6 +375,8 @@ class CommentOut(Schema):
     author: str
     path: str
     line: int | None
+    side: Literal["old", "new"] = Field(description="a line thread's side of the diff: old (before the "
+                                                    "patch) or new (after it)")
     body: str
     created_at: datetime
     reply_to: int | None = Field(description="the thread it replies in; null for a thread")
@@ -431,7 +435,8 @@ class MergeOut(Schema):
 def _comment_out(candidate: Any, comment: Any) -> dict[str, Any]:
     return {
         "id": comment.pk, "search_id": candidate.search.search_id, "candidate_id": candidate.candidate_id,
-        "author": comment.author_name, "path": comment.path, "line": comment.line, "body": comment.body,
+        "author": comment.author_name, "path": comment.path, "line": comment.line, "side": comment.side,
+        "body": comment.body,
         "created_at": comment.created_at, "reply_to": comment.reply_to_id,
         "state": comment.state if comment.is_thread else None,
         "state_changed_by": comment.state_changed_by_name, "state_changed_at": comment.state_changed_at,
@@ -455,7 +460,8 @@ def candidate_comment(request: AuthenticatedHttpRequest, search_id: str, candida
     """Start a thread on a candidate, on one file its patch changes or on one line its diff shows;
     or, with `reply_to`, reply in a thread. Any project member."""
     candidate = selectors.candidate_for_user(request.user, search_id, candidate_id)
-    comment = services.comment_add(request.user, candidate, body.body, body.path, body.line, body.reply_to)
+    comment = services.comment_add(request.user, candidate, body.body, body.path, body.line, body.reply_to,
+                                   body.side)
     return Status(201, _comment_out(candidate, comment))
 
 

@@ -73,27 +73,42 @@ def compare_diff_files(text: str, large: int = COMPARE_LARGE_FILE_LINES) -> list
     return files
 
 
-def diff_new_line_texts(text: str, path: str) -> dict[int, str]:
-    """The new-side lines the diff shows for `path` (added and context lines of its hunks), by
-    number, with their text (without the leading "+" or " "): the lines a comment may anchor on."""
+OLD, NEW = "old", "new"  # the two sides of a diff: the file before the patch, and after it
+
+
+def diff_line_texts(text: str, path: str, side: str = NEW) -> dict[int, str]:
+    """The lines the diff shows for `path` on one side, by number, with their text (without the
+    leading "+", "-" or " "): on the new side added and context lines, on the old side deleted and
+    context lines. These are the lines a comment may anchor on."""
     numbered: dict[int, str] = {}
+    kinds = ("add", "context") if side == NEW else ("del", "context")
     for item in compare_diff_files(text):
         if item["path"] != path:
             continue
         number = 0
         for kind, line in item["lines"]:
             if kind == "hunk":
-                start = re.match(r"@@ -\d+(?:,\d+)? \+(\d+)", line)
-                number = int(start.group(1)) if start else 0
-            elif kind in ("add", "context") and number:
+                start = re.match(r"@@ -(\d+)(?:,\d+)? \+(\d+)", line)
+                number = int(start.group(2 if side == NEW else 1)) if start else 0
+            elif kind in kinds and number:
                 numbered[number] = line[1:]
                 number += 1
     return numbered
 
 
+def diff_new_line_texts(text: str, path: str) -> dict[int, str]:
+    """The new-side lines the diff shows for `path` (added and context lines), with their text."""
+    return diff_line_texts(text, path, NEW)
+
+
+def diff_lines(text: str, path: str, side: str = NEW) -> list[int]:
+    """The line numbers the diff shows for `path` on one side, in order."""
+    return list(diff_line_texts(text, path, side))
+
+
 def diff_new_lines(text: str, path: str) -> list[int]:
     """The new-side line numbers the diff shows for `path`, in order."""
-    return list(diff_new_line_texts(text, path))
+    return diff_lines(text, path, NEW)
 
 
 def line_ranges_text(numbers: list[int]) -> str:

@@ -138,6 +138,8 @@ class CommentForm(forms.Form):
     body = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=10_000, strip=True)
     path = forms.CharField(required=False, max_length=400)
     line = forms.IntegerField(required=False, min_value=1, max_value=10_000_000)
+    # Free text on purpose: the service names the two sides in its refusal.
+    side = forms.CharField(required=False, max_length=10)
     reply_to = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
 

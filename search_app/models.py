@@ -299,13 +299,19 @@ class Comment(models.Model):
     """A person's remark on a candidate. A top-level comment starts a thread (on the candidate,
     one file, or one line of its patch); replies belong to a thread and have no place of their own.
 
-    A line comment keeps the patch hash it was made on and the text of its line, so a later
-    refinement of the patch can show it as outdated (selectors.candidate_threads) without losing it.
+    A line comment is anchored to (path, side, line): side old is the file before the patch (a
+    deleted or context line), new the file after it. It keeps the patch hash it was made on and
+    the text of its line, so a later refinement of the patch can show it as outdated
+    (selectors.candidate_threads) without losing it.
     """
 
     class State(models.TextChoices):
         OPEN = "open", "open"
         RESOLVED = "resolved", "resolved"
+
+    class Side(models.TextChoices):
+        OLD = "old", "old"
+        NEW = "new", "new"
 
     candidate = models.ForeignKey(Candidate, on_delete=models.CASCADE, related_name="comments")
     reply_to = models.ForeignKey(
@@ -317,6 +323,9 @@ class Comment(models.Model):
     author_name = models.CharField(max_length=150)
     path = models.CharField(max_length=400, blank=True)
     line = models.PositiveIntegerField(null=True, blank=True)
+    side = models.CharField(max_length=3, choices=Side.choices, default=Side.NEW,
+                            help_text="a line thread's side of the diff: old (before the patch: deleted "
+                                      "and context lines) or new (after it)")
     body = models.TextField()
     patch_sha256 = models.CharField(max_length=64, blank=True, help_text="the patch it was made on")
     line_text = models.TextField(blank=True, help_text="the anchored line as the diff showed it then")

@@ -46,14 +46,14 @@ from runtime_app.selectors import projects_for_user, receipts_for_user
 from runtime_app.subjects import Attention, ProjectSection
 from runtime_app.worktrees import git_run, object_scratch, patch_from_text, patched_tree
 from search_app.diffs import (
-    diff_new_line_texts,
-    diff_new_lines,
+    diff_line_texts,
+    diff_lines,
     line_ranges_text,  # noqa: F401 (services reads it here; its home is diffs)
 )
 from search_app.execution import search_spec
 from search_app.forecast import Forecast, History, forecast
 from search_app.measurement import figure_text, is_paired
-from search_app.models import Approval, Candidate, Merge, Search, SearchRun, Spec, SpecVersion, Step
+from search_app.models import Approval, Candidate, Comment, Merge, Search, SearchRun, Spec, SpecVersion, Step
 from search_app.plotting import ScorePoint
 from search_app.spec import SearchSpec, spec_warnings
 
@@ -673,10 +673,12 @@ def compare_tree_diff(search: Search, first: Any, second: Any, limit: int | None
     return {"text": out.decode(errors="replace"), "truncated": truncated, "error": ""}
 
 
-def diff_anchors(candidate: Any) -> dict[str, list[int]]:
-    """Per changed file, the lines a thread may start on: what the page offers to click."""
+def diff_anchors(candidate: Any) -> dict[str, dict[str, list[int]]]:
+    """Per changed file and side ("old", "new"), the lines a thread may start on: what the page
+    offers to click."""
     text = bytes(candidate.patch or b"").decode(errors="replace")
-    return {path: diff_new_lines(text, path) for path in (candidate.files or [])}
+    return {path: {side: diff_lines(text, path, side) for side in Comment.Side.values}
+            for path in (candidate.files or [])}
 
 
 def candidate_threads(candidate: Any) -> list[dict[str, Any]]:
@@ -686,7 +688,7 @@ def candidate_threads(candidate: Any) -> list[dict[str, Any]]:
     line as it read when they were made."""
     comments = list(candidate.comments.order_by("created_at", "id"))
     text = bytes(candidate.patch or b"").decode(errors="replace")
-    shown: dict[str, dict[int, str]] = {}
+    shown: dict[tuple[str, str], dict[int, str]] = {}
     replies: dict[int, list[Any]] = {}
     for comment in comments:
         if comment.reply_to_id is not None:
@@ -700,9 +702,10 @@ def candidate_threads(candidate: Any) -> list[dict[str, Any]]:
             if comment.line is None:
                 outdated = comment.path not in (candidate.files or [])
             else:
-                if comment.path not in shown:
-                    shown[comment.path] = diff_new_line_texts(text, comment.path)
-                outdated = shown[comment.path].get(comment.line) != comment.line_text
+                place = (comment.path, comment.side)
+                if place not in shown:
+                    shown[place] = diff_line_texts(text, comment.path, comment.side)
+                outdated = shown[place].get(comment.line) != comment.line_text
         threads.append({"comment": comment, "replies": replies.get(comment.pk, []), "outdated": outdated,
                         "resolved": comment.state == comment.State.RESOLVED,
                         "inline": bool(comment.line) and not outdated})

@@ -374,7 +374,7 @@ def candidate_comment(request: AuthenticatedHttpRequest, search_id: str, candida
         try:
             comment = services.comment_add(request.user, candidate, form.cleaned_data["body"],
                                            form.cleaned_data["path"], form.cleaned_data["line"],
-                                           form.cleaned_data["reply_to"])
+                                           form.cleaned_data["reply_to"], form.cleaned_data["side"])
         except ValidationError as error:
             form_errors_apply(form, error)
         else:

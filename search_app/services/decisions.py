@@ -36,8 +36,7 @@ from search_app.selectors import (
     REVISING,
     approval_state,
     decision_refusals,
-    diff_new_line_texts,
-    diff_new_lines,
+    diff_line_texts,
     line_ranges_text,
     winner_replay,
 )
@@ -72,10 +71,12 @@ def _user_name(user: User) -> str:
 
 
 def comment_add(user: User, candidate: Candidate, body: str, path: str = "", line: int | None = None,
-                reply_to: int | None = None) -> Any:
+                reply_to: int | None = None, side: str | None = None) -> Any:
     """A project member's comment on a candidate. Without `reply_to` it starts a thread on the
-    candidate, one file, or one line the diff shows (keeping the patch hash and the line's text, so
-    a refinement can mark it outdated); with it, a reply in that thread, which has no place of its own."""
+    candidate, one file, or one line the diff shows on one side (`side` "new", the default: the
+    file after the patch; "old": before it, a deleted or context line), keeping the patch hash and
+    the line's text so a refinement can mark it outdated; with it, a reply in that thread, which has
+    no place of its own."""
     access.require(user, access.VIEWER, candidate.search.project)
     body = (body or "").strip()
     errors = {}
@@ -84,10 +85,17 @@ def comment_add(user: User, candidate: Candidate, body: str, path: str = "", lin
     elif len(body) > MAX_COMMENT_CHARS:
         errors["body"] = f"Keep a comment under {MAX_COMMENT_CHARS:,} characters ({len(body):,} now)."
     path = (path or "").strip()
+    side_given = side not in (None, "")
+    side = str(side).strip().lower() if side_given else Comment.Side.NEW
+    if side not in Comment.Side.values:
+        errors["side"] = (f"{side!r} is not a side of the diff: give \"old\" (the file before the patch) "
+                          "or \"new\" (after it).")
+    elif side_given and line is None and reply_to is None:
+        errors["side"] = "A side belongs to a line: give the line too, or no side."
     thread = None
     if reply_to is not None:
         thread = _thread_of(candidate, reply_to, "reply to", "reply_to")
-        if path or line is not None:
+        if path or line is not None or side_given:
             errors["reply_to"] = ("A reply belongs to its thread's place; give it no file or line "
                                   f"(thread #{thread.pk} is on {_place(thread)}).")
     elif path and path not in (candidate.files or []):
@@ -96,22 +104,24 @@ def comment_add(user: User, candidate: Candidate, body: str, path: str = "", lin
         errors["line"] = "A line needs a file."
     elif thread is None and line is not None and not 1 <= line <= 10_000_000:
         errors["line"] = "Give a line number from 1."
-    elif thread is None and line is not None and "path" not in errors:
-        errors.update(_line_in_diff_errors(candidate, path, line))
+    elif thread is None and line is not None and "path" not in errors and "side" not in errors:
+        errors.update(_line_in_diff_errors(candidate, path, line, side))
     if errors:
         raise ValidationError(errors)
     line_text = ""
     if thread is None and line is not None:
-        line_text = diff_new_line_texts(_patch_text(candidate), path).get(line, "")
+        line_text = diff_line_texts(_patch_text(candidate), path, side).get(line, "")
+    else:
+        side = Comment.Side.NEW  # only a line has a side; others keep the column's default
     with transaction.atomic():
         comment = Comment.objects.create(
             candidate=candidate, reply_to=thread, author=user, author_name=_user_name(user),
-            path=path, line=line, body=body, patch_sha256=candidate.patch_sha256, line_text=line_text)
+            path=path, line=line, side=side, body=body, patch_sha256=candidate.patch_sha256,
+            line_text=line_text)
         if thread is not None:
             what = f"replied to thread #{thread.pk} on {candidate.candidate_id}"
         else:
-            what = f"commented on {candidate.candidate_id}" + (f" on {path}" + (f":{line}" if line else "")
-                                                              if path else "")
+            what = f"commented on {candidate.candidate_id}" + (f" on {_place(comment)}" if path else "")
         _search_event(candidate.search, "candidate.comment", f"{_user_name(user)} {what}",
                       candidate_id=candidate.candidate_id, comment=comment.pk, thread=(thread or comment).pk)
     return comment
@@ -124,7 +134,9 @@ def _patch_text(candidate: Candidate) -> str:
 def _place(comment: Any) -> str:
     if not comment.path:
         return "the whole candidate"
-    return f"{comment.path}:{comment.line}" if comment.line else comment.path
+    if not comment.line:
+        return comment.path
+    return f"{comment.path}:{comment.line}" + (" (old)" if comment.side == Comment.Side.OLD else "")
 
 
 def _thread_of(candidate: Candidate, comment_id: Any, verb: str, field: str | None = None) -> Any:
@@ -180,13 +192,17 @@ def _thread_state_set(user: User, candidate: Candidate, comment_id: Any, state: 
     return thread
 
 
-def _line_in_diff_errors(candidate: Candidate, path: str, line: int) -> dict[str, str]:
-    """A line comment anchors on a line the diff shows, or a reader could never find it."""
-    shown = diff_new_lines(_patch_text(candidate), path)
+def _line_in_diff_errors(candidate: Candidate, path: str, line: int, side: str) -> dict[str, str]:
+    """A line comment anchors on a line the diff shows on its side, or a reader could never find it."""
+    shown = list(diff_line_texts(_patch_text(candidate), path, side))
     if line in shown:
         return {}
-    where = f"it shows lines {line_ranges_text(shown)}" if shown else "it shows no line of the new file"
-    return {"line": f"Line {line} of {path} is not in this candidate's diff ({where})."}
+    if side == Comment.Side.NEW:
+        where = f"it shows lines {line_ranges_text(shown)}" if shown else "it shows no line of the new file"
+        return {"line": f"Line {line} of {path} is not in this candidate's diff ({where})."}
+    where = (f"there it shows lines {line_ranges_text(shown)} of the file before the patch" if shown
+             else "it shows no line of the file before the patch")
+    return {"line": f"Line {line} of {path} is not on the old side of this candidate's diff ({where})."}
 
 
 def _winner_of(search: Search) -> Any:

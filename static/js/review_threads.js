@@ -1,7 +1,10 @@
-// Review threads in the drawn diff (diff2html, by diff_view.js): the new-side lines a thread may
-// start on (the server's list, never guessed) get a button opening a small form under the line,
-// and each thread on a line of the current diff shows, as a copy, under its line. The thread list
-// below the diff stays the no-JavaScript view with the same forms; a redraw starts over.
+// Review threads in the drawn diff (diff2html, tidied by diff_view.js: every row has data-old and
+// data-new line numbers). The lines a thread may start on, per file and side (the server's list,
+// never guessed), get a button opening a small form under the line; each thread on a line of the
+// current diff shows, as a copy, under its line and on its side. Side by side: the left half is the
+// old side (deleted and context lines before the patch), the right half the new side. Unified: a
+// deleted line is on the old side, added and context lines on the new side. The thread list below
+// the diff stays the no-JavaScript view with the same forms; a redraw starts over.
 (function () {
   "use strict";
 
@@ -22,67 +25,57 @@
     return text.includes("→") ? text.split("→").pop().trim() : text;
   }
 
-  // Rows of the new side with their line number: the unified table, or the right-hand table
-  // of side by side (whose left-hand table gets a spacer row for each row added on the right).
-  function newSideRows(wrapper) {
-    const rows = [];
-    const sides = wrapper.querySelectorAll(".d2h-file-side-diff");
-    if (sides.length === 2) {
-      const left = sides[0].querySelectorAll("tbody > tr");
-      sides[1].querySelectorAll("tbody > tr").forEach(function (row, index) {
-        const cell = row.querySelector("td.d2h-code-side-linenumber");
-        if (!cell || cell.classList.contains("d2h-emptyplaceholder") || cell.classList.contains("d2h-del")) return;
-        rows.push({ row: row, cell: cell, number: Number(cell.textContent.trim()), twin: left[index] || null });
-      });
-    } else {
-      wrapper.querySelectorAll("tbody > tr").forEach(function (row) {
+  // The places of a file's drawn rows: {row, side, number, cell (its line-number cell)}.
+  function places(wrapper) {
+    const found = [];
+    const split = !!wrapper.querySelector("table.diff-split");
+    wrapper.querySelectorAll("tbody > tr[data-old], tbody > tr[data-new]").forEach(function (row) {
+      if (split) {
+        ["old", "new"].forEach(function (side) {
+          const number = Number(row.dataset[side]);
+          const cell = row.querySelector("td.d2h-code-side-linenumber[data-side='" + side + "']");
+          if (number && cell) found.push({ row: row, side: side, number: number, cell: cell, split: true });
+        });
+      } else {
+        // Unified: a deleted line only has an old number; other lines belong to the new side.
+        const side = row.dataset.new ? "new" : "old";
         const cell = row.querySelector("td.d2h-code-linenumber");
-        const number = cell && cell.querySelector(".line-num2");
-        if (!number || !number.textContent.trim()) return;
-        rows.push({ row: row, cell: cell, number: Number(number.textContent.trim()), twin: null });
-      });
-    }
-    return rows.filter(function (item) { return Number.isInteger(item.number) && item.number > 0; });
+        if (cell) found.push({ row: row, side: side, number: Number(row.dataset[side]), cell: cell, split: false });
+      }
+    });
+    return found;
   }
 
-  // A full-width row under `item`'s line (and an empty one of the same height on the left side).
-  function rowUnder(item, className) {
+  // A row under `place`'s line (after threads already there) whose cell covers its half of the
+  // table side by side (the other half stays empty), or the whole width unified.
+  function rowUnder(place, className) {
     const row = document.createElement("tr");
     row.className = "thread-row " + className;
+    row.dataset.side = place.side;
     const cell = document.createElement("td");
     cell.colSpan = 2;
-    row.appendChild(cell);
-    let last = item.row;
+    if (place.split) {
+      const other = document.createElement("td");
+      other.colSpan = 2;
+      other.className = "thread-other";
+      if (place.side === "old") row.append(cell, other);
+      else row.append(other, cell);
+    } else {
+      row.appendChild(cell);
+    }
+    let last = place.row;
     while (last.nextElementSibling && last.nextElementSibling.classList.contains("thread-row")) {
       last = last.nextElementSibling;
     }
     last.after(row);
-    if (item.twin) {
-      const spacer = document.createElement("tr");
-      spacer.className = "thread-row thread-spacer";
-      spacer.appendChild(document.createElement("td")).colSpan = 2;
-      let twinLast = item.twin;
-      while (twinLast.nextElementSibling && twinLast.nextElementSibling.classList.contains("thread-row")) {
-        twinLast = twinLast.nextElementSibling;
-      }
-      twinLast.after(spacer);
-      const fit = function () { spacer.style.height = row.offsetHeight + "px"; };
-      if (window.ResizeObserver) new ResizeObserver(fit).observe(row);
-      fit();
-      row.spacer = spacer;
-    }
     return { row: row, cell: cell };
-  }
-
-  function removeRow(row) {
-    if (row.spacer) row.spacer.remove();
-    row.remove();
   }
 
   // A copy of a listed thread, without ids (the original keeps them) and with its own label targets.
   function threadCopy(original) {
     const copy = original.cloneNode(true);
     copy.removeAttribute("id");
+    copy.classList.remove("diff-nav-target");
     copy.querySelectorAll("[id]").forEach(function (element) {
       element.id = "inline-" + element.id;
     });
@@ -95,23 +88,40 @@
     return list;
   }
 
-  function openForm(item, path) {
+  function placeText(path, place) {
+    return path + ":" + place.number + (place.side === "old" ? " (old side)" : "");
+  }
+
+  function openForm(place, path) {
     const template = document.getElementById("thread-new-form");
     if (!template) return;
-    const open = item.row.parentElement.querySelector(".thread-new-row[data-line='" + item.number + "']");
+    const key = place.side + ":" + place.number;
+    const open = place.row.parentElement.querySelector(".thread-new-row[data-place='" + key + "']");
     if (open) {
       open.querySelector("textarea").focus();
       return;
     }
-    const made = rowUnder(item, "thread-new-row");
-    made.row.dataset.line = String(item.number);
+    const made = rowUnder(place, "thread-new-row");
+    made.row.dataset.place = key;
     const form = template.content.firstElementChild.cloneNode(true);
     form.querySelector("input[name=path]").value = path;
-    form.querySelector("input[name=line]").value = String(item.number);
-    form.querySelector(".thread-new-place").textContent = path + ":" + item.number;
-    form.querySelector("[data-thread-cancel]").addEventListener("click", function () { removeRow(made.row); });
+    form.querySelector("input[name=line]").value = String(place.number);
+    const side = form.querySelector("input[name=side]");
+    if (side) side.value = place.side;
+    form.querySelector(".thread-new-place").textContent = placeText(path, place);
+    form.querySelector("[data-thread-cancel]").addEventListener("click", function () { made.row.remove(); });
     made.cell.appendChild(form);
-    form.querySelector("textarea").focus();
+    form.querySelector("textarea").focus({ preventScroll: true });
+    // Keep the whole box on screen (it opens under the line, maybe below the fold).
+    made.row.scrollIntoView({ block: "nearest", inline: "nearest" });
+  }
+
+  // Old anchors were a plain list of new-side lines; now {old: [...], new: [...]}.
+  function allowedLines(anchors, path, side) {
+    const entry = anchors[path];
+    if (!entry) return new Set();
+    if (Array.isArray(entry)) return new Set(side === "new" ? entry : []);
+    return new Set(entry[side] || []);
   }
 
   function decorate(view) {
@@ -120,29 +130,50 @@
     const threads = Array.from(document.querySelectorAll("ol.threads:not(.inline) > li.thread[data-inline=true]"));
     view.querySelectorAll(".diff-rendered .d2h-file-wrapper").forEach(function (wrapper) {
       const path = fileName(wrapper);
-      const allowed = new Set(anchors[path] || []);
-      newSideRows(wrapper).forEach(function (item) {
-        if (!allowed.has(item.number)) return;
-        item.row.classList.add("commentable");
+      const allowed = { old: allowedLines(anchors, path, "old"), new: allowedLines(anchors, path, "new") };
+      const byCell = new Map();
+      const all = places(wrapper);
+      all.forEach(function (place) {
+        if (!allowed[place.side].has(place.number)) return;
+        place.row.classList.add("commentable");
+        byCell.set(place.cell, place);
         const button = document.createElement("button");
         button.type = "button";
         button.className = "thread-add";
         button.textContent = "+";
-        button.title = "Start a thread on " + path + ":" + item.number;
+        button.dataset.side = place.side;
+        button.dataset.line = String(place.number);
+        button.title = "Start a thread on " + placeText(path, place);
         button.setAttribute("aria-label", button.title);
         button.addEventListener("click", function (event) {
           event.stopPropagation();
-          openForm(item, path);
+          openForm(place, path);
         });
-        item.cell.prepend(button);
-        item.row.addEventListener("click", function (event) {
-          if (event.target.closest("a, button, input, textarea, label")) return;
-          openForm(item, path);
+        place.cell.prepend(button);
+      });
+      // A click anywhere on a commentable line opens the form for the side clicked.
+      wrapper.addEventListener("click", function (event) {
+        if (event.target.closest("a, button, input, textarea, label, select, .thread-row")) return;
+        const cell = event.target.closest("td");
+        const row = cell && cell.closest("tr.commentable");
+        if (!row) return;
+        let place = null;
+        byCell.forEach(function (candidate, numberCell) {
+          if (numberCell.parentElement !== row) return;
+          if (!candidate.split || cell.dataset.side === candidate.side || !place) place = candidate;
         });
-        threads.forEach(function (thread) {
-          if (thread.dataset.path !== path || Number(thread.dataset.line) !== item.number) return;
-          rowUnder(item, "thread-inline-row").cell.appendChild(threadCopy(thread));
-        });
+        if (place) openForm(place, path);
+      });
+      threads.forEach(function (thread) {
+        if (thread.dataset.path !== path) return;
+        const side = thread.dataset.side === "old" ? "old" : "new";
+        const number = Number(thread.dataset.line);
+        // Unified shows an old-side thread on a context line under that line too.
+        const place = all.find(function (item) { return item.side === side && item.number === number; })
+          || all.filter(function (item) { return !item.split && Number(item.row.dataset[side]) === number; })
+            .map(function (item) { return Object.assign({}, item, { side: side, number: number }); })[0];
+        if (!place) return;
+        rowUnder(place, "thread-inline-row").cell.appendChild(threadCopy(thread));
       });
     });
   }

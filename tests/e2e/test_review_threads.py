@@ -57,10 +57,12 @@ def test_clicking_a_line_of_the_diff_starts_a_thread_there_that_shows_under_it_a
     log_in(page, "member")
     page.goto(f"/searches/{search.search_id}/candidates/cand_002/")
     page.wait_for_selector(".diff-rendered .d2h-file-wrapper")
-    for format_name in ("line-by-line", "side-by-side"):
+    # Only the lines the server lists may start a thread: 1 and 2 of code/answer.py on each side.
+    # Unified has one button a row (the deleted line 2 is old-side, line 1 is context: new side);
+    # side by side, both halves of each row.
+    for format_name, buttons in (("line-by-line", 3), ("side-by-side", 4)):
         page.click(f"[data-diff-format={format_name}]")
-        # Only the lines the server lists (1 and 2 of code/answer.py) may start a thread.
-        assert page.locator(".diff-rendered .thread-add").count() == 2
+        assert page.locator(".diff-rendered .thread-add").count() == buttons
     page.click(".diff-rendered .thread-add[aria-label='Start a thread on code/answer.py:2']")
     form = page.locator(".diff-rendered form.thread-new-form")
     form.locator("textarea").fill("Why **9**?")

@@ -246,7 +246,8 @@ def test_comments_from_the_api_and_the_cli_show_on_the_candidate_page(finished, 
     comment = Comment.objects.get()
     assert made.json() | {"created_at": ""} == {
         "id": comment.pk, "search_id": search.search_id, "candidate_id": "cand_002", "author": "member",
-        "path": "code/answer.py", "line": 2, "body": "Why 9?", "created_at": "", "reply_to": None,
+        "path": "code/answer.py", "line": 2, "side": "new", "body": "Why 9?", "created_at": "",
+        "reply_to": None,
         "state": "open", "state_changed_by": "", "state_changed_at": None,
         "patch_sha256": comment.candidate.patch_sha256, "line_text": "    return 9"}
     done = cli(personas.owner, "comment", search.search_id, "cand_002", "Because it is bigger.")

@@ -196,12 +196,13 @@ def test_the_page_lists_every_thread_with_replies_forms_outdated_marks_and_safe_
     assert "<strong>Why</strong> 9? &lt;script&gt;window.x=1&lt;/script&gt;" in html
     assert "[docs](javascript:alert(1)) <code>bigger</code>" in html and 'href="javascript' not in html
     assert f'id="comment-{thread.pk}" data-thread="{thread.pk}" data-path="code/answer.py" data-line="2" ' \
-           'data-inline="false"' in html
+           'data-side="new" data-inline="false"' in html
     assert ">outdated</span>" in html
     assert '<span class="thread-line-number">2</span>    return 9</pre>' in html
     assert f'<input type="hidden" name="reply_to" value="{thread.pk}">' in html
     assert f"/comments/{thread.pk}/resolve/" in html
-    assert '<script id="comment-anchors" type="application/json">{"code/answer.py": [1, 2]}</script>' in html
+    assert '<script id="comment-anchors" type="application/json">' \
+           '{"code/answer.py": {"old": [1, 2], "new": [1, 2]}}</script>' in html
     assert 'id="timeline"' in html and "Nothing reviewed yet." not in html
 
 
@@ -235,7 +236,8 @@ def test_reply_resolve_and_reopen_answer_the_same_through_api_and_cli_with_the_s
     made = api(personas.member, base, {"body": "Why 9?", "path": "code/answer.py", "line": 2}).json()
     assert made | {"created_at": ""} == {
         "id": made["id"], "search_id": search.search_id, "candidate_id": "cand_002", "author": "member",
-        "path": "code/answer.py", "line": 2, "body": "Why 9?", "created_at": "", "reply_to": None,
+        "path": "code/answer.py", "line": 2, "side": "new", "body": "Why 9?", "created_at": "",
+        "reply_to": None,
         "state": "open", "state_changed_by": "", "state_changed_at": None,
         "patch_sha256": candidate.patch_sha256, "line_text": "    return 9"}
     thread = made["id"]
@@ -272,3 +274,72 @@ def test_reply_resolve_and_reopen_answer_the_same_through_api_and_cli_with_the_s
     # An outsider cannot see the candidate at all: 404 from the API, the CLI says so.
     assert api(personas.outsider, f"{base}/{thread}/resolve", {}).status_code == 404
     assert cli(personas.outsider, "resolve", search.search_id, "cand_002", str(thread)).code == 1
+
+
+# ------------------------------------------------------------------------ old-side threads
+
+
+def test_a_thread_on_a_deleted_line_is_on_the_old_side_and_keeps_the_line_as_it_read_before(
+        reviewing, personas):
+    _, candidate, _ = reviewing
+    thread = services.comment_add(personas.member, candidate, "Why drop 2?", "code/answer.py", 2, side="old")
+    assert (thread.side, thread.line, thread.line_text) == ("old", 2, "    return 2")
+    new = services.comment_add(personas.member, candidate, "Why 9?", "code/answer.py", 2)
+    assert (new.side, new.line_text) == ("new", "    return 9")
+    event = Event.objects.filter(kind="candidate.comment").order_by("id").first()
+    assert event.payload["message"] == "member commented on cand_002 on code/answer.py:2 (old)"
+
+
+def test_a_side_that_is_not_old_or_new_or_a_line_not_on_that_side_is_refused_in_words(reviewing, personas):
+    _, candidate, _ = reviewing
+    add = services.comment_add
+    assert refused(add, personas.member, candidate, "x", "code/answer.py", 2, side="left") == [
+        "'left' is not a side of the diff: give \"old\" (the file before the patch) or \"new\" (after it)."]
+    assert refused(add, personas.member, candidate, "x", "code/answer.py", 3, side="old") == [
+        "Line 3 of code/answer.py is not on the old side of this candidate's diff "
+        "(there it shows lines 1–2 of the file before the patch)."]
+    assert refused(services.comment_add, personas.member, candidate, "x", "code/answer.py", side="old") == [
+        "A side belongs to a line: give the line too, or no side."]
+    thread = services.comment_add(personas.member, candidate, "Why?", "code/answer.py", 1, side="old")
+    assert refused(services.comment_add, personas.owner, candidate, "x", reply_to=thread.pk, side="old") == [
+        f"A reply belongs to its thread's place; give it no file or line "
+        f"(thread #{thread.pk} is on code/answer.py:1 (old))."]
+    assert Comment.objects.count() == 1
+
+
+def test_a_refinement_outdates_a_thread_by_its_side_the_old_side_line_still_shown_stays_current(
+        reviewing, personas):
+    _, candidate, repo = reviewing
+    old = services.comment_add(personas.member, candidate, "Why drop 2?", "code/answer.py", 2, side="old")
+    new = services.comment_add(personas.member, candidate, "Why 9?", "code/answer.py", 2)
+    patch_write(repo, candidate, "def answer():\n    return 10\n")
+    outdated = {t["comment"].pk: t["outdated"] for t in selectors.candidate_threads(candidate)}
+    assert outdated == {old.pk: False, new.pk: True}
+    assert selectors.diff_anchors(candidate) == {"code/answer.py": {"old": [1, 2], "new": [1, 2]}}
+
+
+def test_old_side_threads_come_through_the_page_the_api_and_the_cli_and_show_their_side(reviewing, personas):
+    search, _, _ = reviewing
+    base = f"/api/searches/{search.search_id}/candidates/cand_002/comments"
+    made = api(personas.member, base, {"body": "Old 2?", "path": "code/answer.py", "line": 2, "side": "old"})
+    assert made.status_code == 201
+    assert (made.json()["side"], made.json()["line_text"]) == ("old", "    return 2")
+    bad = api(personas.member, base, {"body": "x", "path": "code/answer.py", "line": 2, "side": "sideways"})
+    assert (bad.status_code, bad.json()["detail"]) == (
+        400, "side: 'sideways' is not a side of the diff: give \"old\" (the file before the patch) "
+             "or \"new\" (after it).")
+    done = cli(personas.owner, "comment", search.search_id, "cand_002", "Old 1.", "--path", "code/answer.py",
+               "--line", "1", "--side", "old")
+    assert done.code == 0 and done.out.endswith("on code/answer.py:1 (old)")
+    page_url = f"/searches/{search.search_id}/candidates/cand_002/"
+    posted = login(personas.member).post(f"{page_url}comment/", {
+        "body": "From the page.", "path": "code/answer.py", "line": "2", "side": "old"})
+    assert posted.status_code == 302
+    refused_page = login(personas.member).post(f"{page_url}comment/", {
+        "body": "x", "path": "code/answer.py", "line": "7", "side": "old"})
+    assert refused_page.status_code == 400
+    assert "Line 7 of code/answer.py is not on the old side of this candidate&#x27;s diff" \
+        in refused_page.content.decode()
+    assert [(c.side, c.line) for c in Comment.objects.order_by("id")] == [("old", 2), ("old", 1), ("old", 2)]
+    html = login(personas.member).get(page_url).content.decode()
+    assert html.count('data-side="old"') == 3 and html.count(">old side</span>") == 3

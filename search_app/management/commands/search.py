@@ -12,7 +12,7 @@
     search cancel SEARCH_ID
     search receipts SEARCH_ID [--candidate cand_007] [--json]
     search reference [--write [PATH]]  the spec reference, generated from the schema
-    search comment SEARCH_ID CANDIDATE BODY [--path FILE [--line N] | --reply-to ID] [--user U]
+    search comment SEARCH_ID CANDIDATE BODY [--path FILE [--line N [--side old]] | --reply-to ID] [--user U]
     search resolve|reopen SEARCH_ID CANDIDATE THREAD_ID [--user U]
     search approve|request-changes SEARCH_ID CANDIDATE --patch-sha256 HASH [--note TEXT] [--user U]
     search merge SEARCH_ID [--target new_branch|existing_branch] [--branch NAME] [--user U]
@@ -118,6 +118,8 @@ class Command(CrucibleCommand):
         comment.add_argument("body", help="the comment's text; `-` for standard input")
         comment.add_argument("--path", default="", help="a file the candidate's patch changes")
         comment.add_argument("--line", type=int, default=None, help="a line of that file the diff shows")
+        comment.add_argument("--side", choices=["new", "old"], default=None,
+                             help="the side --line is on: new (after the patch; the default) or old")
         comment.add_argument("--reply-to", type=int, default=None, metavar="ID",
                              help="reply in this thread (no --path or --line then)")
         comment.add_argument("--user", default=None, help="who comments (default: the admin account)")
@@ -391,9 +393,10 @@ class Command(CrucibleCommand):
             if action == "comment":
                 body = sys.stdin.read() if options["body"] == "-" else options["body"]
                 comment = comment_add(user, candidate, body, options["path"], options["line"],
-                                      options["reply_to"])
+                                      options["reply_to"], options.get("side"))
                 where = f" on {comment.path}" if comment.path else ""
                 where += f":{comment.line}" if comment.line else ""
+                where += " (old)" if comment.line and comment.side == "old" else ""
                 where += f" in thread #{comment.reply_to_id}" if comment.reply_to_id else ""
                 line = f"{search_id} {candidate.candidate_id}: comment #{comment.pk} by {user}{where}"
             elif action in ("resolve", "reopen"):
