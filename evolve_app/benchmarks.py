@@ -413,6 +413,23 @@ def benchmark_names() -> list[str]:
     return sorted(set(_BUILTINS) | set(installed(BENCHMARK_GROUP)))
 
 
+_DESCRIPTIONS = {
+    "demo": "the offline demo: 12 train and 8 holdout tasks in 4 categories",
+    "task-folder": "a folder of tasks on the server (give its path)",
+    "jsonl": "a JSONL file of tasks on the server (give its path)",
+}
+
+
+def benchmark_choices() -> list[tuple[str, str, str | None]]:
+    """(name, what it is, its argument) of every benchmark benchmark_names() offers, for a select
+    and the path field beside it. The argument is "folder" or "file" (a server path it needs),
+    "optional" (an installed entry point's factory may take one) or None (it takes none)."""
+    points = installed(BENCHMARK_GROUP)
+    return [(name, _DESCRIPTIONS.get(name) or f"installed: {points[name].value}",
+             _PATH_KINDS.get(name) or (None if name in _BUILTINS else "optional"))
+            for name in benchmark_names()]
+
+
 def _builtin_argument(name: str, spec: str, argument: str | None, trusted: bool) -> tuple[Any, ...]:
     """A built-in's arguments, checked without making it: a path must be under CRUCIBLE_REPO_ROOTS
     unless trusted (refused alike whether it exists or not), and then exist."""
