@@ -403,6 +403,7 @@ _BUILTINS: dict[str, Callable[..., BenchmarkAdapter]] = {
 }
 _PATH_KINDS = {"task-folder": "folder", "jsonl": "file"}  # built-ins whose argument is a server path
 _ALIASES = {"folder": "task-folder"}
+ALIASES = _ALIASES  # what a spec may call a built-in (`folder:PATH`), for the start form
 # A built-in named by its dotted path (its entry point's value) is the built-in, found by lookup.
 _BUILTIN_PATHS = {f"evolve_app.benchmarks{sep}{made.__name__}": name for name, made in _BUILTINS.items()
                   for sep in (".", ":")}

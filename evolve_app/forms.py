@@ -10,6 +10,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from pydantic import ValidationError as PydanticError
 
+from evolve_app.benchmarks import ALIASES as BENCHMARK_ALIASES
 from evolve_app.benchmarks import benchmark_choices
 from evolve_app.engines import engine_choices
 from evolve_app.extensions import allowed_paths
@@ -28,8 +29,17 @@ SETTING_LABELS = {
     "egl_threshold": "Convergence threshold",
     "egl_window": "Convergence window (cycles)",
     "concurrency": "Tasks solved at once",
-    "review_mode": "Review mode: each mutation waits for an approver",
+    "review_mode": "Review mode",
     "engine_options": "Engine options",
+}
+# What each setting does, for the start form (its own name is added in brackets).
+SETTING_HELP = {
+    "batch_size": "How many train tasks each cycle solves before the engine changes anything",
+    "holdout_size": "Tasks never trained on, scored before and after each change; 0 turns this check off",
+    "holdout_tolerance": "A change that lowers the holdout score by more than this (0 to 1) is rolled back",
+    "egl_threshold": "The run has converged when the last cycles' train scores differ by less than this",
+    "egl_window": "How many recent cycles the convergence check compares (2 or more)",
+    "review_mode": "Each change the engine makes waits for an approver before the run goes on",
 }
 
 
@@ -91,7 +101,7 @@ class DemoAgentForm(forms.Form):
 
 def _setting_field(name: str) -> forms.Field:
     info = EvolveConfig.model_fields[name]
-    help_text = f"{(info.description or '').capitalize()} ({name})."
+    help_text = f"{SETTING_HELP.get(name) or (info.description or '').capitalize()} ({name})."
     label = setting_label(name)
     if info.annotation is bool:
         return forms.BooleanField(required=False, label=label, help_text=help_text)
@@ -105,13 +115,15 @@ class RegisteredChoiceField(forms.ChoiceField):
     refused by name with the list of what is; `argument_names` may also come as `name:argument`
     (what the CLI, the API and earlier forms send)."""
 
-    def __init__(self, *, kind: str, argument_names: Sequence[str] = (), **kwargs: Any):
-        self.kind, self.argument_names = kind, tuple(argument_names)
+    def __init__(self, *, kind: str, argument_names: Sequence[str] = (),
+                 aliases: dict[str, str] | None = None, **kwargs: Any):
+        self.kind, self.argument_names, self.aliases = kind, tuple(argument_names), dict(aliases or {})
         super().__init__(**kwargs)
 
     def validate(self, value: Any) -> None:
         forms.Field.validate(self, value)
         name = str(value).partition(":")[0]
+        name = self.aliases.get(name, name)
         if self.valid_value(value) or (name in self.argument_names and self.valid_value(name)):
             return
         offered = ", ".join(str(key) for key, _ in self._offered())
@@ -138,7 +150,7 @@ class RunStartForm(forms.Form):
     """Start an evolution run. Blank settings take EvolveConfig's defaults; each setting's
     problem is reported on its own field."""
 
-    benchmark = RegisteredChoiceField(kind="benchmark", initial="demo",
+    benchmark = RegisteredChoiceField(kind="benchmark", initial="demo", aliases=BENCHMARK_ALIASES,
                                       help_text="Where the tasks come from: the registered benchmarks.")
     benchmark_path = forms.CharField(
         max_length=1000, required=False, label="Benchmark path on the server",

@@ -347,26 +347,6 @@ def _memory_file(page: dict[str, Any], path: str, category: str) -> dict[str, An
 _UNSAFE_PART = re.compile(r"^(|\.|\.\.)$|\x00")
 
 
-def agent_file_at(agent: Agent, ref: str, path: str) -> tuple[str, bytes]:
-    """(file name, bytes) of the regular file `path` at `ref` (the current commit or a snapshot
-    tag) of the agent's workspace, for the download a truncated page offers. 404 for a ref or
-    path that is not there, a path leaving the workspace or naming .git, a symlink, a submodule,
-    and a file over MAX_WORKSPACE_BYTES."""
-    parts = path.split("/") if isinstance(path, str) and len(path) <= 1000 else [""]
-    if path.startswith("-") or any(_UNSAFE_PART.search(part) or part.lower() == ".git" for part in parts):
-        raise Http404("No such file.")
-    if ref not in ref_choices(agent_versions(agent)["versions"]):
-        raise Http404("No such snapshot.")
-    try:
-        root = EvolutionHistory(agent.path).root
-        found = _tree_blobs(root, ref, [path]).get(path)
-        if found is None or found[1] > workspace.MAX_WORKSPACE_BYTES:
-            raise Http404("No such file.")
-        return parts[-1], workspace_git(root, ["cat-file", "blob", found[0]])
-    except (WorkspaceError, OSError):
-        raise Http404("No such file.") from None
-
-
 # ---- every file at any tag, and the diff between any two tags (the file browser and compare pages)
 
 BROWSE_MAX_ENTRIES = 5000  # paths listed for one ref; a workspace is far smaller
@@ -430,15 +410,17 @@ def _tree_listing(root: Path, sha: str) -> dict[str, dict[str, Any]]:
     return entries
 
 
-def workspace_browse(agent: Agent, ref: str, path: str = "") -> dict[str, Any]:
+def workspace_browse(agent: Agent, ref: str, path: str = "", *,
+                     refs: list[str] | None = None) -> dict[str, Any]:
     """The workspace at `ref` (HEAD or any tag) as a code host shows a repository: a folder's
     entries (folders first), or a file: its text (escaped by the page), or why it is not shown
     (binary, over MAX_FILE_BYTES, a symlink or a submodule), the first PAGE_FILE_CHARS characters
     of a long one; and every path, for the list of all files. Http404 for a ref that is not HEAD
-    or a tag, and for a path that is unsafe (see _path_parts) or not there."""
+    or a tag, and for a path that is unsafe (see _path_parts) or not there. `refs`: the
+    workspace_refs the caller already has."""
     parts = _path_parts(path if isinstance(path, str) else "")
     path = "/".join(parts)
-    if ref not in workspace_refs(agent)["refs"]:
+    if ref not in (refs if refs is not None else workspace_refs(agent)["refs"]):
         raise Http404("No such snapshot.")
     try:
         root = EvolutionHistory(agent.path).root

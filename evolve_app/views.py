@@ -404,7 +404,8 @@ def agent_files(request: AuthedRequest, agent_id: int) -> HttpResponse:
     A ref that is not there, or a path that is not there or could leave the workspace, is a 404."""
     agent = selectors.agent_for_user(request.user, agent_id)
     ref = str(request.GET.get("ref", "") or "HEAD")[:200]
-    browse = selectors.workspace_browse(agent, ref, str(request.GET.get("path", ""))[:1001])
+    refs = selectors.workspace_refs(agent)["refs"]
+    browse = selectors.workspace_browse(agent, ref, str(request.GET.get("path", ""))[:1001], refs=refs)
     return render(request, "evolve_app/agent_files.html", {
-        "agent": agent, "browse": browse, "browser_ref": ref, "refs": selectors.workspace_refs(agent)["refs"],
+        "agent": agent, "browse": browse, "browser_ref": ref, "refs": refs,
     })
