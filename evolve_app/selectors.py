@@ -353,12 +353,14 @@ BROWSE_MAX_ENTRIES = 5000  # paths listed for one ref; a workspace is far smalle
 _BINARY_SNIFF_BYTES = 8000  # git's own test: a NUL byte in the first 8,000 bytes means binary
 
 
-def workspace_refs(agent: Agent) -> dict[str, Any]:
+def workspace_refs(agent: Agent, versions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """What the file browser and the compare form may name: HEAD, the snapshot tags newest first
-    (evo-2, pre-evo-2, evo-1 …, evo-0), then every other tag of the workspace by name."""
+    (evo-2, pre-evo-2, evo-1 …, evo-0), then every other tag of the workspace by name.
+    `versions`: the agent_versions the caller already read."""
     try:
         history = EvolutionHistory(agent.path)
-        snapshots = [version["tag"] for version in reversed(history.version_log())]
+        log = history.version_log() if versions is None else versions
+        snapshots = [version["tag"] for version in reversed(log)]
         repo = repo_open(history.root)
         try:
             tags = refs_list(repo)["tags"]

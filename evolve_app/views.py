@@ -188,7 +188,7 @@ def _agent_page(request: AuthedRequest, agent: Agent, *, start_form: RunStartFor
         "can_operate": access.may_operate(request.user, agent.project),
         "can_approve": access.has_role(request.user, agent.project, access.APPROVER),
         **_browser_context(request, agent, versions),
-        "compare_form": _compare_form_default(selectors.ref_choices(versions)),
+        "compare_form": _compare_form_default(selectors.workspace_refs(agent, versions)["refs"]),
         "empty_message": "No activity for this agent yet.",
         **runtime_selectors.live_feed(request.user, subject=("agent", agent.pk)),
     }, status=status)

@@ -79,6 +79,9 @@ def test_the_diff_between_two_chosen_tags_shows_the_changed_lines(personas, fini
 def test_any_tag_of_the_workspace_can_be_compared_not_only_snapshots(personas, finished_run):
     agent, client = finished_run.agent, login(personas.member)
     commit_and_tag(agent.path, {"prompts/system.md": "You answer in one line.\n"}, "my-prompt")
+    agent_page = text_of(client.get(f"/agents/{agent.pk}/"))
+    form = re.search(r'<div id="compare">.*?</form>', agent_page, re.S).group(0)
+    assert form.count('<option value="my-prompt"') == 2  # offered as either end
     page = text_of(client.get(f"/agents/{agent.pk}/compare/", {"base": "evo-2", "head": "my-prompt"}))
     patch = patch_of(page)
     assert "+You answer in one line." in patch and "+++ b/prompts/system.md" in patch
