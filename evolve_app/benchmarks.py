@@ -403,6 +403,7 @@ _BUILTINS: dict[str, Callable[..., BenchmarkAdapter]] = {
 }
 _PATH_KINDS = {"task-folder": "folder", "jsonl": "file"}  # built-ins whose argument is a server path
 _ALIASES = {"folder": "task-folder"}
+ALIASES = _ALIASES  # what a spec may call a built-in (`folder:PATH`), for the start form
 # A built-in named by its dotted path (its entry point's value) is the built-in, found by lookup.
 _BUILTIN_PATHS = {f"evolve_app.benchmarks{sep}{made.__name__}": name for name, made in _BUILTINS.items()
                   for sep in (".", ":")}
@@ -411,6 +412,23 @@ _BUILTIN_PATHS = {f"evolve_app.benchmarks{sep}{made.__name__}": name for name, m
 def benchmark_names() -> list[str]:
     """Every benchmark the web and API may name (built-ins and installed entry points), sorted."""
     return sorted(set(_BUILTINS) | set(installed(BENCHMARK_GROUP)))
+
+
+_DESCRIPTIONS = {
+    "demo": "the offline demo: 12 train and 8 holdout tasks in 4 categories",
+    "task-folder": "a folder of tasks on the server (give its path)",
+    "jsonl": "a JSONL file of tasks on the server (give its path)",
+}
+
+
+def benchmark_choices() -> list[tuple[str, str, str | None]]:
+    """(name, what it is, its argument) of every benchmark benchmark_names() offers, for a select
+    and the path field beside it. The argument is "folder" or "file" (a server path it needs),
+    "optional" (an installed entry point's factory may take one) or None (it takes none)."""
+    points = installed(BENCHMARK_GROUP)
+    return [(name, _DESCRIPTIONS.get(name) or f"installed: {points[name].value}",
+             _PATH_KINDS.get(name) or (None if name in _BUILTINS else "optional"))
+            for name in benchmark_names()]
 
 
 def _builtin_argument(name: str, spec: str, argument: str | None, trusted: bool) -> tuple[Any, ...]:

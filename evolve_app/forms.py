@@ -7,13 +7,45 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from django import forms
+from django.core.exceptions import ValidationError
 from pydantic import ValidationError as PydanticError
 
+from evolve_app.benchmarks import ALIASES as BENCHMARK_ALIASES
+from evolve_app.benchmarks import benchmark_choices
+from evolve_app.engines import engine_choices
+from evolve_app.extensions import allowed_paths
 from evolve_app.loop import EvolveConfig
 
 # The run settings the start form offers, in order (EvolveConfig's fields and their bounds).
 RUN_SETTINGS = ("batch_size", "holdout_size", "holdout_tolerance", "egl_threshold", "egl_window",
                 "review_mode")
+
+
+# Each setting's label, spelt out (the setting's own name, as the CLI and API take it, is in its hint).
+SETTING_LABELS = {
+    "batch_size": "Train tasks per cycle",
+    "holdout_size": "Holdout tasks",
+    "holdout_tolerance": "Largest holdout drop allowed",
+    "egl_threshold": "Convergence threshold",
+    "egl_window": "Convergence window (cycles)",
+    "concurrency": "Tasks solved at once",
+    "review_mode": "Review mode",
+    "engine_options": "Engine options",
+}
+# What each setting does, for the start form (its own name is added in brackets).
+SETTING_HELP = {
+    "batch_size": "How many train tasks each cycle solves before the engine changes anything",
+    "holdout_size": "Tasks never trained on, scored before and after each change; 0 turns this check off",
+    "holdout_tolerance": "A change that lowers the holdout score by more than this (0 to 1) is rolled back",
+    "egl_threshold": "The run has converged when the last cycles' train scores differ by less than this",
+    "egl_window": "How many recent cycles the convergence check compares (2 or more)",
+    "review_mode": "Each change the engine makes waits for an approver before the run goes on",
+}
+
+
+def setting_label(name: str) -> str:
+    """A run setting's label for a page (the setting's name itself when it has none)."""
+    return SETTING_LABELS.get(name, name.replace("_", " ").capitalize())
 
 
 def _project_choices(projects: Any) -> list[tuple[Any, str]]:
@@ -69,25 +101,67 @@ class DemoAgentForm(forms.Form):
 
 def _setting_field(name: str) -> forms.Field:
     info = EvolveConfig.model_fields[name]
-    help_text = info.description or ""
+    help_text = f"{SETTING_HELP.get(name) or (info.description or '').capitalize()} ({name})."
+    label = setting_label(name)
     if info.annotation is bool:
-        return forms.BooleanField(required=False, help_text=help_text)
+        return forms.BooleanField(required=False, label=label, help_text=help_text)
     kind = forms.IntegerField if info.annotation is int else forms.FloatField
     attrs = {"step": "any"} if kind is forms.FloatField else {}
-    return kind(required=False, help_text=help_text, widget=forms.NumberInput(attrs=attrs))
+    return kind(required=False, label=label, help_text=help_text, widget=forms.NumberInput(attrs=attrs))
+
+
+class RegisteredChoiceField(forms.ChoiceField):
+    """A select of what is registered (engines or benchmarks). A value that is not offered is
+    refused by name with the list of what is; `argument_names` may also come as `name:argument`
+    (what the CLI, the API and earlier forms send)."""
+
+    def __init__(self, *, kind: str, argument_names: Sequence[str] = (),
+                 aliases: dict[str, str] | None = None, **kwargs: Any):
+        self.kind, self.argument_names, self.aliases = kind, tuple(argument_names), dict(aliases or {})
+        super().__init__(**kwargs)
+
+    def validate(self, value: Any) -> None:
+        forms.Field.validate(self, value)
+        name = str(value).partition(":")[0]
+        name = self.aliases.get(name, name)
+        if self.valid_value(value) or (name in self.argument_names and self.valid_value(name)):
+            return
+        offered = ", ".join(str(key) for key, _ in self._offered())
+        raise ValidationError(f"“{value}” is not a registered {self.kind}: choose one of {offered}.",
+                              code="invalid_choice")
+
+    def _offered(self) -> list[tuple[Any, Any]]:
+        flat: list[tuple[Any, Any]] = []
+        for key, label in cast("list[tuple[Any, Any]]", self.choices):
+            flat.extend(label if isinstance(label, (list, tuple)) else [(key, label)])
+        return flat
+
+
+def _registered(choices: list[tuple[str, str]]) -> list[Any]:
+    """The registered names, then an administrator's allowed dotted paths as their own group
+    (CRUCIBLE_ALLOWED_EXTENSIONS: the service checks each against its kind)."""
+    allowed = [(path, path) for path in allowed_paths()]
+    if not allowed:
+        return list(choices)
+    return [("Registered", choices), ("Allowed by an administrator", allowed)]
 
 
 class RunStartForm(forms.Form):
     """Start an evolution run. Blank settings take EvolveConfig's defaults; each setting's
     problem is reported on its own field."""
 
-    benchmark = forms.CharField(max_length=500, initial="demo",
-                                help_text="A registered name, or folder:PATH or jsonl:PATH under the allowed "
-                                          "directories.")
-    engine = forms.CharField(max_length=200, initial="textbook",
-                             help_text="A registered engine (a dotted path only if an administrator "
-                                       "allows it).")
-    cycles = forms.IntegerField(initial=5, help_text="1 to 200; a run stops early when it converges.")
+    benchmark = RegisteredChoiceField(kind="benchmark", initial="demo", aliases=BENCHMARK_ALIASES,
+                                      help_text="Where the tasks come from: the registered benchmarks.")
+    benchmark_path = forms.CharField(
+        max_length=1000, required=False, label="Benchmark path on the server",
+        help_text="Only for task-folder (a folder) and jsonl (a file): an absolute path under the allowed "
+                  "directories.")
+    engine = RegisteredChoiceField(kind="engine", initial="textbook",
+                                   help_text="What changes the workspace each cycle: the registered engines.")
+    cycles = forms.IntegerField(initial=5, min_value=1, max_value=200, label="Cycles",
+                                error_messages={"min_value": "Give 1 to 200 cycles.",
+                                                "max_value": "Give 1 to 200 cycles."},
+                                help_text="1 to 200; a run stops early when it converges.")
     engine_options = forms.CharField(
         required=False, max_length=10_000, label="Engine options",
         widget=forms.Textarea(attrs={"rows": 3, "placeholder": 'model = "claude-sonnet-4-5"'}),
@@ -96,6 +170,13 @@ class RunStartForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        benchmarks = benchmark_choices()
+        self.benchmark_arguments = {name: kind for name, _, kind in benchmarks}
+        benchmark = cast(RegisteredChoiceField, self.fields["benchmark"])
+        benchmark.choices = _registered([(name, f"{name} — {what}") for name, what, _ in benchmarks])
+        benchmark.argument_names = tuple(self.benchmark_arguments)
+        engine = cast(RegisteredChoiceField, self.fields["engine"])
+        engine.choices = _registered([(name, f"{name} — {what}") for name, what in engine_choices()])
         defaults = EvolveConfig()
         for name in RUN_SETTINGS:
             self.fields[name] = field = _setting_field(name)
@@ -106,6 +187,7 @@ class RunStartForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         super().clean()
         data = self.cleaned_data
+        self._benchmark_compose(data)
         config = {name: data[name] for name in RUN_SETTINGS if data.get(name) is not None}
         self.config: dict[str, Any] = config
         self.config_rejected: set[str | None] = set()
@@ -128,6 +210,22 @@ class RunStartForm(forms.Form):
                 self.add_error(field if field in self.fields else None, message)
         data["config"] = config
         return data
+
+    def _benchmark_compose(self, data: dict[str, Any]) -> None:
+        """`benchmark` becomes the spec the service takes: the name, or `name:path` for a
+        benchmark that reads a folder or a file on the server (its path is then required)."""
+        name, path = data.get("benchmark"), (data.get("benchmark_path") or "").strip()
+        if not name or ":" in name:  # refused above, or already `name:argument`
+            if name and path:
+                self.add_error("benchmark_path", "Give the path either here or after the colon, not both.")
+            return
+        kind = self.benchmark_arguments.get(name)
+        if kind in ("folder", "file") and not path:
+            self.add_error("benchmark_path", f"{name} reads a {kind} on the server: give its absolute path.")
+        elif path and name in self.benchmark_arguments and kind is None:
+            self.add_error("benchmark_path", f"{name} takes no path: leave this empty.")
+        elif path:
+            data["benchmark"] = f"{name}:{path}"
 
     def only_settings_rejected(self) -> bool:
         """True when the form's only problems are settings EvolveConfig rejected: the service,
@@ -155,3 +253,19 @@ class RollbackForm(forms.Form):
 
 class CycleDecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=[("approve", "approve"), ("reject", "reject")])
+
+
+class CompareForm(forms.Form):
+    """Two refs of the workspace (HEAD or any tag) to diff: `base` → `head`."""
+
+    base = forms.ChoiceField(label="From")
+    head = forms.ChoiceField(label="To")
+
+    def __init__(self, *args: Any, refs: Sequence[str] = (), **kwargs: Any):
+        kwargs.setdefault("auto_id", "compare_%s")
+        super().__init__(*args, **kwargs)
+        choices = [(ref, "current (HEAD)" if ref == "HEAD" else ref) for ref in refs]
+        for name in ("base", "head"):
+            field = cast(forms.ChoiceField, self.fields[name])
+            field.choices = choices
+            field.error_messages["invalid_choice"] = "There is no tag called “%(value)s” in this workspace."

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.urls import reverse
 
 from runtime_app.models import Project
 from runtime_app.presenters import NAME_MAX_LENGTH
@@ -85,6 +86,10 @@ class EvolutionRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent} run {self.number} ({self.status})"
+
+    def get_absolute_url(self) -> str:
+        """The run's page, named by the agent's own run number (as its title is)."""
+        return reverse("evolution_run_detail", args=[self.agent_id, self.number])
 
 
 class Cycle(models.Model):

@@ -18,7 +18,7 @@ from django.urls import reverse
 
 from evolve_app import workspace
 from evolve_app.agents import agent_mapping
-from evolve_app.history import EvolutionHistory
+from evolve_app.history import _DIFF_OPTIONS, EvolutionHistory
 from evolve_app.models import Agent, Cycle, EvolutionRun, ObservationRecord
 from evolve_app.presenters import last_run_labels_set
 from evolve_app.workspace import (
@@ -30,6 +30,7 @@ from evolve_app.workspace import (
     workspace_preview,
 )
 from runtime_app import access
+from runtime_app.git import GitError, ref_resolve, refs_list, repo_open
 from runtime_app.models import Event, Project
 from runtime_app.presenters import short_sha
 from runtime_app.selectors import projects_for_user
@@ -346,24 +347,195 @@ def _memory_file(page: dict[str, Any], path: str, category: str) -> dict[str, An
 _UNSAFE_PART = re.compile(r"^(|\.|\.\.)$|\x00")
 
 
-def agent_file_at(agent: Agent, ref: str, path: str) -> tuple[str, bytes]:
-    """(file name, bytes) of the regular file `path` at `ref` (the current commit or a snapshot
-    tag) of the agent's workspace, for the download a truncated page offers. 404 for a ref or
-    path that is not there, a path leaving the workspace or naming .git, a symlink, a submodule,
-    and a file over MAX_WORKSPACE_BYTES."""
-    parts = path.split("/") if isinstance(path, str) and len(path) <= 1000 else [""]
-    if path.startswith("-") or any(_UNSAFE_PART.search(part) or part.lower() == ".git" for part in parts):
+# ---- every file at any tag, and the diff between any two tags (the file browser and compare pages)
+
+BROWSE_MAX_ENTRIES = 5000  # paths listed for one ref; a workspace is far smaller
+_BINARY_SNIFF_BYTES = 8000  # git's own test: a NUL byte in the first 8,000 bytes means binary
+
+
+def workspace_refs(agent: Agent, versions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """What the file browser and the compare form may name: HEAD, the snapshot tags newest first
+    (evo-2, pre-evo-2, evo-1 …, evo-0), then every other tag of the workspace by name.
+    `versions`: the agent_versions the caller already read."""
+    try:
+        history = EvolutionHistory(agent.path)
+        log = history.version_log() if versions is None else versions
+        snapshots = [version["tag"] for version in reversed(log)]
+        repo = repo_open(history.root)
+        try:
+            tags = refs_list(repo)["tags"]
+        finally:
+            repo.close()
+    except (WorkspaceError, GitError, OSError, KeyError) as error:
+        return {"refs": ["HEAD"], "error": str(error)}
+    return {"refs": ["HEAD", *snapshots, *(tag for tag in tags if tag not in snapshots)], "error": ""}
+
+
+def _ref_commit(root: Path, ref: str) -> str:
+    """The commit sha of HEAD or of the tag `ref` (never a branch or sha of the same name):
+    what every git command below is given, so no ref text reaches the git CLI."""
+    repo = repo_open(root)
+    try:
+        return ref_resolve(repo, "HEAD" if ref == "HEAD" else f"refs/tags/{ref}")
+    finally:
+        repo.close()
+
+
+def _path_parts(path: str) -> list[str]:
+    """The parts of a path inside the workspace ([] for its top), or Http404 for one that could
+    leave it or reach git's own files: `..`, `.`, empty parts, NUL, a leading `-`, `.git`."""
+    path = path[:-1] if path.endswith("/") else path
+    if not path:
+        return []
+    parts = path.split("/")
+    if len(path) > 1000 or path.startswith("-") or any(
+            _UNSAFE_PART.search(part) or part.lower() == ".git" for part in parts):
         raise Http404("No such file.")
-    if ref not in ref_choices(agent_versions(agent)["versions"]):
+    return parts
+
+
+def _tree_listing(root: Path, sha: str) -> dict[str, dict[str, Any]]:
+    """{path: {"kind": dir | file | symlink | submodule, "sha", "size"}} of every entry of the
+    commit's tree, from one `git ls-tree -r -t -l`: sizes known before any file is read."""
+    listing = workspace_git(root, ["ls-tree", "-r", "-t", "-l", "-z", "--full-tree", sha])
+    kinds = {b"040000": "dir", b"100644": "file", b"100755": "file", b"120000": "symlink",
+             b"160000": "submodule"}
+    entries: dict[str, dict[str, Any]] = {}
+    for entry in listing.split(b"\0")[:BROWSE_MAX_ENTRIES]:
+        meta, _, name = entry.partition(b"\t")
+        fields = meta.split()
+        if len(fields) != 4 or not name:
+            continue
+        size = int(fields[3]) if fields[3].isdigit() else None
+        entries[name.decode("utf-8", "replace")] = {"kind": kinds.get(fields[0], "other"),
+                                                    "sha": fields[2].decode(), "size": size}
+    return entries
+
+
+def workspace_browse(agent: Agent, ref: str, path: str = "", *,
+                     refs: list[str] | None = None) -> dict[str, Any]:
+    """The workspace at `ref` (HEAD or any tag) as a code host shows a repository: a folder's
+    entries (folders first), or a file: its text (escaped by the page), or why it is not shown
+    (binary, over MAX_FILE_BYTES, a symlink or a submodule), the first PAGE_FILE_CHARS characters
+    of a long one; and every path, for the list of all files. Http404 for a ref that is not HEAD
+    or a tag, and for a path that is unsafe (see _path_parts) or not there. `refs`: the
+    workspace_refs the caller already has."""
+    parts = _path_parts(path if isinstance(path, str) else "")
+    path = "/".join(parts)
+    if ref not in (refs if refs is not None else workspace_refs(agent)["refs"]):
         raise Http404("No such snapshot.")
     try:
         root = EvolutionHistory(agent.path).root
-        found = _tree_blobs(root, ref, [path]).get(path)
-        if found is None or found[1] > workspace.MAX_WORKSPACE_BYTES:
+        sha = _ref_commit(root, ref)
+        entries = _tree_listing(root, sha)
+    except (WorkspaceError, GitError, OSError) as error:
+        return {"ref": ref, "path": path, "error": str(error), "kind": "dir", "entries": [], "files": [],
+                "crumbs": [], "file": None, "sha": ""}
+    found = entries.get(path) if path else {"kind": "dir", "sha": "", "size": None}
+    if found is None:
+        raise Http404("No such file.")
+    crumbs = [{"name": part, "path": "/".join(parts[:index + 1])} for index, part in enumerate(parts)]
+    result = {"ref": ref, "sha": sha, "path": path, "error": "", "kind": found["kind"], "crumbs": crumbs,
+              "files": sorted(p for p, e in entries.items() if e["kind"] != "dir"), "entries": [],
+              "file": None, "name": parts[-1] if parts else ""}
+    if found["kind"] == "dir":
+        prefix = f"{path}/" if path else ""
+        children = [{"name": p[len(prefix):], "path": p, **e} for p, e in entries.items()
+                    if p.startswith(prefix) and "/" not in p[len(prefix):]]
+        result["entries"] = sorted(children, key=lambda e: (e["kind"] != "dir", e["name"]))
+    elif found["kind"] == "file":
+        result["file"] = _browse_file(root, found["sha"], found["size"] or 0, path)
+    return result
+
+
+def _browse_file(root: Path, sha: str, size: int, path: str) -> dict[str, Any]:
+    if size > workspace.MAX_FILE_BYTES:
+        return {"path": path, "size": size, "too_big": True, "binary": False, "truncated": True,
+                "lines": [], "shown_chars": 0}
+    data = workspace_git(root, ["cat-file", "blob", sha])
+    if b"\0" in data[:_BINARY_SNIFF_BYTES]:
+        return {"path": path, "size": size, "too_big": False, "binary": True, "truncated": False,
+                "lines": [], "shown_chars": 0}
+    text = data.decode("utf-8", "replace")
+    limit = workspace.PAGE_FILE_CHARS
+    truncated = len(text) > limit
+    shown = text[:limit]
+    return {"path": path, "size": size, "too_big": False, "binary": False, "truncated": truncated,
+            "lines": shown.split("\n")[:-1] if shown.endswith("\n") else shown.split("\n"),
+            "shown_chars": len(shown)}
+
+
+def workspace_file_bytes(agent: Agent, ref: str, path: str) -> tuple[str, bytes]:
+    """(file name, bytes) of the regular file `path` at `ref` (HEAD or any tag), for a download;
+    Http404 as workspace_browse, and for a symlink, a submodule, a folder or a file over
+    MAX_WORKSPACE_BYTES."""
+    parts = _path_parts(path if isinstance(path, str) else "")
+    if not parts or ref not in workspace_refs(agent)["refs"]:
+        raise Http404("No such file.")
+    try:
+        root = EvolutionHistory(agent.path).root
+        found = _tree_listing(root, _ref_commit(root, ref)).get("/".join(parts))
+        if found is None or found["kind"] != "file" or (found["size"] or 0) > workspace.MAX_WORKSPACE_BYTES:
             raise Http404("No such file.")
-        return parts[-1], workspace_git(root, ["cat-file", "blob", found[0]])
-    except (WorkspaceError, OSError):
+        return parts[-1], workspace_git(root, ["cat-file", "blob", found["sha"]])
+    except (WorkspaceError, GitError, OSError):
         raise Http404("No such file.") from None
+
+
+def workspace_compare(agent: Agent, base: str, head: str) -> dict[str, Any]:
+    """The unified diff from `base` to `head` (each HEAD or any tag, checked by the caller against
+    workspace_refs), with the paths it changes; the first DIFF_MAX_BYTES of a large one."""
+    empty = {"text": "", "base": base, "head": head, "truncated": False, "files": [], "base_sha": "",
+             "head_sha": ""}
+    try:
+        root = EvolutionHistory(agent.path).root
+        base_sha, head_sha = _ref_commit(root, base), _ref_commit(root, head)
+        text = workspace_git(root, ["diff", *_DIFF_OPTIONS, base_sha, head_sha, "--"]).decode(
+            "utf-8", "replace")
+        changed = workspace_git(root, ["diff", "--name-status", "--no-renames", "-z", base_sha, head_sha,
+                                       "--"])
+    except (WorkspaceError, GitError, OSError) as error:
+        return {**empty, "error": str(error)}
+    fields = changed.split(b"\0")
+    files = [{"status": {"A": "added", "D": "deleted"}.get(fields[i].decode()[:1], "modified"),
+              "path": fields[i + 1].decode("utf-8", "replace")} for i in range(0, len(fields) - 1, 2)]
+    truncated = len(text) > DIFF_MAX_BYTES
+    if truncated:
+        text = text[:DIFF_MAX_BYTES].rsplit("\ndiff --git ", 1)[0] + "\n"
+    return {**empty, "text": text, "truncated": truncated, "files": files, "error": "",
+            "base_sha": base_sha, "head_sha": head_sha}
+
+
+# ---- runs by their number (what the pages' URLs carry; a run's database id still finds it)
+
+
+def run_by_number_for_user(user: AbstractUser, agent_id: int, number: int) -> tuple[EvolutionRun, bool]:
+    """(run, found by its id): the agent's run `number`; else, for links made before the pages
+    named runs by number, its run whose database id is `number` (the page then redirects)."""
+    runs = EvolutionRun.objects.select_related("agent__project", "started_by").filter(
+        agent_id=agent_id, agent__project__in=projects_for_user(user))
+    run = runs.filter(number=number).first()
+    if run is not None:
+        return run, False
+    run = runs.filter(pk=number).first()
+    if run is None:
+        raise Http404("No such evolution run.")
+    return run, True
+
+
+def cycle_by_number_for_user(user: AbstractUser, agent_id: int, run_number: int, number: int) -> Cycle:
+    """Cycle `number` of the agent's run `run_number` (or of the run with that id, as above)."""
+    run, _ = run_by_number_for_user(user, agent_id, run_number)
+    return cycle_of_run(run, number)
+
+
+def cycle_of_run(run: EvolutionRun, number: int) -> Cycle:
+    """Cycle `number` of a run already found for the user (it keeps that run object)."""
+    cycle = Cycle.objects.select_related("decided_by").filter(run=run, number=number).first()
+    if cycle is None:
+        raise Http404("No such cycle.")
+    cycle.run = run
+    return cycle
 
 
 # ---- reads by id (the pages nest runs under agents; the API and the CLI name them directly)
@@ -468,7 +640,7 @@ def project_agents_section(user: AbstractUser, project: Project) -> ProjectSecti
         what = {"awaiting approval": "a mutation awaits an approver", "failed": f"failed: {run.reason}",
                 "running": f"is {agent.last_run_label}"}[level]
         attention.append(Attention(level, f"{agent.name}: run {run.number} {what}",
-                                   reverse("evolution_run_detail", args=[agent.pk, run.pk]),
+                                   reverse("evolution_run_detail", args=[agent.pk, run.number]),
                                    when=run.finished_at or run.created_at))
     return ProjectSection("agents", "Agents", "evolve_app/_project_section.html", {"agents": agents},
                           attention)

@@ -2,7 +2,8 @@ from django.urls import path
 
 from evolve_app import views
 
-run = "<int:agent_id>/runs/<int:run_id>/"
+# A run is named by the agent's own run number (its title's); an old link by database id redirects.
+run = "<int:agent_id>/runs/<int:run_number>/"
 cycle = run + "cycles/<int:number>/"
 
 urlpatterns = [
@@ -13,6 +14,8 @@ urlpatterns = [
     path("<int:agent_id>/", views.agent_detail, name="agent_detail"),
     path("<int:agent_id>/rollback/", views.agent_rollback, name="agent_rollback"),
     path("<int:agent_id>/file/", views.agent_file, name="agent_file"),
+    path("<int:agent_id>/files/", views.agent_files, name="agent_files"),
+    path("<int:agent_id>/compare/", views.agent_compare, name="agent_compare"),
     path("<int:agent_id>/runs/start/", views.evolution_run_start, name="evolution_run_start"),
     path(run, views.evolution_run_detail, name="evolution_run_detail"),
     path(run + "progress/", views.evolution_run_progress, name="evolution_run_progress"),

@@ -23,10 +23,12 @@ from evolve_app import presenters, selectors, services
 from evolve_app.forms import (
     AgentImportConfirmForm,
     AgentImportForm,
+    CompareForm,
     CycleDecisionForm,
     DemoAgentForm,
     RollbackForm,
     RunStartForm,
+    setting_label,
 )
 from evolve_app.models import Agent, EvolutionRun
 from evolve_app.types import AuthedRequest
@@ -170,6 +172,8 @@ def _agent_page(request: AuthedRequest, agent: Agent, *, start_form: RunStartFor
                 rollback_form: RollbackForm | None = None, status: int = 200) -> HttpResponse:
     logged = selectors.agent_versions(agent)
     versions = logged["versions"]
+    for before, version in zip([None, *versions], versions, strict=False):
+        version["previous"] = before["tag"] if before else ""  # its "changes" link diffs from it
     tags = _rollback_tags(versions)
     runs = list(selectors.agent_runs(agent))
     return render(request, "evolve_app/agent_detail.html", {
@@ -184,6 +188,7 @@ def _agent_page(request: AuthedRequest, agent: Agent, *, start_form: RunStartFor
         "can_operate": access.may_operate(request.user, agent.project),
         "can_approve": access.has_role(request.user, agent.project, access.APPROVER),
         **_browser_context(request, agent, versions),
+        "compare_form": _compare_form_default(selectors.workspace_refs(agent, versions)["refs"]),
         "empty_message": "No activity for this agent yet.",
         **runtime_selectors.live_feed(request.user, subject=("agent", agent.pk)),
     }, status=status)
@@ -191,11 +196,11 @@ def _agent_page(request: AuthedRequest, agent: Agent, *, start_form: RunStartFor
 
 @require_GET
 def agent_file(request: AuthedRequest, agent_id: int) -> HttpResponse:
-    """One file of the workspace at `?ref=` (HEAD or a snapshot tag), as a download: what a page
-    shows only the beginning of. Symlinks, paths outside the workspace and outsiders get 404."""
+    """One file of the workspace at `?ref=` (HEAD or any tag), as a download: what a page shows
+    only the beginning of. Symlinks, paths outside the workspace and outsiders get 404."""
     agent = selectors.agent_for_user(request.user, agent_id)
-    name, data = selectors.agent_file_at(agent, str(request.GET.get("ref", "HEAD"))[:100],
-                                         str(request.GET.get("path", "")))
+    name, data = selectors.workspace_file_bytes(agent, str(request.GET.get("ref", "HEAD"))[:200],
+                                                str(request.GET.get("path", ""))[:1001])
     response = HttpResponse(data, content_type="application/octet-stream")
     response["Content-Disposition"] = content_disposition_header(True, name) or "attachment"
     response["X-Content-Type-Options"] = "nosniff"
@@ -228,7 +233,7 @@ def evolution_run_start(request: AuthedRequest, agent_id: int) -> HttpResponse:
         else:
             messages.success(request, f"Run {run.number} queued: {run.cycles_planned} cycles of {run.engine} "
                                       f"on {run.benchmark}.")
-            return redirect("evolution_run_detail", agent_id=agent.pk, run_id=run.pk)
+            return redirect(run.get_absolute_url())
     return _agent_page(request, agent, start_form=form, status=400)
 
 
@@ -258,15 +263,29 @@ def _run_context(request: AuthedRequest, run: EvolutionRun) -> dict[str, Any]:
         "agent": run.agent, "run": run, "cycles": cycles, "curve": presenters.score_curve(cycles),
         "progress": presenters.run_progress(run, cycles),
         "active": run.status in EvolutionRun.ACTIVE,
-        "config_items": sorted((run.config or {}).items()),
+        "config_items": [(setting_label(key), key, value)
+                         for key, value in sorted((run.config or {}).items())],
         "can_operate": access.may_operate(request.user, run.agent.project),
         "can_approve": access.has_role(request.user, run.agent.project, access.APPROVER),
     }
 
 
+def _run_or_redirect(request: AuthedRequest, agent_id: int, run_number: int) -> EvolutionRun | HttpResponse:
+    """The agent's run `run_number`; a link made when the pages named runs by database id is
+    sent, for a GET, to the same page under the run's number."""
+    run, by_id = selectors.run_by_number_for_user(request.user, agent_id, run_number)
+    if by_id and request.method == "GET":
+        old = f"/runs/{run_number}/"
+        path = request.get_full_path().replace(old, f"/runs/{run.number}/", 1)
+        return redirect(path)
+    return run
+
+
 @require_GET
-def evolution_run_detail(request: AuthedRequest, agent_id: int, run_id: int) -> HttpResponse:
-    run = selectors.run_for_user(request.user, agent_id, run_id)
+def evolution_run_detail(request: AuthedRequest, agent_id: int, run_number: int) -> HttpResponse:
+    run = _run_or_redirect(request, agent_id, run_number)
+    if isinstance(run, HttpResponse):
+        return run
     return render(request, "evolve_app/run_detail.html", {
         **_run_context(request, run),
         "empty_message": "No activity for this agent yet.",
@@ -275,16 +294,20 @@ def evolution_run_detail(request: AuthedRequest, agent_id: int, run_id: int) -> 
 
 
 @require_GET
-def evolution_run_progress(request: AuthedRequest, agent_id: int, run_id: int) -> HttpResponse:
+def evolution_run_progress(request: AuthedRequest, agent_id: int, run_number: int) -> HttpResponse:
     """The run's status, score curve and cycle timeline (what the page refreshes while it runs)."""
-    run = selectors.run_for_user(request.user, agent_id, run_id)
+    run = _run_or_redirect(request, agent_id, run_number)
+    if isinstance(run, HttpResponse):
+        return run
     return render(request, "evolve_app/_run_progress.html", _run_context(request, run))
 
 
 @require_http_methods(["GET", "POST"])
-def evolution_run_cancel(request: AuthedRequest, agent_id: int, run_id: int) -> HttpResponse:
+def evolution_run_cancel(request: AuthedRequest, agent_id: int, run_number: int) -> HttpResponse:
     """The confirmation (what stops, what is kept), then the cancel itself."""
-    run = selectors.run_for_user(request.user, agent_id, run_id)
+    run = _run_or_redirect(request, agent_id, run_number)
+    if isinstance(run, HttpResponse):
+        return run
     if request.method == "GET":
         return render(request, "evolve_app/run_cancel.html", {
             "agent": run.agent, "run": run, "active": run.status in EvolutionRun.ACTIVE,
@@ -296,14 +319,17 @@ def evolution_run_cancel(request: AuthedRequest, agent_id: int, run_id: int) -> 
         messages.error(request, " ".join(error.messages))
     else:
         messages.success(request, f"Run {run.number} cancelled: it stops after the step it is on.")
-    return redirect("evolution_run_detail", agent_id=agent_id, run_id=run_id)
+    return redirect(run.get_absolute_url())
 
 
 # --- cycles -----------------------------------------------------------------------------------
 
 @require_GET
-def cycle_detail(request: AuthedRequest, agent_id: int, run_id: int, number: int) -> HttpResponse:
-    cycle = selectors.cycle_for_user(request.user, agent_id, run_id, number)
+def cycle_detail(request: AuthedRequest, agent_id: int, run_number: int, number: int) -> HttpResponse:
+    found = _run_or_redirect(request, agent_id, run_number)
+    if isinstance(found, HttpResponse):
+        return found
+    cycle = selectors.cycle_of_run(found, number)
     run, agent = cycle.run, cycle.run.agent
     failures = request.GET.get("failures") == "1"
     diff = selectors.cycle_diff(agent, cycle)
@@ -324,9 +350,9 @@ def _neighbours(run: EvolutionRun, number: int) -> dict[str, int | None]:
 
 
 @require_POST
-def cycle_decide(request: AuthedRequest, agent_id: int, run_id: int, number: int) -> HttpResponse:
+def cycle_decide(request: AuthedRequest, agent_id: int, run_number: int, number: int) -> HttpResponse:
     """Review mode: approve (the run goes on) or reject (back to pre-evo-N) a waiting mutation."""
-    cycle = selectors.cycle_for_user(request.user, agent_id, run_id, number)
+    cycle = selectors.cycle_by_number_for_user(request.user, agent_id, run_number, number)
     form = CycleDecisionForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Choose approve or reject.")
@@ -340,6 +366,46 @@ def cycle_decide(request: AuthedRequest, agent_id: int, run_id: int, number: int
             done = ("approved: the run goes on" if approve
                     else f"rejected: the workspace is back at pre-evo-{number}")
             messages.success(request, f"Cycle {number} {done}.")
+    run_url = cycle.run.get_absolute_url()
     if request.POST.get("back") == "cycle":
-        return redirect("cycle_detail", agent_id=agent_id, run_id=run_id, number=number)
-    return redirect(reverse("evolution_run_detail", args=[agent_id, run_id]) + "#timeline")
+        return redirect(f"{run_url}cycles/{number}/")
+    return redirect(run_url + "#timeline")
+
+
+# --- the workspace at any tag: every file, and the diff between any two tags --------------------
+
+def _compare_form_default(refs: list[str]) -> CompareForm:
+    """A compare form from the snapshot before the newest to HEAD (refs: HEAD, then newest first)."""
+    base = refs[2] if len(refs) > 2 else refs[-1]
+    return CompareForm(refs=refs, initial={"base": base, "head": "HEAD"})
+
+
+@require_GET
+def agent_compare(request: AuthedRequest, agent_id: int) -> HttpResponse:
+    """The diff between two refs of the workspace (HEAD or any tag) chosen in `?base=&head=`,
+    in the search pages' diff viewer; a ref that is not there is named on the form (status 400)."""
+    agent = selectors.agent_for_user(request.user, agent_id)
+    refs = selectors.workspace_refs(agent)
+    form = CompareForm(request.GET or None, refs=refs["refs"])
+    if not request.GET:
+        form = _compare_form_default(refs["refs"])
+    diff = None
+    if form.is_bound and form.is_valid():
+        diff = selectors.workspace_compare(agent, form.cleaned_data["base"], form.cleaned_data["head"])
+    return render(request, "evolve_app/agent_compare.html", {
+        "agent": agent, "form": form, "diff": diff, "refs_error": refs["error"],
+        "patch_text": diff["text"] if diff else "",
+    }, status=400 if form.is_bound and not form.is_valid() else 200)
+
+
+@require_GET
+def agent_files(request: AuthedRequest, agent_id: int) -> HttpResponse:
+    """Every file of the workspace at `?ref=` (HEAD or any tag): the folder or file at `?path=`.
+    A ref that is not there, or a path that is not there or could leave the workspace, is a 404."""
+    agent = selectors.agent_for_user(request.user, agent_id)
+    ref = str(request.GET.get("ref", "") or "HEAD")[:200]
+    refs = selectors.workspace_refs(agent)["refs"]
+    browse = selectors.workspace_browse(agent, ref, str(request.GET.get("path", ""))[:1001], refs=refs)
+    return render(request, "evolve_app/agent_files.html", {
+        "agent": agent, "browse": browse, "browser_ref": ref, "refs": refs,
+    })

@@ -50,6 +50,7 @@ from evolve_app.engines.registry import (
     RESERVED_OPTIONS,
     builtins_register,
     engine_check,
+    engine_choices,
     engine_get,
     engine_names,
 )
@@ -69,6 +70,6 @@ __all__ = [
     "ENGINES", "LLM_KINDS", "RESERVED_OPTIONS", "SIZE_KNOBS", "AdaptiveEvolutionEngine",
     "AdaptiveSkillEngine", "EngineError", "EvolutionEngine", "GuidedSynthesisEngine", "SearchEngine",
     "SkillForgeEngine", "TextbookEngine", "_layer_files", "cycle_end_call", "cycle_end_takes_score",
-    "detail_signature", "engine_check", "engine_get", "engine_names", "intervention_size",
+    "detail_signature", "engine_check", "engine_choices", "engine_get", "engine_names", "intervention_size",
     "observations_filter", "search_winner", "skill_categories", "workspace_delta",
 ]

@@ -43,6 +43,36 @@ def engine_names() -> list[str]:
     return [*offered, *sorted(name for name in installed(ENGINE_GROUP) if name not in ENGINES)]
 
 
+# What each built-in does, in a few words for a select (others: their docstring's first sentence).
+_SUMMARIES = {
+    "textbook": "offline and deterministic: the demo's engine",
+    "skillforge": "a model edits the workspace (A-Evolve's default engine)",
+    "guided": "Guided Synthesis: lessons in memory, then curated skills",
+    "adaptive": "Adaptive Evolution: chosen observations, a change size that follows the score",
+    "adaptive-skill": "Adaptive Skill: skills grown where the agent fails",
+    "search": "candidate mutations tried side by side; the best one is kept",
+    "aevolve-skillforge": "A-Evolve's own SkillForge engine",
+    "aevolve-guided": "A-Evolve's own Guided Synthesis engine",
+    "aevolve-adaptive": "A-Evolve's own Adaptive Evolution engine",
+    "aevolve-adaptive-skill": "A-Evolve's own Adaptive Skill engine",
+}
+
+
+def engine_choices() -> list[tuple[str, str]]:
+    """(name, what it does) of each engine engine_names() offers, for a select."""
+    described = []
+    for name in engine_names():
+        summary = _SUMMARIES.get(name, "")
+        cls = ENGINES.get(name)
+        if not summary and cls is not None:
+            summary = (inspect.getdoc(cls) or "").split("\n\n", 1)[0].replace("\n", " ").split(". ", 1)[0]
+            summary = summary if len(summary) <= 90 else summary[:89] + "…"
+        elif not summary:
+            summary = f"installed: {installed(ENGINE_GROUP)[name].value}"
+        described.append((name, summary))
+    return described
+
+
 def _builtin(name: str) -> str | None:
     return name if name in ENGINES else _BUILTIN_PATHS.get(name)
 

@@ -43,7 +43,7 @@ def layout_pages(personas, finished, data_dir, tmp_path):  # noqa: F811 (fixture
     running = frozen(personas, tmp_path, {"cand_001": 3}, repo_name="running", population=2, rounds=[2, 1])
     search_start(personas.owner, running, enqueue=False)
     receipt = Receipt.objects.filter(subject_type="candidate", subject_id=winner.pk).order_by("id").first()
-    search_url, run_url = f"/searches/{search.search_id}/", f"/agents/{agent.pk}/runs/{run.pk}/"
+    search_url, run_url = f"/searches/{search.search_id}/", f"/agents/{agent.pk}/runs/{run.number}/"
     return {
         "home": "/",
         "project": f"/projects/{personas.alpha.pk}/",
@@ -65,7 +65,10 @@ def layout_pages(personas, finished, data_dir, tmp_path):  # noqa: F811 (fixture
         "compare": f"{search_url}compare/?c=cand_002&c=cand_001",
         "decide": f"{search_url}candidates/{winner.candidate_id}/decide/?decision=approve",
         "search-cancel": f"/searches/{running.search_id}/cancel/",
-        "evolution-run-cancel": f"/agents/{agent.pk}/runs/{waiting.pk}/cancel/",
+        "evolution-run-cancel": f"/agents/{agent.pk}/runs/{waiting.number}/cancel/",
+        "agent-compare": f"/agents/{agent.pk}/compare/?base=evo-0&head=evo-3",
+        "agent-files": f"/agents/{agent.pk}/files/?ref=evo-3",
+        "agent-file": f"/agents/{agent.pk}/files/?ref=evo-3&path=skills/date-arithmetic/SKILL.md",
         "new-spec": "/searches/specs/new/",
         "api-docs": "/api/docs",
     }
@@ -75,7 +78,8 @@ SIGNED_OUT_PAGES = {"login": "/login/", "password-reset": "/password/reset/",
                     "password-reset-sent": "/password/reset/sent/", "password-reset-done": "/reset/done/"}
 # What a page shows once drawn (the API docs draw by script after load): its screenshot waits for it.
 SHOWN = {"api-docs": "#swagger-ui .opblock", "search-cancel": "#confirm-cancel",
-         "evolution-run-cancel": "#confirm-cancel", "evolution-run": ".evo-curve svg"}
+         "evolution-run-cancel": "#confirm-cancel", "evolution-run": ".evo-curve svg",
+         "agent-compare": ".diff-rendered .d2h-file-wrapper"}
 
 
 def page_box(page) -> dict[str, int]:

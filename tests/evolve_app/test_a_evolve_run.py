@@ -333,7 +333,7 @@ def test_the_run_page_and_api_say_which_mapping_the_run_used(personas, roots, da
     run = EvolutionRun.objects.get(pk=response.json()["id"])
     assert run.agent_mapping == mapping == agent_mapping(folder)
     assert bearer(personas.member).get(f"/api/runs/{run.pk}").json()["agent_mapping"] == mapping
-    page = login(personas.member).get(f"/agents/{agent.pk}/runs/{run.pk}/").content.decode()
+    page = login(personas.member).get(f"/agents/{agent.pk}/runs/{run.number}/").content.decode()
     assert "A-Evolve agent agent_evolve.agents.swe.agent.SweAgent → Crucible reference agent" in page
     assert "python_exec → sandboxed python" in page and "not available: web_search" in page
     agent_page = login(personas.member).get(f"/agents/{agent.pk}/").content.decode()

@@ -247,3 +247,14 @@ def test_session_posts_need_the_csrf_token_and_token_posts_do_not(personas, demo
     run_id = ok.json()["id"]
     assert post(bearer(personas.member), f"/api/runs/{run_id}/cancel").status_code == 200
     assert login(personas.member).get(f"/api/runs/{run_id}").json()["status"] == "cancelled"
+
+
+def test_the_api_refuses_unregistered_engines_and_benchmarks_as_the_form_does(personas, demo_agent):
+    member = bearer(personas.member)
+    refused = post(member, f"/api/agents/{demo_agent.pk}/runs", {"engine": "no-such-engine",
+                                                                 "benchmark": "no-such-benchmark"})
+    assert refused.status_code == 400, refused.json()
+    text = str(refused.json())
+    assert "unknown engine 'no-such-engine': use one of textbook" in text
+    assert "unknown benchmark 'no-such-benchmark'; registered: demo, jsonl, task-folder" in text
+    assert not EvolutionRun.objects.exists()

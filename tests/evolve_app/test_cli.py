@@ -67,7 +67,7 @@ def test_the_demo_agent_evolves_three_cycles_printing_each_score_and_a_final_tab
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     run = EvolutionRun.objects.get()
-    url = page_url(f"/agents/{agent.pk}/runs/{run.pk}/")
+    url = page_url(f"/agents/{agent.pk}/runs/{run.number}/")
     assert lines[0] == f"Started run {run.number} of {agent.name} (id {run.pk}): {url}"
     assert lines[1] == f"{agent.name} run {run.number}: textbook on demo, 3 cycles"
     assert lines[2] == "cycle 1: score 0.25, accepted (+date-arithmetic): added skill date-arithmetic"

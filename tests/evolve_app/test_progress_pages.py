@@ -22,7 +22,7 @@ def run_inline(user, agent, cycles: int = 2, **config) -> EvolutionRun:
 
 
 def run_url(run) -> str:
-    return f"/agents/{run.agent_id}/runs/{run.pk}/"
+    return f"/agents/{run.agent_id}/runs/{run.number}/"
 
 
 def test_a_run_resumed_after_each_review_says_it_did_every_cycle(personas, demo_agent):

@@ -46,7 +46,6 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection
 from django.http import Http404
-from django.urls import reverse
 from rich.live import Live
 from rich.table import Table
 
@@ -276,7 +275,7 @@ class Command(CrucibleCommand):
         run = self._guarded(lambda: evolution_run_start(
             user, agent, benchmark=options["benchmark"], engine=options["engine"], cycles=options["cycles"],
             config=config, enqueue=False, trusted=True))
-        url = page_url(reverse("evolution_run_detail", args=[agent.pk, run.pk]))
+        url = page_url(run.get_absolute_url())
         # With --json, standard output stays one JSON document.
         (self.stderr if options["json"] else self.stdout).write(
             printable(f"Started run {run.number} of {agent.name} (id {run.pk}): {url}"),
