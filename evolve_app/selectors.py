@@ -267,10 +267,11 @@ def _commit_diff(history: EvolutionHistory, base: str, head: str) -> tuple[str, 
     diff of two commits never changes, and a moved tag resolves to another key."""
     key = f"workspace-diff:{history.root}:{history._resolve(base)}:{history._resolve(head)}:{DIFF_MAX_BYTES}"
     cached = caches["derived"].get(key)
-    if cached is None:
-        cached = _diff_cut(history.get_workspace_diff(base, head))
-        caches["derived"].set(key, cached)
-    return cached
+    if cached is not None:
+        return str(cached[0]), bool(cached[1])
+    diff = _diff_cut(history.get_workspace_diff(base, head))
+    caches["derived"].set(key, diff)
+    return diff
 
 
 def _tag_commit(history: EvolutionHistory, tag: str) -> str | None:
