@@ -428,10 +428,15 @@ def candidate_file_stats(candidate: Any) -> list[dict[str, Any]]:
     """Per changed file: path, lines added and deleted (None for binary files)."""
     if not candidate.patch:
         return []
-    try:
-        numstat = patch_from_text(bytes(candidate.patch)).numstat
-    except GitError:  # a stored patch git cannot read: the page shows the text without the counts
-        return []
+    text = bytes(candidate.patch)
+    key = f"numstat:{hashlib.sha256(text).hexdigest()}"  # the patch's bytes: a revised patch is a new key
+    numstat = caches["derived"].get(key)
+    if numstat is None:
+        try:
+            numstat = patch_from_text(text).numstat
+        except GitError:  # a stored patch git cannot read: the page shows the text without the counts
+            return []
+        caches["derived"].set(key, numstat)
     return [{"path": path, "added": added, "deleted": deleted} for added, deleted, path in numstat]
 
 
