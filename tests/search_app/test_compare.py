@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 import shutil
+import threading
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
@@ -18,6 +19,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from runtime_app.lane import EXCLUSIVE, lane_hold
 from search_app import diffs, selectors
 from search_app.models import Candidate
 from tests.helpers import login
@@ -331,3 +333,24 @@ def test_a_revised_patch_is_compared_afresh_not_from_the_kept_diff(finished, per
         patch=revised, patch_sha256=hashlib.sha256(revised).hexdigest())
     text = diff_data(client.get(compare_url(search, "cand_001", "cand_003")).content.decode())
     assert "+    return 8\n" in text and "return 7" not in text
+
+
+def test_the_compare_page_answers_while_a_timing_trial_holds_the_lane(finished, personas):
+    search, _ = finished
+    client = login(personas.member)
+    held, answered = threading.Event(), threading.Event()
+
+    def trial():
+        with lane_hold(EXCLUSIVE):
+            held.set()
+            answered.wait(30)  # old code: the page's git calls waited here for the trial to end
+
+    thread = threading.Thread(target=trial, daemon=True)
+    thread.start()
+    assert held.wait(30)
+    response = client.get(compare_url(search, "cand_001", "cand_004"))
+    answered_while_held = thread.is_alive()
+    answered.set()
+    thread.join(60)
+    assert response.status_code == 200 and "+    return 5\n" in diff_data(response.content.decode())
+    assert answered_while_held, "the page waited for the timing trial to end"
