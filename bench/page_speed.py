@@ -1,7 +1,7 @@
 """Page times of the candidate, compare, agent and cycle pages with and without a population-32
 search running beside them, measured in one run against a real `manage.py serve`.
 
-    .venv/bin/python bench/page_speed.py [--rounds 20] [--load-seconds 240] [--keep]
+    .venv/bin/python bench/page_speed.py [--rounds 30] [--load-seconds 600] [--keep]
 
 How: a temp data dir, `manage.py migrate` and `crucible_setup` (the demo project, repository and
 agent, whose 4-cycle evolution `make run` queues), then `manage.py serve` on a free port: Daphne
@@ -11,13 +11,14 @@ with population 32 and rounds [32, 8, 3, 1] and started through the services, so
 inside serve runs its writers, gates and timed trials in the sandbox.
 
 Under load: as soon as two of its candidates have a patch, a logged-in HTTP client requests, in
-turn, a candidate page (rotating over the candidates that have a patch), the compare page of two
-of them, the demo agent's page and one of its cycle pages, ROUNDS times each, for at most
-LOAD_SECONDS or until the search finishes; a sample counts as under load only if the search
-was still running when it ended. Then the search is cancelled, the bench waits until no step
-runs, and the same URLs are requested ROUNDS times again (idle). Each page is requested once
-before each phase to warm it up. Printed per page and phase: samples, p50, p95 and max in ms,
-and the ratio of the p95s (load / idle). Goal: p95 under load below 500 ms for every page.
+turn, a candidate page (rotating over the candidates that have a patch), the compare page of the
+first two, the demo agent's page and its last cycle's page, then pauses PAUSE (a person reading,
+not a load generator), again and again until the search finishes or LOAD_SECONDS pass; a sample
+counts as under load only if the search was still running when it ended. Then the search is
+cancelled if it still runs, the bench waits until no step runs, and the same pages are requested
+ROUNDS times each (idle). Each page is requested once before each phase to warm it up. Printed per
+page and phase: samples, p50, p95 and max in ms, and the ratio of the p95s (load / idle).
+Goal: p95 under load below 500 ms for every page.
 
 Other processes on the machine load both phases alike; run it a few times and compare.
 """
@@ -103,8 +104,8 @@ def percentile(values: list[float], share: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=20, help="requests of each page per phase")
-    parser.add_argument("--load-seconds", type=float, default=240.0, help="longest the loaded phase lasts")
+    parser.add_argument("--rounds", type=int, default=30, help="requests of each page per phase")
+    parser.add_argument("--load-seconds", type=float, default=600.0, help="longest the loaded phase lasts")
     parser.add_argument("--keep", action="store_true", help="keep the data dir and serve's log")
     options = parser.parse_args()
     temp = Path(tempfile.mkdtemp(prefix="crucible-bench-pages-"))
