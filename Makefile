@@ -50,6 +50,7 @@ bench: setup
 	$(PY) bench/ws_fanout.py
 	$(PY) bench/evolution_cycle.py
 	$(PY) bench/a_evolve_workspaces.py
+	$(PY) bench/page_speed.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

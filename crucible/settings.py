@@ -48,7 +48,17 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # A page's git reads (GET, HEAD) do not wait for timing trials (runtime_app/lane.py).
+    "runtime_app.lane.PageReadsMiddleware",
 ]
+
+# "derived": what a page derives from immutable content (a compare diff, a cycle's diff), keyed by
+# the content's hashes, so an entry is never stale; per process, at most 64 entries of ≤ 2 MB.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "derived": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "crucible-derived",
+                "TIMEOUT": 3600, "OPTIONS": {"MAX_ENTRIES": 64}},
+}
 
 ROOT_URLCONF = "crucible.urls"
 ASGI_APPLICATION = "crucible.asgi.application"

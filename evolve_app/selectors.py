@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
+from django.core.cache import caches
 from django.core.exceptions import ValidationError
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404
@@ -247,14 +248,31 @@ def cycle_diff(agent: Agent, cycle: Cycle) -> dict[str, Any]:
                 labels[key] = short_sha(ref)
         if cycle.status == Cycle.Status.AWAITING_REVIEW:
             text, labels["head"] = history.get_pending_diff(base), "the files on disk (awaiting review)"
+            text, truncated = _diff_cut(text)
         else:
-            text = history.get_workspace_diff(base, head)
+            text, truncated = _commit_diff(history, base, head)
     except (WorkspaceError, OSError) as error:
         return {"text": "", **labels, "error": str(error), "truncated": False}
-    truncated = len(text) > DIFF_MAX_BYTES
-    if truncated:
-        text = text[:DIFF_MAX_BYTES].rsplit("\ndiff --git ", 1)[0] + "\n"
     return {"text": text, **labels, "error": "", "truncated": truncated}
+
+
+def _diff_cut(text: str) -> tuple[str, bool]:
+    """The diff as a page carries it (DIFF_MAX_BYTES, cut before a file), and whether it was cut."""
+    if len(text) <= DIFF_MAX_BYTES:
+        return text, False
+    return text[:DIFF_MAX_BYTES].rsplit("\ndiff --git ", 1)[0] + "\n", True
+
+
+def _commit_diff(history: EvolutionHistory, base: str, head: str) -> tuple[str, bool]:
+    """The cut diff between two refs, kept in the derived cache under their commits' SHAs: the
+    diff of two commits never changes, and a moved tag resolves to another key."""
+    key = f"workspace-diff:{history.root}:{history._resolve(base)}:{history._resolve(head)}:{DIFF_MAX_BYTES}"
+    cached = caches["derived"].get(key)
+    if cached is not None:
+        return str(cached[0]), bool(cached[1])
+    diff = _diff_cut(history.get_workspace_diff(base, head))
+    caches["derived"].set(key, diff)
+    return diff
 
 
 def _tag_commit(history: EvolutionHistory, tag: str) -> str | None:

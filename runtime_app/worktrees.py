@@ -49,7 +49,7 @@ from dulwich.diff_tree import CHANGE_ADD, CHANGE_DELETE, TreeChange, tree_change
 from dulwich.object_store import DiskObjectStore
 from dulwich.objects import Commit
 
-from runtime_app.lane import SHARED, lane_hold
+from runtime_app.lane import git_held
 from runtime_app.policy import PatchLimits
 from runtime_app.presenters import short_sha
 from runtime_app.repository import GitError, ref_resolve, repo_open
@@ -93,7 +93,7 @@ def git_run(
 ) -> bytes:
     """Run `git args` safely and return its stdout; a failure raises GitError with git's words."""
     argv = ["git", *(item for pair in _SAFE_CONFIG for item in ("-c", pair)), *args]
-    with lane_hold(SHARED):  # a git call is a command on this host: never beside a timing trial
+    with git_held():  # a git call is a command on this host: never beside a timing trial (pages aside)
         try:
             # umask 022 whatever the server's: worktrees must be readable by the sandbox's own user.
             process = subprocess.Popen(

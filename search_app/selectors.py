@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import shlex
 from collections import Counter
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.cache import caches
 from django.core.exceptions import PermissionDenied
 from django.db.models import (
     Case,
@@ -426,10 +428,15 @@ def candidate_file_stats(candidate: Any) -> list[dict[str, Any]]:
     """Per changed file: path, lines added and deleted (None for binary files)."""
     if not candidate.patch:
         return []
-    try:
-        numstat = patch_from_text(bytes(candidate.patch)).numstat
-    except GitError:  # a stored patch git cannot read: the page shows the text without the counts
-        return []
+    text = bytes(candidate.patch)
+    key = f"numstat:{hashlib.sha256(text).hexdigest()}"  # the patch's bytes: a revised patch is a new key
+    numstat = caches["derived"].get(key)
+    if numstat is None:
+        try:
+            numstat = patch_from_text(text).numstat
+        except GitError:  # a stored patch git cannot read: the page shows the text without the counts
+            return []
+        caches["derived"].set(key, numstat)
     return [{"path": path, "added": added, "deleted": deleted} for added, deleted, path in numstat]
 
 
@@ -657,6 +664,15 @@ def compare_tree_diff(search: Search, first: Any, second: Any, limit: int | None
     {"text", "truncated", "error"}. A patch that no longer applies or a repository that is
     gone gives the reason in `error` and no text; past `limit` bytes (COMPARE_DIFF_MAX_BYTES) the
     text is cut at a line."""
+    limit = COMPARE_DIFF_MAX_BYTES if limit is None else limit
+    # Keyed by what the diff is made of (the baseline commit and both patches' bytes), so a revised
+    # patch is a new key; only a page's cut diffs are kept (a download may be any size).
+    patches = [hashlib.sha256(bytes(c.patch or b"")).hexdigest() for c in (first, second)]
+    parts = [search.repository_path, search.baseline_commit, str(limit), *patches]
+    key = "compare-diff:" + hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    cacheable = limit <= COMPARE_DIFF_MAX_BYTES
+    if cacheable and (cached := caches["derived"].get(key)) is not None:
+        return cached
     try:
         with object_scratch(search.repository_path) as scratch:
             trees = [_compare_tree(search, candidate, scratch) for candidate in (first, second)]
@@ -665,12 +681,14 @@ def compare_tree_diff(search: Search, first: Any, second: Any, limit: int | None
                           env=scratch.env)
     except (GitError, OSError) as error:
         return {"text": "", "truncated": False, "error": str(error) or error.__class__.__name__}
-    limit = COMPARE_DIFF_MAX_BYTES if limit is None else limit
     truncated = len(out) > limit
     if truncated:
         out = out[:limit]
         out = out[: out.rfind(b"\n") + 1] or out
-    return {"text": out.decode(errors="replace"), "truncated": truncated, "error": ""}
+    diff = {"text": out.decode(errors="replace"), "truncated": truncated, "error": ""}
+    if cacheable:
+        caches["derived"].set(key, diff)
+    return diff
 
 
 def diff_anchors(candidate: Any) -> dict[str, dict[str, list[int]]]:

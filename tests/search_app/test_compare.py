@@ -3,9 +3,11 @@ on a search run inline against a real repository."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
+import threading
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
@@ -17,6 +19,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from runtime_app.lane import EXCLUSIVE, lane_hold
 from search_app import diffs, selectors
 from search_app.models import Candidate
 from tests.helpers import login
@@ -303,3 +306,51 @@ def test_the_number_of_queries_does_not_grow_with_the_candidates_picked(finished
     candidate_queries = [q["sql"] for q in four.captured_queries if "search_app_candidate" in q["sql"]]
     # The picker's list, the picked candidates and the baseline's state (is it paired?).
     assert len(candidate_queries) == 3
+
+
+def test_a_second_view_of_the_same_pick_reuses_its_diff_without_building_the_trees_again(
+        finished, personas, monkeypatch):
+    search, _ = finished
+    built = []
+    real = selectors.patched_tree
+    monkeypatch.setattr(selectors, "patched_tree",
+                        lambda *args, **kwargs: built.append(1) or real(*args, **kwargs))
+    client = login(personas.member)
+    first = diff_data(client.get(compare_url(search, "cand_001", "cand_003")).content.decode())
+    again = diff_data(client.get(compare_url(search, "cand_001", "cand_003")).content.decode())
+    assert first == again and "+    return 7\n" in again
+    assert len(built) == 2  # the two trees of the first view only
+
+
+def test_a_revised_patch_is_compared_afresh_not_from_the_kept_diff(finished, personas):
+    search, _ = finished
+    client = login(personas.member)
+    before = diff_data(client.get(compare_url(search, "cand_001", "cand_003")).content.decode())
+    assert "+    return 7\n" in before
+    revised = bytes(Candidate.objects.get(search=search, candidate_id="cand_003").patch).replace(
+        b"+    return 7", b"+    return 8")
+    Candidate.objects.filter(search=search, candidate_id="cand_003").update(
+        patch=revised, patch_sha256=hashlib.sha256(revised).hexdigest())
+    text = diff_data(client.get(compare_url(search, "cand_001", "cand_003")).content.decode())
+    assert "+    return 8\n" in text and "return 7" not in text
+
+
+def test_the_compare_page_answers_while_a_timing_trial_holds_the_lane(finished, personas):
+    search, _ = finished
+    client = login(personas.member)
+    held, answered = threading.Event(), threading.Event()
+
+    def trial():
+        with lane_hold(EXCLUSIVE):
+            held.set()
+            answered.wait(30)  # old code: the page's git calls waited here for the trial to end
+
+    thread = threading.Thread(target=trial, daemon=True)
+    thread.start()
+    assert held.wait(30)
+    response = client.get(compare_url(search, "cand_001", "cand_004"))
+    answered_while_held = thread.is_alive()
+    answered.set()
+    thread.join(60)
+    assert response.status_code == 200 and "+    return 5\n" in diff_data(response.content.decode())
+    assert answered_while_held, "the page waited for the timing trial to end"
