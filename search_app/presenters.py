@@ -553,7 +553,7 @@ def compare_rows(search: Search, candidates: list[Any], *, paired: bool = False)
         if c.score is None:
             return cell(None, "—")
         shown = candidate_figures(c, search)
-        if paired and c.number:
+        if figures.paired_figure(c) and c.number:  # as the candidate table reads it
             return cell(c.score, shown["score"], f"median ratio to the baseline in the same blocks "
                         f"{c.score!r} [{c.score_low!r}, {c.score_high!r}], in {metric.label}")
         return cell(c.score, shown["value"], _exact(c.score))
