@@ -298,7 +298,8 @@ def test_outsiders_get_404_and_a_session_needs_csrf_while_a_bearer_token_does_no
     search, winner, _ = finished
     base = f"/api/searches/{search.search_id}"
     calls = [(f"{base}/candidates/cand_002/comments", {"body": "hi"}),
-             (f"{base}/candidates/cand_002/request-changes", {"patch_sha256": winner.patch_sha256}),
+             (f"{base}/candidates/cand_002/request-changes", {"patch_sha256": winner.patch_sha256,
+                                                              "note": "rename it"}),
              (f"{base}/candidates/cand_002/approve", {"patch_sha256": winner.patch_sha256}),
              (f"{base}/merge", {})]
     for url, body in calls:
