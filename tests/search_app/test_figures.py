@@ -16,6 +16,7 @@ from search_app.figures import change, digits_for, metric_of, number_text, quant
 from search_app.models import Candidate, SearchRun
 from tests.helpers import login
 from tests.search_app.runs import spec_text
+from tests.search_app.test_cli import outcome_table
 from tests.search_app.test_search_list import repository  # noqa: F401 (a fixture)
 
 WALL = metric_of("runtime:wall_seconds")
@@ -111,6 +112,13 @@ def test_the_metric_says_its_unit_and_direction():
 
 
 # --- the pages, the API and the CLI ------------------------------------------------------------
+
+def test_the_cli_outcome_table_prints_the_pages_words_and_units():
+    shown = {"score": "122× faster (113–126×)", "value": "21.6 ms", "spread": "spread 0.4 ms", "trials": {}}
+    text = outcome_table("runtime:wall_seconds", figures=shown)
+    assert "122× faster (113–126×)" in text and "21.6 ms · spread 0.4 ms" in text
+    assert "0.41× [0.38, 0.44]" not in text  # the bare figure only for a report without `figures`
+
 
 def timed_search(personas, repository, population: int = 2, rounds: list[int] | None = None):  # noqa: F811
     text = spec_text(population=population, rounds=rounds or [2, 1], name="timed")
