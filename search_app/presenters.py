@@ -59,19 +59,6 @@ SEARCH_LIST_COLUMNS = [
 ]
 
 
-def _finite(value: float) -> bool:
-    return value == value and abs(value) != float("inf")  # not NaN, not ±inf
-
-
-def score_text(value: float) -> str:
-    """A score as people read it: 712, 0.45, 1,234.5, 0.000123."""
-    if not _finite(value):
-        return str(value)
-    if value == int(value) and abs(value) < 1e15:
-        return f"{int(value):,}"
-    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
-
-
 def versus(best: float | None, baseline: float | None, direction: str | None, metric: str = "",
            reported: str | None = None, *, ratio: float | None = None, low: float | None = None,
            high: float | None = None) -> dict[str, Any] | None:
