@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime_app.prices import usd_text
+from search_app import figures
 from search_app.measurement import figure_text, is_paired
 
 LOG_SPAN = 10  # highest / lowest above which a score axis is logarithmic
@@ -152,13 +153,24 @@ def score_plot(points: Sequence[ScorePoint], score_spec: dict[str, Any], contrac
         x_axis = linear_axis(xs, left, right, whole=True)
     y_axis = score_axis(ys, bottom, top)
 
+    unit = figures.metric_of(score_spec.get("metric"), score_spec.get("reported"),
+                             score_spec.get("direction"))
+
+    def words(score: float, low: float | None, high: float | None, ratio: bool,
+              spread: float | None) -> str:
+        # as the candidate table says it: "122× faster (113–126×)", or the value in its unit
+        moved = figures.change(score, unit, low, high) if ratio else None
+        if moved is not None:
+            return moved.text
+        return figure_text(score, low, high, paired=True) if ratio else figures.quantity(score, unit, spread)
+
     shown: list[dict[str, Any]] = []
     for (candidate_id, _, score, cost, diff_lines, state, spread, low, high, absolute), x in zip(
             scored, xs, strict=True):
         # as the candidate table reads it: a ratio when it differs from the median value kept beside it
         ratio = absolute is not None and score != absolute
         shown.append({"id": candidate_id, "score": score, "ratio": ratio,
-                      "figure": figure_text(score, low, high, paired=ratio), "cost": cost,
+                      "figure": words(score, low, high, ratio, spread), "cost": cost,
                       "cost_text": usd_text(cost), "diff_lines": diff_lines, "state": state, "spread": spread,
                       "x": x, "cx": x_axis.at(x), "cy": y_axis.at(score)})
     # The front: walking from the cheapest, each point whose score beats every cheaper one.
@@ -179,7 +191,8 @@ def score_plot(points: Sequence[ScorePoint], score_spec: dict[str, Any], contrac
         "points": shown, "total": len(scored), "front": " ".join(f"{p['cx']},{p['cy']}" for p in front),
         "baseline_y": y_axis.at(baseline[2]) if baseline else None,
         "baseline_score": baseline[2] if baseline else None,
-        "baseline_text": figure_text(baseline[2], None, None, paired=paired) if baseline else "",
+        "baseline_text": (figure_text(baseline[2], None, None, paired=True) if paired
+                          else figures.quantity(baseline[2], unit, baseline[6])) if baseline else "",
         "x_label": "cost (USD)" if by_cost else "diff lines",
         "x_title": "cost in dollars" if by_cost else "diff lines (nothing was spent)",
         "y_title": y_label + (", log scale" if y_axis.log else ""), "log": y_axis.log,

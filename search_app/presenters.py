@@ -22,17 +22,15 @@ from runtime_app.policy import size_text
 from runtime_app.presenters import NAME_MAX_LENGTH, short_sha
 from runtime_app.prices import usd_text
 from runtime_app.selectors import repositories_for_user, repository_refs
-from search_app import plotting, selectors
+from search_app import figures, plotting, selectors
 from search_app.diffs import COMPARE_LARGE_FILE_LINES, compare_diff_files
 from search_app.execution import search_spec, writer_prompt_parts
 from search_app.forms import CommentForm, MergeForm, SearchListForm, SpecEditorForm
 from search_app.freeze import candidate_batches, canonical, search_id_for, sha256_hex
-from search_app.measurement import figure_text
 from search_app.models import Candidate, Search, SearchRun, Spec, SpecVersion, Step
-from search_app.selection import is_better
 from search_app.spec import spec_validate, spec_warnings
 from search_app.spec_templates import SPEC_TEMPLATES
-from search_app.templatetags.search_figures import change_text
+from search_app.templatetags.search_figures import candidate_figures, search_metric
 
 if TYPE_CHECKING:
     from search_app.selectors import SearchListRow, User
@@ -61,37 +59,33 @@ SEARCH_LIST_COLUMNS = [
 ]
 
 
-def _finite(value: float) -> bool:
-    return value == value and abs(value) != float("inf")  # not NaN, not ±inf
-
-
-def score_text(value: float) -> str:
-    """A score as people read it: 712, 0.45, 1,234.5, 0.000123."""
-    if not _finite(value):
-        return str(value)
-    if value == int(value) and abs(value) < 1e15:
-        return f"{int(value):,}"
-    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
-
-
-def versus(best: float | None, baseline: float | None, direction: str | None,
-           metric: str = "") -> dict[str, str] | None:
-    """"0.45 vs 712 (1,582x faster)", "11 vs 10 (+10.0%)", and whether the best beats the
-    baseline in the spec's direction."""
+def versus(best: float | None, baseline: float | None, direction: str | None, metric: str = "",
+           reported: str | None = None, *, ratio: float | None = None, low: float | None = None,
+           high: float | None = None) -> dict[str, Any] | None:
+    """The best candidate against the baseline, in the metric's unit and words, with the paired
+    ratio's interval when there is one: "122× faster (113–126×) · 21.6 ms vs 2.64 s"; `verdict`
+    says whether it beats the baseline in the spec's direction."""
     if best is None:
         return None
-    direction = direction or "minimize"  # the spec's default
+    shown = figures.metric_of(metric, reported, direction)
+    line = figures.versus(best, baseline, shown, ratio=ratio, low=low, high=high)
+    assert line is not None  # there is a value
+    line["title"] = (f"best candidate {best!r} vs baseline {baseline!r}; {shown.label}"
+                     if baseline is not None else f"best {best!r}; the baseline has no score; {shown.label}")
+    line["unit"] = shown.unit
     if baseline is None:
-        return {"text": score_text(best), "verdict": "", "title": f"best {best!r} ({direction}); "
-                                                                  "the baseline has no score"}
-    text, verdict = f"{score_text(best)} vs {score_text(baseline)}", "same"
-    if best != baseline:
-        verdict = "better" if is_better(best, baseline, direction) else "worse"
-    change = change_text(best, baseline, metric)
-    if change:
-        text += f" ({change})"
-    return {"text": text, "verdict": verdict,
-            "title": f"best candidate {best!r} vs baseline {baseline!r}; {direction}, so this is {verdict}"}
+        line["verdict"] = ""
+    return line
+
+
+def _best_ratio(search: Any) -> dict[str, float | None]:
+    """The best candidate's paired ratio and interval, when the list read one (its figure is not
+    its median value): the list then says "122× faster (113–126×)" as the search page does."""
+    ratio = getattr(search, "best_ratio", None)
+    if ratio is None or ratio == search.best_score:
+        return {}
+    return {"ratio": ratio, "low": getattr(search, "best_low", None),
+            "high": getattr(search, "best_high", None)}
 
 
 def search_row(search: SearchListRow) -> dict[str, Any]:
@@ -108,7 +102,8 @@ def search_row(search: SearchListRow) -> dict[str, Any]:
         "population": search.population,
         "rounds": " → ".join(str(survivors) for survivors in search.rounds or []),
         "versus": versus(search.best_score, search.baseline_score, search.score_direction,
-                         getattr(search, "score_metric", "")),
+                         getattr(search, "score_metric", ""), getattr(search, "score_reported", None),
+                         **_best_ratio(search)),
         "spend": spend, "budget": budget, "share": share,
     }
 
@@ -301,8 +296,16 @@ def candidate_table(search: Search, *, sort: str = "number", state: str = "",
     table = selectors.candidate_rows(search, sort=sort, state=state, page=page)
     query = {k: v for k, v in (("sort", table["sort"]), ("state", table["state"]), ("page", table["page"]))
              if v and v not in ("number", 1)}
+    spend_shown = selectors.candidate_spend_shown(search)
     return {"search": search, "table": table, "candidate_states": selectors.CANDIDATE_STATES,
-            "table_columns": CANDIDATE_COLUMNS, "table_query": urlencode(query)}
+            "table_columns": candidate_columns(spend_shown), "spend_shown": spend_shown,
+            "metric": search_metric(search), "table_query": urlencode(query)}
+
+
+def candidate_columns(spend_shown: bool) -> list[tuple[str, str]]:
+    """The table's headings: Cost and Tokens only where a writer can spend (or one did), so a
+    search of command writers shows no column that is empty in every row."""
+    return [(key, label) for key, label in CANDIDATE_COLUMNS if spend_shown or key not in ("cost", "tokens")]
 
 
 def score_plot(search: Search, width: int = 640, height: int = 300) -> dict[str, Any]:
@@ -322,6 +325,8 @@ def run_card(search: Search, user: User, *, can_operate: bool, can_approve: bool
     return {
         "search": search, "report": summary, "funnel": selectors.search_funnel(search),
         "plot": score_plot(search), "approval": approval,
+        # the live rows carry the same columns as the table the page rendered
+        "spend_shown": selectors.candidate_spend_shown(search),
         "can_operate": can_operate, "can_approve": can_approve,
         "refusals": selectors.decision_refusals(user, search) if approval else None,
     }
@@ -415,7 +420,7 @@ def candidate_page(user: User, candidate: Candidate, **extra: Any) -> dict[str, 
         "threads": threads, "thread_ids": [thread["comment"].pk for thread in threads],
         "timeline": selectors.candidate_timeline(candidate, threads),
         "anchors": selectors.diff_anchors(candidate), "reviews": candidate.reviews.order_by("-id"),
-        "report": summary, "is_winner": is_winner,
+        "report": summary, "is_winner": is_winner, "score_line": candidate_score_line(candidate),
         "approval": selectors.approval_state(candidate) if is_winner else None,
         "replay": selectors.winner_replay(search) if is_winner else None,
         "can_approve": access.has_role(user, search.project, access.APPROVER),
@@ -426,6 +431,26 @@ def candidate_page(user: User, candidate: Candidate, **extra: Any) -> dict[str, 
         "live": live_tail(candidate),
         **extra,
     }
+
+
+def candidate_score_line(candidate: Candidate) -> dict[str, Any] | None:
+    """"122× faster (113–126×) · 21.6 ms vs 2.64 s": the candidate against the baseline's median,
+    in the metric's unit and words (for the baseline, its own value)."""
+    search = candidate.search
+    value = candidate.score_absolute if candidate.score_absolute is not None else candidate.score
+    if value is None:
+        return None
+    baseline = base = None
+    if candidate.number:
+        base = Candidate.objects.filter(search=search, number=0).values_list(
+            "score_absolute", "score", "spread").first()
+        if base is not None:
+            baseline = base[0] if base[0] is not None else base[1]
+    paired = figures.paired_figure(candidate)
+    return figures.versus(value, baseline, search_metric(search), ratio=candidate.score if paired else None,
+                          low=candidate.score_low if paired else None,
+                          high=candidate.score_high if paired else None, spread=candidate.spread,
+                          baseline_spread=base[2] if base is not None else None)
 
 
 def patch_shown(text: bytes, max_bytes: int | None = None, max_lines: int | None = None) -> dict[str, Any]:
@@ -480,6 +505,10 @@ def _round_key(key: Any) -> tuple[int, str]:
     return (int(text), text) if text.isdigit() else (1 << 30, text)
 
 
+# Rows left out when no candidate has a value in them.
+COMPARE_OPTIONAL_ROWS = ("Median value", "Spread (max − min)", "Runtime (mean trial)", "Cost", "Tokens")
+
+
 def compare_rows(search: Search, candidates: list[Any], *, paired: bool = False) -> list[dict[str, Any]]:
     """The metric rows of the compare table (no queries): per row its label, one cell per
     candidate ({"text", "title"}) and `same`, true when every candidate has the same value.
@@ -499,11 +528,22 @@ def compare_rows(search: Search, candidates: list[Any], *, paired: bool = False)
         return cell(c.round_reached, f"{c.round_reached}{last}",
                     f"round {c.round_reached} of rounds {rounds}{admits}" if rounds else "")
 
+    metric = search_metric(search)
+
     def trials(c: Any, key: str) -> dict[str, Any]:
         values = (c.trials or {}).get(key)
         if not values:
             return cell(None, "—")
-        return cell(list(values), ", ".join(_number_text(v) for v in values))
+        return cell(list(values), figures.trials_text(values, metric), ", ".join(repr(v) for v in values))
+
+    def score(c: Any) -> dict[str, Any]:
+        if c.score is None:
+            return cell(None, "—")
+        shown = candidate_figures(c, search)
+        if figures.paired_figure(c) and c.number:  # as the candidate table reads it
+            return cell(c.score, shown["score"], f"median ratio to the baseline in the same blocks "
+                        f"{c.score!r} [{c.score_low!r}, {c.score_high!r}], in {metric.label}")
+        return cell(c.score, shown["value"], _exact(c.score))
 
     def files(c: Any) -> dict[str, Any]:
         paths = list(c.files or [])
@@ -517,18 +557,17 @@ def compare_rows(search: Search, candidates: list[Any], *, paired: bool = False)
         ("Round reached", reached),
         ("Gates passed", lambda c: cell(c.gates_passed, f"{c.gates_passed} of {gates}" if gates
                                         else str(c.gates_passed))),
-        ("Score", lambda c: cell(c.score, figure_text(c.score, c.score_low, c.score_high, paired=paired),
-                                 "median ratio to the baseline in the same block, with its confidence "
-                                 "interval" if paired else _exact(c.score))),
-        ("Median value", lambda c: cell(c.score_absolute, _number_text(c.score_absolute),
-                                        _exact(c.score_absolute))),
-        ("Spread (max − min)", lambda c: cell(c.spread, _number_text(c.spread), _exact(c.spread))),
+        ("Score", score),
+        ("Median value", lambda c: cell(c.score_absolute, figures.quantity(
+            c.score_absolute, metric, c.spread), _exact(c.score_absolute))),
+        ("Spread (max − min)", lambda c: cell(c.spread, figures.spread_text(
+            c.spread, metric, c.score_absolute).removeprefix("spread ") or "—", _exact(c.spread))),
     ]
     keys = sorted({str(k) for c in candidates for k in (c.trials or {})}, key=_round_key)
     specs += [(f"Trials, round {key}", lambda c, key=key: trials(c, key)) for key in keys]
     specs += [
-        ("Runtime (mean trial)", lambda c: cell(c.runtime_seconds, "—" if c.runtime_seconds is None
-                                                 else f"{c.runtime_seconds:.2f} s")),
+        ("Runtime (mean trial)", lambda c: cell(c.runtime_seconds, figures.quantity(
+            c.runtime_seconds, figures.metric_of("runtime:wall_seconds")))),
         ("Cost", lambda c: cell(c.cost_microusd, usd_text(c.cost_microusd), f"{c.cost_microusd:,} µUSD")),
         ("Tokens", lambda c: cell(c.tokens, f"{c.tokens:,}")),
         ("Diff lines", lambda c: cell(c.diff_lines, _number_text(c.diff_lines))),
@@ -539,6 +578,8 @@ def compare_rows(search: Search, candidates: list[Any], *, paired: bool = False)
     rows = []
     for label, make in specs:
         cells = [make(c) for c in candidates]
+        if label in COMPARE_OPTIONAL_ROWS and not any(item["value"] for item in cells):
+            continue  # empty for every candidate (no cost for command writers): not worth a row
         rows.append({"label": label, "cells": cells,
                      "same": all(item["value"] == cells[0]["value"] for item in cells)})
     return rows
@@ -559,6 +600,7 @@ def compare_page(search: Search, path: str, requested: list[str], differences_on
     query = [("c", candidate_id) for candidate_id in picked_ids]
     context: dict[str, Any] = {
         "search": search, "choices": choices, "problems": problems, "checked": set(requested),
+        "metric": search_metric(search),
         "differences_only": differences_only, "candidates": [], "rows": [], "diff": None,
         "min_picked": selectors.COMPARE_MIN, "max_picked": selectors.COMPARE_MAX,
         "large_lines": COMPARE_LARGE_FILE_LINES,

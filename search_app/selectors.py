@@ -53,6 +53,8 @@ from search_app.diffs import (
     line_ranges_text,  # noqa: F401 (services reads it here; its home is diffs)
 )
 from search_app.execution import search_spec
+from search_app.figures import candidate_figures, search_metric
+from search_app.figures import versus as figures_versus
 from search_app.forecast import Forecast, History, forecast
 from search_app.measurement import figure_text, is_paired
 from search_app.models import Approval, Candidate, Comment, Merge, Search, SearchRun, Spec, SpecVersion, Step
@@ -223,6 +225,8 @@ def search_run_report(search: Search) -> dict[str, Any]:
     metric = search.spec_normalized["score"]["metric"]
     reported = search.spec_normalized["score"].get("reported")
     report.update(metric=metric, metric_source=metric_source(metric, reported))
+    # The metric's unit and direction, as every figure below is shown in (search_app/figures.py).
+    report["metric_unit"] = search_metric(search).as_dict()
     report["warnings"] = spec_warnings(search_spec(search))  # "nothing checks correctness …"
     report.pop("started_at"), report.pop("finished_at"), report.pop("winner_patch_sha256")
     if report["merge"]:
@@ -244,10 +248,37 @@ def search_run_report(search: Search) -> dict[str, Any]:
             "cost_microusd": c.cost_microusd, "tokens": c.tokens, "diff_lines": c.diff_lines,
             "patch_sha256": c.patch_sha256, "patch_round": c.patch_round, "reason": c.reason,
             "receipts": receipts.get(c.pk, []), "metric_source": report["metric_source"],
+            # The same figures in words and units: "122× faster (113–126×)", "21.6 ms", per round's trials.
+            "figures": candidate_figures(c, search),
         }
         for c in candidates
     ]
+    report["best"] = best_versus(search, candidates)
+    shown = ("round", "planned", "entered", "went_on", "fell", "cancelled", "state", "text")
+    report["rounds"] = [{key: step[key] for key in shown} for step in search_funnel(search)["rounds"]]
     return report
+
+
+def best_versus(search: Search, candidates: list[Any]) -> dict[str, Any] | None:
+    """The best scored candidate (the winner once there is one) against the baseline, as the
+    searches list says it: "122× faster (113–126×) · 21.6 ms vs 2.64 s", with its parts."""
+    metric = search_metric(search)
+    scored = [c for c in candidates if c.number and c.score is not None]
+    baseline = next((c for c in candidates if not c.number), None)
+    if not scored:
+        return None
+    winner = next((c for c in scored if c.state == Candidate.State.WINNER), None)
+    best = winner or (min if metric.direction == "minimize" else max)(scored, key=lambda c: c.score)
+    paired = best.score_absolute is not None and best.score != best.score_absolute
+    value = best.score_absolute if best.score_absolute is not None else best.score
+    base = None
+    if baseline is not None:
+        base = baseline.score_absolute if baseline.score_absolute is not None else baseline.score
+    line = figures_versus(value, base, metric, ratio=best.score if paired else None,
+                          low=best.score_low if paired else None, high=best.score_high if paired else None,
+                          spread=best.spread,
+                          baseline_spread=baseline.spread if baseline is not None else None)
+    return {"candidate_id": best.candidate_id, **(line or {})}
 
 
 def search_receipts(user: User, search: Search) -> QuerySet:
@@ -473,20 +504,88 @@ def candidate_rows(search: Search, sort: str = "number", state: str = "", page: 
             "sort": ("-" if descending else "") + key, "state": state if state in CANDIDATE_STATES else ""}
 
 
+def candidate_spend_shown(search: Search) -> bool:
+    """Whether the candidate table has Cost and Tokens columns: its writers can spend (a provider
+    preset, an agent CLI through the egress proxy), or some candidate did (a command writer's
+    usage report); a search of plain command writers has nothing to put there."""
+    provider = ((search.spec_normalized or {}).get("worker") or {}).get("provider") or ""
+    preset = preset_get(provider)
+    if preset is None or preset.kind != "command":
+        return True
+    return Candidate.objects.filter(search=search).filter(Q(cost_microusd__gt=0) | Q(tokens__gt=0)).exists()
+
+
+# A candidate in one of these states fell (the round it fell in is its round_reached; before any
+# round's gates, -1, it fell in round 0: a writer that failed, a patch not admitted).
+FELL_STATES = (Candidate.State.ELIMINATED, Candidate.State.NOT_ADMITTED)
+
+
+def _fell_in(round_index: int, states: tuple[str, ...]) -> Q:
+    reached = Q(round_reached=round_index) | Q(round_reached__lt=0) if round_index == 0 else \
+        Q(round_reached=round_index)
+    return Q(state__in=states) & reached
+
+
+def funnel_text(step: dict[str, Any], last: bool, outcome: str) -> str:
+    """One round's bar label: "12 → 5 · 7 fell" once closed, "12 → … · 3 fell so far" while it
+    runs, "planned 12" before it starts, "not reached" when the search ended before it."""
+    if step["state"] == "planned":
+        return f"planned {step['planned']}"
+    if step["state"] == "not reached":
+        return "not reached"
+    parts = []
+    if step["state"] == "running":
+        parts.append(f"{step['entered']} → …")
+        if step["fell"]:
+            parts.append(f"{step['fell']} fell so far")
+    else:
+        won = " winner" if last and outcome == SearchRun.WINNER and step["went_on"] == 1 else ""
+        parts.append(f"{step['entered']} → {step['went_on']}{won}")
+        if step["fell"]:
+            parts.append(f"{step['fell']} fell")
+    if step["cancelled"]:
+        parts.append(f"{step['cancelled']} cancelled")
+    return " · ".join(parts)
+
+
 def search_funnel(search: Search) -> dict[str, Any]:
-    """Per round: how many were planned, evaluated, promoted past it and eliminated in it; and
-    how many candidates are in each state (one query)."""
+    """Per round: how many were planned, entered it, fell in it (eliminated or not admitted:
+    round 0 counts the writers and patches that fell before any gate), were cancelled in it and
+    went on past it; and how many candidates are in each state (two queries)."""
     rounds = list((search.spec_normalized or {}).get("rounds", []))
     aggregates = {f"r{i}": Count("pk", filter=Q(round_reached__gte=i)) for i in range(len(rounds))}
-    aggregates.update({f"out{i}": Count("pk", filter=Q(round_reached=i, state=Candidate.State.ELIMINATED))
+    aggregates.update({f"out{i}": Count("pk", filter=_fell_in(i, FELL_STATES)) for i in range(len(rounds))})
+    aggregates.update({f"cut{i}": Count("pk", filter=_fell_in(i, (Candidate.State.CANCELLED,)))
                        for i in range(len(rounds))})
     aggregates.update({f"s_{name}": Count("pk", filter=Q(state=name)) for name in CANDIDATE_STATES})
+    aggregates["total"] = Count("pk")
     counts = Candidate.objects.filter(search=search, number__gt=0).aggregate(**aggregates)
+    run = SearchRun.objects.filter(search=search).only("status", "phase", "round_index", "outcome").first()
     population = (search.spec_normalized or {}).get("population") or 1
-    steps = [{"round": i, "planned": planned, "evaluated": counts[f"r{i}"], "eliminated": counts[f"out{i}"],
-              "width": max(3, round(100 * planned / population)),
-              "done": min(100, round(100 * counts[f"r{i}"] / planned)) if planned else 0}
-             for i, planned in enumerate(rounds)]
+    steps: list[dict[str, Any]] = []
+    entered: int | None = counts["total"] if run is not None else None
+    for i, planned in enumerate(rounds):
+        closed = run is not None and (run.terminal or run.phase != SearchRun.Phase.ROUNDS
+                                      or run.round_index > i)
+        fell, cancelled = counts[f"out{i}"], counts[f"cut{i}"]
+        if entered is None:
+            state = "planned"
+        elif closed and not entered:
+            state = "not reached"
+        else:
+            state = "closed" if closed else "running"
+        went_on = max(0, (entered or 0) - fell - cancelled) if state == "closed" else None
+        step = {"round": i, "planned": planned, "entered": entered or 0, "fell": fell, "cancelled": cancelled,
+                "went_on": went_on, "state": state,
+                # kept for readers of the old shape: reached this round's gates, fell in it
+                "evaluated": counts[f"r{i}"], "eliminated": fell,
+                "width": max(3, round(100 * planned / population)),
+                "done": min(100, round(100 * (entered or 0) / planned)) if planned else 0}
+        step["text"] = funnel_text(step, i == len(rounds) - 1, run.outcome if run else "")
+        steps.append(step)
+        entered = went_on if state == "closed" else (None if entered is None else 0)
+        if state == "running":
+            entered = None  # the rounds after the one running are still only planned
     states = {name: counts[f"s_{name}"] for name in CANDIDATE_STATES if counts[f"s_{name}"]}
     return {"rounds": steps, "states": states}
 
@@ -524,7 +623,11 @@ class SearchListAnnotations(TypedDict):
     list_status: str
     score_direction: str | None
     score_metric: str | None
+    score_reported: str | None
     best_score: float | None
+    best_ratio: float | None
+    best_low: float | None
+    best_high: float | None
     baseline_score: float | None
     population: int | None
     rounds: list[int] | None
@@ -532,6 +635,15 @@ class SearchListAnnotations(TypedDict):
 
 if TYPE_CHECKING:
     SearchListRow = WithAnnotations[Search, SearchListAnnotations]
+
+
+def _best_field(scored: QuerySet, field: str) -> Case:
+    """One field of the best scored candidate, by the spec's score direction."""
+    return Case(
+        When(spec_normalized__score__direction="maximize",
+             then=Subquery(scored.order_by("-score").values(field)[:1])),
+        default=Subquery(scored.order_by("score").values(field)[:1]), output_field=FloatField(),
+    )
 
 
 def search_list_rows(
@@ -566,6 +678,10 @@ def search_list_rows(
                  then=Subquery(scored.order_by("-score").values("measured")[:1])),
             default=Subquery(scored.order_by("score").values("measured")[:1]), output_field=FloatField(),
         ),
+        # The same best candidate's paired ratio and interval (equal to best_score when absolute).
+        best_ratio=_best_field(scored, "score"), best_low=_best_field(scored, "score_low"),
+        best_high=_best_field(scored, "score_high"),
+        score_reported=KT("spec_normalized__score__reported"),
         baseline_score=Subquery(
             Candidate.objects.filter(search=OuterRef("pk"), number=0).order_by()
             .annotate(measured=Coalesce("score_absolute", "score")).values("measured")[:1]

@@ -217,6 +217,10 @@ def _winner_of(search: Search) -> Any:
     return run.winner
 
 
+# A request for changes the writer and the team can act on says what to change.
+REQUEST_CHANGES_NOTE = "Say what should change: a request for changes needs a note (what to fix, and why)."
+
+
 def approval_record(user: User, candidate: Candidate, decision: str, patch_sha256: str,
                     note: str = "") -> Approval:
     """An approver's decision on a winner, bound to the patch hash they confirmed.
@@ -246,6 +250,8 @@ def approval_record(user: User, candidate: Candidate, decision: str, patch_sha25
         refused = decision_refusals(user, search)[decision]
         if refused:
             raise ValidationError(refused)
+        if decision == Approval.Decision.REQUEST_CHANGES and not (note or "").strip():
+            raise ValidationError({"note": REQUEST_CHANGES_NOTE})
         standing = approval_state(candidate)["decisions"].get(user.pk)
         if (standing is not None and standing.decision == decision and not standing.stale
                 and standing.withdrawn_at is None):

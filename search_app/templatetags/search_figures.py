@@ -1,37 +1,61 @@
-"""How a candidate's figure reads on a page: a paired ratio with its interval, or the value; and
-how far the best candidate moved from the baseline: a percentage, or a factor once it is large."""
+"""How a candidate's figure reads on a page: a paired ratio in the metric's words with its
+interval ("122× faster (113–126×)"), or its value in its unit ("23.4 ms"); see search_app/figures.py."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django import template
 
 from runtime_app.metrics import RUNTIME_PREFIX
 from runtime_app.metrics import metric_source as source_words
+from search_app import figures
+from search_app.figures import candidate_figures, paired_figure, search_metric
 from search_app.measurement import figure_text
 
 register = template.Library()
 
 
-def _paired(candidate: Any) -> bool:
-    # A paired figure is a ratio to the baseline, unlike the median value kept beside it.
-    return candidate.score_absolute is not None and candidate.score != candidate.score_absolute
-
-
 @register.filter
-def figure(candidate: Any) -> str:
-    """`0.41× [0.38, 0.44]` for a paired ratio, the median value otherwise; "" with no score."""
+def figure(candidate: Any, search: Any = None) -> str:
+    """"122× faster (113–126×)" for a paired ratio, the median in its unit otherwise ("23.4 ms");
+    "" with no score. Without the search (its metric), the bare figure: `0.41× [0.38, 0.44]`."""
     if candidate.score is None:
         return ""
-    return figure_text(candidate.score, candidate.score_low, candidate.score_high, paired=_paired(candidate))
+    if search is None:
+        return figure_text(candidate.score, candidate.score_low, candidate.score_high,
+                           paired=paired_figure(candidate))
+    return str(candidate_figures(candidate, search)["score"])
 
 
 @register.filter
-def measured(candidate: Any) -> str:
-    """The median value behind a paired figure ("" when the figure is that value)."""
-    return f"{candidate.score_absolute:g}" if _paired(candidate) else ""
+def measured(candidate: Any, search: Any = None) -> str:
+    """The median value behind a paired figure, in its unit ("" when the figure is that value)."""
+    if not paired_figure(candidate):
+        return ""
+    if search is None:
+        return f"{candidate.score_absolute:g}"
+    return figures.quantity(candidate.score_absolute, search_metric(search), candidate.spread)
+
+
+@register.filter
+def spread(candidate: Any, search: Any) -> str:
+    """"spread 0.4 ms": max − min of its latest round's trials, in the unit of its median."""
+    value = candidate.score_absolute if candidate.score_absolute is not None else candidate.score
+    return figures.spread_text(candidate.spread, search_metric(search), value)
+
+
+@register.filter
+def trials(candidate: Any, search: Any) -> list[tuple[str, str]]:
+    """Its trials per round (round, text), each round in one unit at the precision its spread
+    justifies: ("0", "21.4, 21.6, 21.8 ms")."""
+    return list(candidate_figures(candidate, search)["trials"].items())
+
+
+@register.filter
+def metric_label(search: Any) -> str:
+    """`runtime:wall_seconds (time in s, lower is better)`."""
+    return search_metric(search).label
 
 
 @register.filter
@@ -47,36 +71,3 @@ def metric_source(score: Any) -> str:
     if str(metric).startswith(RUNTIME_PREFIX):
         return "measured by the runtime, from outside the score command"
     return source_words(str(metric), reported)
-
-
-# Between these ratios (best / baseline) a change reads as a percentage, outside as a factor:
-# "−99.98%" says less than "5,000x faster".
-FACTOR_BELOW, FACTOR_ABOVE = 0.5, 2.0
-# Metrics that measure time, once the runtime's prefix is off: lower is faster.
-TIME_WORDS = ("second", "time", "latency", "duration", "elapsed")
-TIME_SUFFIXES = ("_ms", "_us", "_ns", "_s")
-
-
-def _times(metric: str) -> bool:
-    name = str(metric or "").lower().removeprefix(RUNTIME_PREFIX)
-    return any(word in name for word in TIME_WORDS) or name.endswith(TIME_SUFFIXES)
-
-
-def _factor_text(factor: float) -> str:
-    return f"{factor:,.0f}x" if factor >= 100 else f"{factor:.3g}x"
-
-
-def change_text(value: float, baseline: float, metric: str = "") -> str:
-    """How `value` compares with `baseline`: "+10.0%" or "−25.0%" while the ratio stays within
-    0.5–2, else a factor: "5,000x faster" / "3.5x slower" for a time metric, "… lower" / "… higher"
-    otherwise. "" when there is nothing to compare (no baseline, zero, not finite)."""
-    if not (baseline and math.isfinite(baseline) and math.isfinite(value)):
-        return ""
-    ratio = value / baseline
-    if value > 0 and baseline > 0 and not FACTOR_BELOW <= ratio <= FACTOR_ABOVE:
-        lower = ratio < 1
-        word = ("faster" if lower else "slower") if _times(metric) else ("lower" if lower else "higher")
-        return f"{_factor_text(1 / ratio if lower else ratio)} {word}"
-    change = (value - baseline) / abs(baseline) * 100
-    return f"{'+' if change > 0 else '−' if change < 0 else '±'}{abs(change):.1f}%"
-

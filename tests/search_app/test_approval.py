@@ -91,7 +91,7 @@ def test_the_author_may_not_approve_their_own_search_unless_allowed(finished, pe
     with pytest.raises(ValidationError, match="someone else must approve"):
         services.approval_record(personas.owner, winner, "approve", winner.patch_sha256)
     # Requesting changes is always open to the author.
-    services.approval_record(personas.owner, winner, "request_changes", winner.patch_sha256)
+    services.approval_record(personas.owner, winner, "request_changes", winner.patch_sha256, "rename it")
     config(self_approval=True)
     services.approval_record(personas.owner, winner, "approve", winner.patch_sha256)
     assert approval_state(winner)["mergeable"]
@@ -337,7 +337,7 @@ def test_a_merged_winners_approvals_are_history_and_are_not_withdrawn(finished, 
 
 def test_a_request_for_changes_by_someone_who_left_no_longer_blocks(finished, approver, personas):
     _, winner, _ = finished
-    services.approval_record(approver, winner, "request_changes", winner.patch_sha256)
+    services.approval_record(approver, winner, "request_changes", winner.patch_sha256, "rename it")
     second = make_user("second")
     ProjectMembership.objects.create(project=personas.alpha, user=second, role=access.APPROVER)
     services.approval_record(second, winner, "approve", winner.patch_sha256)

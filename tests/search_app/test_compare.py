@@ -131,7 +131,7 @@ def test_the_picked_candidates_metrics_are_shown_side_by_side_in_the_order_picke
     shown = table(html)
     assert [head.split()[0] for head in shown.heads] == ["cand_002", "cand_001", "baseline"]
     assert shown.rows["State"] == ["winner", "eliminated", "alive"]
-    assert shown.rows["Score"] == ["4.5×", "2×", "1×"]  # median ratio to the baseline in each block
+    assert shown.rows["Score"] == ["4.5× higher", "2× higher", "2"]  # ratios to the baseline; its own value
     assert shown.rows["Median value"] == ["9", "4", "2"]
     assert shown.rows["Trials, round 0"] == ["9, 9", "4, 4", "2, 2"]
     # Only the winner went on; the baseline runs in every round's blocks.

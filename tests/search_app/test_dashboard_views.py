@@ -146,7 +146,7 @@ def test_who_cannot_approve_sees_the_button_disabled_with_the_refusal_the_servic
 
     search, winner, _ = finished
     candidate_url = f"/searches/{search.search_id}/candidates/cand_002/"
-    disabled = '<button type="button" id="approve-button" disabled aria-describedby="decide-unavailable">'
+    disabled = '<button type="button" id="approve-button" disabled aria-describedby="decide-unavailable"'
     enabled = '<a class="button" id="approve-button" href="'
     # The owner froze the search: with self-approval off, approving is refused, asking for changes is not.
     froze = ("You froze this search, so someone else must approve its winner (an administrator can "

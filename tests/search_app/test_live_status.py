@@ -150,7 +150,7 @@ def test_a_winner_awaits_approval_until_someone_approves_then_says_approved_then
 
 def test_a_request_for_changes_and_a_withdrawal_move_the_standing_back(finished, approver, personas):
     search, winner, _ = finished
-    services.approval_record(approver, winner, "request_changes", winner.patch_sha256)
+    services.approval_record(approver, winner, "request_changes", winner.patch_sha256, "rename it")
     winner.refresh_from_db()
     assert winner.reason.endswith("changes requested by approver")
     assert selectors.run_summary(search)["winner_status"] == "changes requested"

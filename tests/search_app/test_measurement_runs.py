@@ -298,9 +298,9 @@ def test_pages_say_who_measured_the_score_and_show_the_paired_figure(personas, t
     client = login(personas.member)
     page = text_of(client.get(f"/searches/{search.search_id}/"))
     assert DESCRIPTOR_LABEL in page
-    assert '4.5× <span class="muted">(9)</span>' in page  # cand_002: its ratio, then its median value
+    assert '4.5× higher <span class="muted">9</span>' in page  # cand_002: its ratio, then its median value
     candidate = text_of(client.get(f"/searches/{search.search_id}/candidates/cand_002/"))
-    assert "4.5×" in candidate and "(median 9)" in candidate and DESCRIPTOR_LABEL in candidate
+    assert "4.5× higher" in candidate and "median 9 vs 2" in candidate and DESCRIPTOR_LABEL in candidate
 
 
 def test_a_search_frozen_before_paired_blocks_runs_as_it_was_frozen(personas, tmp_path, data_dir):

@@ -82,7 +82,7 @@ def test_the_search_page_plots_costs_in_dollars_on_a_log_axis_with_hover_details
     page = html.unescape(login(personas.member).get(f"/searches/{search.search_id}/").content.decode())
     figure = re.search(r'<figure class="score-plot" id="score-plot".*?</figure>', page, re.S).group(0)
     assert "log scale: the scores span over 10x" in figure
-    assert f"<title>{winner.candidate_id} (winner): 4.5×, cost $0.0018, 2 diff lines</title>" in figure
+    assert f"<title>{winner.candidate_id} (winner): 4.5× higher, cost $0.0018, 2 diff lines</title>" in figure
     assert "<title>cand_005 (eliminated): 712, cost $0.0003, 4 diff lines</title>" in figure
     assert ">$0.0010</text>" in figure and ">1,000</text>" in figure
 
@@ -95,5 +95,5 @@ def test_the_funnel_puts_each_count_beside_its_bar_and_fills_what_was_evaluated(
         (0, 2, 2, 100), (1, 1, 1, 100)]
     page = login(personas.member).get(f"/searches/{search.search_id}/").content.decode()
     row = re.search(r'<ol class="funnel">.*?</li>', page, re.S).group(0)
-    assert '<span class="funnel-count">2 / 2</span>' in row and "funnel-bar" in row
+    assert '<span class="funnel-count">2 → 1 · 1 fell</span>' in row and "funnel-bar" in row
     assert re.search(r'class="funnel-bar"[^>]*><span class="funnel-fill"[^>]*></span></span>', row)

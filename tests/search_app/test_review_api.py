@@ -299,7 +299,8 @@ def test_outsiders_get_404_and_a_session_needs_csrf_while_a_bearer_token_does_no
     search, winner, _ = finished
     base = f"/api/searches/{search.search_id}"
     calls = [(f"{base}/candidates/cand_002/comments", {"body": "hi"}),
-             (f"{base}/candidates/cand_002/request-changes", {"patch_sha256": winner.patch_sha256}),
+             (f"{base}/candidates/cand_002/request-changes", {"patch_sha256": winner.patch_sha256,
+                                                              "note": "rename it"}),
              (f"{base}/candidates/cand_002/approve", {"patch_sha256": winner.patch_sha256}),
              (f"{base}/merge", {})]
     for url, body in calls:
@@ -323,3 +324,26 @@ def test_outsiders_get_404_and_a_session_needs_csrf_while_a_bearer_token_does_no
     assert api(personas.outsider, resolve, {}).status_code == 404
     assert session.post(resolve, {}, content_type="application/json").status_code in {401, 403}
     assert bearer.post(resolve, {}, content_type="application/json").json()["state"] == "resolved"
+
+
+# ------------------------------------------------------------------ a request for changes says what
+
+
+def test_a_request_for_changes_without_a_note_is_refused_by_page_api_and_cli(finished, approver):
+    search, winner, _ = finished
+    words = "Say what should change: a request for changes needs a note (what to fix, and why)."
+    page = login(approver).post(f"/searches/{search.search_id}/candidates/cand_002/decide/",
+                                {"decision": "request_changes", "patch_sha256": winner.patch_sha256,
+                                 "note": "  \n "})
+    assert page.status_code == 400 and words in text_of(page)
+    refused = api(approver, f"/api/searches/{search.search_id}/candidates/cand_002/request-changes",
+                  {"patch_sha256": winner.patch_sha256, "note": " "})
+    assert refused.status_code == 400 and refused.json()["errors"] == {"note": [words]}
+    done = cli(approver, "request-changes", search.search_id, "cand_002", "--patch-sha256",
+               winner.patch_sha256)
+    assert done == Done(1, "", words)
+    assert not Approval.objects.exists()
+    # With a note it stands; approving needs none.
+    asked = api(approver, f"/api/searches/{search.search_id}/candidates/cand_002/request-changes",
+                {"patch_sha256": winner.patch_sha256, "note": "rename it"})
+    assert asked.status_code == 200 and asked.json()["note"] == "rename it"

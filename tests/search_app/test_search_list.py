@@ -79,7 +79,7 @@ def test_a_finished_search_shows_its_status_outcome_best_score_vs_baseline_spend
     assert ">finished<" in row and ">winner<" in row
     assert "answer-repo" in row and search.baseline_commit[:12] in row and ">owner<" in row
     assert "2 <span class=\"muted\">· 2 → 1</span>" in row
-    assert '<span class="versus better"' in row and "4 vs 2 (+100.0%)" in row
+    assert '<span class="versus better"' in row and "2× higher · 4 vs 2" in row
     assert "$0.0003<br>" in row and "of $5.00 (0%)" in row
     assert row.count("<time") == 3  # started → finished, and created
     assert "every 5s" not in text  # nothing is live: no refreshing
@@ -108,8 +108,8 @@ def test_a_minimized_score_counts_lower_as_better_and_says_so(personas, reposito
     started(personas, freeze(personas, repository, "slower", direction="minimize"),
             baseline=10.0, scores=(12.5, 11.0))
     text = page(login(personas.member), "?sort=name")
-    assert '<span class="versus better"' in text and "0.45 vs 712 (1,582x lower)" in text
-    assert '<span class="versus worse"' in text and "11 vs 10 (+10.0%)" in text
+    assert '<span class="versus better"' in text and "1,582× lower · 0.45 vs 712" in text
+    assert '<span class="versus worse"' in text and "1.1× higher · 11 vs 10" in text
 
 
 def test_the_list_filters_by_status_outcome_and_project(personas, repository):

@@ -508,6 +508,16 @@ def _progress(search: Any, run: Any) -> Any:
     return table
 
 
+def figure_cells(c: dict) -> tuple[str, str]:
+    """A candidate's score and its median · spread, in the words and units of the pages
+    (search_app/figures.py, through the report's `figures`); the bare figure for an older report."""
+    shown = c.get("figures")
+    if not shown:
+        return c["figure"], f"{c['spread']:g}" if c["spread"] is not None else ""
+    value = shown["value"] if shown["value"] != shown["score"] else ""
+    return shown["score"], " · ".join(part for part in (value, shown["spread"]) if part)
+
+
 def _outcome_table(report: dict) -> Any:
     outcome = report["outcome"] or report["status"]
     title = f"{report['search_id']} {report['name']}: {outcome}"
@@ -523,16 +533,22 @@ def _outcome_table(report: dict) -> Any:
     words = metric_source(report["metric"]) if words in (None, "runtime") else words
     source = escape(printable(f"score: {report['metric']}, {words}"))
     table = Table(title=f"{printable(title)}\n{source}", title_justify="left")
-    columns = ("candidate", "state", "round", "gates", "score", "±", "diff", "cost", "receipts", "reason")
+    columns = ("candidate", "state", "round", "gates", "score", "median · spread", "diff", "cost", "receipts",
+               "reason")
     for column in columns:
         table.add_column(column, overflow="fold")
+    if report.get("metric_unit"):  # the unit and direction every figure below is in
+        table.title += f"\n{escape(printable(report['metric_unit']['label']))}"
+    if report.get("best") and report["best"].get("text"):
+        best = report["best"]
+        table.title += f"\nbest: {escape(printable(best['candidate_id'] + ' ' + best['text']))}"
     for c in report["candidates"]:
         receipts = c["receipts"]
+        shown_figures = figure_cells(c)
         shown = f"#{receipts[0]}–#{receipts[-1]} ({len(receipts)})" if receipts else ""
         table.add_row(
             c["candidate_id"], c["state"], str(c["round_reached"]) if c["round_reached"] >= 0 else "",
-            str(c["gates_passed"]), c["figure"],
-            f"{c['spread']:g}" if c["spread"] is not None else "", str(c["diff_lines"] or ""),
+            str(c["gates_passed"]), *shown_figures, str(c["diff_lines"] or ""),
             usd_text(c["cost_microusd"]) if c["cost_microusd"] else "", shown, printable(c["reason"]),
         )
     if report["review"]:
