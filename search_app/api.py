@@ -13,7 +13,7 @@ from runtime_app.metrics import metric_source
 from runtime_app.selectors import project_for_user, repository_for_user
 from search_app import diffs, selectors, services
 from search_app.execution import search_spec
-from search_app.preflight import provider_problems
+from search_app.preflight import provider_problems, search_path_warnings
 from search_app.spec import spec_validate, spec_warnings
 
 if TYPE_CHECKING:
@@ -201,7 +201,8 @@ def search_freeze(request: AuthenticatedHttpRequest, body: FreezeIn):
         request.user, project, text, body.ref, repository=repository, spec_version=version
     )
     spec = search_spec(search)
-    return Status(201, {**_search_fields(search), "warnings": spec_warnings(spec),
+    warnings = [*spec_warnings(spec), *search_path_warnings(search)]
+    return Status(201, {**_search_fields(search), "warnings": warnings,
                         "provider_warnings": provider_problems(spec.worker.provider)})
 
 

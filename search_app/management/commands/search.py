@@ -39,7 +39,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runtime_app.cli import CrucibleCommand, console_for, printable
-from runtime_app.git import GitError, repo_open
+from runtime_app.git import GitError, ref_resolve, repo_open
 from runtime_app.presenters import short_sha
 from runtime_app.prices import usd_text
 from runtime_app.selectors import page_url, receipts_for_user
@@ -47,7 +47,12 @@ from runtime_app.services import repository_register, server_path_check
 from search_app.execution import search_spec
 from search_app.forecast import Forecast
 from search_app.models import Approval, Merge, SearchRun, Step
-from search_app.preflight import provider_problems
+from search_app.preflight import (
+    preflight_report,
+    provider_key_problems,
+    provider_problems,
+    search_path_warnings,
+)
 from search_app.reference import REFERENCE_PATH, spec_reference_markdown
 from search_app.selectors import (
     approval_state,
@@ -156,7 +161,7 @@ class Command(CrucibleCommand):
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         if action == "validate":
-            self._validate(options["file"])
+            self._validate(options["file"], options["repo"], options["ref"])
         elif action == "freeze":
             self._freeze(options["file"], options["repo"], options["ref"], options["project"],
                          options["user"] or settings.CONFIG.admin_username)
@@ -202,7 +207,7 @@ class Command(CrucibleCommand):
 
     # --- validate -------------------------------------------------------------------------
 
-    def _validate(self, file: str) -> None:
+    def _validate(self, file: str, repo: str | None = None, ref: str = "HEAD") -> None:
         label, data = self._read(file)
         report = spec_validate(data)
         if not report.valid:
@@ -229,8 +234,24 @@ class Command(CrucibleCommand):
             f"  selection   {summary['selection']}",
             *(f"  warning     {warning}" for warning in report.warnings),
         ]
+        refused: list[str] = []
+        if repo is not None:  # what freezing against this baseline would refuse, and warn about
+            refused, warned = self._runnable(report.spec, repo, ref)
+            lines += [f"  warning     {warning}" for warning in warned]
         for line in lines:
             self.stdout.write(printable(line))
+        if refused:
+            self.fail([f"{label}: freeze would refuse: {problem}" for problem in refused], 1)
+
+    def _runnable(self, spec: Any, repo: str, ref: str) -> tuple[list[str], list[str]]:
+        """(problems, warnings) of freezing `spec` against `ref` of the repository at `repo`."""
+        try:
+            with repo_open(repo) as opened:
+                commit = ref_resolve(opened, ref)
+        except GitError as error:
+            return [str(error)], []
+        problems, warnings = preflight_report(spec, repo, commit)
+        return [*problems, *provider_key_problems(spec.worker.provider)], warnings
 
     # --- freeze ---------------------------------------------------------------------------
 
@@ -248,10 +269,12 @@ class Command(CrucibleCommand):
         for line in lines:
             self.stdout.write(printable(line))
         spec = search_spec(search)
-        for warning in [*provider_problems(spec.worker.provider), *spec_warnings(spec)]:
+        for warning in [*provider_problems(spec.worker.provider), *spec_warnings(spec),
+                        *search_path_warnings(search)]:
             self.stderr.write(printable(f"warning: {warning}"), style_func=lambda text: text)
 
-    def _frozen(self, file: str, repo: str, ref: str, project_name: str, username: str) -> Any:
+    def _frozen(self, file: str, repo: str, ref: str, project_name: str, username: str, *,
+                without_key: bool = False) -> Any:
         label, data = self._read(file)
         report = spec_validate(data)
         if not report.valid:
@@ -260,7 +283,8 @@ class Command(CrucibleCommand):
         project = self.project_get(user, project_name)
         try:
             repository = repository_register(user, project, repo, trusted=True)
-            search = search_freeze(user, project, data.decode("utf-8"), ref, repository=repository)
+            search = search_freeze(user, project, data.decode("utf-8"), ref, repository=repository,
+                                   without_key=without_key)
         except ValidationError as error:
             self.fail([str(message) for message in error.messages], 1)
         except PermissionDenied as error:
@@ -286,7 +310,7 @@ class Command(CrucibleCommand):
             self._dry_run(file, repo, project_name, username, as_json=as_json)
             return
         else:
-            search = self._frozen(file, repo, ref, project_name, username)
+            search = self._frozen(file, repo, ref, project_name, username, without_key=start_anyway)
             user = self.user_get(username)
         try:
             search_start_checked(user, search, start_anyway=start_anyway, enqueue=False)
