@@ -412,6 +412,8 @@ def _argument_findings(invocation: Invocation, place: _Place, made: Callable[[st
     """(problems, warnings) for the files an invocation's arguments name (see above)."""
     problems: list[str] = []
     warnings: list[str] = []
+    if posixpath.basename(invocation.program) in _BUILDERS:
+        return [], []  # what it names it may well make (`cp a b`, `mkdir -p out`)
     previous = ""
     for word in invocation.args:
         option, previous = previous, word

@@ -91,6 +91,9 @@ class Command(CrucibleCommand):
         actions = parser.add_subparsers(dest="action", required=True)
         validate = actions.add_parser("validate", help="check a spec file; `-` reads standard input")
         validate.add_argument("file", help="the spec (TOML); `-` for standard input")
+        validate.add_argument("--repo", default=None,
+                              help="also check it can run against this repository: what freeze refuses")
+        validate.add_argument("--ref", default="HEAD", help="the baseline with --repo (default: HEAD)")
         freeze = actions.add_parser("freeze", help="freeze a spec against a baseline commit")
         freeze.add_argument("file", help="the spec (TOML); `-` for standard input")
         freeze.add_argument("--repo", required=True, help="the git repository's path")
@@ -107,7 +110,8 @@ class Command(CrucibleCommand):
         run.add_argument("--dry-run", action="store_true",
                          help="print the forecast and stop: nothing is frozen or started")
         run.add_argument("--start-anyway", action="store_true",
-                         help="start even when the provider has no key or its server does not answer")
+                         help="freeze and start even when the provider has no key here (it lives with the "
+                              "workers) or its server does not answer")
         for name, text in (("status", "a search's state and candidates"), ("cancel", "stop a running search"),
                            ("receipts", "the receipts of a search's candidates")):
             sub = actions.add_parser(name, help=text)
@@ -161,7 +165,7 @@ class Command(CrucibleCommand):
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         if action == "validate":
-            self._validate(options["file"], options["repo"], options["ref"])
+            self._validate(options["file"], options.get("repo"), options.get("ref") or "HEAD")
         elif action == "freeze":
             self._freeze(options["file"], options["repo"], options["ref"], options["project"],
                          options["user"] or settings.CONFIG.admin_username)
