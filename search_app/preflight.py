@@ -445,6 +445,10 @@ def _argument_findings(invocation: Invocation, place: _Place, made: Callable[[st
             warnings.append(f"{path} is not in the baseline tree; an earlier part of this command must "
                             "make it, or it fails")
             continue
+        if posixpath.basename(invocation.program) == "git":  # a pathspec: matching nothing is no error
+            warnings.append(f"{path} is not in the baseline tree, so `git` matches nothing there and this "
+                            "command checks nothing of it; fix the path, or commit the file")
+            continue
         gone = next((line for line in earlier if path in line), None)
         why = (f"; `{gone}` runs before it, but each command starts from the pristine baseline tree, so "
                "what an earlier command wrote is gone") if gone else ""

@@ -291,6 +291,8 @@ def spec_reference_markdown() -> str:
         "  node id names its file). It must be in the baseline when its directory is (refused otherwise);",
         "  when only its first directory is (`tests/unit/x.py` without `tests/unit/`) freeze warns; a word",
         "  whose first directory is not in the tree (`origin/main`, `out/result.json`) is not a tree path.",
+        "  A `git` pathspec that matches nothing (`git diff --exit-code -- gone.json`) is a warning: the",
+        "  command passes, but checks nothing.",
         "  Not checked: inline code (`python -c`, `-m module`), values of `-k`, `-p`, `-e` and the like,",
         "  outputs (`-o`, `--output`, `--write`, `--junitxml` … and redirections), the arguments of",
         "  programs that make files (`cp`, `mkdir`, `make`, `tar` …), lines this parser cannot follow",

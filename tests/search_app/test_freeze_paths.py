@@ -68,10 +68,17 @@ def test_a_file_a_gate_names_as_an_argument_is_refused_when_the_baseline_lacks_i
     assert message.startswith(f"hard_gates.commands[0] `{gate}`: ")
     assert missing("tests/test_gone.py", repo) in message
     # A pytest node id names its file; a file at the root with a file's suffix counts too.
-    node, diff = "python -m pytest -q tests/test_gone.py::test_x", "git diff --exit-code -- expected.json"
-    messages = refusal(personas, spec(gates=(node, diff)), repo)
+    node, json_tool = "python -m pytest -q tests/test_gone.py::test_x", "python -m json.tool expected.json"
+    messages = refusal(personas, spec(gates=(node, json_tool)), repo)
     assert missing("tests/test_gone.py", repo) in messages[0]
     assert missing("expected.json", repo) in messages[1]
+
+
+def test_a_git_pathspec_that_matches_nothing_is_warned_about_since_the_command_passes(repo):
+    gate = "git diff --exit-code -- expected.json"
+    assert report(spec(gates=(gate,)), repo) == ([], [
+        f"hard_gates.commands[0] `{gate}`: expected.json is not in the baseline tree, so `git` matches "
+        "nothing there and this command checks nothing of it; fix the path, or commit the file"])
 
 
 def test_a_writer_command_whose_script_is_missing_is_refused_naming_it(personas, repo):
