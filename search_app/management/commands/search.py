@@ -1,6 +1,7 @@
 """`manage.py search …`: the CLI door into the same spec and run services.
 
     search validate FILE            every error as FILE:line:column path: message; exit 1 if any
+    search validate FILE --repo PATH [--ref HEAD]   also what freeze would refuse there (stderr, exit 1)
     search freeze FILE --repo PATH --ref REF [--project demo] [--user admin]
     search run FILE --repo PATH [--ref HEAD] [--json]   freeze, run here to the end, show the outcome
     search run SEARCH_ID [--json] [--start-anyway]       run a frozen search here to the end
