@@ -13,7 +13,8 @@ from runtime_app.metrics import metric_source
 from runtime_app.selectors import project_for_user, repository_for_user
 from search_app import diffs, selectors, services
 from search_app.execution import search_spec
-from search_app.preflight import provider_problems
+from search_app.preflight import provider_problems, search_path_warnings
+from search_app.presenters import runnable_context
 from search_app.spec import spec_validate, spec_warnings
 
 if TYPE_CHECKING:
@@ -35,6 +36,11 @@ class SpecText(Schema):
     text: str = Field(..., description="the spec's TOML")
 
 
+class SpecCheckIn(SpecText):
+    repository_id: int | None = Field(None, description="also check it against this repository's baseline")
+    ref: str = Field("HEAD", description="the baseline with repository_id: a branch, tag, HEAD or sha")
+
+
 class SpecErrorOut(Schema):
     line: int
     column: int
@@ -52,6 +58,12 @@ class ValidationOut(Schema):
     warnings: list[str] = Field(
         default_factory=list, description="what a valid spec allows but a person should know before "
         "freezing it (\"nothing checks correctness while the score runs\" without `score.results`)")
+    freeze_problems: list[str] = Field(
+        default_factory=list, description="with repository_id: why freezing against that baseline would be "
+        "refused (a file a command names is not there, the provider has no key)")
+    freeze_warnings: list[str] = Field(
+        default_factory=list, description="with repository_id: files a command names that only an earlier "
+        "step may make")
 
 
 class SpecIn(Schema):
@@ -127,9 +139,17 @@ def _spec_out(spec) -> dict[str, Any]:
 
 
 @router.post("/specs/validate", response=ValidationOut)
-def spec_validate_route(request: HttpRequest, body: SpecText):
-    """Every error at once, with line:column, key path, what was expected and a suggestion."""
-    return _validation(body.text)
+def spec_validate_route(request: HttpRequest, body: SpecCheckIn):
+    """Every error at once, with line:column, key path, what was expected and a suggestion; with
+    `repository_id`, also what freezing against its `ref` would refuse (as the editor shows)."""
+    validation = _validation(body.text)
+    if body.repository_id is not None:
+        repository = repository_for_user(request.user, body.repository_id)
+        report = spec_validate(body.text)
+        if report.spec is not None and report.valid:
+            runnable = runnable_context(report.spec, repository, body.ref.strip() or "HEAD")
+            validation.update(freeze_problems=runnable["problems"], freeze_warnings=runnable["warnings"])
+    return validation
 
 
 @router.post("/specs", response={201: SpecOut})
@@ -201,7 +221,8 @@ def search_freeze(request: AuthenticatedHttpRequest, body: FreezeIn):
         request.user, project, text, body.ref, repository=repository, spec_version=version
     )
     spec = search_spec(search)
-    return Status(201, {**_search_fields(search), "warnings": spec_warnings(spec),
+    warnings = [*spec_warnings(spec), *search_path_warnings(search)]
+    return Status(201, {**_search_fields(search), "warnings": warnings,
                         "provider_warnings": provider_problems(spec.worker.provider)})
 
 

@@ -17,7 +17,8 @@ import re
 import shlex
 import socket
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -81,6 +82,7 @@ class Invocation:
     program: str
     script: str | None = None
     cwd: str | None = ""  # where it runs, relative to the tree ("" its root; None: not known here)
+    args: tuple[str, ...] = field(default=(), compare=False)  # its words after the program
 
     def tree_path(self, path: str) -> str | None:
         """`path` (relative to where it runs) as a path in the tree; None when not known."""
@@ -113,7 +115,7 @@ def invocations(line: str) -> list[Invocation] | None:
         if simple[0] == "cd":
             cwd = _cd(cwd, simple[1:])
         elif simple[0] not in _BUILTINS:
-            found.append(Invocation(simple[0], _script_of(simple), cwd))
+            found.append(Invocation(simple[0], _script_of(simple), cwd, tuple(simple[1:])))
     return found
 
 
@@ -200,19 +202,28 @@ class _Place:
 def preflight_problems(spec: SearchSpec, repository_path: str, baseline_commit: str) -> list[str]:
     """Every command of `spec` that cannot start inside the sandbox, one message each (naming the
     command, the path and what to do); and whether the repository can be shown to it at all."""
+    return preflight_report(spec, repository_path, baseline_commit)[0]
+
+
+def preflight_report(spec: SearchSpec, repository_path: str,
+                     baseline_commit: str) -> tuple[list[str], list[str]]:
+    """(problems, warnings): `preflight_problems`, and the files commands name that may be missing
+    but may also be made before they are read (`command_findings`)."""
     problems: list[str] = []
+    warnings: list[str] = []
     tree = worktrees_root() / "preflight"  # where evaluation trees live; no tree is made here
     git_dir = Path(repository_path) / ".git"
     if not os.path.isdir(repository_path):
         return [f"{repository_path}: no such directory on this host, so there is no repository to show "
-                "commands; put the repository back there, or freeze the spec again against where it is now"]
+                "commands; put the repository back there, or freeze the spec again against where it is "
+                "now"], []
     repository = repository_problem(repository_path, tree)
     if repository:
         problems.append(repository)
     try:
         repo = repo_open(repository_path)
     except GitError as error:
-        return [*problems, str(error)]
+        return [*problems, str(error)], []
     hidden = list(spec.evaluator.files)
     with repo:
         def in_tree(for_evaluator: bool) -> Callable[[str], str | None]:
@@ -228,13 +239,33 @@ def preflight_problems(spec: SearchSpec, repository_path: str, baseline_commit: 
         gates = enumerate(spec.hard_gates.commands)
         commands += [(f"hard_gates.commands[{number}]", "hard_gates", gate) for number, gate in gates]
         commands.append(("score.command", "score", spec.score.command))
+        earlier: list[str] = []  # the evaluator's commands before this one (each starts from a pristine tree)
         for where, section, command in commands:
             readable = [git_dir, *readable_for(spec, section)]
             place = _Place(section, tree, readable, in_tree(section != "worker"), Path(repository_path))
-            problem = command_problem(command, place, lambda path: _shebang(repo, baseline_commit, path))
-            if problem:
-                problems.append(f"{where} `{command}`: {problem}")
+            shebang = partial(_shebang, repo, baseline_commit)
+            before = earlier if section != "worker" else []
+            refused, warned = command_findings(command, place, shebang, before)
+            problems += [f"{where} `{command}`: {message}" for message in refused]
+            warnings += [f"{where} `{command}`: {message}" for message in warned]
+            if section != "worker":
+                earlier.append(command)
+    return problems, warnings
+
+
+def freeze_problems(spec: SearchSpec, repository_path: str, baseline_commit: str, *,
+                    without_key: bool = False) -> list[str]:
+    """Why freezing `spec` against this baseline is refused: every command that cannot start or
+    names a file the baseline lacks (`preflight_report`), and a writer provider with no key."""
+    problems = preflight_problems(spec, repository_path, baseline_commit)
+    if not without_key:
+        problems += provider_key_problems(spec.worker.provider)
     return problems
+
+
+def search_path_warnings(search: Any) -> list[str]:
+    """The files a frozen search's commands name that may be missing (`preflight_report`)."""
+    return preflight_report(search_spec(search), search.repository_path, search.baseline_commit)[1]
 
 
 def repository_problem(repository_path: str, tree: Path) -> str | None:
@@ -280,24 +311,162 @@ def _git_dir_of(dot_git: Path) -> Path | None:
 
 def command_problem(command: str, place: _Place, shebang: Callable[[str], str | None]) -> str | None:
     """Why `command` cannot start where `place` says it runs, or None (also when it is not parsed)."""
-    for invocation in invocations(command) or []:
+    problems, _ = command_findings(command, place, shebang)
+    return problems[0] if problems else None
+
+
+def command_findings(command: str, place: _Place, shebang: Callable[[str], str | None],
+                     earlier: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of one command line: its programs and interpreter scripts must start
+    (the first problem ends the check, as the shell would), and every other file it names must be
+    in the tree (`_argument_findings`). A tree path that an earlier part of the same line may
+    make (`make && ./build/app`) is only warned about."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    parsed = invocations(command) or []
+    for index, invocation in enumerate(parsed):
+        made = _made_before(parsed[:index])
         program = invocation.program
-        if _UNKNOWN.search(program):
-            continue
-        if "/" in program:
-            problem = _path_problem(program, place, invocation, executable=True, shebang=shebang,
+        if "/" not in program and not _UNKNOWN.search(program) and \
+                _which(program, tree=place.tree, readable=place.readable) is None:
+            return [f"`{program}` is not on the PATH inside the sandbox; fix the name, install it in the "
+                    f"toolchain (/usr/bin), or give its absolute path and declare it in "
+                    f"{place.section}.read_paths (under CRUCIBLE_READ_ROOTS)"], warnings
+        for path, executable in ((program, True), (invocation.script, False)):
+            if not path or _UNKNOWN.search(path) or (executable and "/" not in path):
+                continue
+            relative = None if path.startswith("/") else invocation.tree_path(path)
+            if relative is not None and made(relative) and place.in_tree(relative) is not None:
+                warnings.append(f"{path} is not in the baseline tree; an earlier part of this command "
+                                "must make it, or it fails")
+                continue
+            problem = _path_problem(path, place, invocation, executable=executable, shebang=shebang,
                                     line=command)
-        elif _which(program, tree=place.tree, readable=place.readable) is None:
-            problem = (f"`{program}` is not on the PATH inside the sandbox; fix the name, install it in the "
-                       f"toolchain (/usr/bin), or give its absolute path and declare it in "
-                       f"{place.section}.read_paths (under CRUCIBLE_READ_ROOTS)")
-        else:
-            problem = None
-        if problem is None and invocation.script and not _UNKNOWN.search(invocation.script):
-            problem = _path_problem(invocation.script, place, invocation, executable=False,
-                                    shebang=shebang, line=command)
-        if problem:
-            return problem
+            if problem:
+                return [problem], warnings
+        refused, warned = _argument_findings(invocation, place, made, earlier)
+        problems += refused
+        warnings += warned
+    return problems, warnings
+
+
+# ------------------------------------------------------------------ the files a command names
+#
+# Beyond its program and script, a command names files as arguments (`pytest tests/test_a.py`,
+# `git diff -- expected_result.json`, `jq . data/in.json`). A word names a file in the tree when
+# it is not an option, holds nothing only the shell knows and no URL or `key=value` syntax, is
+# relative, and looks like a path: it has a `/`, or a suffix of a file kind (`x.py`, `a.json`).
+# It is checked only when it is anchored in the tree — its parent directory is there (refused if
+# the file is not) or only its first component is (warned: a typo, or a directory a step makes).
+# The value of an output option (`-o out.json`, `--write out/x`) is made, not read: never checked.
+
+_NOT_A_PATH = re.compile(r"[$`*?\[\]{}~=:@<>|;&'\"\\\s,]|://|\.\.\.")
+_FILE_SUFFIXES = {
+    "py", "pyi", "sh", "bash", "js", "mjs", "cjs", "ts", "tsx", "jsx", "rb", "pl", "php", "lua", "r",
+    "c", "h", "cc", "cpp", "hpp", "cxx", "rs", "go", "java", "kt", "scala", "swift", "cs", "m",
+    "json", "jsonl", "toml", "yaml", "yml", "ini", "cfg", "conf", "txt", "csv", "tsv", "xml", "html",
+    "md", "rst", "sql", "lock", "mk", "cmake", "gradle", "ipynb", "parquet", "npy", "pkl", "dat", "in",
+}
+# Options whose value is made by the command (an output), or is not a file at all.
+_OUTPUT_OPTION = re.compile(r"^(?:-o|-O|--(?:out|output|write|save|dump|dest|destination|junit|junitxml|"
+                            r"log|report|cache|tmp|target|build|prefix|basetemp|html|json|xml|cov)[\w-]*)$")
+_NOT_FILE_OPTION = {"-m", "-c", "-k", "-e", "-p", "-E", "-W", "-X", "-n", "-j", "--eval", "--print",
+                    "--expression", "--name", "--module", "--keyword", "--message", "-M", "--match"}
+# Programs that make files other commands then run or read (`make && ./build/app`).
+_BUILDERS = {"make", "gmake", "cmake", "ninja", "meson", "cargo", "go", "gcc", "cc", "clang", "g++", "c++",
+             "clang++", "tsc", "npm", "npx", "yarn", "pnpm", "mvn", "gradle", "javac", "mkdir", "cp", "mv",
+             "touch", "tee", "ln", "tar", "unzip", "curl", "wget", "rsync", "install"}
+
+
+def _made_before(parts: Sequence[Invocation]) -> Callable[[str], bool]:
+    """Whether the earlier parts of a line may make a tree path: one of them builds or copies
+    (`_BUILDERS`), or names the path, its directory or its first component."""
+    builds = any(posixpath.basename(part.program) in _BUILDERS for part in parts)
+    words = {posixpath.normpath(word.split("=", 1)[-1]) for part in parts for word in part.args
+             if not word.startswith("-") or "=" in word}
+
+    def made(relative: str) -> bool:
+        if builds:
+            return True
+        top = relative.split("/", 1)[0]
+        return bool({relative, posixpath.dirname(relative), top} & words)
+    return made
+
+
+def _path_like(word: str) -> str | None:
+    """The relative path `word` names in the tree (a pytest node id's file), or None when it is
+    not a path here: an option, a URL, `key=value`, anything only the shell knows, an absolute
+    path, or a bare name without a file suffix (`billing`, `origin/main` is checked by anchoring)."""
+    path = word.split("::", 1)[0]
+    if not path or path.startswith(("-", "/")) or _NOT_A_PATH.search(path):
+        return None
+    if "/" not in path:
+        stem, dot, suffix = path.rpartition(".")
+        if not dot or not stem.strip(".") or suffix.lower() not in _FILE_SUFFIXES:
+            return None
+    return path
+
+
+def _argument_findings(invocation: Invocation, place: _Place, made: Callable[[str], bool],
+                       earlier: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(problems, warnings) for the files an invocation's arguments name (see above)."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    if posixpath.basename(invocation.program) in _BUILDERS:
+        return [], []  # what it names it may well make (`cp a b`, `mkdir -p out`)
+    previous = ""
+    for word in invocation.args:
+        option, previous = previous, word
+        if word == invocation.script or word.startswith("-"):
+            continue
+        if option.startswith("-") and "=" not in option and (
+                _OUTPUT_OPTION.match(option) or option in _NOT_FILE_OPTION):
+            continue
+        if word.startswith("/"):
+            problem = _declared_path_problem(word, place)
+            if problem:
+                problems.append(problem)
+            continue
+        path = _path_like(word)
+        relative = invocation.tree_path(path) if path else None
+        if path is None or relative is None or relative in (".", "..") or relative.startswith("../"):
+            continue
+        missing = place.in_tree(relative)
+        if missing is None:
+            continue
+        parent = posixpath.dirname(relative)
+        top = relative.split("/", 1)[0]
+        if parent and place.in_tree(parent) is not None:
+            if top != relative and place.in_tree(top) is None:
+                warnings.append(f"{path}: neither it nor its directory {parent}/ is in the baseline tree; "
+                                "fix the path, unless an earlier step makes it")
+            continue  # not anchored in the tree (`origin/main`, `out/x.json`): not a tree path here
+        if made(relative):
+            warnings.append(f"{path} is not in the baseline tree; an earlier part of this command must "
+                            "make it, or it fails")
+            continue
+        if posixpath.basename(invocation.program) == "git":  # a pathspec: matching nothing is no error
+            warnings.append(f"{path} is not in the baseline tree, so `git` matches nothing there and this "
+                            "command checks nothing of it; fix the path, or commit the file")
+            continue
+        gone = next((line for line in earlier if path in line), None)
+        why = (f"; `{gone}` runs before it, but each command starts from the pristine baseline tree, so "
+               "what an earlier command wrote is gone") if gone else ""
+        problems.append(f"{path} {missing}{why}")
+    return problems, warnings
+
+
+def _declared_path_problem(word: str, place: _Place) -> str | None:
+    """An absolute path under one of the section's declared read paths must exist on this host;
+    any other absolute path (a tool, /dev/null, a scratch file) is not checked here."""
+    if _UNKNOWN.search(word):
+        return None
+    for root in place.readable[1:]:  # (the first is the repository's git dir)
+        if word == str(root) or word.startswith(str(root).rstrip("/") + "/"):
+            if not os.path.lexists(word):
+                return (f"{word} is under {root}, declared in {place.section}.read_paths, but is not on "
+                        "this host; fix the path, or put the file there")
+            return None
     return None
 
 
@@ -638,6 +807,19 @@ def provider_problems(provider: str) -> list[str]:
             return [f"worker.provider `{provider}`: nothing answers at {base_url} "
                     f"({error.strerror or error}): start the model server{where}; until then every "
                     "writer fails and each candidate ends as \"changed nothing\"."]
+        return []
+    return provider_key_problems(provider)
+
+
+def provider_key_problems(provider: str) -> list[str]:
+    """The writers' provider needs a key Crucible does not have (neither in this process's
+    environment nor stored by an administrator): freezing refuses for it. A local server's key is
+    optional, a command writer needs none."""
+    preset = preset_get(provider)
+    if preset is None or preset.kind == "command":
+        return []
+    parsed = urlparse(preset.base_url() or "")
+    if parsed.hostname and host_is_local(parsed.hostname):
         return []
     if not _has_credentials(preset):
         variable = preset.key_variable or "its API key"

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from runtime_app import access, tails
+from runtime_app.git import GitError, ref_resolve, repo_open
 from runtime_app.models import Receipt
 from runtime_app.policy import size_text
 from runtime_app.presenters import NAME_MAX_LENGTH, short_sha
@@ -28,6 +29,7 @@ from search_app.execution import search_spec, writer_prompt_parts
 from search_app.forms import CommentForm, MergeForm, SearchListForm, SpecEditorForm
 from search_app.freeze import candidate_batches, canonical, search_id_for, sha256_hex
 from search_app.models import Candidate, Search, SearchRun, Spec, SpecVersion, Step
+from search_app.preflight import preflight_report, provider_key_problems
 from search_app.spec import spec_validate, spec_warnings
 from search_app.spec_templates import SPEC_TEMPLATES
 from search_app.templatetags.search_figures import candidate_figures, search_metric
@@ -159,8 +161,24 @@ def _dollars(usd: float | None) -> str:
     return "" if usd is None else usd_text(usd * 1_000_000)
 
 
-def validation_context(text: str) -> dict[str, Any]:
-    """What `_validation.html` shows: every error, or the summary card of a valid spec."""
+def runnable_context(spec: Any, repository: Any, ref: str) -> dict[str, Any]:
+    """What freezing `spec` against `ref` of `repository` would refuse and warn about (its local
+    clone as it is now: freezing fetches first)."""
+    shown = f"{repository.name} at {ref}"
+    try:
+        with repo_open(repository.path) as repo:
+            commit = ref_resolve(repo, ref)
+    except GitError as error:
+        return {"where": shown, "problems": [str(error)], "warnings": []}
+    problems, warnings = preflight_report(spec, repository.path, commit)
+    problems += provider_key_problems(spec.worker.provider)
+    return {"where": f"{repository.name} at {ref} ({short_sha(commit)})", "problems": problems,
+            "warnings": warnings}
+
+
+def validation_context(text: str, *, repository: Any = None, ref: str = "") -> dict[str, Any]:
+    """What `_validation.html` shows: every error, or the summary card of a valid spec and, when
+    a repository and baseline are chosen, what freezing against them would refuse."""
     if not text.strip():
         return {"report": None}
     report = spec_validate(text)
@@ -168,6 +186,8 @@ def validation_context(text: str) -> dict[str, Any]:
     if report.valid:
         spec, summary = report.spec, report.summary()
         assert spec is not None and summary is not None  # a valid report has both
+        if repository is not None and ref.strip():
+            context["runnable"] = runnable_context(spec, repository, ref.strip())
         context.update(
             summary=summary,
             parsed=spec,
@@ -204,7 +224,7 @@ def editor_context(user: User, form: SpecEditorForm, *, text: str, spec: Spec | 
         "selected_repository": repository,
         "refs": repository_refs(repository) if repository else None,
         "can_operate": access.may_operate(user),
-        **validation_context(text),
+        **validation_context(text, repository=repository, ref=str(form["ref"].value() or "")),
     }
     if spec is not None:
         context["versions"] = spec.versions.select_related("created_by").order_by("-number")

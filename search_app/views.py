@@ -103,9 +103,19 @@ def search_list(request: HtmxHttpRequest) -> HttpResponse:
 
 @require_POST
 def spec_validate_partial(request: HttpRequest) -> HttpResponse:
-    """HTMX: validate the editor's text as the user types. Reading only: any member may."""
+    """HTMX: validate the editor's text as the user types and, with a repository and baseline
+    chosen (the form's other fields), what freezing there would refuse. Reading only."""
     text = normalize_newlines(request.POST.get("text", ""))
-    return render(request, "search_app/_validation.html", presenters.validation_context(text))
+    repository_id = _id(request.POST.get("repository", ""))
+    repository = None
+    if repository_id is not None:
+        try:
+            repository = repository_for_user(request.user, repository_id)
+        except Http404:
+            repository = None  # not theirs: checked as if none were chosen
+    ref = request.POST.get("ref", "")[:255]
+    return render(request, "search_app/_validation.html",
+                  presenters.validation_context(text, repository=repository, ref=ref))
 
 
 @require_GET

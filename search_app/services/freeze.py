@@ -12,7 +12,7 @@ from runtime_app.models import Project, Repository
 from runtime_app.services import audit_record, event_emit, repository_fetch
 from search_app.freeze import FreezeError, FrozenInputs, freeze_inputs
 from search_app.models import HiddenFile, Search, Spec, SpecVersion
-from search_app.preflight import preflight_problems
+from search_app.preflight import freeze_problems
 from search_app.services.specs import _check_text, spec_draft_save
 
 if TYPE_CHECKING:
@@ -28,11 +28,14 @@ def search_freeze(
     repository: Repository | None = None,
     repository_path: str | None = None,
     spec_version: SpecVersion | None = None,
+    without_key: bool = False,
 ) -> Search:
     """Freeze a spec against a baseline: resolve, hash and record it; immutable from here.
 
     Web and API callers name a registered repository; the local CLI may give a path.
-    Freezing the same inputs again returns the search already recorded.
+    Freezing the same inputs again returns the search already recorded. A spec that cannot run
+    is refused (`freeze_problems`: a command's program, script or named file missing, the
+    writers' provider without its key); `without_key` lets the key live only with the workers.
     """
     access.require(user, access.OPERATOR, project)
     repository_path = _repository_path(project, repository, repository_path)
@@ -45,8 +48,9 @@ def search_freeze(
         if existing.project_id != project.pk:
             raise ValidationError("These exact inputs are already frozen in another project.")
         return existing
-    # A command that cannot start inside the sandbox is refused now, not after every candidate ran.
-    cannot_start = preflight_problems(frozen.spec, frozen.repository_path, frozen.baseline_commit)
+    # A spec that cannot run is refused now, not after every candidate ran.
+    cannot_start = freeze_problems(frozen.spec, frozen.repository_path, frozen.baseline_commit,
+                                   without_key=without_key)
     if cannot_start:
         raise ValidationError({"__all__": cannot_start})
     try:

@@ -21,9 +21,10 @@ SEARCH_PAGE = re.compile(r"^http://127\.0\.0\.1:\d+/searches/search-[0-9a-f]{16}
 
 
 @pytest.fixture
-def repository(personas, tmp_path):
+def repository(personas, tmp_path, monkeypatch):
     """A real git repo with one commit, registered for alpha before the browser starts; the
-    seed spec's commands can start in it (freezing checks)."""
+    seed spec's commands can start in it, and its provider has a key (freezing checks)."""
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "placeholder-key")
     path = repo_create(tmp_path / "certificate", {
         "code/solve.py": "def solve():\n    return 42\n",
         "certificate.py": "print('ok')\n",

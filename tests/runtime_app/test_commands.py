@@ -36,7 +36,7 @@ def test_setup_creates_the_admin_and_demo_project_once(capsys, settings, tmp_pat
 
 
 @pytest.mark.django_db
-def test_the_demo_spec_freezes_against_the_demo_repository(settings, tmp_path):
+def test_the_demo_spec_freezes_against_the_demo_repository(settings, tmp_path, monkeypatch):
     from dataclasses import replace
 
     from search_app.models import Spec
@@ -44,6 +44,7 @@ def test_the_demo_spec_freezes_against_the_demo_repository(settings, tmp_path):
 
     settings.DATA_DIR = tmp_path
     settings.CONFIG = replace(settings.CONFIG, data_dir=tmp_path)
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "placeholder-key")  # its writers' provider; freezing asks for it
     call_command("crucible_setup")
     call_command("crucible_setup")
     project = Project.objects.get(name="demo")

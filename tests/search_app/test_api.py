@@ -132,7 +132,11 @@ def test_freezing_through_the_api_records_the_search(api, personas, repo_path):
     assert frozen["baseline_commit"] == git(repo_path, "rev-parse", "v1")
     assert frozen["search_id"] == "search-" + frozen["preregistration_hash"][:16]
     assert frozen["candidate_batches"][0][0] == "cand_001"
-    assert frozen["warnings"] == [RESULTS_WARNING]  # frozen all the same: the seed declares no results
+    # Frozen all the same: the seed declares no results, and its `git diff` gate guards a file this
+    # repository lacks (a pathspec that matches nothing passes, checking nothing).
+    assert frozen["warnings"][0] == RESULTS_WARNING
+    assert [("expected_result.json is not in the baseline tree, so `git` matches nothing" in warning)
+            for warning in frozen["warnings"][1:]] == [True]
     assert len(frozen["candidate_batches"]) == 2
     again = post(api, "/api/searches", body).json()
     assert again["search_id"] == frozen["search_id"]

@@ -1,5 +1,6 @@
-"""Freeze and Start say when the writers' provider has no key or no reachable server, before
-anything is spent: Start refuses until the person starts it anyway (the page, the API, the CLI)."""
+"""Freeze refuses a writers' provider with no key; Start says when the key has gone since, or the
+server does not answer, before anything is spent, and refuses until the person starts it anyway
+(the page, the API, the CLI)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,9 @@ def repository(personas, tmp_path):
 
 
 def frozen(personas, repository, text: str = SEED) -> Search:
-    return services.search_freeze(personas.member, personas.alpha, text, "main", repository=repository)
+    """Frozen while the key lives only with the workers (`without_key`): Start still asks."""
+    return services.search_freeze(personas.member, personas.alpha, text, "main", repository=repository,
+                                  without_key=True)
 
 
 def test_a_cloud_provider_without_its_key_is_named_with_the_variable_to_set(monkeypatch):
@@ -91,13 +94,14 @@ def test_the_api_refuses_to_start_without_the_key_until_asked_to_start_anyway(pe
     assert SearchRun.objects.filter(search=search).exists()
 
 
-def test_freezing_through_the_api_answers_the_provider_warnings(personas, repository):
+def test_freezing_through_the_api_without_the_key_is_a_400_naming_it(personas, repository):
     _, plain = api_token_create(personas.member, "tests")
     body = {"project_id": personas.alpha.pk, "repository_id": repository.pk, "ref": "main", "text": SEED}
     response = Client(HTTP_AUTHORIZATION=f"Bearer {plain}").post("/api/searches", body,
                                                                   content_type="application/json")
-    assert response.status_code == 201
-    assert ["DEEPSEEK_API_KEY" in warning for warning in response.json()["provider_warnings"]] == [True]
+    assert response.status_code == 400
+    assert "no DEEPSEEK_API_KEY is set" in str(response.json())
+    assert not Search.objects.exists()
 
 
 def test_the_start_button_asks_first_and_start_anyway_starts(personas, repository):
@@ -112,13 +116,14 @@ def test_the_start_button_asks_first_and_start_anyway_starts(personas, repositor
     assert started.status_code == 302 and SearchRun.objects.filter(search=search).exists()
 
 
-def test_freezing_in_the_editor_warns_on_the_search_page(personas, repository):
+def test_freezing_in_the_editor_without_the_key_is_refused_naming_it(personas, repository):
     client = login(personas.member)
     response = client.post("/searches/specs/new/", {
         "project": personas.alpha.pk, "repository": repository.pk, "ref": "main", "title": "",
-        "text": SEED, "action": "freeze"}, follow=True)
-    assert Search.objects.count() == 1
-    assert "Before you start it: worker.provider `deepseek`: no DEEPSEEK_API_KEY" in text_of(response)
+        "text": SEED, "action": "freeze"})
+    assert response.status_code == 400
+    assert "Not frozen" in text_of(response) and "no DEEPSEEK_API_KEY is set" in text_of(response)
+    assert not Search.objects.exists()
 
 
 def test_the_cli_refuses_to_run_it_and_names_the_way_to_go_on(personas, repository):

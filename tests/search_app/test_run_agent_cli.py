@@ -234,7 +234,7 @@ def test_without_the_provider_s_key_no_cli_runs_and_the_receipt_says_why(persona
     repo = plan_repo(tmp_path / "repo", {})
     search = services.search_freeze(personas.owner, personas.alpha,
                                     agent_spec(provider, population=2, rounds=[2, 1]), "HEAD",
-                                    repository_path=str(repo))
+                                    repository_path=str(repo), without_key=True)
     services.search_start(personas.owner, search, enqueue=False)  # started anyway
     run = services.search_run_inline(search)
     assert run.outcome != "winner"

@@ -139,7 +139,9 @@ def test_the_new_search_page_offers_repositories_templates_and_an_editor(persona
     for template in SPEC_TEMPLATES:
         assert f'data-template="{template.slug}"' in content
     assert 'id="spec-text"' in content and 'id="spec-gutter"' in content
-    assert 'hx-trigger="input changed delay:400ms"' in content
+    # Typing, or choosing another repository or baseline, validates again (and checks it there).
+    assert ('hx-trigger="input changed delay:400ms, change from:#id_repository, change from:#id_ref"'
+            in content)
     assert 'hx-post="/searches/specs/validate/"' in content
     assert 'list="ref-options"' in content
 

@@ -1,6 +1,7 @@
 """`manage.py search …`: the CLI door into the same spec and run services.
 
     search validate FILE            every error as FILE:line:column path: message; exit 1 if any
+    search validate FILE --repo PATH [--ref HEAD]   also what freeze would refuse there (stderr, exit 1)
     search freeze FILE --repo PATH --ref REF [--project demo] [--user admin]
     search run FILE --repo PATH [--ref HEAD] [--json]   freeze, run here to the end, show the outcome
     search run SEARCH_ID [--json] [--start-anyway]       run a frozen search here to the end
@@ -39,7 +40,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runtime_app.cli import CrucibleCommand, console_for, printable
-from runtime_app.git import GitError, repo_open
+from runtime_app.git import GitError, ref_resolve, repo_open
 from runtime_app.presenters import short_sha
 from runtime_app.prices import usd_text
 from runtime_app.selectors import page_url, receipts_for_user
@@ -47,7 +48,12 @@ from runtime_app.services import repository_register, server_path_check
 from search_app.execution import search_spec
 from search_app.forecast import Forecast
 from search_app.models import Approval, Merge, SearchRun, Step
-from search_app.preflight import provider_problems
+from search_app.preflight import (
+    preflight_report,
+    provider_key_problems,
+    provider_problems,
+    search_path_warnings,
+)
 from search_app.reference import REFERENCE_PATH, spec_reference_markdown
 from search_app.selectors import (
     approval_state,
@@ -86,6 +92,9 @@ class Command(CrucibleCommand):
         actions = parser.add_subparsers(dest="action", required=True)
         validate = actions.add_parser("validate", help="check a spec file; `-` reads standard input")
         validate.add_argument("file", help="the spec (TOML); `-` for standard input")
+        validate.add_argument("--repo", default=None,
+                              help="also check it can run against this repository: what freeze refuses")
+        validate.add_argument("--ref", default="HEAD", help="the baseline with --repo (default: HEAD)")
         freeze = actions.add_parser("freeze", help="freeze a spec against a baseline commit")
         freeze.add_argument("file", help="the spec (TOML); `-` for standard input")
         freeze.add_argument("--repo", required=True, help="the git repository's path")
@@ -102,7 +111,8 @@ class Command(CrucibleCommand):
         run.add_argument("--dry-run", action="store_true",
                          help="print the forecast and stop: nothing is frozen or started")
         run.add_argument("--start-anyway", action="store_true",
-                         help="start even when the provider has no key or its server does not answer")
+                         help="freeze and start even when the provider has no key here (it lives with the "
+                              "workers) or its server does not answer")
         for name, text in (("status", "a search's state and candidates"), ("cancel", "stop a running search"),
                            ("receipts", "the receipts of a search's candidates")):
             sub = actions.add_parser(name, help=text)
@@ -158,7 +168,7 @@ class Command(CrucibleCommand):
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         if action == "validate":
-            self._validate(options["file"])
+            self._validate(options["file"], options.get("repo"), options.get("ref") or "HEAD")
         elif action == "freeze":
             self._freeze(options["file"], options["repo"], options["ref"], options["project"],
                          options["user"] or settings.CONFIG.admin_username)
@@ -204,7 +214,7 @@ class Command(CrucibleCommand):
 
     # --- validate -------------------------------------------------------------------------
 
-    def _validate(self, file: str) -> None:
+    def _validate(self, file: str, repo: str | None = None, ref: str = "HEAD") -> None:
         label, data = self._read(file)
         report = spec_validate(data)
         if not report.valid:
@@ -231,8 +241,24 @@ class Command(CrucibleCommand):
             f"  selection   {summary['selection']}",
             *(f"  warning     {warning}" for warning in report.warnings),
         ]
+        refused: list[str] = []
+        if repo is not None:  # what freezing against this baseline would refuse, and warn about
+            refused, warned = self._runnable(report.spec, repo, ref)
+            lines += [f"  warning     {warning}" for warning in warned]
         for line in lines:
             self.stdout.write(printable(line))
+        if refused:
+            self.fail([f"{label}: freeze would refuse: {problem}" for problem in refused], 1)
+
+    def _runnable(self, spec: Any, repo: str, ref: str) -> tuple[list[str], list[str]]:
+        """(problems, warnings) of freezing `spec` against `ref` of the repository at `repo`."""
+        try:
+            with repo_open(repo) as opened:
+                commit = ref_resolve(opened, ref)
+        except GitError as error:
+            return [str(error)], []
+        problems, warnings = preflight_report(spec, repo, commit)
+        return [*problems, *provider_key_problems(spec.worker.provider)], warnings
 
     # --- freeze ---------------------------------------------------------------------------
 
@@ -250,10 +276,12 @@ class Command(CrucibleCommand):
         for line in lines:
             self.stdout.write(printable(line))
         spec = search_spec(search)
-        for warning in [*provider_problems(spec.worker.provider), *spec_warnings(spec)]:
+        for warning in [*provider_problems(spec.worker.provider), *spec_warnings(spec),
+                        *search_path_warnings(search)]:
             self.stderr.write(printable(f"warning: {warning}"), style_func=lambda text: text)
 
-    def _frozen(self, file: str, repo: str, ref: str, project_name: str, username: str) -> Any:
+    def _frozen(self, file: str, repo: str, ref: str, project_name: str, username: str, *,
+                without_key: bool = False) -> Any:
         label, data = self._read(file)
         report = spec_validate(data)
         if not report.valid:
@@ -262,7 +290,8 @@ class Command(CrucibleCommand):
         project = self.project_get(user, project_name)
         try:
             repository = repository_register(user, project, repo, trusted=True)
-            search = search_freeze(user, project, data.decode("utf-8"), ref, repository=repository)
+            search = search_freeze(user, project, data.decode("utf-8"), ref, repository=repository,
+                                   without_key=without_key)
         except ValidationError as error:
             self.fail([str(message) for message in error.messages], 1)
         except PermissionDenied as error:
@@ -288,7 +317,7 @@ class Command(CrucibleCommand):
             self._dry_run(file, repo, project_name, username, as_json=as_json)
             return
         else:
-            search = self._frozen(file, repo, ref, project_name, username)
+            search = self._frozen(file, repo, ref, project_name, username, without_key=start_anyway)
             user = self.user_get(username)
         try:
             search_start_checked(user, search, start_anyway=start_anyway, enqueue=False)
