@@ -457,6 +457,7 @@ class StepSample:
     seconds: float | None = None
     trials: int = 0
     started: float | None = None  # seconds since the run started, to count the lanes used at once
+    trials_done: int = 0  # a running measure or replay step: its trial runs finished so far
 
 
 @dataclass(frozen=True)
@@ -492,6 +493,7 @@ class TimeLeft:
     untimed: tuple[str, ...]  # kinds still to run with no finished step to time them by
     basis: tuple[str, ...]   # one phrase per kind: "writer step 42 s (median of 3)"
     steps_timed: int
+    borrowed: tuple[str, ...] = ()  # kinds timed, until their own steps finish, by another kind's
 
     @property
     def text(self) -> str:
@@ -505,7 +507,8 @@ class TimeLeft:
             return f"at least {duration_text(self.low)} left; estimating (no {what} timed yet)"
         if self.high <= 0:
             return "finishing"
-        return f"about {duration_text(self.mid)} left ({range_text(self.low, self.high)})"
+        guess = f"; {' and '.join(self.borrowed)}" if self.borrowed else ""
+        return f"about {duration_text(self.mid)} left ({range_text(self.low, self.high)}{guess})"
 
     @property
     def worst_case_text(self) -> str:
@@ -564,7 +567,7 @@ def lanes_used(steps: list[StepSample]) -> int:
     return max(peak, 1)
 
 
-def _paces(steps: list[StepSample]) -> dict[str, Pace]:
+def _paces(steps: list[StepSample], gates: int = 1) -> dict[str, Pace]:
     """Each kind's pace from the finished steps; trials from measure (and replay) steps, per run."""
     timed = [s for s in steps if s.state in _TIMED and s.seconds is not None]
     paces: dict[str, Pace] = {}
@@ -573,15 +576,27 @@ def _paces(steps: list[StepSample]) -> dict[str, Pace]:
                        "median of {n}")
         if pace is not None:
             paces[kind] = pace
-    per_trial = [s.seconds / s.trials for s in timed if s.kind == "measure" and s.trials and s.seconds]
+    # A measure step's wall time over its trial runs (each run counts once); a running one's so far
+    # over the runs it finished, so trials are timed long before a round's blocks all ran.
+    per_trial = [s.seconds / s.trials for s in timed if s.kind == "measure" and s.trials and s.seconds
+                 for _ in range(s.trials)]
+    per_trial += [s.seconds / s.trials_done for s in steps if s.kind == "measure" and s.state == "running"
+                  and s.trials_done and s.seconds for _ in range(s.trials_done)]
     if not per_trial:  # a replay also runs gates: only a stand-in until a round's measure finished
-        per_trial = [s.seconds / s.trials for s in timed if s.kind == "replay" and s.trials and s.seconds]
-    pace = pace_of(per_trial, "median of {n} measured")
+        per_trial = [s.seconds / s.trials for s in timed if s.kind == "replay" and s.trials and s.seconds
+                     for _ in range(s.trials)]
+    pace = pace_of(per_trial, "over {n} trial runs")
     if pace is not None:
         paces["trial"] = pace
+    if "trial" not in paces and "evaluate" in paces:
+        # A trial and a gate both run one command on a fresh tree of the patch; labelled as borrowed.
+        gate = paces["evaluate"]
+        per = max(gates, 1)
+        paces["trial"] = Pace(gate.low / per, gate.mid / per, gate.high / per, 0,
+                              "counted as gate runs until one is timed")
     if "review" not in paces and "generate" in paces:
         # Both read the patch in an agent's sandbox; labelled as borrowed.
-        paces["review"] = replace_source(paces["generate"], "as long as a writer step until one is timed")
+        paces["review"] = replace_source(paces["generate"], "counted as writer steps until one is timed")
     return paces
 
 
@@ -596,14 +611,16 @@ class _Work:
         self.paces = paces
         self.low = self.mid = self.high = 0.0
         self.untimed: list[str] = []
+        self.used: set[str] = set()
 
     def add(self, kind: str, low_units: float, high_units: float, *, lanes: int = 1,
-            running: tuple[float, ...] = (), extra: float = 0.0) -> None:
+            running: tuple[float, ...] = ()) -> None:
         """`low_units`–`high_units` more steps (trial runs for `trial`) of `kind`, run `lanes` at
         a time, after the ones running now (seconds so far in `running`)."""
         if low_units <= 0 and high_units <= 0 and not running:
             return
         pace = self.paces.get(kind)
+        self.used.add(kind)
         if pace is None:
             if kind not in self.untimed:
                 self.untimed.append(kind)
@@ -614,7 +631,7 @@ class _Work:
             # in waves of `lanes`.
             now = max((max(per - seconds, 0.0) for seconds in running), default=0.0)
             waves = math.ceil(units / lanes) if units > 0 else 0
-            setattr(self, name, getattr(self, name) + now + waves * per + extra)
+            setattr(self, name, getattr(self, name) + now + waves * per)
 
 
 def time_left(spec: SearchSpec, position: RunPosition, steps: list[StepSample],
@@ -624,7 +641,7 @@ def time_left(spec: SearchSpec, position: RunPosition, steps: list[StepSample],
     known, over the fewest and the most steps the plan allows), and the worst case from the spec's
     timeouts. `lanes`: how many steps run at once (default: the most seen so far, up to the
     spec's concurrency)."""
-    paces = _paces(steps)
+    paces = _paces(steps, len(spec.hard_gates.commands))
     lanes = max(1, min(spec.concurrency, lanes or lanes_used(steps)))
     work = _Work(paces)
     gate_count = len(spec.hard_gates.commands)
@@ -660,15 +677,12 @@ def time_left(spec: SearchSpec, position: RunPosition, steps: list[StepSample],
         members = position.survivors + (1 if position.baseline_alive else 0)
         measured = any(s.state in _ENDED for s in measures)
         live = [s for s in measures if s.state in ("pending", "running")]
-        trials_running = [s for s in live if s.state == "running"]
-        planned_low = sum(s.trials for s in live) if live else (0 if measured else members * trials)
+        planned_low = sum(max(s.trials - s.trials_done, 0) for s in live) if live else (
+            0 if measured else members * trials)
         planned_high = planned_low + (members * (most_blocks - trials) if paired else 0)
         if measured and not live:
             planned_low, planned_high = 0, members * (most_blocks - trials) if paired else 0
-        done_so_far = sum(s.seconds or 0.0 for s in trials_running)
-        pace = paces.get("trial")
-        shave = min(done_so_far, (pace.low if pace else 0) * planned_low) if pace else 0.0
-        work.add("trial", planned_low, planned_high, extra=-shave)
+        work.add("trial", planned_low, planned_high)
         worst += planned_high * spec.score.timeout_seconds
         after = here + 1
     else:
@@ -692,8 +706,13 @@ def time_left(spec: SearchSpec, position: RunPosition, steps: list[StepSample],
     running_replay = tuple(s.seconds or 0.0 for s in steps if s.kind == "replay" and s.state == "running")
     running_review = tuple(s.seconds or 0.0 for s in steps if s.kind == "review" and s.state == "running")
     if position.phase in ("rounds", "replay", "review"):
-        more_replays_low = 0 if position.phase == "review" or running_replay else 1
-        more_replays_high = max(MAX_REPLAYS - replays_done - len(running_replay), 0)
+        # One replay is due while the rounds run, or in the replay phase before its step exists;
+        # a pending one counts itself; a finished one that passed leads to the review.
+        pending_replays = len([s for s in steps if s.kind == "replay" and s.state == "pending"])
+        any_replay = any(s.kind == "replay" for s in steps)
+        due = position.phase == "rounds" or (position.phase == "replay" and not any_replay)
+        more_replays_low = pending_replays + (1 if due else 0)
+        more_replays_high = max(MAX_REPLAYS - replays_done - len(running_replay), more_replays_low)
         if "replay" in paces:
             work.add("replay", more_replays_low, more_replays_high, running=running_replay)
         else:
@@ -710,5 +729,7 @@ def time_left(spec: SearchSpec, position: RunPosition, steps: list[StepSample],
                   f"({pace.source.format(n=pace.count)})" for kind, pace in paces.items())
     timed = len([s for s in steps if s.state in _TIMED and s.seconds is not None])
     low, mid, high = (max(value, 0.0) for value in (work.low, work.mid, work.high))
+    borrowed = tuple(f"{KIND_WORDS[kind]}s {pace.source}" for kind, pace in paces.items()
+                     if pace.count == 0 and kind in work.used)
     return TimeLeft(low=low, mid=max(mid, low), high=max(high, mid, low), worst_case=max(worst, high),
-                    untimed=tuple(work.untimed), basis=basis, steps_timed=timed)
+                    untimed=tuple(work.untimed), basis=basis, steps_timed=timed, borrowed=borrowed)

@@ -199,8 +199,9 @@ def run_timing(search: Search, run: Any, now: Any = None) -> dict[str, Any]:
 
 
 def search_time_left(search: Search, run: Any, now: Any) -> TimeLeft:
-    """The forecast's inputs read in three queries: the steps (kind, round, state, wall seconds,
-    planned trial runs) and the candidates still in play."""
+    """The forecast's inputs, read in a few queries: the steps (kind, round, state, wall seconds,
+    planned trial runs, and a running measurement's trial runs so far) and the candidates still in
+    play."""
     samples = []
     for kind, round_index, state, started, finished, plan in search.steps.values_list(
             "kind", "round", "state", "started_at", "finished_at", "plan"):
@@ -208,9 +209,16 @@ def search_time_left(search: Search, run: Any, now: Any) -> TimeLeft:
         seconds = (stop - started).total_seconds() if started and stop else None
         members, blocks = (plan or {}).get("members") or [], (plan or {}).get("blocks") or [0, 0]
         trials = len(members) * max(blocks[1] - blocks[0], 0) if len(blocks) == 2 else 0
+        done = 0
+        if state == Step.State.RUNNING and kind in (Step.Kind.MEASURE, Step.Kind.REPLAY) and started:
+            # Its trial runs so far: each leaves a receipt ("cand_007 trial block 3").
+            done = Receipt.objects.filter(
+                subject_type="candidate", subject_id__in=search.candidates.values("pk"),
+                label__contains=" trial block ", started_at__gte=started).count()
         samples.append(StepSample(kind=kind, round=round_index, state=state,
                                   seconds=max(seconds, 0.0) if seconds is not None else None, trials=trials,
-                                  started=(started - run.started_at).total_seconds() if started else None))
+                                  started=(started - run.started_at).total_seconds() if started else None,
+                                  trials_done=min(done, trials)))
     in_play = search.candidates.filter(number__gt=0, state__in=_IN_PLAY)
     states = Counter(in_play.values_list("state", flat=True))
     baseline_alive = search.candidates.filter(number=0, state__in=_IN_PLAY).exists()
