@@ -121,7 +121,7 @@ def test_a_winner_awaits_approval_until_someone_approves_then_says_approved_then
     report = member.get(api).json()
     assert report["winner_status"] == "approved" and "awaiting" not in report["reason"]
     assert [c["reason"] for c in report["candidates"] if c["candidate_id"] == "cand_002"] == [winner.reason]
-    assert "cand_002 (approved)" in cli_status(search)
+    assert "winner (approved) — cand_002" in cli_status(search)
     page = run_card(member.get(f"/searches/{search.search_id}/").content.decode())
     assert 'id="winner-status">approved</span>' in page and "awaiting" not in page
     detail = member.get(f"/searches/{search.search_id}/candidates/cand_002/").content.decode()
@@ -137,7 +137,7 @@ def test_a_winner_awaits_approval_until_someone_approves_then_says_approved_then
     assert "merged onto crucible/" in winner.reason and "awaiting" not in winner.reason
     report = member.get(api).json()
     assert report["winner_status"] == "merged" and "merged onto" in report["reason"]
-    assert "cand_002 (merged)" in cli_status(search)
+    assert "winner (merged) — cand_002" in cli_status(search)
     page = run_card(member.get(f"/searches/{search.search_id}/").content.decode())
     assert 'id="winner-status">merged</span>' in page and "awaiting" not in page
     detail = member.get(f"/searches/{search.search_id}/candidates/cand_002/").content.decode()
