@@ -207,9 +207,10 @@ if CONFIG.https:
 
 NINJA_PAGINATION_PER_PAGE = 50
 
-# Notification emails (runtime_app/notifications.py): the console by default, SMTP when configured.
+# Notification emails (runtime_app/notifications.py): the log by default (runtime_app/mail.py: never
+# a command's standard output), SMTP when configured.
 EMAIL_BACKEND = {
-    "console": "django.core.mail.backends.console.EmailBackend",
+    "console": "runtime_app.mail.LogEmailBackend",
     "smtp": "django.core.mail.backends.smtp.EmailBackend",
     "off": "django.core.mail.backends.dummy.EmailBackend",
 }[CONFIG.email_backend]

@@ -3,9 +3,14 @@ one line per refusal with its exit code, JSON and terminal output."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
-from collections.abc import Callable
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from django.conf import settings
@@ -21,8 +26,8 @@ from runtime_app.models import Project
 from runtime_app.selectors import project_for_reference
 
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-# Wide enough that piped output keeps a table's reasons on one line.
-PIPED_WIDTH = 200
+# Piped or redirected output (a file, a pager, a CI log) fits 100 columns: long cells wrap.
+PIPED_WIDTH = 100
 
 T = TypeVar("T")
 
@@ -34,9 +39,19 @@ def printable(text: object) -> str:
 
 
 def console_for(out: Any) -> Console:
-    """A rich console on `out`; piped or redirected output gets wide lines rather than reasons
-    folded into a narrow column."""
-    return Console(file=out, highlight=False, width=None if out.isatty() else PIPED_WIDTH)
+    """A rich console on `out`: a terminal's width, or PIPED_WIDTH when piped or redirected."""
+    tty = out.isatty() if hasattr(out, "isatty") else False
+    return Console(file=out, highlight=False, width=None if tty else PIPED_WIDTH)
+
+
+def wrapped(line: str, width: int = PIPED_WIDTH, indent: int | None = None) -> list[str]:
+    """A long line as several of at most `width` columns, each continuation indented as the
+    line's own leading spaces (or `indent`); words longer than a line are broken."""
+    if len(line) <= width:
+        return [line]
+    lead = len(line) - len(line.lstrip(" "))
+    return textwrap.wrap(line, width=width, subsequent_indent=" " * (lead if indent is None else indent),
+                         break_on_hyphens=False) or [line]
 
 
 def refusal_lines(error: ValidationError | PermissionDenied) -> list[str]:
@@ -53,9 +68,60 @@ def refusal_lines(error: ValidationError | PermissionDenied) -> list[str]:
     return [str(error) or "You do not have permission."]
 
 
+class _Counter(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+
+
+def mail_log_path() -> Path:
+    return Path(settings.CONFIG.data_dir) / "logs" / "mail.log"
+
+
+@contextlib.contextmanager
+def mail_to_file() -> Iterator[_Counter]:
+    """While a command runs, the notification emails it sends (the `console` backend logs them,
+    runtime_app/mail.py) go to `<data dir>/logs/mail.log`, not into the command's output."""
+    logger = logging.getLogger("crucible.mail")
+    path = mail_log_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s\n"))
+    counter = _Counter()
+    propagate, level = logger.propagate, logger.level
+    logger.addHandler(handler)
+    logger.addHandler(counter)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    try:
+        yield counter
+    finally:
+        logger.removeHandler(handler)
+        logger.removeHandler(counter)
+        logger.propagate, logger.level = propagate, level
+        handler.close()
+
+
 class CrucibleCommand(BaseCommand):
     """A management command that answers as the pages and the API do: the same services, and a
-    refusal as one line on standard error with exit code 1 (or the code given)."""
+    refusal as one line on standard error with exit code 1 (or the code given).
+
+    Its output is its own: notification emails it sends go to a file under the data dir (one line
+    on standard error says how many), and with `--json` anything else that prints (a library, a
+    hook) goes to standard error, so standard output is exactly one JSON document."""
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        stray = contextlib.redirect_stdout(sys.stderr) if options.get("json") else contextlib.nullcontext()
+        with mail_to_file() as mails, stray:
+            try:
+                return super().execute(*args, **options)
+            finally:
+                if mails.count:
+                    self.stderr.write(f"{mails.count} notification email{'s' if mails.count != 1 else ''} "
+                                      f"logged to {mail_log_path()}", style_func=lambda text: text)
 
     def fail(self, lines: list[str], code: int = 1) -> NoReturn:
         for line in lines:

@@ -291,7 +291,9 @@ def search_run(request: HttpRequest, search_id: str):
     """Status, phase, budget, outcome, and every candidate with its fate and receipt ids.
     `metric` is the score's metric; `metric_source` says who measured it: `runtime`, or the
     label the pages show for a figure the score command reports about itself. `warnings` are the
-    frozen spec's ("nothing checks correctness while the score runs" without `score.results`)."""
+    frozen spec's ("nothing checks correctness while the score runs" without `score.results`).
+    While it runs, `time_left` is the forecast measured on its own finished steps (seconds low,
+    middle and high, the worst case from the spec's timeouts, and the text the page shows)."""
     return selectors.search_run_report(selectors.search_for_user(request.user, search_id))
 
 

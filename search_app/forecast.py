@@ -27,7 +27,7 @@ from typing import Any, TypedDict
 
 from runtime_app.fleet import PRESETS
 from runtime_app.prices import Price, Usage, cost_microusd, usd_text
-from search_app.execution import WRITER_TIMEOUT_SECONDS
+from search_app.execution import REVIEW_TIMEOUT_SECONDS, WRITER_TIMEOUT_SECONDS
 from search_app.measurement import MAX_REPLAYS, replay_blocks
 from search_app.spec import SearchSpec
 
@@ -165,7 +165,8 @@ class Forecast:
 
     @property
     def wall_ceiling_text(self) -> str:
-        return f"at most {duration_text(self.wall_ceiling_seconds)}"
+        # A bound from timeouts is a worst case, never a forecast: it is labelled as one.
+        return f"worst case {duration_text(self.wall_ceiling_seconds)}, from the spec's timeouts"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, for the API and the CLI's --json."""
@@ -321,8 +322,8 @@ def forecast(
     wall_ceiling = _wall(spec, rounds, replay, WRITER_TIMEOUT_SECONDS, gate_timeouts,
                          spec.score.timeout_seconds)
     unlimited = " (LLM writers have no clock limit: counted at that)" if kind == "llm" else ""
-    ceiling_source = (f"An upper bound from the timeouts: {duration_text(WRITER_TIMEOUT_SECONDS)} per writer "
-                      f"step{unlimited}, {spec.hard_gates.timeout_seconds} s per gate, "
+    ceiling_source = (f"Every step running to its timeout: {duration_text(WRITER_TIMEOUT_SECONDS)} per "
+                      f"writer step{unlimited}, {spec.hard_gates.timeout_seconds} s per gate, "
                       f"{spec.score.timeout_seconds} s per trial, every count at its most.")
     return Forecast(
         writer_kind=kind, provider=spec.worker.provider, model=model, rounds=tuple(plans),
@@ -427,3 +428,308 @@ def _wall(spec: SearchSpec, rounds: list[RoundCounts], replay: dict[str, Span], 
     replays = replay["replays"] * gates + replay["trials"] * trial
     total = sum(per_round, ZERO) + replays
     return {"rounds": per_round, "total": total}
+
+
+# ------------------------------------------------------------------------------------ time left
+#
+# While a search runs, the time it has left is forecast from ITS OWN steps: the wall durations of
+# the steps that finished (per kind: writer, gates, a trial, replay, review) times the work the
+# plan still implies (per round, with the lanes that run at once). The spec's timeouts give only
+# the labelled worst case. See docs/running-searches.md, "Time left".
+
+# Steps that will not run again; a cancelled step's duration says nothing of the work's length.
+_ENDED = ("done", "failed", "cancelled")
+_TIMED = ("done", "failed")
+# What each step kind is called where the forecast explains itself.
+KIND_WORDS = {"generate": "writer step", "evaluate": "gate run", "trial": "trial",
+              "replay": "replay", "review": "review"}
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One step of the search as the forecast reads it: its kind, round and state; its wall
+    seconds (finished: started to finished; running: so far; pending: None); and for a measure or
+    replay step, the trial runs it plans (members × blocks)."""
+
+    kind: str
+    round: int
+    state: str
+    seconds: float | None = None
+    trials: int = 0
+    started: float | None = None  # seconds since the run started, to count the lanes used at once
+    trials_done: int = 0  # a running measure or replay step: its trial runs finished so far
+
+
+@dataclass(frozen=True)
+class RunPosition:
+    """Where the run is: its phase and round, the round-0 candidates not admitted yet, the
+    candidates still in the current round, and whether the baseline is measured beside them."""
+
+    phase: str
+    round_index: int
+    queued: int
+    survivors: int
+    baseline_alive: bool = True
+
+
+@dataclass(frozen=True)
+class Pace:
+    """One kind's measured seconds per step (per trial run for `trial`): a low and high figure
+    and the median, from `count` finished steps of this search (or borrowed from another kind)."""
+
+    low: float
+    mid: float
+    high: float
+    count: int
+    source: str
+
+
+@dataclass(frozen=True)
+class TimeLeft:
+    low: float
+    mid: float
+    high: float
+    worst_case: float
+    untimed: tuple[str, ...]  # kinds still to run with no finished step to time them by
+    basis: tuple[str, ...]   # one phrase per kind: "writer step 42 s (median of 3)"
+    steps_timed: int
+    borrowed: tuple[str, ...] = ()  # kinds timed, until their own steps finish, by another kind's
+
+    @property
+    def text(self) -> str:
+        """"about 3 min left (2–5 min)", "at least 40 s left; estimating: no trial timed yet",
+        or "estimating…" before anything is timed."""
+        if self.untimed:
+            words = [KIND_WORDS.get(kind, kind) for kind in self.untimed]
+            what = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+            if self.high <= 0:
+                return f"estimating… (no {what} timed yet)"
+            return f"at least {duration_text(self.low)} left; estimating (no {what} timed yet)"
+        if self.high <= 0:
+            return "finishing"
+        guess = f"; {' and '.join(self.borrowed)}" if self.borrowed else ""
+        return f"about {duration_text(self.mid)} left ({range_text(self.low, self.high)}{guess})"
+
+    @property
+    def worst_case_text(self) -> str:
+        return f"worst case {duration_text(self.worst_case)}, from the spec's timeouts"
+
+    @property
+    def basis_text(self) -> str:
+        timed = f"measured on {self.steps_timed} finished step{'s' if self.steps_timed != 1 else ''} of " \
+                "this search"
+        return f"{timed}: {'; '.join(self.basis)}" if self.basis else timed
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"low_seconds": round(self.low), "seconds": round(self.mid), "high_seconds": round(self.high),
+                "worst_case_seconds": round(self.worst_case), "untimed": list(self.untimed),
+                "text": self.text, "basis": self.basis_text, "worst_case": self.worst_case_text}
+
+
+def range_text(low: float, high: float) -> str:
+    """"2–5 min", "40 s–2 min", or one figure when both ends read the same."""
+    a, b = duration_text(low), duration_text(high)
+    if a == b:
+        return a
+    unit_a, unit_b = a.rsplit(" ", 1)[-1], b.rsplit(" ", 1)[-1]
+    return f"{a.rsplit(' ', 1)[0]}–{b}" if unit_a == unit_b else f"{a}–{b}"
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    at = q * (len(ordered) - 1)
+    below = math.floor(at)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (at - below)
+
+
+def pace_of(values: list[float], source: str) -> Pace | None:
+    """The quartiles of `values`, widened while few are known (by 1/√n each way): one sample gives
+    half to twice it, sixteen a quarter either way; None without any."""
+    if not values:
+        return None
+    widen = 1 + 1 / math.sqrt(len(values))
+    return Pace(low=_quantile(values, 0.25) / widen, mid=statistics.median(values),
+                high=_quantile(values, 0.75) * widen, count=len(values), source=source)
+
+
+def lanes_used(steps: list[StepSample]) -> int:
+    """The most steps of the search that ran at once so far (1 if none ran)."""
+    edges: list[tuple[float, int]] = []
+    for step in steps:
+        if step.started is None or step.seconds is None:
+            continue
+        edges += [(step.started, 1), (step.started + step.seconds, -1)]
+    peak = now = 0
+    for _, change in sorted(edges, key=lambda edge: (edge[0], edge[1])):
+        now += change
+        peak = max(peak, now)
+    return max(peak, 1)
+
+
+def _paces(steps: list[StepSample], gates: int = 1) -> dict[str, Pace]:
+    """Each kind's pace from the finished steps; trials from measure (and replay) steps, per run."""
+    timed = [s for s in steps if s.state in _TIMED and s.seconds is not None]
+    paces: dict[str, Pace] = {}
+    for kind in ("generate", "evaluate", "replay", "review"):
+        pace = pace_of([s.seconds for s in timed if s.kind == kind and s.seconds is not None],
+                       "median of {n}")
+        if pace is not None:
+            paces[kind] = pace
+    # A measure step's wall time over its trial runs (each run counts once); a running one's so far
+    # over the runs it finished, so trials are timed long before a round's blocks all ran.
+    per_trial = [s.seconds / s.trials for s in timed if s.kind == "measure" and s.trials and s.seconds
+                 for _ in range(s.trials)]
+    per_trial += [s.seconds / s.trials_done for s in steps if s.kind == "measure" and s.state == "running"
+                  and s.trials_done and s.seconds for _ in range(s.trials_done)]
+    if not per_trial:  # a replay also runs gates: only a stand-in until a round's measure finished
+        per_trial = [s.seconds / s.trials for s in timed if s.kind == "replay" and s.trials and s.seconds
+                     for _ in range(s.trials)]
+    pace = pace_of(per_trial, "over {n} trial runs")
+    if pace is not None:
+        paces["trial"] = pace
+    if "trial" not in paces and "evaluate" in paces:
+        # A trial and a gate both run one command on a fresh tree of the patch; labelled as borrowed.
+        gate = paces["evaluate"]
+        per = max(gates, 1)
+        paces["trial"] = Pace(gate.low / per, gate.mid / per, gate.high / per, 0,
+                              "counted as gate runs until one is timed")
+    if "review" not in paces and "generate" in paces:
+        # Both read the patch in an agent's sandbox; labelled as borrowed.
+        paces["review"] = replace_source(paces["generate"], "counted as writer steps until one is timed")
+    return paces
+
+
+def replace_source(pace: Pace, source: str) -> Pace:
+    return Pace(pace.low, pace.mid, pace.high, 0, source)
+
+
+class _Work:
+    """Remaining wall seconds, summed stage by stage (low, mid, high), and the untimed kinds."""
+
+    def __init__(self, paces: dict[str, Pace]) -> None:
+        self.paces = paces
+        self.low = self.mid = self.high = 0.0
+        self.untimed: list[str] = []
+        self.used: set[str] = set()
+
+    def add(self, kind: str, low_units: float, high_units: float, *, lanes: int = 1,
+            running: tuple[float, ...] = ()) -> None:
+        """`low_units`–`high_units` more steps (trial runs for `trial`) of `kind`, run `lanes` at
+        a time, after the ones running now (seconds so far in `running`)."""
+        if low_units <= 0 and high_units <= 0 and not running:
+            return
+        pace = self.paces.get(kind)
+        self.used.add(kind)
+        if pace is None:
+            if kind not in self.untimed:
+                self.untimed.append(kind)
+            return
+        for name, per in (("low", pace.low), ("mid", pace.mid), ("high", pace.high)):
+            units = low_units if name != "high" else high_units
+            # The steps running now finish first (the longest-running one soonest); the rest follow
+            # in waves of `lanes`.
+            now = max((max(per - seconds, 0.0) for seconds in running), default=0.0)
+            waves = math.ceil(units / lanes) if units > 0 else 0
+            setattr(self, name, getattr(self, name) + now + waves * per)
+
+
+def time_left(spec: SearchSpec, position: RunPosition, steps: list[StepSample],
+              lanes: int | None = None) -> TimeLeft:
+    """How long the search has left: what remains of its plan from `position`, timed by its own
+    finished `steps`, as a range (the quartiles of each kind's durations, widened while few are
+    known, over the fewest and the most steps the plan allows), and the worst case from the spec's
+    timeouts. `lanes`: how many steps run at once (default: the most seen so far, up to the
+    spec's concurrency)."""
+    paces = _paces(steps, len(spec.hard_gates.commands))
+    lanes = max(1, min(spec.concurrency, lanes or lanes_used(steps)))
+    work = _Work(paces)
+    gate_count = len(spec.hard_gates.commands)
+    worst = 0.0
+    here = position.round_index
+    trials, ceiling = spec.score.trials, spec.score.trials_ceiling
+    paired = spec.score.comparison == "paired"
+    most_blocks = ceiling if paired else trials
+
+    def of(kind: str, round_index: int, state: str) -> list[StepSample]:
+        return [s for s in steps if s.kind == kind and s.round == round_index and s.state == state]
+
+    if position.phase == "rounds":
+        # This round: its writers (and, in round 0, the candidates not admitted yet) ...
+        writers_pending = len(of("generate", here, "pending")) + (position.queued if here == 0 else 0)
+        writers_running = tuple(s.seconds or 0.0 for s in of("generate", here, "running"))
+        work.add("generate", writers_pending, writers_pending, lanes=lanes, running=writers_running)
+        worst += math.ceil((writers_pending + len(writers_running)) / lanes) * WRITER_TIMEOUT_SECONDS
+        # ... then its evaluations: each made one, each writer still to end one (in round 0 the
+        # baseline's too, until it is made).
+        evaluations = [s for s in steps if s.kind == "evaluate" and s.round == here]
+        to_make = writers_pending + len(writers_running)
+        baseline_due = 1 if here == 0 and not evaluations and position.baseline_alive else 0
+        pending = len([s for s in evaluations if s.state == "pending"]) + baseline_due
+        low_new = to_make if here == 0 else 0
+        running = tuple(s.seconds or 0.0 for s in evaluations if s.state == "running")
+        work.add("evaluate", pending + low_new, pending + to_make, lanes=lanes, running=running)
+        gate_timeouts = spec.hard_gates.timeout_seconds * gate_count
+        worst += math.ceil((pending + to_make + len(running)) / lanes) * gate_timeouts
+        # ... then its measurement: every survivor and the baseline, `trials` blocks (paired: up to
+        # the ceiling where the cut is close).
+        measures = [s for s in steps if s.kind == "measure" and s.round == here]
+        members = position.survivors + (1 if position.baseline_alive else 0)
+        measured = any(s.state in _ENDED for s in measures)
+        live = [s for s in measures if s.state in ("pending", "running")]
+        planned_low = sum(max(s.trials - s.trials_done, 0) for s in live) if live else (
+            0 if measured else members * trials)
+        planned_high = planned_low + (members * (most_blocks - trials) if paired else 0)
+        if measured and not live:
+            planned_low, planned_high = 0, members * (most_blocks - trials) if paired else 0
+        work.add("trial", planned_low, planned_high)
+        worst += planned_high * spec.score.timeout_seconds
+        after = here + 1
+    else:
+        after = len(spec.rounds)
+    # The later rounds: refinements and their gates (with `worker.refine`), then the blocks.
+    alive = position.survivors
+    for index in range(after, len(spec.rounds)):
+        alive = min(spec.rounds[index], alive) if alive else spec.rounds[index]
+        if spec.worker.refine:
+            work.add("generate", alive, alive, lanes=lanes)
+            work.add("evaluate", 0, alive, lanes=lanes)
+            worst += math.ceil(alive / lanes) * (WRITER_TIMEOUT_SECONDS
+                                                 + spec.hard_gates.timeout_seconds * gate_count)
+        members = alive + 1
+        work.add("trial", members * trials, members * most_blocks)
+        worst += members * most_blocks * spec.score.timeout_seconds
+    # The replay (one, up to MAX_REPLAYS when a candidate fails it or its review) and the review.
+    replay_trials = 2 * replay_blocks(trials, ceiling, spec.score.confidence, paired=paired)
+    replays_done = len([s for s in steps if s.kind == "replay" and s.state in _ENDED])
+    reviews_done = len([s for s in steps if s.kind == "review" and s.state in _ENDED])
+    running_replay = tuple(s.seconds or 0.0 for s in steps if s.kind == "replay" and s.state == "running")
+    running_review = tuple(s.seconds or 0.0 for s in steps if s.kind == "review" and s.state == "running")
+    if position.phase in ("rounds", "replay", "review"):
+        # One replay is due while the rounds run, or in the replay phase before its step exists;
+        # a pending one counts itself; a finished one that passed leads to the review.
+        pending_replays = len([s for s in steps if s.kind == "replay" and s.state == "pending"])
+        any_replay = any(s.kind == "replay" for s in steps)
+        due = position.phase == "rounds" or (position.phase == "replay" and not any_replay)
+        more_replays_low = pending_replays + (1 if due else 0)
+        more_replays_high = max(MAX_REPLAYS - replays_done - len(running_replay), more_replays_low)
+        if "replay" in paces:
+            work.add("replay", more_replays_low, more_replays_high, running=running_replay)
+        else:
+            # Until a replay is timed: its gates and its blocks, at the gate runs' and trials' pace.
+            work.add("evaluate", more_replays_low, more_replays_high)
+            work.add("trial", more_replays_low * replay_trials, more_replays_high * 2 * most_blocks)
+        worst += (more_replays_high + len(running_replay)) * (
+            spec.hard_gates.timeout_seconds * gate_count + 2 * most_blocks * spec.score.timeout_seconds)
+        reviews_low = 1 if not running_review else 0
+        reviews_high = max(MAX_REPLAYS - reviews_done - len(running_review), reviews_low)
+        work.add("review", reviews_low, reviews_high, running=running_review)
+        worst += (reviews_high + len(running_review)) * REVIEW_TIMEOUT_SECONDS
+    basis = tuple(f"{KIND_WORDS[kind]} {duration_text(pace.mid)} "
+                  f"({pace.source.format(n=pace.count)})" for kind, pace in paces.items())
+    timed = len([s for s in steps if s.state in _TIMED and s.seconds is not None])
+    low, mid, high = (max(value, 0.0) for value in (work.low, work.mid, work.high))
+    borrowed = tuple(f"{KIND_WORDS[kind]}s {pace.source}" for kind, pace in paces.items()
+                     if pace.count == 0 and kind in work.used)
+    return TimeLeft(low=low, mid=max(mid, low), high=max(high, mid, low), worst_case=max(worst, high),
+                    untimed=tuple(work.untimed), basis=basis, steps_timed=timed, borrowed=borrowed)

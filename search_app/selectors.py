@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import shlex
 from collections import Counter
 from pathlib import Path
@@ -55,7 +54,7 @@ from search_app.diffs import (
 from search_app.execution import search_spec
 from search_app.figures import candidate_figures, search_metric
 from search_app.figures import versus as figures_versus
-from search_app.forecast import Forecast, History, forecast
+from search_app.forecast import Forecast, History, RunPosition, StepSample, TimeLeft, forecast, time_left
 from search_app.measurement import figure_text, is_paired
 from search_app.models import Approval, Candidate, Comment, Merge, Search, SearchRun, Spec, SpecVersion, Step
 from search_app.plotting import ScorePoint
@@ -177,45 +176,60 @@ def run_summary(search: Search) -> dict[str, Any]:
     }
 
 
-# Steps that will not run again: the run's pace is measured over these.
+# Steps that will not run again.
 STEP_ENDED = (Step.State.DONE, Step.State.FAILED, Step.State.CANCELLED)
+# Candidates not out of the search: still to write, being written or evaluated, or alive.
+_IN_PLAY = (Candidate.State.QUEUED, Candidate.State.WRITING, Candidate.State.EVALUATING,
+            Candidate.State.ALIVE)
 
 
 def run_timing(search: Search, run: Any, now: Any = None) -> dict[str, Any]:
-    """How long the run has taken (or took) and, while it runs, about how long it has left.
-
-    The estimate counts steps: the steps the plan still implies (each round's writers and gates,
-    one measurement per round, the replay and the review; see search_app/forecast.py) less the
-    ones finished, at the mean pace of the finished ones so far. Steps differ in length, so it
-    is given only once a fifth of the planned steps and at least three are done, and rounded
-    up to whole minutes.
-    """
+    """How long the run has taken (or took) and, while it runs, how long it has left: the work its
+    plan still implies, timed by this search's own finished steps (search_app/forecast.py,
+    `time_left`), as a range that narrows as steps finish, with the spec's timeouts as the worst
+    case. `time_left` is None once the run ended."""
     if run is None or run.started_at is None:
-        return {"elapsed_seconds": None, "elapsed_text": "", "eta_seconds": None, "eta_text": ""}
+        return {"elapsed_seconds": None, "elapsed_text": "", "eta_seconds": None, "eta_text": "",
+                "time_left": None}
     end = run.finished_at if run.terminal and run.finished_at else (now or timezone.now())
     elapsed = max(0.0, (end - run.started_at).total_seconds())
-    eta = None
-    if run.status == SearchRun.Status.RUNNING:
-        done = search.steps.filter(state__in=STEP_ENDED).count()
-        planned = max(_planned_steps(search), done + search.steps.filter(
-            state__in=(Step.State.PENDING, Step.State.RUNNING)).count())
-        if done >= 3 and done * 5 >= planned and planned > done:
-            eta = elapsed / done * (planned - done)
+    left = None
+    if run.status == SearchRun.Status.RUNNING and run.phase != SearchRun.Phase.REVISE:
+        left = search_time_left(search, run, end)
     return {"elapsed_seconds": round(elapsed), "elapsed_text": clock_text(elapsed),
-            "eta_seconds": round(eta) if eta is not None else None,
-            "eta_text": f"about {math.ceil(eta / 60)} min left" if eta is not None else ""}
+            "eta_seconds": round(left.mid) if left is not None and not left.untimed else None,
+            "eta_text": left.text if left is not None else "",
+            "time_left": left.as_dict() if left is not None else None}
 
 
-def _planned_steps(search: Search) -> int:
-    """Steps a search's plan implies: the baseline's gates; in round 0 a writer and a gate run for
-    each candidate; in each later round a writer and a gate run for each survivor when writers
-    refine; one measurement per round; and the winner's replay and review."""
-    spec = search.spec_normalized or {}
-    rounds = list(spec.get("rounds") or [])
-    population = spec.get("population") or (rounds[0] if rounds else 0)
-    refine = bool((spec.get("worker") or {}).get("refine"))
-    later = sum(rounds[1:]) * 2 if refine else 0
-    return 1 + 2 * population + later + len(rounds) + 2
+def search_time_left(search: Search, run: Any, now: Any) -> TimeLeft:
+    """The forecast's inputs, read in a few queries: the steps (kind, round, state, wall seconds,
+    planned trial runs, and a running measurement's trial runs so far) and the candidates still in
+    play."""
+    samples = []
+    for kind, round_index, state, started, finished, plan in search.steps.values_list(
+            "kind", "round", "state", "started_at", "finished_at", "plan"):
+        stop = finished if state in STEP_ENDED else (now if state == Step.State.RUNNING else None)
+        seconds = (stop - started).total_seconds() if started and stop else None
+        members, blocks = (plan or {}).get("members") or [], (plan or {}).get("blocks") or [0, 0]
+        trials = len(members) * max(blocks[1] - blocks[0], 0) if len(blocks) == 2 else 0
+        done = 0
+        if state == Step.State.RUNNING and kind in (Step.Kind.MEASURE, Step.Kind.REPLAY) and started:
+            # Its trial runs so far: each leaves a receipt ("cand_007 trial block 3").
+            done = Receipt.objects.filter(
+                subject_type="candidate", subject_id__in=search.candidates.values("pk"),
+                label__contains=" trial block ", started_at__gte=started).count()
+        samples.append(StepSample(kind=kind, round=round_index, state=state,
+                                  seconds=max(seconds, 0.0) if seconds is not None else None, trials=trials,
+                                  started=(started - run.started_at).total_seconds() if started else None,
+                                  trials_done=min(done, trials)))
+    in_play = search.candidates.filter(number__gt=0, state__in=_IN_PLAY)
+    states = Counter(in_play.values_list("state", flat=True))
+    baseline_alive = search.candidates.filter(number=0, state__in=_IN_PLAY).exists()
+    position = RunPosition(phase=run.phase, round_index=run.round_index,
+                           queued=states[Candidate.State.QUEUED], survivors=sum(states.values()),
+                           baseline_alive=baseline_alive)
+    return time_left(search_spec(search), position, samples)
 
 
 def search_run_report(search: Search) -> dict[str, Any]:

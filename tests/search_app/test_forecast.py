@@ -11,7 +11,17 @@ import pytest
 from runtime_app.models import Receipt
 from runtime_app.prices import Price, cost_microusd, price_table, usd_text
 from search_app import services
-from search_app.forecast import ASSUMED_WRITER_USAGE, History, Span, forecast
+from search_app.forecast import (
+    ASSUMED_WRITER_USAGE,
+    History,
+    RunPosition,
+    Span,
+    StepSample,
+    forecast,
+    lanes_used,
+    pace_of,
+    time_left,
+)
 from search_app.models import Search, SearchRun, Step
 from search_app.selectors import forecast_history, search_forecast, spec_forecast
 from search_app.spec import SearchSpec, spec_validate
@@ -170,7 +180,8 @@ def test_without_history_the_wall_time_is_unknown_and_the_timeouts_bound_it():
     # confidence (two at 0.5), though the spec asks for one trial, and while it cannot tell the
     # winner from the baseline, more up to the ceiling (three).
     assert plan.wall_ceiling_seconds == 1860 + 9 * 900 + 6 * 900 + 3 * (60 + 2 * 3 * 900)
-    assert "upper bound from the timeouts" in plan.wall_ceiling_source
+    assert "running to its timeout" in plan.wall_ceiling_source
+    assert plan.wall_ceiling_text == "worst case 8.8 h, from the spec's timeouts"
     others = forecast(spec, History(searches=3, gate_seconds={GATE: (1.0,)}, trial_seconds={SCORE: (1.0,)}))
     assert others.wall_seconds is None
     assert others.wall_source == ("Unknown: 3 past searches of this repository recorded no writer step "
@@ -257,3 +268,97 @@ def test_command_writers_are_forecast_from_the_same_command_only(personas, finis
     plan = spec_forecast(spec_validate(other).spec, personas.alpha.pk, str(repo))
     assert plan.history_searches == 1 and plan.wall_seconds is None
     assert "recorded no writer step with command python scripts/writer.py --v2" in plan.wall_source
+
+
+# ---- time left while a search runs: measured on its own finished steps
+
+
+def _done(kind: str, seconds: float, round_index: int = 0, trials: int = 0) -> StepSample:
+    return StepSample(kind=kind, round=round_index, state="done", seconds=seconds, trials=trials)
+
+
+def test_before_any_step_finished_the_time_left_says_it_is_estimating():
+    spec = make_spec(population=4, rounds=[4, 1], trials=3, comparison="absolute")
+    left = time_left(spec, RunPosition(phase="rounds", round_index=0, queued=4, survivors=4), [])
+    assert left.text.startswith("estimating…") and "writer step" in left.text
+    assert left.worst_case_text.startswith("worst case ")
+    assert left.worst_case_text.endswith("from the spec's timeouts")
+    assert left.as_dict()["untimed"] == ["generate", "evaluate", "trial", "review"]
+
+
+def test_a_kind_not_timed_yet_gives_only_a_lower_bound_labelled_as_such():
+    spec = make_spec(population=4, rounds=[4, 1], trials=3, comparison="absolute")
+    steps = [_done("generate", 20.0), _done("generate", 20.0),
+             StepSample(kind="generate", round=0, state="pending"), StepSample(kind="generate", round=0,
+                                                                               state="pending")]
+    left = time_left(spec, RunPosition(phase="rounds", round_index=0, queued=0, survivors=4), steps, lanes=2)
+    assert left.text.startswith("at least ") and "no gate run or trial timed yet" in left.text
+    assert left.low >= 20  # one more wave of two writers at least
+
+
+def _round_one_measuring(extra: list[StepSample]) -> list[StepSample]:
+    writers = [_done("generate", 30.0 + i) for i in range(4)]
+    gates = [_done("evaluate", 5.0 + i % 2) for i in range(5)]
+    # Round 0: the baseline and four candidates, three blocks each: 15 trial runs of 2 s.
+    return [*writers, *gates, _done("measure", 30.0, trials=15), *extra]
+
+
+def test_the_time_left_narrows_as_steps_finish():
+    spec = make_spec(population=4, rounds=[4, 2, 1], trials=3, comparison="absolute")
+    early = time_left(spec, RunPosition(phase="rounds", round_index=1, queued=0, survivors=2),
+                      _round_one_measuring([StepSample(kind="measure", round=1, state="pending", trials=9)]))
+    later = time_left(spec, RunPosition(phase="rounds", round_index=2, queued=0, survivors=1),
+                      _round_one_measuring([_done("measure", 18.0, 1, trials=9),
+                                            StepSample(kind="measure", round=2, state="pending", trials=6)]))
+    replaying = time_left(spec, RunPosition(phase="review", round_index=2, queued=0, survivors=1),
+                          _round_one_measuring([_done("measure", 18.0, 1, trials=9),
+                                                _done("measure", 12.0, 2, trials=6),
+                                                _done("replay", 20.0, 2, trials=6),
+                                                StepSample(kind="review", round=2, state="pending")]))
+    assert not early.untimed and not later.untimed and not replaying.untimed
+    # Round 1's blocks measured: less is left and more of it is timed, so the range closes in.
+    assert later.high - later.low < early.high - early.low and later.low < early.low
+    assert early.mid > later.mid > replaying.mid > 0
+    # In review the high end still allows for the replays a rejecting review would bring.
+    assert replaying.low <= 33 <= replaying.high
+    # Round 1's 9 trial runs of 2 s, round 2's 6, a replay's gates (5 s) and 6 trial runs, and a
+    # review, counted as a writer step (31.5 s) until one is timed, and saying so.
+    assert early.mid == pytest.approx(9 * 2 + 6 * 2 + 5 + 6 * 2 + 31.5)
+    assert "reviews counted as writer steps until one is timed" in early.text
+    assert "trial 2.0 s (over 15 trial runs)" in early.basis_text
+
+
+def test_more_steps_of_a_kind_narrow_its_pace():
+    one, sixteen = pace_of([10.0], "x"), pace_of([10.0] * 16, "x")
+    assert one is not None and sixteen is not None
+    assert (one.low, one.high) == (5.0, 20.0)
+    assert sixteen.high - sixteen.low < (one.high - one.low) / 3
+
+
+def test_the_time_left_has_no_absurd_upper_bound_but_the_labelled_worst_case():
+    spec = make_spec(population=8, rounds=[8, 2, 1], trials=3, comparison="absolute", concurrency=4)
+    steps = [_done("generate", 10.0) for _ in range(4)] + [
+        StepSample(kind="generate", round=0, state="running", seconds=4.0) for _ in range(4)]
+    left = time_left(spec, RunPosition(phase="rounds", round_index=0, queued=0, survivors=8),
+                     [*steps, _done("evaluate", 3.0), _done("measure", 10.0, trials=5)], lanes=4)
+    assert not left.untimed
+    assert left.high < 4 * left.mid and left.high < left.worst_case / 20
+    assert "left (" in left.text and " h" not in left.text
+
+
+def test_steps_running_now_count_only_what_is_left_of_them():
+    spec = make_spec(population=2, rounds=[2, 1], trials=1, comparison="absolute", concurrency=2)
+    timed = [_done("generate", 60.0), _done("evaluate", 1.0), _done("measure", 3.0, trials=3)]
+    position = RunPosition(phase="rounds", round_index=0, queued=0, survivors=2)
+    fresh = time_left(spec, position, [*timed, StepSample(kind="generate", round=0, state="running",
+                                                          seconds=1.0)])
+    nearly = time_left(spec, position, [*timed, StepSample(kind="generate", round=0, state="running",
+                                                           seconds=55.0)])
+    assert fresh.mid - nearly.mid == pytest.approx(54.0)
+
+
+def test_the_steps_seen_at_once_set_the_lanes():
+    steps = [StepSample("generate", 0, "done", 10.0, started=0.0),
+             StepSample("generate", 0, "done", 10.0, started=1.0),
+             StepSample("generate", 0, "done", 10.0, started=20.0)]
+    assert lanes_used(steps) == 2 and lanes_used([]) == 1

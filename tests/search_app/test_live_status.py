@@ -16,7 +16,7 @@ from django.utils import timezone
 from runtime_app.models import Event, Receipt
 from search_app import selectors, services
 from search_app.live import search_live_fragments
-from search_app.models import SearchRun, Step
+from search_app.models import Candidate, SearchRun, Step
 from search_app.step_result import StepResult
 from tests.helpers import login
 
@@ -121,7 +121,7 @@ def test_a_winner_awaits_approval_until_someone_approves_then_says_approved_then
     report = member.get(api).json()
     assert report["winner_status"] == "approved" and "awaiting" not in report["reason"]
     assert [c["reason"] for c in report["candidates"] if c["candidate_id"] == "cand_002"] == [winner.reason]
-    assert "cand_002 (approved)" in cli_status(search)
+    assert "winner (approved) — cand_002" in cli_status(search)
     page = run_card(member.get(f"/searches/{search.search_id}/").content.decode())
     assert 'id="winner-status">approved</span>' in page and "awaiting" not in page
     detail = member.get(f"/searches/{search.search_id}/candidates/cand_002/").content.decode()
@@ -137,7 +137,7 @@ def test_a_winner_awaits_approval_until_someone_approves_then_says_approved_then
     assert "merged onto crucible/" in winner.reason and "awaiting" not in winner.reason
     report = member.get(api).json()
     assert report["winner_status"] == "merged" and "merged onto" in report["reason"]
-    assert "cand_002 (merged)" in cli_status(search)
+    assert "winner (merged) — cand_002" in cli_status(search)
     page = run_card(member.get(f"/searches/{search.search_id}/").content.decode())
     assert 'id="winner-status">merged</span>' in page and "awaiting" not in page
     detail = member.get(f"/searches/{search.search_id}/candidates/cand_002/").content.decode()
@@ -186,26 +186,32 @@ def test_a_finished_run_says_how_long_it_took(finished, personas):
     assert "<dt>Took</dt>" in html and 'id="run-eta"' not in html
 
 
-def test_the_time_left_is_estimated_from_the_pace_of_the_steps_done(small_search, personas):
-    """Two candidates in rounds [2, 1]: 1 baseline gate + 2 × (writer + gates) + 2 measurements +
-    replay + review = 9 planned steps."""
+def test_the_time_left_is_measured_on_this_searchs_finished_steps(small_search, personas):
+    """Two candidates in rounds [2, 1]: until a step of each kind to come has finished it says
+    so; then a range from those steps' wall durations, with the timeouts' worst case beside it."""
     search = small_search
     run = services.search_start(personas.member, search, enqueue=False)
     now = run.started_at + timedelta(minutes=6)
     timing = selectors.run_timing(search, run, now=now)
-    assert timing["elapsed_text"] == "6 min 0 s" and timing["eta_text"] == ""  # nothing done yet: no guess
+    assert timing["elapsed_text"] == "6 min 0 s" and timing["eta_text"].startswith("estimating…")
+    assert timing["eta_seconds"] is None
     baseline = search.candidates.get(number=0)
-    Step.objects.create(search=search, candidate=baseline, kind="evaluate", round=0)
-    Step.objects.filter(search=search).update(state="done", finished_at=timezone.now())
-    for part in range(2):
-        Step.objects.create(search=search, candidate=baseline, kind="measure", round=0, part=part,
-                            state="done")
+    start = run.started_at
+    for candidate in search.candidates.filter(number__gt=0):
+        Step.objects.create(search=search, candidate=candidate, kind="generate", round=0, state="done",
+                            started_at=start, finished_at=start + timedelta(seconds=60))
+    Candidate.objects.filter(search=search, number__gt=0).update(state="evaluating")
+    Step.objects.create(search=search, candidate=baseline, kind="evaluate", round=0, state="done",
+                        started_at=start, finished_at=start + timedelta(seconds=10))
+    Step.objects.create(search=search, candidate=baseline, kind="measure", round=0, state="done",
+                        started_at=start, finished_at=start + timedelta(seconds=30),
+                        plan={"members": ["baseline", "cand_001", "cand_002"], "blocks": [0, 2]})
     timing = selectors.run_timing(search, run, now=now)
-    # 3 of 9 done in 6 minutes: 2 minutes a step, 6 steps to go.
-    assert timing["eta_seconds"] == 12 * 60 and timing["eta_text"] == "about 12 min left"
+    assert timing["eta_text"].startswith("about ") and " left (" in timing["eta_text"]
+    assert timing["time_left"]["worst_case"].startswith("worst case ")
     SearchRun.objects.filter(pk=run.pk).update(started_at=timezone.now() - timedelta(minutes=6))
     html = login(personas.member).get(f"/searches/{search.search_id}/").content.decode()
-    assert "<dt>Elapsed</dt>" in html and "min left</span>" in html
+    assert "<dt>Elapsed</dt>" in html and 'id="run-eta"' in html and "from the spec&#x27;s timeouts" in html
 
 
 def test_cancel_asks_for_confirmation_before_it_stops_anything(small_search, personas):

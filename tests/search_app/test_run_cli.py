@@ -41,7 +41,7 @@ def test_run_prints_the_outcome_and_status_and_receipts_agree(demo, tmp_path):
     assert f"Started {report['search_id']}: http" in done.stderr.decode()  # stdout stays JSON
     # Its spec declares no `score.results`: the JSON says so, and so does stderr.
     assert report["warnings"] == [RESULTS_WARNING]
-    assert f"warning: {RESULTS_WARNING}" in done.stderr.decode()
+    assert f"warning: {RESULTS_WARNING}" in " ".join(done.stderr.decode().split())
     assert (report["status"], report["outcome"], report["winner"]) == ("finished", "winner", "cand_002")
     by_id = {c["candidate_id"]: c for c in report["candidates"]}
     assert "gate 1" in by_id["cand_003"]["reason"] and by_id["cand_002"]["receipts"]
@@ -52,7 +52,7 @@ def test_run_prints_the_outcome_and_status_and_receipts_agree(demo, tmp_path):
     status = json.loads(search("status", report["search_id"], "--json").stdout)
     assert (status["winner"], status["metric_source"]) == ("cand_002", DESCRIPTOR_LABEL)
     table = search("status", report["search_id"]).stdout.decode()
-    assert f"{report['search_id']} plan-search: winner — cand_002 (awaiting approval)" in table
+    assert f"{report['search_id']} plan-search: winner (awaiting approval) — cand_002" in table
     assert f"score: value, {DESCRIPTOR_LABEL}" in " ".join(table.split())
     receipts = search("receipts", report["search_id"], "--candidate", "cand_002").stdout.decode().splitlines()
     assert len(receipts) == len(by_id["cand_002"]["receipts"])
@@ -71,8 +71,15 @@ def test_the_live_display_ends_with_the_outcome_table(demo, tmp_path):
     assert done.returncode == 0, done.stderr.decode()
     search_id = Search.objects.get().search_id
     assert out.splitlines()[0] == f"Started {search_id}: " + page_url(f"/searches/{search_id}/")
-    assert out.splitlines()[1] == f"warning: {RESULTS_WARNING}"  # its spec declares no `score.results`
-    assert "winner — cand_001 (awaiting approval)" in out and "changed nothing" in out
+    # Its spec declares no `score.results`; the warning wraps to fit 100 columns.
+    assert " ".join(out.split("\n", 1)[1].split()).startswith(f"warning: {RESULTS_WARNING}")
+    assert "winner (awaiting approval) — cand_001" in out and "changed nothing" in " ".join(out.split())
+    assert max(len(line) for line in out.splitlines()) <= 100  # piped: the table fits 100 columns
+    # The summary ends with the page and the command that approves the winner's exact patch.
+    sha = Search.objects.get().candidates.get(candidate_id="cand_001").patch_sha256
+    assert f"page: {page_url(f'/searches/{search_id}/')}" in out
+    assert out.rstrip().endswith(f"manage.py search approve {search_id} cand_001 \\\n"
+                                 f"      --patch-sha256 {sha}")
     assert f"score: value, {DESCRIPTOR_LABEL}" in " ".join(out.split())
 
 

@@ -9,7 +9,10 @@
     search run FILE --repo PATH --dry-run | SEARCH_ID --dry-run [--json]
                                     the forecast (writer steps, gate and trial runs, cost, wall time);
                                     freezes and starts nothing
-    search status SEARCH_ID [--json]
+    search status [--project P] [--status S] [--outcome O] [--mine] [--limit N] [--json]
+                                    the searches you can see, newest first (id, project, status,
+                                    round or phase, winner, started)
+    search status SEARCH_ID [--json]  a search's state and candidates; its page and the next command
     search cancel SEARCH_ID
     search receipts SEARCH_ID [--candidate cand_007] [--json]
     search reference [--write [PATH]]  the spec reference, generated from the schema
@@ -19,6 +22,10 @@
     search merge SEARCH_ID [--target new_branch|existing_branch] [--branch NAME] [--user U]
                                     the same services, checks and words as the candidate, decide
                                     and merge pages; one line of result, or of refusal (exit 1)
+
+Tables fit the terminal, or 100 columns when piped (long cells wrap). Notification emails sent
+while a command runs go to <data dir>/logs/mail.log (one line on standard error says so), and
+with --json standard output is exactly one JSON document.
 
 Exit codes: 0 done (a NONE outcome is a result, not an error), 1 the spec, the freeze or the
 request was refused, 2 the file could not be read.
@@ -35,11 +42,13 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
 from django.urls import reverse
+from django.utils import timezone
+from rich import box
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from runtime_app.cli import CrucibleCommand, console_for, printable
+from runtime_app.cli import CrucibleCommand, console_for, printable, wrapped
 from runtime_app.git import GitError, ref_resolve, repo_open
 from runtime_app.presenters import short_sha
 from runtime_app.prices import usd_text
@@ -56,12 +65,17 @@ from search_app.preflight import (
 )
 from search_app.reference import REFERENCE_PATH, spec_reference_markdown
 from search_app.selectors import (
+    SEARCH_LIST_OUTCOMES,
+    SEARCH_LIST_STATUSES,
     approval_state,
     candidate_for_user,
     search_for_user,
     search_forecast,
+    search_list_rows,
     search_run_report,
+    search_time_left,
     spec_forecast,
+    winner_standing,
 )
 from search_app.services import (
     ProviderUnready,
@@ -113,7 +127,21 @@ class Command(CrucibleCommand):
         run.add_argument("--start-anyway", action="store_true",
                          help="freeze and start even when the provider has no key here (it lives with the "
                               "workers) or its server does not answer")
-        for name, text in (("status", "a search's state and candidates"), ("cancel", "stop a running search"),
+        status = actions.add_parser("status", help="the searches you can see; or one search's state and "
+                                                   "candidates, its page and the next command")
+        status.add_argument("search_id", nargs="?", default=None,
+                            help="e.g. search-1a2b3c4d5e6f7a8b (none: list the searches)")
+        status.add_argument("--user", default=None, help="who asks (default: the admin account)")
+        status.add_argument("--json", action="store_true", help="print JSON")
+        status.add_argument("--project", default=None, help="list: only this project's searches")
+        status.add_argument("--status", default="", choices=list(SEARCH_LIST_STATUSES),
+                            help="list: only searches in this state")
+        status.add_argument("--outcome", default="", choices=list(SEARCH_LIST_OUTCOMES),
+                            help="list: only searches with this outcome")
+        status.add_argument("--mine", action="store_true", help="list: only searches you froze")
+        status.add_argument("--limit", type=int, default=20,
+                            help="list: at most this many (default 20; 0: all)")
+        for name, text in (("cancel", "stop a running search"),
                            ("receipts", "the receipts of a search's candidates")):
             sub = actions.add_parser(name, help=text)
             sub.add_argument("search_id", help="e.g. search-1a2b3c4d5e6f7a8b")
@@ -176,6 +204,8 @@ class Command(CrucibleCommand):
             self._run(options["file"], options["repo"], options["ref"], options["project"],
                       options["user"] or settings.CONFIG.admin_username, as_json=options["json"],
                       dry_run=options["dry_run"], start_anyway=options["start_anyway"])
+        elif action == "status" and not options["search_id"]:
+            self._status_list(self.user_get(options["user"]), options)
         elif action in ("status", "cancel", "receipts"):
             user = self.user_get(options["user"])
             try:
@@ -246,7 +276,8 @@ class Command(CrucibleCommand):
             refused, warned = self._runnable(report.spec, repo, ref)
             lines += [f"  warning     {warning}" for warning in warned]
         for line in lines:
-            self.stdout.write(printable(line))
+            for part in wrapped(printable(line), indent=14):
+                self.stdout.write(part)
         if refused:
             self.fail([f"{label}: freeze would refuse: {problem}" for problem in refused], 1)
 
@@ -332,8 +363,8 @@ class Command(CrucibleCommand):
         # With --json, standard output stays one JSON document (its `warnings` key has these too).
         (self.stderr if as_json else self.stdout).write(started, style_func=lambda text: text)
         for warning in spec_warnings(search_spec(search)):
-            (self.stderr if as_json else self.stdout).write(printable(f"warning: {warning}"),
-                                                            style_func=lambda text: text)
+            for line in wrapped(printable(f"warning: {warning}"), indent=9):
+                (self.stderr if as_json else self.stdout).write(line, style_func=lambda text: text)
         if as_json:
             search_run_inline(search)
             self.json_write(search_run_report(search), ensure_ascii=True)
@@ -345,7 +376,8 @@ class Command(CrucibleCommand):
             search_run_inline(search, progress=lambda run: live.update(_progress(search, run)))
         report = search_run_report(search)
         _spec_failure_print(console, report)
-        console.print(_outcome_table(report))
+        console.print(_outcome_table(report, _status_label(search)))
+        _summary_print(console, search, report)
 
     def _dry_run(self, file: str, repo: str, project_name: str, username: str, *, as_json: bool) -> None:
         """The forecast of a spec file against a repository's history: nothing is written."""
@@ -371,7 +403,8 @@ class Command(CrucibleCommand):
             self.json_write({"search_id": search_id, **forecast.as_dict()}, ensure_ascii=True)
             return
         for line in forecast_lines(forecast, name, search_id):
-            self.stdout.write(printable(line))
+            for part in wrapped(printable(line), indent=17):
+                self.stdout.write(part)
 
     def _status(self, search: Any, *, as_json: bool) -> None:
         report = search_run_report(search)
@@ -380,7 +413,41 @@ class Command(CrucibleCommand):
             return
         console = console_for(self.stdout._out)
         _spec_failure_print(console, report)
-        console.print(_outcome_table(report))
+        console.print(_outcome_table(report, _status_label(search)))
+        _summary_print(console, search, report)
+
+    def _status_list(self, user: Any, options: dict[str, Any]) -> None:
+        """The searches `user` can see, newest first, with the list page's filters."""
+        project = None
+        if options["project"]:
+            project = self.project_get(user, options["project"], missing=(
+                f"no project named {options['project']!r} that {user} is a member of"))
+        if options["limit"] < 0:
+            self.fail(["--limit: give 0 (all) or a positive number"], 1)
+        rows = search_list_rows(user, status=options["status"], outcome=options["outcome"], project=project,
+                                sort="-created")
+        if options["mine"]:
+            rows = rows.filter(created_by=user)
+        searches = list(rows[: options["limit"]] if options["limit"] else rows)
+        items = [_list_item(search) for search in searches]
+        if options["json"]:
+            self.json_write(items, ensure_ascii=True)
+            return
+        console = console_for(self.stdout._out)
+        if not items:
+            console.print("No searches" + (" match these filters." if any(
+                options[key] for key in ("project", "status", "outcome", "mine")) else " yet."))
+            return
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+        for column in ("id", "project", "status", "round/phase", "winner", "started"):
+            table.add_column(column, overflow="fold", no_wrap=column in ("id", "started"))
+        for item in items:
+            table.add_row(item["search_id"], printable(item["project"]), printable(item["status"]),
+                          item["round_phase"], item["winner"] or "", item["started"] or "—")
+        console.print(table)
+        total = rows.count()
+        if total > len(items):
+            console.print(f"{len(items)} of {total} searches; --limit 0 lists all.")
 
     def _cancel(self, user: Any, search: Any) -> None:
         try:
@@ -401,9 +468,11 @@ class Command(CrucibleCommand):
             self.json_write([r.as_dict() for r in receipts], ensure_ascii=True)
             return
         for receipt in receipts:
-            self.stdout.write(printable(
-                f"#{receipt.pk:<6} {names[receipt.subject_id]:<9} {receipt.kind:<8} {receipt.outcome:<14} "
-                f"{receipt.duration_seconds:8.3f} s  {receipt.isolation or '-':<13} {receipt.label}"))
+            line = printable(f"#{receipt.pk:<6} {names[receipt.subject_id]:<9} {receipt.kind:<8} "
+                             f"{receipt.outcome:<14} {receipt.duration_seconds:8.3f} s  "
+                             f"{receipt.isolation or '-':<13} {receipt.label}")
+            for part in wrapped(line, indent=8):
+                self.stdout.write(part)
 
     # --- comment, approve, request changes, merge ------------------------------------------
 
@@ -472,7 +541,8 @@ class Command(CrucibleCommand):
             self.json_write(report, ensure_ascii=True)
             return
         console = console_for(self.stdout._out)
-        console.print(_outcome_table(report))
+        console.print(_outcome_table(report, _status_label(search)))
+        _summary_print(console, search, report)
 
     # --- reference ------------------------------------------------------------------------
 
@@ -530,6 +600,9 @@ def _progress(search: Any, run: Any) -> Any:
     table.add_row("candidates", ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
     live = search.steps.filter(state=Step.State.RUNNING).select_related("candidate")
     table.add_row("running", ", ".join(f"{s.kind} {s.candidate.candidate_id}" for s in live) or "—")
+    if run.status == SearchRun.Status.RUNNING and run.phase != SearchRun.Phase.REVISE:
+        left = search_time_left(search, run, timezone.now())
+        table.add_row("time left", f"{left.text} · {left.worst_case_text}")
     if run.budget_cost_microusd or run.budget_tokens:
         ceiling = usd_text(run.budget_cost_microusd) if run.budget_cost_microusd else "∞"
         table.add_row("budget", f"{usd_text(run.spent_cost_microusd)} of {ceiling}, "
@@ -547,11 +620,97 @@ def figure_cells(c: dict) -> tuple[str, str]:
     return shown["score"], " · ".join(part for part in (value, shown["spread"]) if part)
 
 
-def _outcome_table(report: dict) -> Any:
-    outcome = report["outcome"] or report["status"]
-    title = f"{report['search_id']} {report['name']}: {outcome}"
+def _status_label(search: Any) -> str:
+    """A search's state as the CLI prints it: the one place that words it (list, status, run)."""
+    run = SearchRun.objects.filter(search=search).select_related("winner").first()
+    if run is None:
+        return "not started"
+    if run.outcome == SearchRun.WINNER and run.winner is not None:
+        merged = Merge.objects.filter(search=search).exists()
+        return f"winner ({winner_standing(approval_state(run.winner), merged)})"
+    return run.outcome or run.status
+
+
+def _list_item(search: Any) -> dict[str, Any]:
+    """One row of `search status` without an id (JSON-ready)."""
+    run = getattr(search, "run", None) if hasattr(search, "run") else None
+    phase = ""
+    if run is not None and run.status in (SearchRun.Status.RUNNING, SearchRun.Status.CANCELLING):
+        phase = f"round {run.round_index}" if run.phase == SearchRun.Phase.ROUNDS else str(run.phase)
+    winner = ""
+    if run is not None and run.outcome == SearchRun.WINNER and run.winner_id:
+        winner = run.winner.candidate_id
+    elif run is not None and run.outcome == SearchRun.NONE:
+        winner = SearchRun.NONE
+    started = run.started_at if run is not None else None
+    return {
+        "search_id": search.search_id, "name": search.name, "project": search.project.name,
+        "status": _status_label(search), "run_status": getattr(search, "list_status", ""),
+        "round_phase": phase, "winner": winner,
+        "started": _when(started) if started else None,
+        "started_at": started.isoformat() if started else None,
+        "url": page_url(reverse("search_detail", args=[search.search_id])),
+    }
+
+
+def _when(moment: Any) -> str:
+    """"Dec 05 23:29" this year, "2025-12-05" before (as a code host lists runs)."""
+    local = timezone.localtime(moment)
+    return local.strftime("%b %d %H:%M") if local.year == timezone.localtime().year else f"{local:%Y-%m-%d}"
+
+
+def next_command(search: Any, report: dict) -> str:
+    """What a person does next with this search, as a command line ("" when nothing is left)."""
+    search_id = search.search_id
+    status, outcome = report.get("status"), report.get("outcome")
+    if status == "not started":
+        return f"manage.py search run {search_id}"
+    if status in (SearchRun.Status.RUNNING, SearchRun.Status.CANCELLING):
+        return f"manage.py search status {search_id}"
+    if outcome != SearchRun.WINNER or not report.get("winner"):
+        return ""
+    standing = report.get("winner_status") or ""
+    winner = report["winner"]
+    if standing == "merged":
+        return ""
+    if standing == "approved":
+        return f"manage.py search merge {search_id}"
+    if standing == "changes requested":
+        return f'manage.py search revise {search_id} --note "…"'
+    sha = search.candidates.filter(candidate_id=winner).values_list("patch_sha256", flat=True).first()
+    return f"manage.py search approve {search_id} {winner} --patch-sha256 {sha}"
+
+
+def _summary_print(console: Any, search: Any, report: dict) -> None:
+    """The lines under the table: the search's page, and the next command."""
+    console.print(f"page: {page_url(reverse('search_detail', args=[search.search_id]))}", soft_wrap=True)
+    command = next_command(search, report)
+    merge = report.get("merge")
+    if command:
+        console.print("next:", soft_wrap=True)
+        for line in command_lines(command):
+            console.print(f"  {line}", soft_wrap=True, markup=False)
+    elif merge:
+        console.print(escape(f"merged onto {merge['branch']} as {merge['commit']} (not pushed)"),
+                      soft_wrap=True)
+
+
+def command_lines(command: str, width: int = 96) -> list[str]:
+    """A command line to copy, broken before its options with a shell continuation when long."""
+    if len(command) <= width:
+        return [command]
+    head, *options = command.split(" --")
+    parts = [head, *(f"    --{option}" for option in options)]
+    return [part + (" \\" if n < len(parts) - 1 else "") for n, part in enumerate(parts)]
+
+
+def _outcome_table(report: dict, label: str | None = None) -> Any:
+    """The candidates of a search under a title with its state; it fits the console (100 columns
+    piped): short columns never wrap, the reason wraps, and columns with nothing in them are left
+    out."""
+    title = f"{report['search_id']} {report['name']}: {label or report['outcome'] or report['status']}"
     if report["winner"]:
-        title += f" — {report['winner']} ({report['winner_status'] or 'awaiting approval'})"
+        title += f" — {report['winner']}"
     if report.get("elapsed_text"):
         going = report["status"] in (SearchRun.Status.RUNNING, SearchRun.Status.CANCELLING)
         took = "running for" if going else "took"
@@ -561,31 +720,45 @@ def _outcome_table(report: dict) -> Any:
     words = report.get("metric_source")
     words = metric_source(report["metric"]) if words in (None, "runtime") else words
     source = escape(printable(f"score: {report['metric']}, {words}"))
-    table = Table(title=f"{printable(title)}\n{source}", title_justify="left")
-    columns = ("candidate", "state", "round", "gates", "score", "median · spread", "diff", "cost", "receipts",
-               "reason")
-    for column in columns:
-        table.add_column(column, overflow="fold")
+    table = Table(title=f"{escape(printable(title))}\n{source}", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False, show_edge=False, collapse_padding=True)
     if report.get("metric_unit"):  # the unit and direction every figure below is in
         table.title += f"\n{escape(printable(report['metric_unit']['label']))}"
     if report.get("best") and report["best"].get("text"):
         best = report["best"]
         table.title += f"\nbest: {escape(printable(best['candidate_id'] + ' ' + best['text']))}"
+    rows = []
     for c in report["candidates"]:
         receipts = c["receipts"]
         shown_figures = figure_cells(c)
-        shown = f"#{receipts[0]}–#{receipts[-1]} ({len(receipts)})" if receipts else ""
-        table.add_row(
-            c["candidate_id"], c["state"], str(c["round_reached"]) if c["round_reached"] >= 0 else "",
-            str(c["gates_passed"]), *shown_figures, str(c["diff_lines"] or ""),
-            usd_text(c["cost_microusd"]) if c["cost_microusd"] else "", shown, printable(c["reason"]),
-        )
+        rows.append({
+            "candidate": c["candidate_id"], "state": c["state"],
+            "round": str(c["round_reached"]) if c["round_reached"] >= 0 else "",
+            "gates": str(c["gates_passed"]), "score": shown_figures[0], "median · spread": shown_figures[1],
+            "diff": str(c["diff_lines"] or ""),
+            "cost": usd_text(c["cost_microusd"]) if c["cost_microusd"] else "",
+            "receipts": f"#{receipts[0]}–#{receipts[-1]}" if receipts else "",
+            "reason": printable(c["reason"]),
+        })
+    names = ("candidate", "state", "round", "gates", "score", "median · spread", "diff", "cost", "receipts", "reason")
+    columns = [name for name in names
+               if name in ("candidate", "state", "reason") or any(row[name] for row in rows)]
+    for column in columns:
+        if column == "reason":
+            table.add_column(column, overflow="fold", ratio=1, min_width=20)
+        else:
+            numeric = column in ("round", "gates", "diff", "cost")
+            table.add_column(column, no_wrap=numeric or column == "candidate", overflow="fold",
+                             justify="right" if numeric else "left")
+    for row in rows:
+        table.add_row(*(row[column] for column in columns))
     if report["review"]:
         review = report["review"]
         table.caption = printable(f"review of {review['candidate']}: {review['verdict']}, "
                                    f"{len(review['findings'])} findings. {report['reason']}")
     else:
         table.caption = printable(report["reason"])
+    table.caption_justify = "left"
     if report["llm"]["calls"]:
         llm = report["llm"]
         table.caption += (f" Model calls: {llm['calls']}, {usd_text(llm['cost_microusd'])}, "
