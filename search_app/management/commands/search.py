@@ -740,7 +740,8 @@ def _outcome_table(report: dict, label: str | None = None) -> Any:
             "receipts": f"#{receipts[0]}–#{receipts[-1]}" if receipts else "",
             "reason": printable(c["reason"]),
         })
-    names = ("candidate", "state", "round", "gates", "score", "median · spread", "diff", "cost", "receipts", "reason")
+    names = ("candidate", "state", "round", "gates", "score", "median · spread", "diff", "cost", "receipts",
+             "reason")
     columns = [name for name in names
                if name in ("candidate", "state", "reason") or any(row[name] for row in rows)]
     for column in columns:
