@@ -527,6 +527,7 @@ def _round_key(key: Any) -> tuple[int, str]:
 
 # Rows left out when no candidate has a value in them.
 COMPARE_OPTIONAL_ROWS = ("Median value", "Spread (max − min)", "Runtime (mean trial)", "Cost", "Tokens")
+COMPARE_SPEND_ROWS = ("Cost", "Tokens")  # nothing spent is empty; a zero spread is a figure
 
 
 def compare_rows(search: Search, candidates: list[Any], *, paired: bool = False) -> list[dict[str, Any]]:
@@ -598,7 +599,8 @@ def compare_rows(search: Search, candidates: list[Any], *, paired: bool = False)
     rows = []
     for label, make in specs:
         cells = [make(c) for c in candidates]
-        if label in COMPARE_OPTIONAL_ROWS and not any(item["value"] for item in cells):
+        empty = (lambda v: not v) if label in COMPARE_SPEND_ROWS else (lambda v: v is None)
+        if label in COMPARE_OPTIONAL_ROWS and all(empty(item["value"]) for item in cells):
             continue  # empty for every candidate (no cost for command writers): not worth a row
         rows.append({"label": label, "cells": cells,
                      "same": all(item["value"] == cells[0]["value"] for item in cells)})
