@@ -71,6 +71,7 @@ from search_app.services import (
     thread_resolve,
 )
 from search_app.spec import SpecReport, spec_validate, spec_warnings
+from search_app.status import search_status_of
 from search_app.templatetags.search_figures import metric_source
 
 _SEARCH_ID = re.compile(r"search-[0-9a-f]{16}")
@@ -353,10 +354,10 @@ class Command(CrucibleCommand):
 
     def _cancel(self, user: Any, search: Any) -> None:
         try:
-            run = search_cancel(user, search)
+            search_cancel(user, search)
         except (ValidationError, PermissionDenied) as error:
             self.fail([" ".join(getattr(error, "messages", [str(error)]))], 1)
-        self.stdout.write(f"{search.search_id}: {run.status}")
+        self.stdout.write(f"{search.search_id}: {search_status_of(search).label}")
 
     def _receipts(self, user: Any, search: Any, candidate_id: str | None, *, as_json: bool) -> None:
         candidates = search.candidates.all()
@@ -506,10 +507,11 @@ def _progress(search: Any, run: Any) -> Any:
 
 
 def _outcome_table(report: dict) -> Any:
-    outcome = report["outcome"] or report["status"]
-    title = f"{report['search_id']} {report['name']}: {outcome}"
+    # The one status the pages show (search_app/status.py): "awaiting approval (1 of 2 approvals)".
+    status = (report.get("status_info") or {}).get("label") or report["outcome"] or report["status"]
+    title = f"{report['search_id']} {report['name']}: {status}"
     if report["winner"]:
-        title += f" — {report['winner']} ({report['winner_status'] or 'awaiting approval'})"
+        title += f" — winner {report['winner']}"
     if report.get("elapsed_text"):
         going = report["status"] in (SearchRun.Status.RUNNING, SearchRun.Status.CANCELLING)
         took = "running for" if going else "took"
