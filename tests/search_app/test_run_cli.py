@@ -52,7 +52,7 @@ def test_run_prints_the_outcome_and_status_and_receipts_agree(demo, tmp_path):
     status = json.loads(search("status", report["search_id"], "--json").stdout)
     assert (status["winner"], status["metric_source"]) == ("cand_002", DESCRIPTOR_LABEL)
     table = search("status", report["search_id"]).stdout.decode()
-    assert (f"{report['search_id']} plan-search: awaiting approval (0 of 1 approvals) — winner cand_002"
+    assert (f"{report['search_id']} plan-search: awaiting approval (0 of 1 approval) — winner cand_002"
             in " ".join(table.split()))
     assert f"score: value, {DESCRIPTOR_LABEL}" in " ".join(table.split())
     receipts = search("receipts", report["search_id"], "--candidate", "cand_002").stdout.decode().splitlines()
@@ -61,7 +61,7 @@ def test_run_prints_the_outcome_and_status_and_receipts_agree(demo, tmp_path):
     assert all(line.split()[1] == "cand_002" for line in receipts)
     # Cancelling a finished search changes nothing and says so.
     assert search("cancel", report["search_id"]).stdout.decode().strip().endswith(
-        "awaiting approval (0 of 1 approvals)")
+        "awaiting approval (0 of 1 approval)")
 
 
 def test_the_live_display_ends_with_the_outcome_table(demo, tmp_path):
@@ -74,7 +74,7 @@ def test_the_live_display_ends_with_the_outcome_table(demo, tmp_path):
     search_id = Search.objects.get().search_id
     assert out.splitlines()[0] == f"Started {search_id}: " + page_url(f"/searches/{search_id}/")
     assert out.splitlines()[1] == f"warning: {RESULTS_WARNING}"  # its spec declares no `score.results`
-    assert "awaiting approval (0 of 1 approvals) — winner cand_001" in " ".join(out.split())
+    assert "awaiting approval (0 of 1 approval) — winner cand_001" in " ".join(out.split())
     assert "changed nothing" in out
     assert f"score: value, {DESCRIPTOR_LABEL}" in " ".join(out.split())
 
