@@ -122,6 +122,20 @@ def candidate_status(candidate: Candidate, run: SearchRun | None, *, merge_branc
     return status_make(StatusWord.FINISHED, candidate.reason or "not the winner")
 
 
+def spec_status(latest_number: int | None, latest_valid: bool | None) -> Status:
+    """A spec is a draft until someone freezes it, and after: each freeze is a search of its own."""
+    if not latest_number:
+        return status_make(StatusWord.DRAFTING, "nothing saved yet")
+    return status_make(StatusWord.DRAFTING, f"v{latest_number}, {'valid' if latest_valid else 'invalid'}")
+
+
+def spec_statuses_set(specs: list[Any]) -> list[Any]:
+    """Each spec of selectors.spec_list_for_user (annotated with its latest version) with `state`."""
+    for spec in specs:
+        spec.state = spec_status(spec.latest_number, spec.latest_valid)
+    return specs
+
+
 # ---- reading what the functions need, for many at once
 
 
