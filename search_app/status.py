@@ -189,10 +189,12 @@ def _run_of(search: Search) -> SearchRun | None:
         return None
 
 
-def search_facts(searches: list[Search]) -> dict[str, Any]:
-    """Runs, merges, whether steps began and the winners' tallies of these searches."""
+def search_facts(searches: list[Search], *, fresh: bool = False) -> dict[str, Any]:
+    """Runs, merges, whether steps began and the winners' tallies of these searches. A run the
+    rows were read with is used unless `fresh` (a search held for a while may cache a stale one)."""
     pks = [search.pk for search in searches]
-    loaded = [search for search in searches if Search.run.is_cached(search)]  # type: ignore[attr-defined]
+    loaded = [] if fresh else [search for search in searches
+                               if Search.run.is_cached(search)]  # type: ignore[attr-defined]
     runs = {search.pk: _run_of(search) for search in loaded}
     missing = [pk for pk in pks if pk not in runs]
     if missing:
@@ -207,10 +209,10 @@ def search_facts(searches: list[Search]) -> dict[str, Any]:
     return {"runs": runs, "merges": merges, "started": started, "tallies": approval_tallies(winners)}
 
 
-def search_statuses(searches: Iterable[Search]) -> dict[int, Status]:
+def search_statuses(searches: Iterable[Search], *, fresh: bool = False) -> dict[int, Status]:
     """{search pk: Status} for a list of searches: a few queries whatever its length."""
     searches = list(searches)
-    facts = search_facts(searches)
+    facts = search_facts(searches, fresh=fresh)
     statuses = {}
     for search in searches:
         run = facts["runs"].get(search.pk)
@@ -222,12 +224,13 @@ def search_statuses(searches: Iterable[Search]) -> dict[int, Status]:
 
 
 def search_status_of(search: Search) -> Status:
-    return search_statuses([search])[search.pk]
+    """One search's status, read now (never from a run cached on the instance)."""
+    return search_statuses([search], fresh=True)[search.pk]
 
 
 def candidate_statuses(search: Search, candidates: Iterable[Candidate]) -> dict[int, Status]:
     """{candidate pk: Status} for candidates of one search."""
-    facts = search_facts([search])
+    facts = search_facts([search], fresh=True)
     run = facts["runs"].get(search.pk)
     branch = facts["merges"].get(search.pk)
     tally = facts["tallies"].get(run.winner_id) if run is not None and run.winner_id else None
