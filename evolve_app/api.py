@@ -25,6 +25,7 @@ from evolve_app.selectors import (
     run_report,
 )
 from evolve_app.types import AuthedRequest
+from runtime_app.api import StatusOut
 from runtime_app.selectors import project_for_reference
 
 router = Router(tags=["evolve"])
@@ -76,7 +77,8 @@ class RunSummaryOut(Schema):
                                           "`a_evolve`, `runs_as`, `preset`/`model`, `tools` [{name, tool, "
                                           "as}], `unavailable` [{name, why}]")
     cycles_planned: int
-    status: str
+    status: str = Field(description="the run's own state (status_info is what people read)")
+    status_info: StatusOut
     converged: bool
     reason: str
     started_by: str | None

@@ -8,7 +8,10 @@ from typing import Any
 
 from evolve_app.models import Agent
 from evolve_app.selectors import project_agents_section
+from evolve_app.waiting import EVENT_KINDS as WAITING_EVENT_KINDS
+from evolve_app.waiting import evolve_waiting
 from runtime_app.subjects import project_section_register, subject_label_register, subject_type_register
+from runtime_app.waiting import waiting_register
 
 
 def agent_project(subject_id: int) -> int | None:
@@ -28,3 +31,4 @@ def connect() -> None:
     subject_label_register("agent", agent_labels)
     subject_type_register("agent", agent_project)
     project_section_register("agents", 20, agents_section)
+    waiting_register("agents", evolve_waiting, WAITING_EVENT_KINDS)

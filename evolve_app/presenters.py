@@ -3,7 +3,7 @@ geometry, and run states as people read them. No queries here: the callers hand 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from evolve_app.models import Cycle, EvolutionRun
 from runtime_app.clock import clock_text
+from runtime_app.status import Status
 
 
 class LastRunRow(Protocol):
@@ -18,13 +19,18 @@ class LastRunRow(Protocol):
 
     last_run_status: str | None
     last_run_label: str
+    last_run_tone: str
 
 
-def last_run_labels_set(agents: Iterable[LastRunRow]) -> None:
-    """Each agent's `last_run_label`: its last run's status as people read it ("awaiting review")."""
+def last_run_labels_set(agents: Iterable[LastRunRow], statuses: Mapping[int, Status] | None = None) -> None:
+    """Each agent's `last_run_label`: its last run's status as people read it, from `statuses`
+    ({run pk: Status}, evolve_app/status.py) when given ("awaiting approval (cycle 2 holds …)")."""
     labels: dict[str | None, str] = dict(EvolutionRun.Status.choices)
     for agent in agents:
-        agent.last_run_label = labels.get(agent.last_run_status, agent.last_run_status or "")
+        found = (statuses or {}).get(getattr(agent, "last_run_id", None) or 0)
+        agent.last_run_label = found.label if found is not None else labels.get(
+            agent.last_run_status, agent.last_run_status or "")
+        agent.last_run_tone = found.tone if found is not None else ""
 
 
 def run_progress(run: EvolutionRun, cycles: list[Cycle], now: datetime | None = None) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from evolve_app.agents import agent_mapping
 from evolve_app.history import _DIFF_OPTIONS, EvolutionHistory
 from evolve_app.models import Agent, Cycle, EvolutionRun, ObservationRecord
 from evolve_app.presenters import last_run_labels_set
+from evolve_app.status import last_run_statuses, run_status
 from evolve_app.workspace import (
     ImportPreview,
     WorkspaceError,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
         latest_scored_at: datetime | None
         rolled_back_to: str
         last_run_label: str
+        last_run_tone: str
 
     AgentRow = WithAnnotations[Agent, AgentRowFields]
 
@@ -595,6 +597,12 @@ def cycle_report(cycle: Cycle) -> dict[str, Any]:
     return report
 
 
+def _cycles_done(run: EvolutionRun) -> int:
+    """Its recorded cycles: annotated by agent_runs (`cycle_count`), else counted."""
+    counted = run.__dict__.get("cycle_count")
+    return counted if counted is not None else run.cycles.count()
+
+
 def run_summary(run: EvolutionRun) -> dict[str, Any]:
     return {
         "id": run.pk, "number": run.number, "agent_id": run.agent_id, "agent": run.agent.name,
@@ -602,6 +610,7 @@ def run_summary(run: EvolutionRun) -> dict[str, Any]:
         "benchmark": run.benchmark, "engine": run.engine, "config": run.config,
         "agent_mapping": run.agent_mapping or {},
         "cycles_planned": run.cycles_planned, "status": run.status, "converged": run.converged,
+        "status_info": run_status(run, _cycles_done(run)).as_dict(),
         "reason": run.reason,
         "started_by": run.started_by.get_username() if run.started_by is not None else None,
         "created_at": run.created_at, "finished_at": run.finished_at,
@@ -645,7 +654,7 @@ def project_agents_section(user: AbstractUser, project: Project) -> ProjectSecti
     """The project's agents with their score and last run, and what needs someone: mutations
     awaiting an approver, runs that failed (an agent's latest), and runs queued or running."""
     agents = agent_list_rows(user, project)
-    last_run_labels_set(agents)
+    last_run_labels_set(agents, last_run_statuses(agents))
     status = EvolutionRun.Status
     levels: dict[str | None, str] = {status.AWAITING_REVIEW: "awaiting approval", status.FAILED: "failed",
                                      status.QUEUED: "running", status.RUNNING: "running"}

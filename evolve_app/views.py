@@ -31,6 +31,7 @@ from evolve_app.forms import (
     setting_label,
 )
 from evolve_app.models import Agent, EvolutionRun
+from evolve_app.status import last_run_statuses, run_status_of, run_statuses
 from evolve_app.types import AuthedRequest
 from runtime_app import access
 from runtime_app import selectors as runtime_selectors
@@ -46,7 +47,7 @@ def _agent_list(request: AuthedRequest, *, import_form: AgentImportForm | None =
     projects = projects_for_user(request.user).order_by("name")
     single = {"project": projects[0].pk} if len(projects) == 1 else {}
     agents = list(selectors.agent_list_rows(request.user))
-    presenters.last_run_labels_set(agents)
+    presenters.last_run_labels_set(agents, last_run_statuses(agents))
     return render(request, "evolve_app/agent_list.html", {
         "agents": agents,
         "projects": projects,
@@ -168,6 +169,14 @@ def _rollback_tags(versions: list[dict[str, Any]]) -> list[str]:
     return [v["tag"] for v in reversed(versions) if v["kind"] == "post"]
 
 
+def _with_states(runs: list[Any]) -> list[Any]:
+    """Each run with its `state`: the one status people read (evolve_app/status.py)."""
+    states = run_statuses(runs)
+    for run in runs:
+        run.state = states[run.pk]  # type: ignore[attr-defined]
+    return runs
+
+
 def _agent_page(request: AuthedRequest, agent: Agent, *, start_form: RunStartForm | None = None,
                 rollback_form: RollbackForm | None = None, status: int = 200) -> HttpResponse:
     logged = selectors.agent_versions(agent)
@@ -181,7 +190,7 @@ def _agent_page(request: AuthedRequest, agent: Agent, *, start_form: RunStartFor
         **selectors.agent_manifest(agent),
         "runs_as": selectors.agent_runs_as(agent),
         "versions": versions, "versions_error": logged["error"], "head": logged["head"],
-        "runs": runs,
+        "runs": _with_states(runs),
         "active_run": next((run for run in runs if run.status in EvolutionRun.ACTIVE), None),
         "start_form": start_form or RunStartForm(),
         "rollback_form": rollback_form or RollbackForm(tags=tags),
@@ -261,7 +270,7 @@ def _run_context(request: AuthedRequest, run: EvolutionRun) -> dict[str, Any]:
     cycles = selectors.run_cycles(run)
     return {
         "agent": run.agent, "run": run, "cycles": cycles, "curve": presenters.score_curve(cycles),
-        "progress": presenters.run_progress(run, cycles),
+        "progress": presenters.run_progress(run, cycles), "run_state": run_status_of(run),
         "active": run.status in EvolutionRun.ACTIVE,
         "config_items": [(setting_label(key), key, value)
                          for key, value in sorted((run.config or {}).items())],

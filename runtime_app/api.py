@@ -13,6 +13,7 @@ from ninja import Field, Query, Router, Schema, Status
 from runtime_app import access, invitations, selectors, services
 from runtime_app.health import health_status
 from runtime_app.presenters import NAME_MAX_LENGTH
+from runtime_app.waiting import waiting_by_project, waiting_for
 
 router = Router(tags=["runtime"])
 
@@ -109,6 +110,51 @@ def me(request: HttpRequest):
         "can_create_projects": access.can_create_project(user),
         "projects": list(selectors.projects_for_user(user)),
     }
+
+
+class StatusOut(Schema):
+    """The one status the pages and the CLI show (docs/reviewing-and-merging.md#status-words)."""
+
+    word: str = Field(description="drafting, frozen, running, awaiting approval, changes requested, "
+                                  "approved, merged, NONE, failed or cancelled (also eliminated, finished)")
+    detail: str = Field(description="the phase, \"1 of 2 approvals\", the branch, or why")
+    label: str = Field(description="the one line shown everywhere: \"awaiting approval (1 of 2 approvals)\"")
+    tone: str = Field(description="how the pages colour it: muted, running, pending, warn, ok, none or bad")
+
+
+class WaitingItemOut(Schema):
+    kind: str = Field(description="approve, merge, review, changes requested, reply or failed")
+    project_id: int
+    project: str
+    title: str
+    url: str = Field(description="the page where you act on it")
+    detail: str
+    status: str = Field(description="its subject's status label, as the pages show it")
+    when: datetime | None
+    key: str
+
+
+class WaitingProjectOut(Schema):
+    project_id: int
+    project: str
+    items: list[WaitingItemOut]
+
+
+class WaitingOut(Schema):
+    count: int
+    projects: list[WaitingProjectOut]
+
+
+@router.get("/waiting", response=WaitingOut)
+def waiting(request: HttpRequest):
+    """What you can act on now, per project (the home page's "Waiting for you"): winners you may
+    approve or merge, evolution runs awaiting your review, changes requested on your searches'
+    winners, review threads that mention you or wait for your reply, your searches that failed
+    or came out NONE in the last 7 days. Nothing from projects you are not a member of."""
+    items = waiting_for(request.user)
+    return {"count": len(items), "projects": [
+        {"project_id": group.project_id, "project": group.project,
+         "items": [item.as_dict() for item in group.items]} for group in waiting_by_project(items)]}
 
 
 @router.get("/projects", response=list[ProjectOut])

@@ -15,6 +15,7 @@ from django.template.loader import render_to_string
 from runtime_app import selectors
 from runtime_app.services import event_group
 from runtime_app.subjects import live_fragments
+from runtime_app.waiting import waiting_changed_by, waiting_fragment
 
 # Close codes outside 1006/1011–1013, so the htmx ws extension does not reconnect.
 CLOSE_UNAUTHENTICATED = 4401
@@ -134,7 +135,10 @@ class EventConsumer(AsyncWebsocketConsumer):
         if not events:
             return [], None, True
         html = render_to_string("runtime_app/_events_oob.html", {"events": events})
-        extra = live_fragments(self.user, *self.subject, events) if self.subject is not None else []
+        if self.subject is not None:
+            extra = live_fragments(self.user, *self.subject, events)
+        else:  # the home page: its "Waiting for you" list, when these events may change it
+            extra = [waiting_fragment(self.user)] if waiting_changed_by(events) else []
         # The event log goes last: it carries the page's resume point, so a socket that drops
         # mid-batch makes the page ask for this batch again rather than miss its fragments.
         return [*extra, html], events[-1].pk, True

@@ -42,6 +42,7 @@ from runtime_app.forms import (
 from runtime_app.htmx import for_htmx, wants_partial
 from runtime_app.models import ProjectRole, Webhook
 from runtime_app.subjects import subject_labels_attach
+from runtime_app.waiting import waiting_context
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ def _home(request: HttpRequest, project_form: ProjectForm, status: int = 200) ->
         "project_form": project_form,
         "can_create_project": access.can_create_project(request.user),
         "roles": _role_badges(request.user),
+        **waiting_context(request.user),
         **selectors.live_feed(request.user),
     }, status=status)
 

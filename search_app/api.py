@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest
 from ninja import Field, Router, Schema, Status
 
+from runtime_app.api import StatusOut
 from runtime_app.metrics import metric_source
 from runtime_app.selectors import project_for_user, repository_for_user
 from search_app import diffs, selectors, services
@@ -16,6 +17,7 @@ from search_app.execution import search_spec
 from search_app.preflight import provider_problems, search_path_warnings
 from search_app.presenters import runnable_context
 from search_app.spec import spec_validate, spec_warnings
+from search_app.status import search_status_of, search_statuses
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -226,9 +228,15 @@ def search_freeze(request: AuthenticatedHttpRequest, body: FreezeIn):
                         "provider_warnings": provider_problems(spec.worker.provider)})
 
 
+class SearchDetailOut(SearchOut):
+    status_info: StatusOut
+
+
 class SearchListItemOut(SearchOut):
-    status: str = Field(description="not started, queued, running, cancelling, cancelled or finished")
+    status: str = Field(description="the run's own state: not started, queued, running, cancelling, "
+                                    "cancelled or finished (status_info is what people read)")
     outcome: str = Field(description="winner or NONE once finished; empty before")
+    status_info: StatusOut
 
 
 # The `status` filter's values (as on the searches page) and the outcomes.
@@ -246,16 +254,19 @@ def search_list(request: HttpRequest, status: SearchStatusFilter | None = None,
     """The searches of your projects, newest first, each with its status and outcome;
     `status=running` (or not-started, queued, cancelling, cancelled, finished) and
     `outcome=winner` (or none, undecided) filter them."""
-    rows = selectors.search_list_rows(request.user, status=status or "", outcome=outcome or "")
-    # The list page defers the frozen fields; every item here carries them.
+    rows = list(selectors.search_list_rows(request.user, status=status or "", outcome=outcome or "")
+                .defer(None))  # the list page defers the frozen fields; every item here carries them
+    statuses = search_statuses(rows)
     return [{**_search_fields(search),
-             "status": search.list_status, "outcome": getattr(getattr(search, "run", None), "outcome", "")}
-            for search in rows.defer(None)]
+             "status": search.list_status, "outcome": getattr(getattr(search, "run", None), "outcome", ""),
+             "status_info": statuses[search.pk].as_dict()}
+            for search in rows]
 
 
-@router.get("/searches/{search_id}", response=SearchOut)
+@router.get("/searches/{search_id}", response=SearchDetailOut)
 def search_detail(request: HttpRequest, search_id: str):
-    return selectors.search_for_user(request.user, search_id)
+    search = selectors.search_for_user(request.user, search_id)
+    return {**_search_fields(search), "status_info": search_status_of(search).as_dict()}
 
 
 class SearchRunOut(Schema):

@@ -21,12 +21,15 @@ from runtime_app.subjects import (
     subject_label_register,
     subject_type_register,
 )
+from runtime_app.waiting import waiting_register
 from search_app import notifications
 from search_app.execution import parked_trees_sweep
 from search_app.live import search_live_fragments
 from search_app.models import Candidate, Comment, Search
 from search_app.selectors import project_searches_section
 from search_app.services import approvals_withdraw
+from search_app.waiting import EVENT_KINDS as WAITING_EVENT_KINDS
+from search_app.waiting import search_waiting
 
 logger = logging.getLogger(__name__)
 # How often a worker host removes the evaluation trees it parked that no trial will take.
@@ -67,6 +70,7 @@ def connect() -> None:
     project_section_register("searches", 10, searches_section)
     subject_type_register("candidate", candidate_project)
     live_renderer_register("search", search_live_fragments)
+    waiting_register("searches", search_waiting, WAITING_EVENT_KINDS)
     # Someone who may no longer decide (left the project, lost the approve permission):
     # their pending decisions on unmerged winners are withdrawn.
     approver_standing_ended.connect(approvals_withdraw_for, weak=False,

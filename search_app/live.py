@@ -61,7 +61,8 @@ def _render(search_pk: int, events: list[Event], can_operate: bool, can_approve:
         return [render_to_string("search_app/_run.html", {
             **context, "oob": False, "run_oob": True, **presenters.candidate_table(search)})]
     parts = "".join(render_to_string(name, context) for name in (
-        "search_app/_run_summary.html", "search_app/_funnel.html", "search_app/_plot.html"))
+        "search_app/_run_summary.html", "search_app/_funnel.html", "search_app/_plot.html",
+        "search_app/_search_status_oob.html"))
     rows = Candidate.objects.filter(search=search, candidate_id__in=named_candidates(events)).defer("patch")
     return [parts, "".join(render_to_string("search_app/_candidate_row.html", {**context, "c": candidate})
                            for candidate in rows.order_by("number"))]

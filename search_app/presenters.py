@@ -23,6 +23,7 @@ from runtime_app.policy import size_text
 from runtime_app.presenters import NAME_MAX_LENGTH, short_sha
 from runtime_app.prices import usd_text
 from runtime_app.selectors import repositories_for_user, repository_refs
+from runtime_app.status import Status
 from search_app import figures, plotting, selectors
 from search_app.diffs import COMPARE_LARGE_FILE_LINES, compare_diff_files
 from search_app.execution import search_spec, writer_prompt_parts
@@ -32,6 +33,7 @@ from search_app.models import Candidate, Search, SearchRun, Spec, SpecVersion, S
 from search_app.preflight import preflight_report, provider_key_problems
 from search_app.spec import spec_validate, spec_warnings
 from search_app.spec_templates import SPEC_TEMPLATES
+from search_app.status import candidate_status_of, search_status_of, search_statuses
 from search_app.templatetags.search_figures import candidate_figures, search_metric
 
 if TYPE_CHECKING:
@@ -90,8 +92,9 @@ def _best_ratio(search: Any) -> dict[str, float | None]:
             "high": getattr(search, "best_high", None)}
 
 
-def search_row(search: SearchListRow) -> dict[str, Any]:
-    """What one row of the list shows, from a `selectors.search_list_rows` search (no queries)."""
+def search_row(search: SearchListRow, status: Status | None = None) -> dict[str, Any]:
+    """What one row of the list shows, from a `selectors.search_list_rows` search (no queries) and
+    its status (search_app/status.py)."""
     run = getattr(search, "run", None)  # None when not started: select_related cached its absence
     spend = budget = share = ""
     if run is not None:
@@ -101,6 +104,7 @@ def search_row(search: SearchListRow) -> dict[str, Any]:
             share = f"{100 * run.spent_cost_microusd / run.budget_cost_microusd:.0f}%"
     return {
         "search": search, "run": run, "status": search.list_status, "outcome": run.outcome if run else "",
+        "search_status": status,
         "population": search.population,
         "rounds": " → ".join(str(survivors) for survivors in search.rounds or []),
         "versus": versus(search.best_score, search.baseline_score, search.score_direction,
@@ -144,7 +148,8 @@ def search_list(user: User, filters: Mapping[str, Any]) -> dict[str, Any]:
     """The rows partial's context: the rows (at most SEARCH_LIST_LIMIT), headings and links."""
     limit = selectors.SEARCH_LIST_LIMIT
     found = list(selectors.search_list_rows(user, **filters)[: limit + 1])
-    rows = [search_row(search) for search in found[:limit]]
+    statuses = search_statuses(found[:limit])
+    rows = [search_row(search, statuses[search.pk]) for search in found[:limit]]
     return {
         "rows": rows, "more": len(found) > limit, "limit": limit,
         "live": any(row["status"] in selectors.SEARCH_LIST_LIVE for row in rows),
@@ -343,7 +348,8 @@ def run_card(search: Search, user: User, *, can_operate: bool, can_approve: bool
     if summary["outcome"] == "winner":
         approval = selectors.approval_state(search.run.winner)
     return {
-        "search": search, "report": summary, "funnel": selectors.search_funnel(search),
+        "search": search, "report": summary, "search_status": search_status_of(search),
+        "funnel": selectors.search_funnel(search),
         "plot": score_plot(search), "approval": approval,
         # the live rows carry the same columns as the table the page rendered
         "spend_shown": selectors.candidate_spend_shown(search),
@@ -441,6 +447,7 @@ def candidate_page(user: User, candidate: Candidate, **extra: Any) -> dict[str, 
         "timeline": selectors.candidate_timeline(candidate, threads),
         "anchors": selectors.diff_anchors(candidate), "reviews": candidate.reviews.order_by("-id"),
         "report": summary, "is_winner": is_winner, "score_line": candidate_score_line(candidate),
+        "candidate_status": candidate_status_of(candidate),
         "approval": selectors.approval_state(candidate) if is_winner else None,
         "replay": selectors.winner_replay(search) if is_winner else None,
         "can_approve": access.has_role(user, search.project, access.APPROVER),

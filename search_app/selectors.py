@@ -59,6 +59,7 @@ from search_app.measurement import figure_text, is_paired
 from search_app.models import Approval, Candidate, Comment, Merge, Search, SearchRun, Spec, SpecVersion, Step
 from search_app.plotting import ScorePoint
 from search_app.spec import SearchSpec, spec_warnings
+from search_app.status import candidate_statuses, search_status_of
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -172,6 +173,8 @@ def run_summary(search: Search) -> dict[str, Any]:
                   "at": merge.created_at} if merge else None,
         "winner_status": winner_standing(approval_state(run.winner), merge is not None)
         if run and run.outcome == "winner" and run.winner else None,
+        # The one status every page, the API and the CLI show (search_app/status.py).
+        "status_info": search_status_of(search).as_dict(),
         **run_timing(search, run),
     }
 
@@ -252,6 +255,7 @@ def search_run_report(search: Search) -> dict[str, Any]:
     ).values_list("subject_id", "pk"):
         receipts.setdefault(candidate_pk, []).append(receipt_pk)
     paired = search_paired(search)
+    statuses = candidate_statuses(search, candidates)
     report["candidates"] = [
         {
             "candidate_id": c.candidate_id, "state": c.state, "round_reached": c.round_reached,
@@ -264,6 +268,7 @@ def search_run_report(search: Search) -> dict[str, Any]:
             "receipts": receipts.get(c.pk, []), "metric_source": report["metric_source"],
             # The same figures in words and units: "122× faster (113–126×)", "21.6 ms", per round's trials.
             "figures": candidate_figures(c, search),
+            "status_info": statuses[c.pk].as_dict(),
         }
         for c in candidates
     ]

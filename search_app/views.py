@@ -46,6 +46,7 @@ from search_app.git_http import git_respond
 from search_app.models import Approval, Merge, Search, Spec, Step
 from search_app.preflight import provider_problems
 from search_app.spec_templates import spec_template_get
+from search_app.status import spec_statuses_set
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -93,7 +94,7 @@ def search_list(request: HtmxHttpRequest) -> HttpResponse:
                 "status": filters["status"], "outcome": filters["outcome"], "project": filters["project"],
                 "q": filters["text"],
             }),
-            "specs": selectors.spec_list_for_user(request.user)[:200],
+            "specs": spec_statuses_set(list(selectors.spec_list_for_user(request.user)[:200])),
         },
     )
 

@@ -13,7 +13,7 @@ from runtime_app import access
 from runtime_app.invitations import invitation_create, invitation_revoke
 from runtime_app.models import ProjectMembership, Receipt
 from runtime_app.services import repository_register
-from search_app.services import search_start, spec_create
+from search_app.services import comment_add, search_start, spec_create
 from tests.e2e.test_dashboard_flow import SCREENSHOTS, log_in, shot
 from tests.helpers import make_user
 from tests.search_app.fixtures import data_dir, finished  # noqa: F401 (fixtures)
@@ -42,6 +42,8 @@ def layout_pages(personas, finished, data_dir, tmp_path):  # noqa: F811 (fixture
     waiting = evolution_run_start(personas.owner, agent, cycles=2, enqueue=False)
     running = frozen(personas, tmp_path, {"cand_001": 3}, repo_name="running", population=2, rounds=[2, 1])
     search_start(personas.owner, running, enqueue=False)
+    # The home page's "Waiting for you" lists a thread that mentions its owner, with a long line.
+    comment_add(personas.member, winner, "@owner " + "does_this_identifier_fit_a_phone_screen_" * 4)
     receipt = Receipt.objects.filter(subject_type="candidate", subject_id=winner.pk).order_by("id").first()
     search_url, run_url = f"/searches/{search.search_id}/", f"/agents/{agent.pk}/runs/{run.number}/"
     return {

@@ -7,6 +7,7 @@ there is enough to go on), and Cancel asks first."""
 from __future__ import annotations
 
 import io
+import re
 from datetime import timedelta
 
 import pytest
@@ -101,7 +102,7 @@ def run_card(html: str) -> str:
 def cli_status(search) -> str:
     out = io.StringIO()
     call_command("search", "status", search.search_id, "--user", "owner", stdout=out)
-    return out.getvalue()
+    return " ".join(out.getvalue().split())
 
 
 def test_a_winner_awaits_approval_until_someone_approves_then_says_approved_then_merged(finished, approver,
@@ -112,7 +113,7 @@ def test_a_winner_awaits_approval_until_someone_approves_then_says_approved_then
 
     assert "awaiting human approval" in winner.reason
     assert member.get(api).json()["winner_status"] == "awaiting approval"
-    assert "(awaiting approval)" in cli_status(search)
+    assert "plan-search: awaiting approval (0 of 1 approval) — winner cand_002" in cli_status(search)
 
     services.approval_record(approver, winner, "approve", winner.patch_sha256)
     winner.refresh_from_db()
@@ -121,7 +122,7 @@ def test_a_winner_awaits_approval_until_someone_approves_then_says_approved_then
     report = member.get(api).json()
     assert report["winner_status"] == "approved" and "awaiting" not in report["reason"]
     assert [c["reason"] for c in report["candidates"] if c["candidate_id"] == "cand_002"] == [winner.reason]
-    assert "winner (approved) — cand_002" in cli_status(search)
+    assert "plan-search: approved (1 of 1 approval; ready to merge) — winner cand_002" in cli_status(search)
     page = run_card(member.get(f"/searches/{search.search_id}/").content.decode())
     assert 'id="winner-status">approved</span>' in page and "awaiting" not in page
     detail = member.get(f"/searches/{search.search_id}/candidates/cand_002/").content.decode()
@@ -137,7 +138,7 @@ def test_a_winner_awaits_approval_until_someone_approves_then_says_approved_then
     assert "merged onto crucible/" in winner.reason and "awaiting" not in winner.reason
     report = member.get(api).json()
     assert report["winner_status"] == "merged" and "merged onto" in report["reason"]
-    assert "winner (merged) — cand_002" in cli_status(search)
+    assert re.search(r"plan-search: merged \(crucible/[^)]+\) — winner cand_002", cli_status(search))
     page = run_card(member.get(f"/searches/{search.search_id}/").content.decode())
     assert 'id="winner-status">merged</span>' in page and "awaiting" not in page
     detail = member.get(f"/searches/{search.search_id}/candidates/cand_002/").content.decode()

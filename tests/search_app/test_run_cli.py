@@ -52,14 +52,16 @@ def test_run_prints_the_outcome_and_status_and_receipts_agree(demo, tmp_path):
     status = json.loads(search("status", report["search_id"], "--json").stdout)
     assert (status["winner"], status["metric_source"]) == ("cand_002", DESCRIPTOR_LABEL)
     table = search("status", report["search_id"]).stdout.decode()
-    assert f"{report['search_id']} plan-search: winner (awaiting approval) — cand_002" in table
+    assert (f"{report['search_id']} plan-search: awaiting approval (0 of 1 approval) — winner cand_002"
+            in " ".join(table.split()))
     assert f"score: value, {DESCRIPTOR_LABEL}" in " ".join(table.split())
     receipts = search("receipts", report["search_id"], "--candidate", "cand_002").stdout.decode().splitlines()
     assert len(receipts) == len(by_id["cand_002"]["receipts"])
     assert any("cand_002 writer" in line for line in receipts)
     assert all(line.split()[1] == "cand_002" for line in receipts)
     # Cancelling a finished search changes nothing and says so.
-    assert search("cancel", report["search_id"]).stdout.decode().strip().endswith("finished")
+    assert search("cancel", report["search_id"]).stdout.decode().strip().endswith(
+        "awaiting approval (0 of 1 approval)")
 
 
 def test_the_live_display_ends_with_the_outcome_table(demo, tmp_path):
@@ -73,7 +75,8 @@ def test_the_live_display_ends_with_the_outcome_table(demo, tmp_path):
     assert out.splitlines()[0] == f"Started {search_id}: " + page_url(f"/searches/{search_id}/")
     # Its spec declares no `score.results`; the warning wraps to fit 100 columns.
     assert " ".join(out.split("\n", 1)[1].split()).startswith(f"warning: {RESULTS_WARNING}")
-    assert "winner (awaiting approval) — cand_001" in out and "changed nothing" in " ".join(out.split())
+    assert "awaiting approval (0 of 1 approval) — winner cand_001" in " ".join(out.split())
+    assert "changed nothing" in " ".join(out.split())
     assert max(len(line) for line in out.splitlines()) <= 100  # piped: the table fits 100 columns
     # The summary ends with the page and the command that approves the winner's exact patch.
     sha = Search.objects.get().candidates.get(candidate_id="cand_001").patch_sha256

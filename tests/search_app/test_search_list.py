@@ -76,7 +76,9 @@ def test_a_finished_search_shows_its_status_outcome_best_score_vs_baseline_spend
     text = page(login(personas.member))
     row = text[text.index(f'id="row-{search.search_id}"'):]
     row = row[:row.index("</tr>")]
-    assert ">finished<" in row and ">winner<" in row
+    # One status, as every page says it: a winner nobody approved yet awaits approval.
+    assert ('<span class="status-word">awaiting approval</span> <span class="status-detail">(0 of 1 approval)'
+            '</span>') in row
     assert "answer-repo" in row and search.baseline_commit[:12] in row and ">owner<" in row
     assert "2 <span class=\"muted\">· 2 → 1</span>" in row
     assert '<span class="versus better"' in row and "2× higher · 4 vs 2" in row
@@ -91,10 +93,11 @@ def test_each_status_gets_its_badge_and_the_rows_refresh_only_while_one_is_live(
     started(personas, freeze(personas, repository, "busy"), running=True)
     client = login(personas.member)
     text = page(client)
-    for name, status in (("never-started", "not started"), ("waiting", "queued"), ("busy", "running")):
+    for name, label in (("never-started", "frozen (not started)"), ("waiting", "running (queued)"),
+                        ("busy", "running (round 1 of 2)")):
         row = text[text.index(f">{name}</a>"):]
-        badge = f'<span class="badge state-{status.replace(" ", "-")}">{status}</span>'
-        assert badge in row[:row.index("</tr>")]
+        cell = re.search(r'<td class="status-cell">(.*?)</td>', row[:row.index("</tr>")], re.S).group(1)
+        assert " ".join(re.sub(r"<[^>]+>", "", cell).split()) == label
     assert 'hx-get="/searches/" hx-trigger="every 5s"' in text
     rows = page(client, "?q=never&sort=name", **HTMX)
     assert "every 5s" not in rows and listed(rows) == ["never-started"]

@@ -75,7 +75,6 @@ from search_app.selectors import (
     search_run_report,
     search_time_left,
     spec_forecast,
-    winner_standing,
 )
 from search_app.services import (
     ProviderUnready,
@@ -91,6 +90,7 @@ from search_app.services import (
     thread_resolve,
 )
 from search_app.spec import SpecReport, spec_validate, spec_warnings
+from search_app.status import search_status_of
 from search_app.templatetags.search_figures import metric_source
 
 _SEARCH_ID = re.compile(r"search-[0-9a-f]{16}")
@@ -451,10 +451,10 @@ class Command(CrucibleCommand):
 
     def _cancel(self, user: Any, search: Any) -> None:
         try:
-            run = search_cancel(user, search)
+            search_cancel(user, search)
         except (ValidationError, PermissionDenied) as error:
             self.fail([" ".join(getattr(error, "messages", [str(error)]))], 1)
-        self.stdout.write(f"{search.search_id}: {run.status}")
+        self.stdout.write(f"{search.search_id}: {search_status_of(search).label}")
 
     def _receipts(self, user: Any, search: Any, candidate_id: str | None, *, as_json: bool) -> None:
         candidates = search.candidates.all()
@@ -621,14 +621,9 @@ def figure_cells(c: dict) -> tuple[str, str]:
 
 
 def _status_label(search: Any) -> str:
-    """A search's state as the CLI prints it: the one place that words it (list, status, run)."""
-    run = SearchRun.objects.filter(search=search).select_related("winner").first()
-    if run is None:
-        return "not started"
-    if run.outcome == SearchRun.WINNER and run.winner is not None:
-        merged = Merge.objects.filter(search=search).exists()
-        return f"winner ({winner_standing(approval_state(run.winner), merged)})"
-    return run.outcome or run.status
+    """A search's state as the CLI prints it: the one status of the pages and the API
+    (search_app/status.py), e.g. "awaiting approval (1 of 2 approvals)"."""
+    return search_status_of(search).label
 
 
 def _list_item(search: Any) -> dict[str, Any]:
@@ -708,9 +703,11 @@ def _outcome_table(report: dict, label: str | None = None) -> Any:
     """The candidates of a search under a title with its state; it fits the console (100 columns
     piped): short columns never wrap, the reason wraps, and columns with nothing in them are left
     out."""
-    title = f"{report['search_id']} {report['name']}: {label or report['outcome'] or report['status']}"
+    # The one status the pages show (search_app/status.py): "awaiting approval (1 of 2 approvals)".
+    status = label or (report.get("status_info") or {}).get("label") or report["outcome"] or report["status"]
+    title = f"{report['search_id']} {report['name']}: {status}"
     if report["winner"]:
-        title += f" — {report['winner']}"
+        title += f" — winner {report['winner']}"
     if report.get("elapsed_text"):
         going = report["status"] in (SearchRun.Status.RUNNING, SearchRun.Status.CANCELLING)
         took = "running for" if going else "took"
