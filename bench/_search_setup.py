@@ -6,8 +6,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,3 +65,23 @@ def freeze_and_run(user, project, spec_text: str, repo: Path):
     search = services.search_freeze(user, project, spec_text, "HEAD", repository_path=str(repo))
     services.search_start(user, search, enqueue=False)
     return search, services.search_run_inline(search)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (for a real server a bench starts)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 120) -> None:
+    """Until `process` listens on `port`; exit with why when it dies or never listens."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"serve exited with {process.returncode} before listening")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise SystemExit(f"nothing listened on port {port} within {timeout} s")

@@ -32,7 +32,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,30 +40,12 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from _search_setup import REPO_ROOT, django_setup
+from _search_setup import REPO_ROOT, django_setup, free_port, wait_for_port
 
 PASSWORD = "page-speed-Admin-password-1"
 PAGES = ("candidate", "compare", "agent", "cycle")
 GOAL_MS = 500
 PAUSE = 0.5  # between rounds of the four pages: a person reading, not a load generator
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"serve exited with {process.returncode} before listening")
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise SystemExit(f"nothing listened on port {port} within {timeout} s")
 
 
 class Browser:
