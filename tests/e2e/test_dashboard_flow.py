@@ -107,10 +107,11 @@ def test_an_operator_launches_the_demo_and_an_approver_merges_its_winner(
     page.on("framenavigated", lambda frame: frame == page.main_frame and navigations.append(frame.url))
     page.evaluate("window.crucibleSameDocument = true")
     page.wait_for_selector("#candidate-row-cand_004[data-state='eliminated']", timeout=RUN_TIMEOUT_MS)
-    page.wait_for_selector("#run-summary .badge.outcome-winner, #run-summary .badge.outcome-none",
+    # The run's one status once it ends (awaiting approval, NONE, failed …).
+    page.wait_for_selector("#run-status:not([data-status='running']):not([data-status='frozen'])",
                            timeout=RUN_TIMEOUT_MS)
     fates = in_worker_thread(lambda: [f"{c.candidate_id}: {c.reason}" for c in search.candidates.all()])
-    assert page.locator("#run-summary .badge.outcome-winner").count() == 1, "\n".join(fates)
+    assert page.locator("#run-status").get_attribute("data-status") == "awaiting approval", "\n".join(fates)
     try:
         page.wait_for_selector("#candidate-row-cand_001[data-state='winner']", timeout=WAIT_MS)
     except PlaywrightTimeout:
@@ -150,7 +151,7 @@ def test_an_operator_launches_the_demo_and_an_approver_merges_its_winner(
     shot(page, "07-merge")
     page.click("#confirm-merge")
     page.wait_for_url(SEARCH_PAGE)
-    page.wait_for_selector("#run-summary .badge.ok:text('merged')")
+    page.wait_for_selector("#run-status[data-status='merged']")
     shot(page, "08-merged")
 
     # git itself shows the commit on the new branch, with its trailers, and nothing else moved.

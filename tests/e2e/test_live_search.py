@@ -80,7 +80,8 @@ def test_an_open_search_page_follows_the_whole_run_without_a_missed_swap(
 
     worker_later()
     page.wait_for_selector("#candidate-row-baseline[data-state='alive']", timeout=flow.RUN_TIMEOUT_MS)
-    page.wait_for_selector("#run-summary .badge.outcome-winner, #run-summary .badge.outcome-none",
+    # The run's one status once it ends (awaiting approval, NONE, failed …).
+    page.wait_for_selector("#run-status:not([data-status='running']):not([data-status='frozen'])",
                            timeout=flow.RUN_TIMEOUT_MS)
     run = in_worker_thread(lambda: SearchRun.objects.select_related("winner").get(search=search))
     assert run.outcome == "winner", run.reason

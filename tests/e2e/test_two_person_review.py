@@ -217,7 +217,7 @@ def test_an_operator_and_an_approver_review_request_changes_revise_approve_and_m
     step_shot(b, 13, "merge-confirm")
     b.click("#confirm-merge")
     b.wait_for_url(SEARCH_PAGE)
-    expect(b.locator("#run-summary .badge.ok", has_text="merged")).to_be_visible()
+    expect(b.locator("#run-status[data-status='merged']")).to_be_visible()
     b.goto(url)
     expect(b.locator("#winner-status")).to_have_text("merged")
     expect(b.locator("#approval .badge.ok")).to_have_text("merged")
