@@ -363,6 +363,8 @@ class SearchForecastOut(Schema):
     tokens: ForecastSpanOut | None
     budget: ForecastBudgetOut
     wall_seconds: ForecastSpanOut | None = Field(description="null without history of this repository")
+    wall_typical_seconds: float | None = Field(
+        None, description="the middle figure: past steps' median durations over the fewest counts")
     wall_source: str
     wall_ceiling_seconds: float = Field(description="an upper bound from the spec's timeouts")
     wall_ceiling_source: str
