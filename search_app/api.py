@@ -339,6 +339,7 @@ class ForecastReplayOut(Schema):
     replays: ForecastSpanOut
     gate_runs: ForecastSpanOut
     trial_runs: ForecastSpanOut
+    wall_seconds: ForecastSpanOut | None = Field(None, description="the replays and the review")
 
 
 class ForecastBudgetOut(Schema):

@@ -146,6 +146,7 @@ class Forecast:
     notes: tuple[str, ...]
     warnings: tuple[str, ...]
     wall_typical_seconds: float | None = None  # the median paces over the fewest counts
+    replay_wall_seconds: Span | None = None  # the replays and the review, after the rounds
 
     @property
     def cost_text(self) -> str:
@@ -187,7 +188,8 @@ class Forecast:
             "writer_kind": self.writer_kind, "provider": self.provider, "model": self.model,
             "rounds": [plan.as_dict() for plan in self.rounds],
             "replay": {"replays": span(self.replays), "gate_runs": span(self.replay_gate_runs),
-                       "trial_runs": span(self.replay_trial_runs)},
+                       "trial_runs": span(self.replay_trial_runs),
+                       "wall_seconds": span(self.replay_wall_seconds)},
             "writer_steps": span(self.writer_steps), "gate_runs": span(self.gate_runs),
             "trial_runs": span(self.trial_runs), "model_calls": span(self.model_calls),
             "cost_microusd": span(self.cost_microusd), "cost_source": self.cost_source,
@@ -314,7 +316,7 @@ def forecast(
                             f"({text(ceiling)}): admission stops before a writer could exceed it, so some "
                             "candidates are not written.")
 
-    plans, wall_seconds, wall_typical, wall_source = _wall_time(spec, history, rounds, model)
+    plans, wall_seconds, wall_typical, replay_wall, wall_source = _wall_time(spec, history, rounds, model)
     gate_timeouts = spec.hard_gates.timeout_seconds * len(spec.hard_gates.commands)
     wall_ceiling = _wall(spec, rounds, replay, WRITER_TIMEOUT_SECONDS, gate_timeouts,
                          spec.score.timeout_seconds)
@@ -330,7 +332,7 @@ def forecast(
         budget_tokens=budget_tokens, wall_seconds=wall_seconds, wall_source=wall_source,
         wall_ceiling_seconds=wall_ceiling["total"].high, wall_ceiling_source=ceiling_source,
         history_searches=history.searches, notes=tuple(notes), warnings=tuple(warnings),
-        wall_typical_seconds=wall_typical,
+        wall_typical_seconds=wall_typical, replay_wall_seconds=replay_wall,
     )
 
 
@@ -364,7 +366,7 @@ def _cost(spec: SearchSpec, history: History, kind: str, writers: Span, price: P
 
 
 def _wall_time(spec: SearchSpec, history: History, rounds: list[RoundCounts],
-               model: str) -> tuple[list[RoundPlan], Span | None, float | None, str]:
+               model: str) -> tuple[list[RoundPlan], Span | None, float | None, Span | None, str]:
     """Each round's plan with its expected wall time, the search's, and where they come from:
     `time_left`'s work model at "nothing done yet", timed by the past searches' step durations
     (each step's sandbox, tree, git and command included), a kind with no past step by its
@@ -374,7 +376,7 @@ def _wall_time(spec: SearchSpec, history: History, rounds: list[RoundCounts],
     tail = _left_from(spec, paces, None)
     total = starts[0] if starts else tail
     if not history.searches:
-        return ([_round_plan(index, item, None) for index, item in enumerate(rounds)], None, None,
+        return ([_round_plan(index, item, None) for index, item in enumerate(rounds)], None, None, None,
                 "Unknown: no finished search of this repository yet.")
     if total.untimed:
         # A review is counted as a writer step until one is timed: no writer step, no review either.
@@ -382,7 +384,7 @@ def _wall_time(spec: SearchSpec, history: History, rounds: list[RoundCounts],
         words = [KIND_WORDS.get(kind, kind) for kind in untimed]
         if "generate" in untimed:
             words[untimed.index("generate")] = f"writer step with {spec.worker.provider} {model}".rstrip()
-        return ([_round_plan(index, item, None) for index, item in enumerate(rounds)], None, None,
+        return ([_round_plan(index, item, None) for index, item in enumerate(rounds)], None, None, None,
                 f"Unknown: {_searches_text(history.searches)} recorded no {' and no '.join(words)}.")
     ends = [*starts[1:], tail]
     plans = [_round_plan(index, item, Span(max(a.low - b.low, 0.0), max(a.high - b.high, 0.0)))
@@ -392,7 +394,7 @@ def _wall_time(spec: SearchSpec, history: History, rounds: list[RoundCounts],
     wall_source = (f"From {_searches_text(history.searches)}, each step's measured wall time: {basis}; "
                    f"{spec.concurrency} writers or gate runs at once, trials one at a time, each round "
                    f"after the last (about {duration_text(total.mid)}).")
-    return plans, Span(total.low, total.high), total.mid, wall_source
+    return plans, Span(total.low, total.high), total.mid, Span(tail.low, tail.high), wall_source
 
 
 def prelaunch_paces(spec: SearchSpec, history: History) -> dict[str, Pace]:
