@@ -393,7 +393,7 @@ def _wall_time(spec: SearchSpec, history: History, rounds: list[RoundCounts],
                       for kind, pace in paces.items() if kind in total.used)
     wall_source = (f"From {_searches_text(history.searches)}, each step's measured wall time: {basis}; "
                    f"{spec.concurrency} writers or gate runs at once, trials one at a time, each round "
-                   f"after the last (about {duration_text(total.mid)}).")
+                   "after the last.")
     return plans, Span(total.low, total.high), total.mid, Span(tail.low, tail.high), wall_source
 
 
