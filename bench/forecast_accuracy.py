@@ -1,13 +1,17 @@
 """How right the time left is: the forecast before issue 31 (steps done so far at the mean pace,
 over the steps the plan implies) and the new one (search_app/forecast.py, `time_left`: this
 search's measured step durations over the work left per kind) sampled side by side at every step
-completion of real searches, against the time each search really had left.
+completion of real searches, against the time each search really had left. And the forecast
+before launch (`forecast`): the old one (past searches' command receipts: writer, gate and trial
+medians) and the new one (past searches' step wall times, through `time_left`'s work model at
+"nothing done yet") against the search's true wall time.
 
     .venv/bin/python bench/forecast_accuracy.py            # the demo and two other specs
     .venv/bin/python bench/forecast_accuracy.py --only demo --keep
 
 **The searches**, each frozen and run inline (`search_run_inline`, as `manage.py search run` does)
-in one temp data dir:
+in one temp data dir, each twice: the first run leaves the repository's history, the second is
+forecast before launch and then sampled while it runs:
 - `demo`: search_app/spec_templates/demo-scripted.toml on the demo repository (`crucible_setup`'s),
   population 12, rounds 12 → 4 → 2 → 1, the scripted `command` writers;
 - `uneven`: population 6, rounds 6 → 2 → 1, concurrency 3, 3 trials; writers that take 0.3–1.1 s
@@ -19,7 +23,8 @@ figure at all, and over those the median absolute error as a ratio of the true r
 and in seconds; for the new one also the share of samples whose range holds the true remaining
 time. The old forecast gives nothing until a fifth of its planned steps are done; the new one's
 figure while a kind is still untimed is its lower bound (counted as given), so it is also shown
-over the samples where every kind still to run was timed ("every kind timed").
+over the samples where every kind still to run was timed ("every kind timed"). Before launch:
+each forecast's range and middle against the true wall time, and true ÷ middle.
 """
 
 from __future__ import annotations
@@ -85,13 +90,51 @@ def old_eta(search, run, now) -> float | None:
     return None
 
 
+def old_prelaunch(spec, history):
+    """The wall time before launch as it was before this change: the medians of past searches'
+    writer steps and gate and trial receipts, in `_wall`'s waves (None without all three)."""
+    from search_app.forecast import _plan_counts, _wall
+
+    def median_of(durations: dict, command: str) -> float | None:
+        values = durations.get(command) or [v for vs in durations.values() for v in vs]
+        return statistics.median(values) if values else None
+
+    gates = [median_of(history.gate_seconds, command) for command in spec.hard_gates.commands]
+    trial = median_of(history.trial_seconds, spec.score.command)
+    if not history.writer_seconds or None in gates or trial is None:
+        return None
+    rounds, replay = _plan_counts(spec)
+    return _wall(spec, rounds, replay, statistics.median(history.writer_seconds),
+                 sum(g for g in gates if g is not None), trial)["total"]
+
+
+def prelaunch(search) -> dict:
+    """Both forecasts before launch of a frozen search, from the repository's past searches."""
+    from search_app.selectors import forecast_history, search_forecast, search_spec
+
+    new = search_forecast(search)
+    history = forecast_history(search.project_id, search.repository_path, search.spec_normalized["worker"][
+        "provider"], search.requested_model_id, exclude_pk=search.pk)
+    old = old_prelaunch(search_spec(search), history)
+    return {"old": (old.low, (old.low + old.high) / 2, old.high) if old else None,
+            "new": (new.wall_seconds.low, new.wall_typical_seconds, new.wall_seconds.high)
+            if new.wall_seconds and new.wall_typical_seconds is not None else None,
+            "source": new.wall_source}
+
+
 def run_sampled(user, project, name: str, text: str, repo: Path) -> dict:
     from django.utils import timezone
 
     from search_app import services
     from search_app.selectors import search_time_left
 
-    search = services.search_freeze(user, project, text, "HEAD", repository_path=str(repo))
+    # The first run leaves the history the second one's forecast before launch reads.
+    first = services.search_freeze(user, project, text, "HEAD", repository_path=str(repo))
+    services.search_start(user, first, enqueue=False)
+    first_run = services.search_run_inline(first)
+    again = text.replace('name = "', 'name = "again-', 1)
+    search = services.search_freeze(user, project, again, "HEAD", repository_path=str(repo))
+    before = prelaunch(search)
     services.search_start(user, search, enqueue=False)
     samples: list[tuple[float, float | None, object]] = []
     seen = [0]
@@ -107,7 +150,23 @@ def run_sampled(user, project, name: str, text: str, repo: Path) -> dict:
     end = time.monotonic()
     rows = [(end - at, old, new) for at, old, new in samples if end - at > 0]
     return {"name": name, "outcome": run.outcome, "wall": (run.finished_at - run.started_at).total_seconds(),
-            "samples": rows}
+            "samples": rows, "prelaunch": before,
+            "first_wall": (first_run.finished_at - first_run.started_at).total_seconds()}
+
+
+def prelaunch_line(result: dict) -> str:
+    true = result["wall"]
+
+    def shown(figure) -> str:
+        if figure is None:
+            return f"{'unknown':>32}"
+        low, mid, high = figure
+        inside = "in" if low <= true <= high else "out"
+        return f"{mid:7.1f} s ({low:6.1f}–{high:7.1f}, {inside:>3}) ×{true / mid:5.2f}"
+
+    before = result["prelaunch"]
+    return (f"{result['name']:<12} true {true:7.1f} s (first run {result['first_wall']:6.1f} s)  "
+            f"old {shown(before['old'])}  new {shown(before['new'])}")
 
 
 def figures(rows: list) -> dict:
@@ -173,6 +232,13 @@ def main() -> None:
                       f"{left.high:.1f} untimed {','.join(left.untimed)}")
         print(line(result["name"], result["wall"], figures(result["samples"])) + f"  ({result['outcome']})")
     print(line("all", None, figures(every)))
+    print()
+    print("wall time forecast before launch, from the first run of the same spec, against the second's "
+          "true wall time: middle (low–high, truth in or out of the range) and true ÷ middle")
+    for result in results:
+        print(prelaunch_line(result))
+        if args.samples:
+            print(f"  {result['prelaunch']['source']}")
     if any(math.isnan(true) for true, _, _ in every):
         sys.exit(1)
 

@@ -339,6 +339,7 @@ class ForecastReplayOut(Schema):
     replays: ForecastSpanOut
     gate_runs: ForecastSpanOut
     trial_runs: ForecastSpanOut
+    wall_seconds: ForecastSpanOut | None = Field(None, description="the replays and the review")
 
 
 class ForecastBudgetOut(Schema):
@@ -363,6 +364,8 @@ class SearchForecastOut(Schema):
     tokens: ForecastSpanOut | None
     budget: ForecastBudgetOut
     wall_seconds: ForecastSpanOut | None = Field(description="null without history of this repository")
+    wall_typical_seconds: float | None = Field(
+        None, description="the middle figure: past steps' median durations over the fewest counts")
     wall_source: str
     wall_ceiling_seconds: float = Field(description="an upper bound from the spec's timeouts")
     wall_ceiling_source: str

@@ -88,7 +88,9 @@ class History:
 
     `writer_*` come from searches with the same provider and model (or command line): writer
     step durations, and the totals of their writers' model-call receipts over `writer_steps`
-    steps. Gate and trial durations are per command text, from every search read.
+    steps. Gate and trial durations are per command text, from every search read. `steps`: the
+    finished steps of the searches read (writer steps only of the same provider and model), which
+    time the wall-time forecast; the receipts stand in for a kind none of them timed.
     """
 
     searches: int = 0
@@ -100,6 +102,7 @@ class History:
     writer_tokens: int = 0
     gate_seconds: dict[str, tuple[float, ...]] = field(default_factory=dict)
     trial_seconds: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    steps: tuple[StepSample, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,8 @@ class Forecast:
     history_searches: int
     notes: tuple[str, ...]
     warnings: tuple[str, ...]
+    wall_typical_seconds: float | None = None  # the median paces over the fewest counts
+    replay_wall_seconds: Span | None = None  # the replays and the review, after the rounds
 
     @property
     def cost_text(self) -> str:
@@ -161,7 +166,12 @@ class Forecast:
 
     @property
     def wall_text(self) -> str:
-        return "unknown" if self.wall_seconds is None else f"about {span_duration_text(self.wall_seconds)}"
+        if self.wall_seconds is None:
+            return "unknown"
+        if self.wall_typical_seconds is None:
+            return f"about {span_duration_text(self.wall_seconds)}"
+        return (f"about {duration_text(self.wall_typical_seconds)} "
+                f"({range_text(self.wall_seconds.low, self.wall_seconds.high)})")
 
     @property
     def wall_ceiling_text(self) -> str:
@@ -178,13 +188,15 @@ class Forecast:
             "writer_kind": self.writer_kind, "provider": self.provider, "model": self.model,
             "rounds": [plan.as_dict() for plan in self.rounds],
             "replay": {"replays": span(self.replays), "gate_runs": span(self.replay_gate_runs),
-                       "trial_runs": span(self.replay_trial_runs)},
+                       "trial_runs": span(self.replay_trial_runs),
+                       "wall_seconds": span(self.replay_wall_seconds)},
             "writer_steps": span(self.writer_steps), "gate_runs": span(self.gate_runs),
             "trial_runs": span(self.trial_runs), "model_calls": span(self.model_calls),
             "cost_microusd": span(self.cost_microusd), "cost_source": self.cost_source,
             "tokens": span(self.tokens),
             "budget": {"max_cost_microusd": self.budget_cost_microusd, "max_tokens": self.budget_tokens},
             "wall_seconds": span(self.wall_seconds), "wall_source": self.wall_source,
+            "wall_typical_seconds": self.wall_typical_seconds,
             "wall_ceiling_seconds": self.wall_ceiling_seconds,
             "wall_ceiling_source": self.wall_ceiling_source,
             "history_searches": self.history_searches,
@@ -261,19 +273,6 @@ def _plan_counts(spec: SearchSpec) -> tuple[list[RoundCounts], dict[str, Span]]:
 # ------------------------------------------------------------------------------------ history
 
 
-def _median(values: tuple[float, ...] | list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def _command_seconds(durations: dict[str, tuple[float, ...]], command: str) -> tuple[float | None, bool]:
-    """(median seconds, whether they are of this very command) — else of any command read."""
-    same = durations.get(command)
-    if same:
-        return statistics.median(same), True
-    every = [value for values in durations.values() for value in values]
-    return _median(every), False
-
-
 def _writer_kind(spec: SearchSpec) -> str:
     preset = PRESETS.get(spec.worker.provider)
     # Administrators' presets are LLM providers; only the built-in `command` preset runs a command.
@@ -317,7 +316,7 @@ def forecast(
                             f"({text(ceiling)}): admission stops before a writer could exceed it, so some "
                             "candidates are not written.")
 
-    plans, wall_seconds, wall_source = _wall_time(spec, history, rounds, replay, model)
+    plans, wall_seconds, wall_typical, replay_wall, wall_source = _wall_time(spec, history, rounds, model)
     gate_timeouts = spec.hard_gates.timeout_seconds * len(spec.hard_gates.commands)
     wall_ceiling = _wall(spec, rounds, replay, WRITER_TIMEOUT_SECONDS, gate_timeouts,
                          spec.score.timeout_seconds)
@@ -333,6 +332,7 @@ def forecast(
         budget_tokens=budget_tokens, wall_seconds=wall_seconds, wall_source=wall_source,
         wall_ceiling_seconds=wall_ceiling["total"].high, wall_ceiling_source=ceiling_source,
         history_searches=history.searches, notes=tuple(notes), warnings=tuple(warnings),
+        wall_typical_seconds=wall_typical, replay_wall_seconds=replay_wall,
     )
 
 
@@ -365,38 +365,89 @@ def _cost(spec: SearchSpec, history: History, kind: str, writers: Span, price: P
     return model_calls, tokens, cost, cost_source
 
 
-def _wall_time(spec: SearchSpec, history: History, rounds: list[RoundCounts], replay: dict[str, Span],
-               model: str) -> tuple[list[RoundPlan], Span | None, str]:
-    """Each round's plan with its expected wall time, the search's, and where they come from (the
-    medians of past searches; unknown without them)."""
-    writer_seconds = _median(history.writer_seconds)
-    per_gate = [_command_seconds(history.gate_seconds, command) for command in spec.hard_gates.commands]
-    trial_seconds, same_trial = _command_seconds(history.trial_seconds, spec.score.command)
-    known_gates = [seconds for seconds, _ in per_gate if seconds is not None]
-    gates_known = len(known_gates) == len(per_gate)
-    plans = []
-    if writer_seconds is not None and gates_known and trial_seconds is not None:
-        gate_seconds = sum(known_gates)
-        wall = _wall(spec, rounds, replay, writer_seconds, gate_seconds, trial_seconds)
-        for index, (item, seconds) in enumerate(zip(rounds, wall["rounds"], strict=True)):
-            plans.append(_round_plan(index, item, seconds))
-        wall_seconds = wall["total"]
-        same = all(same for _, same in per_gate) and same_trial
-        wall_source = (f"Medians of {_searches_text(history.searches)}: a writer step "
-                       f"{duration_text(writer_seconds)}, the gates {duration_text(gate_seconds)} per patch"
-                       f"{'' if same else ' (some from other commands)'}, a trial "
-                       f"{duration_text(trial_seconds)}; {spec.concurrency} writers or gates at once, trials "
-                       "one at a time, each round after the last.")
+def _wall_time(spec: SearchSpec, history: History, rounds: list[RoundCounts],
+               model: str) -> tuple[list[RoundPlan], Span | None, float | None, Span | None, str]:
+    """Each round's plan with its expected wall time, the search's, and where they come from:
+    `time_left`'s work model at "nothing done yet", timed by the past searches' step durations
+    (each step's sandbox, tree, git and command included), a kind with no past step by its
+    commands' receipts (labelled); unknown while a kind has neither."""
+    paces = prelaunch_paces(spec, history)
+    starts = [_left_from(spec, paces, index) for index in range(len(rounds))]
+    tail = _left_from(spec, paces, None)
+    total = starts[0] if starts else tail
+    if not history.searches:
+        return ([_round_plan(index, item, None) for index, item in enumerate(rounds)], None, None, None,
+                "Unknown: no finished search of this repository yet.")
+    if total.untimed:
+        # A review is counted as a writer step until one is timed: no writer step, no review either.
+        untimed = [kind for kind in total.untimed if not (kind == "review" and "generate" in total.untimed)]
+        words = [KIND_WORDS.get(kind, kind) for kind in untimed]
+        if "generate" in untimed:
+            words[untimed.index("generate")] = f"writer step with {spec.worker.provider} {model}".rstrip()
+        return ([_round_plan(index, item, None) for index, item in enumerate(rounds)], None, None, None,
+                f"Unknown: {_searches_text(history.searches)} recorded no {' and no '.join(words)}.")
+    ends = [*starts[1:], tail]
+    plans = [_round_plan(index, item, Span(max(a.low - b.low, 0.0), max(a.high - b.high, 0.0)))
+             for index, (item, a, b) in enumerate(zip(rounds, starts, ends, strict=True))]
+    basis = "; ".join(f"{KIND_WORDS[kind]} {duration_text(pace.mid)} ({pace.source.format(n=pace.count)})"
+                      for kind, pace in paces.items() if kind in total.used)
+    wall_source = (f"From {_searches_text(history.searches)}, each step's measured wall time: {basis}; "
+                   f"{spec.concurrency} writers or gate runs at once, trials one at a time, each round "
+                   "after the last.")
+    return plans, Span(total.low, total.high), total.mid, Span(tail.low, tail.high), wall_source
+
+
+def prelaunch_paces(spec: SearchSpec, history: History) -> dict[str, Pace]:
+    """Each kind's pace from the past searches' finished steps (`_paces`, as `time_left` reads a
+    running search's); a kind no past step timed falls back to its commands' receipts, labelled."""
+    gates = len(spec.hard_gates.commands)
+    paces = _paces(list(history.steps), gates)
+    if "generate" not in paces:
+        pace = pace_of(list(history.writer_seconds), "median of {n} past writer steps")
+        if pace is not None:
+            paces["generate"] = pace
+            if paces.get("review") is None:
+                paces["review"] = replace_source(pace, "counted as writer steps: no past review")
+    if paces.get("evaluate") is None or paces["evaluate"].count == 0:
+        per_gate = [pace_of(list(_command_values(history.gate_seconds, command)), "")
+                    for command in spec.hard_gates.commands]
+        if per_gate and all(pace is not None for pace in per_gate):
+            known = [pace for pace in per_gate if pace is not None]
+            others = "" if all(c in history.gate_seconds for c in spec.hard_gates.commands) else \
+                " (some from other commands)"
+            paces["evaluate"] = Pace(sum(p.low for p in known), sum(p.mid for p in known),
+                                     sum(p.high for p in known), 0,
+                                     f"the gate commands' receipts only{others}: no past gate step, so "
+                                     "without its sandbox and tree set-up")
+    if paces.get("trial") is None or paces["trial"].count == 0:
+        pace = pace_of(list(_command_values(history.trial_seconds, spec.score.command)), "")
+        if pace is not None:
+            others = "" if spec.score.command in history.trial_seconds else " (of other commands)"
+            paces["trial"] = replace_source(pace, f"the score command's receipts only{others}: no past "
+                                                  "measurement step, so without its sandbox and tree set-up")
+    return paces
+
+
+def _command_values(durations: dict[str, tuple[float, ...]], command: str) -> tuple[float, ...]:
+    """The durations of this very command, else of any command read."""
+    return durations.get(command) or tuple(value for values in durations.values() for value in values)
+
+
+def _left_from(spec: SearchSpec, paces: dict[str, Pace], round_index: int | None) -> TimeLeft:
+    """`time_left` at the start of round `round_index` with nothing of it done (None: at the
+    replay), every step run `concurrency` at a time."""
+    if round_index is None:
+        position = RunPosition(phase="replay", round_index=len(spec.rounds) - 1, queued=0,
+                               survivors=spec.rounds[-1] if spec.rounds else 0)
+        steps: list[StepSample] = []
     else:
-        plans = [_round_plan(index, item, None) for index, item in enumerate(rounds)]
-        wall_seconds = None
-        missing = [what for what, absent in (
-            (f"writer step with {spec.worker.provider} {model}".rstrip(), writer_seconds is None),
-            ("gate", not gates_known), ("trial", trial_seconds is None),
-        ) if absent]
-        wall_source = ("Unknown: no finished search of this repository yet." if not history.searches else
-                       f"Unknown: {_searches_text(history.searches)} recorded no {' and no '.join(missing)}.")
-    return plans, wall_seconds, wall_source
+        survivors = spec.rounds[round_index]
+        position = RunPosition(phase="rounds", round_index=round_index,
+                               queued=survivors if round_index == 0 else 0, survivors=survivors)
+        # A later round opens with its refinements pending (with `worker.refine`).
+        steps = [StepSample(kind="generate", round=round_index, state="pending")] * (
+            survivors if round_index > 0 and spec.worker.refine else 0)
+    return time_left(spec, position, steps, lanes=spec.concurrency, paces=paces)
 
 
 def _round_plan(index: int, item: RoundCounts, seconds: Span | None) -> RoundPlan:
@@ -494,6 +545,7 @@ class TimeLeft:
     basis: tuple[str, ...]   # one phrase per kind: "writer step 42 s (median of 3)"
     steps_timed: int
     borrowed: tuple[str, ...] = ()  # kinds timed, until their own steps finish, by another kind's
+    used: tuple[str, ...] = ()  # the kinds the work left counts
 
     @property
     def text(self) -> str:
@@ -635,13 +687,15 @@ class _Work:
 
 
 def time_left(spec: SearchSpec, position: RunPosition, steps: list[StepSample],
-              lanes: int | None = None) -> TimeLeft:
+              lanes: int | None = None, paces: dict[str, Pace] | None = None) -> TimeLeft:
     """How long the search has left: what remains of its plan from `position`, timed by its own
     finished `steps`, as a range (the quartiles of each kind's durations, widened while few are
     known, over the fewest and the most steps the plan allows), and the worst case from the spec's
     timeouts. `lanes`: how many steps run at once (default: the most seen so far, up to the
-    spec's concurrency)."""
-    paces = _paces(steps, len(spec.hard_gates.commands))
+    spec's concurrency). `paces`: each kind's pace when not this search's own (the forecast
+    before launch times "nothing done yet" by past searches' steps)."""
+    if paces is None:
+        paces = _paces(steps, len(spec.hard_gates.commands))
     lanes = max(1, min(spec.concurrency, lanes or lanes_used(steps)))
     work = _Work(paces)
     gate_count = len(spec.hard_gates.commands)
@@ -732,4 +786,5 @@ def time_left(spec: SearchSpec, position: RunPosition, steps: list[StepSample],
     borrowed = tuple(f"{KIND_WORDS[kind]}s {pace.source}" for kind, pace in paces.items()
                      if pace.count == 0 and kind in work.used)
     return TimeLeft(low=low, mid=max(mid, low), high=max(high, mid, low), worst_case=max(worst, high),
-                    untimed=tuple(work.untimed), basis=basis, steps_timed=timed, borrowed=borrowed)
+                    untimed=tuple(work.untimed), basis=basis, steps_timed=timed, borrowed=borrowed,
+                    used=tuple(kind for kind in paces if kind in work.used))

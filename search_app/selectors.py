@@ -205,6 +205,12 @@ def run_timing(search: Search, run: Any, now: Any = None) -> dict[str, Any]:
             "time_left": left.as_dict() if left is not None else None}
 
 
+def _planned_trials(plan: dict[str, Any] | None) -> int:
+    """A measure or replay step's trial runs: its members × its blocks."""
+    members, blocks = (plan or {}).get("members") or [], (plan or {}).get("blocks") or [0, 0]
+    return len(members) * max(blocks[1] - blocks[0], 0) if len(blocks) == 2 else 0
+
+
 def search_time_left(search: Search, run: Any, now: Any) -> TimeLeft:
     """The forecast's inputs, read in a few queries: the steps (kind, round, state, wall seconds,
     planned trial runs, and a running measurement's trial runs so far) and the candidates still in
@@ -214,8 +220,7 @@ def search_time_left(search: Search, run: Any, now: Any) -> TimeLeft:
             "kind", "round", "state", "started_at", "finished_at", "plan"):
         stop = finished if state in STEP_ENDED else (now if state == Step.State.RUNNING else None)
         seconds = (stop - started).total_seconds() if started and stop else None
-        members, blocks = (plan or {}).get("members") or [], (plan or {}).get("blocks") or [0, 0]
-        trials = len(members) * max(blocks[1] - blocks[0], 0) if len(blocks) == 2 else 0
+        trials = _planned_trials(plan)
         done = 0
         if state == Step.State.RUNNING and kind in (Step.Kind.MEASURE, Step.Kind.REPLAY) and started:
             # Its trial runs so far: each leaves a receipt ("cand_007 trial block 3").
@@ -892,7 +897,8 @@ def forecast_history(project_pk: int, repository_path: str, provider: str, reque
                      exclude_pk: int | None = None) -> History:
     """What the newest finished searches of the repository (in the same project) left: writer
     steps of the same provider and model (or command line), their model-call receipts' totals,
-    and gate and trial durations by command. Six queries, however many searches and receipts."""
+    and gate and trial durations by command, and their finished steps (which time the wall-time
+    forecast). Seven queries, however many searches, steps and receipts."""
     past = Search.objects.filter(project_id=project_pk, repository_path=repository_path,
                                  run__status=SearchRun.Status.FINISHED)
     if exclude_pk is not None:
@@ -915,7 +921,18 @@ def forecast_history(project_pk: int, repository_path: str, provider: str, reque
         kind="command", subject_type="candidate", error="",
         subject_id__in=Candidate.objects.filter(search_id__in=searches).values("pk"),
     )
+    # Every finished step of the searches read; writer steps only of the same provider and model,
+    # as a different writer takes a different time.
+    past_steps = Step.objects.filter(
+        Q(search_id__in=writers) | (Q(search_id__in=searches) & ~Q(kind=Step.Kind.GENERATE)),
+        state__in=(Step.State.DONE, Step.State.FAILED), started_at__isnull=False, finished_at__isnull=False,
+    ).order_by("-id").values_list(
+        "kind", "round", "state", "started_at", "finished_at", "plan")[:FORECAST_SAMPLE]
     return History(
+        steps=tuple(StepSample(kind=kind, round=round_index, state=state, trials=_planned_trials(plan),
+                               seconds=max((end - start).total_seconds(), 0.0))
+                    for kind, round_index, state, start, end, plan in past_steps
+                    if start is not None and end is not None),  # (the filter says so)
         searches=len(searches), writer_searches=len(writers),
         writer_seconds=tuple((end - start).total_seconds() for start, end in spans
                              if start is not None and end is not None),  # (the filter says so)

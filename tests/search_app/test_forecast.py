@@ -4,7 +4,6 @@ table and the repository's past searches' receipts."""
 from __future__ import annotations
 
 import json
-import statistics
 
 import pytest
 
@@ -148,18 +147,55 @@ def test_a_cost_or_token_use_above_the_budget_warns():
 # ---- wall time
 
 
-def test_wall_time_combines_past_durations_with_the_concurrency_and_the_serial_trials():
+def _past(kind: str, seconds: float, round_index: int = 0, trials: int = 0) -> StepSample:
+    return StepSample(kind=kind, round=round_index, state="done", seconds=seconds, trials=trials)
+
+
+# A past search's steps: writers of 10 s, evaluations of 3 s (a 1 s gate in a fresh sandbox and tree),
+# a measurement of 10 trial runs in 20 s (2 s each, for a 0.5 s score), a replay of 12 s, a review of 15 s.
+PAST_STEPS = (_past("generate", 10.0), _past("generate", 10.0), _past("evaluate", 3.0),
+              _past("evaluate", 3.0), _past("measure", 20.0, trials=10), _past("replay", 12.0, 1, trials=4),
+              _past("review", 15.0, 1))
+
+
+def test_the_wall_time_before_launch_comes_from_past_steps_and_includes_their_overhead():
     spec = make_spec(population=4, rounds=[4, 1], concurrency=2, trials=2, comparison="absolute")
-    history = History(searches=1, writer_searches=1, writer_seconds=(8.0, 10.0, 12.0),
-                      gate_seconds={GATE: (1.0, 2.0, 3.0)}, trial_seconds={SCORE: (1.0,)})
-    plan = forecast(spec, history)
-    # Round 0: two waves of (writer 10 s + gate 2 s), then (4 + 1) × 2 trials of 1 s one at a time.
-    assert plan.rounds[0].wall_seconds == Span(2 * 12 + 10, 2 * 12 + 10)
-    assert plan.rounds[1].wall_seconds == Span(4, 4)
-    # Each replay: the gate, then the winner and the baseline for 2 blocks; up to three replays.
-    assert plan.wall_seconds == Span(34 + 4 + 6, 34 + 4 + 3 * 6)
-    assert "writer step 10 s, the gates 2.0 s per patch, a trial 1.0 s" in plan.wall_source
-    assert "other commands" not in plan.wall_source
+    receipts = {"gate_seconds": {GATE: (1.0,)}, "trial_seconds": {SCORE: (0.5,)}}
+    plan = forecast(spec, History(searches=1, writer_searches=1, writer_seconds=(10.0, 10.0),
+                                  steps=PAST_STEPS, **receipts))
+    # Nothing done yet, timed by `time_left`'s work model at the past steps' medians: round 0, two
+    # waves of writers (20 s), the baseline's and four evaluations in three waves (9 s), 5 × 2
+    # trial runs of 2 s (20 s); round 1, 2 × 2 trial runs (8 s); a replay (12 s) and a review (15 s).
+    assert plan.wall_typical_seconds == pytest.approx(20 + 9 + 20 + 8 + 12 + 15)
+    assert plan.wall_seconds is not None and plan.wall_seconds.low < 84 < plan.wall_seconds.high
+    assert plan.wall_text.startswith("about 84 s (")
+    # The commands' receipts alone (a 1 s gate, a 0.5 s trial) leave out the steps' overhead.
+    receipts_only = forecast(spec, History(searches=1, writer_searches=1, writer_seconds=(10.0, 10.0),
+                                           **receipts))
+    assert receipts_only.wall_typical_seconds is not None
+    assert receipts_only.wall_typical_seconds < plan.wall_typical_seconds
+    assert "trial 2.0 s (over 10 trial runs)" in plan.wall_source
+    assert "receipts only" not in plan.wall_source
+    # Each round's share, and the rest (the replay and review) is outside the rounds.
+    assert plan.rounds[1].wall_seconds is not None and plan.rounds[0].wall_seconds is not None
+    assert plan.replay_wall_seconds is not None
+    assert (plan.rounds[0].wall_seconds.low + plan.rounds[1].wall_seconds.low + plan.replay_wall_seconds.low
+            == pytest.approx(plan.wall_seconds.low))
+    assert plan.as_dict()["wall_typical_seconds"] == pytest.approx(84)
+
+
+def test_a_kind_with_no_past_step_falls_back_to_its_commands_receipts_and_says_so():
+    spec = make_spec(population=4, rounds=[4, 1], concurrency=2, trials=2, comparison="absolute")
+    writers_only = (_past("generate", 10.0), _past("generate", 10.0))
+    plan = forecast(spec, History(searches=1, writer_searches=1, writer_seconds=(10.0, 10.0),
+                                  steps=writers_only, gate_seconds={GATE: (1.0,)},
+                                  trial_seconds={SCORE: (0.5,)}))
+    assert plan.wall_seconds is not None
+    assert "gate run 1.0 s (the gate commands' receipts only: no past gate step" in plan.wall_source
+    assert "trial 0.5 s (the score command's receipts only: no past measurement step" in plan.wall_source
+    assert "(some from other commands)" not in plan.wall_source
+    # A review is counted as a writer step until one is timed, and says so.
+    assert "review 10 s (counted as writer steps until one is timed)" in plan.wall_source
 
 
 def test_gate_durations_of_other_commands_are_used_and_labelled():
@@ -198,7 +234,7 @@ def test_history_comes_from_the_receipts_of_a_finished_search_of_the_same_reposi
     again = services.search_freeze(personas.owner, personas.alpha,
                                    spec_text(population=2, rounds=[2, 1], name="again"), "HEAD",
                                    repository_path=str(repo))
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(7):
         history = forecast_history(personas.alpha.pk, again.repository_path, "command",
                                    again.requested_model_id, exclude_pk=again.pk)
     assert (history.searches, history.writer_searches) == (1, 1)
@@ -214,7 +250,12 @@ def test_history_comes_from_the_receipts_of_a_finished_search_of_the_same_reposi
 
     plan = search_forecast(again)
     assert plan.history_searches == 1 and plan.wall_seconds is not None
-    assert f"a trial {statistics.median(r.duration_seconds for r in trials):.1f} s" in plan.wall_source
+    # Timed by the finished search's steps: its measurements' wall time over their trial runs.
+    measured = Step.objects.filter(search=done, kind="measure", state="done")
+    runs = sum(len(s.plan["members"]) * (s.plan["blocks"][1] - s.plan["blocks"][0]) for s in measured)
+    assert runs and f"over {runs} trial runs" in plan.wall_source
+    assert "receipts only" not in plan.wall_source
+    assert len(history.steps) == Step.objects.filter(search=done, state__in=("done", "failed")).count()
     # The finished search's own forecast does not read itself; nothing was started by forecasting.
     assert search_forecast(done).history_searches == 0
     assert not SearchRun.objects.filter(search=again).exists()

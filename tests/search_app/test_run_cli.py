@@ -152,7 +152,7 @@ def test_a_dry_run_of_a_frozen_search_reads_the_repositorys_finished_searches(de
     assert done.returncode == 0, done.stderr.decode()
     out = done.stdout.decode()
     assert out.startswith(f"again {search_id}: forecast — nothing was started\n")
-    assert "Medians of 1 past search of this repository" in out
+    assert "From 1 past search of this repository, each step's measured wall time" in out
     assert not SearchRun.objects.filter(search__search_id=search_id).exists()
     assert search("run", "search-0000000000000000", "--dry-run").returncode == 1
     # Without --dry-run the frozen search runs here to its outcome.

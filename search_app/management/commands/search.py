@@ -564,8 +564,9 @@ def forecast_lines(forecast: Forecast, name: str, search_id: str | None) -> list
     for plan in forecast.rounds:
         lines.append(row.format(plan.index, plan.survivors, plan.writer_steps.text, plan.gate_runs.text,
                                 plan.trial_runs.text, plan.wall_seconds.duration if timed else ""))
+    replay_wall = forecast.replay_wall_seconds
     lines.append(row.format(f"replay ×{forecast.replays.text}", 1, 0, forecast.replay_gate_runs.text,
-                            forecast.replay_trial_runs.text, ""))
+                            forecast.replay_trial_runs.text, replay_wall.duration if replay_wall else ""))
     lines.append(row.format("all", "", forecast.writer_steps.text, forecast.gate_runs.text,
                             forecast.trial_runs.text, forecast.wall_seconds.duration if timed else ""))
     calls = f", about {forecast.model_calls.text} model calls" if forecast.model_calls else ""
