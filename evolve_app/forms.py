@@ -13,7 +13,7 @@ from pydantic import ValidationError as PydanticError
 from evolve_app.benchmarks import ALIASES as BENCHMARK_ALIASES
 from evolve_app.benchmarks import benchmark_choices
 from evolve_app.engines import engine_choices
-from evolve_app.extensions import allowed_paths
+from evolve_app.extensions import SETTING, allowed_paths
 from evolve_app.loop import EvolveConfig
 
 # The run settings the start form offers, in order (EvolveConfig's fields and their bounds).
@@ -127,8 +127,12 @@ class RegisteredChoiceField(forms.ChoiceField):
         if self.valid_value(value) or (name in self.argument_names and self.valid_value(name)):
             return
         offered = ", ".join(str(key) for key, _ in self._offered())
-        raise ValidationError(f"“{value}” is not a registered {self.kind}: choose one of {offered}.",
-                              code="invalid_choice")
+        message = f"“{value}” is not a registered {self.kind}: choose one of {offered}."
+        if "." in name and "/" not in name:  # a dotted path: the trust rule, and how to allow one
+            message += (f" {name!r} is a dotted path, and the web and API name only registered {self.kind}s; "
+                        f"nothing was imported. An administrator allows it by adding {name} to {SETTING}, "
+                        f"or it runs with `manage.py evolve run`.")
+        raise ValidationError(message, code="invalid_choice")
 
     def _offered(self) -> list[tuple[Any, Any]]:
         flat: list[tuple[Any, Any]] = []

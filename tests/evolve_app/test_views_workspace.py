@@ -203,8 +203,10 @@ def test_unregistered_engines_and_benchmarks_are_refused_with_a_clear_error(pers
     start, client = f"/agents/{demo_agent.pk}/runs/start/", login(personas.member)
     refused = client.post(start, {"benchmark": "demo", "engine": "os.system", "cycles": "1"})
     assert refused.status_code == 400
-    assert refused.context["start_form"].errors["engine"] == [
-        f"“os.system” is not a registered engine: choose one of {', '.join(engine_names())}."]
+    said = refused.context["start_form"].errors["engine"]
+    offered = ", ".join(engine_names())
+    assert said[0].startswith(f"“os.system” is not a registered engine: choose one of {offered}.")
+    assert "'os.system' is a dotted path" in said[0] and "CRUCIBLE_ALLOWED_EXTENSIONS" in said[0]
     refused = client.post(start, {"benchmark": "evolve_app.benchmarks:demo_benchmark", "engine": "textbook",
                                   "cycles": "1"})
     assert "is not a registered benchmark" in refused.context["start_form"].errors["benchmark"][0]
