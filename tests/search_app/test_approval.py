@@ -184,7 +184,7 @@ def test_comments_name_a_changed_file_and_a_line(finished, personas):
 
 
 def test_the_lines_a_comment_may_anchor_on_are_the_added_and_context_lines_of_that_files_hunks():
-    from search_app.selectors import diff_new_lines
+    from search_app.diffs import diff_new_lines
 
     patch = ("diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n"
              "@@ -1,3 +1,3 @@\n one\n-two\n+TWO\n three\n"
