@@ -133,7 +133,8 @@ def test_a_thread_on_a_patch_its_writer_then_refines_is_marked_outdated(personas
     patch in round 1, so the thread is outdated against the new patch (kept, with the old text),
     and a thread started on the new patch is not."""
     from search_app import services
-    from search_app.selectors import candidate_threads, diff_new_line_texts
+    from search_app.diffs import diff_new_line_texts
+    from search_app.selectors import candidate_threads
 
     plan = {"cand_001": {"value": 5, "refined": 9}, "cand_002": 3}
     search = frozen(personas, tmp_path, plan, population=2, rounds=[2, 1], refine=True)
