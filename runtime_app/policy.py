@@ -671,11 +671,18 @@ class _Checker:
                 self.add(shown, f"part of `{plugin}`, {why}: test-runner plugins cannot be changed "
                                 "(forbid_test_changes)")
 
+    def _tree(self, sha: bytes) -> Any:
+        """A tree object read once per check: a 5,000-file folder is parsed once, not per lookup."""
+        trees = self.__dict__.setdefault("_trees", {})
+        if sha not in trees:
+            trees[sha] = self.store[sha]
+        return trees[sha]
+
     def _has(self, root: bytes | None, parts: list[str], *, tree: bool = False) -> bool:
         """Whether `root` has a file (or, with `tree`, a directory) at the literal path `parts`."""
         if root is None:
             return False
-        node: Any = self.store[root]
+        node: Any = self._tree(root)
         for index, part in enumerate(parts):
             try:
                 mode, sha = node[part.encode()]
@@ -684,7 +691,7 @@ class _Checker:
             if index < len(parts) - 1:
                 if mode != 0o040000:
                     return False
-                node = self.store[sha]
+                node = self._tree(sha)
             else:
                 return (mode == 0o040000) == tree
         return False
