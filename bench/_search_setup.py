@@ -85,3 +85,18 @@ def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 120) ->
                 return
         time.sleep(0.2)
     raise SystemExit(f"nothing listened on port {port} within {timeout} s")
+
+
+def served_data_prepare(temp: Path, password: str) -> tuple[Path, dict[str, str], list[str]]:
+    """A data dir under `temp` set up as `make run` does (migrated, demo project, admin with
+    `password`), Django pointed at it: (data dir, the server's environment, `manage.py` argv)."""
+    data = temp / "data"
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"}}
+    env.update(CRUCIBLE_DATA_DIR=str(data), CRUCIBLE_ADMIN_PASSWORD=password)
+    manage = [sys.executable, "manage.py"]
+    for step in (["migrate", "-v0"], ["crucible_setup"]):
+        subprocess.run([*manage, *step], cwd=REPO_ROOT, env=env, check=True, timeout=300,
+                       stdout=subprocess.DEVNULL)
+    django_setup(data)
+    return data, env, manage

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import http.cookiejar
-import os
 import re
 import shutil
 import signal
@@ -37,7 +36,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from _search_setup import REPO_ROOT, django_setup, free_port, wait_for_port
+from _search_setup import REPO_ROOT, free_port, served_data_prepare, wait_for_port
 
 PASSWORD = "soak-Admin-password-1"
 BUSY = "while True: pass"
@@ -97,15 +96,7 @@ def main() -> None:
 
 
 def soak(temp: Path, minutes: float, load: int, evolve_every: float) -> None:
-    data = temp / "data"
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"}}
-    env.update(CRUCIBLE_DATA_DIR=str(data), CRUCIBLE_ADMIN_PASSWORD=PASSWORD)
-    manage = [sys.executable, "manage.py"]
-    for step in (["migrate", "-v0"], ["crucible_setup"]):
-        subprocess.run([*manage, *step], cwd=REPO_ROOT, env=env, check=True, timeout=300,
-                       stdout=subprocess.DEVNULL)
-    django_setup(data)
+    data, env, manage = served_data_prepare(temp, PASSWORD)
     from django.contrib.auth import get_user_model
 
     from evolve_app.models import Agent, Cycle, EvolutionRun

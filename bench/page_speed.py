@@ -33,14 +33,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from _search_setup import REPO_ROOT, django_setup, free_port, wait_for_port
+from _search_setup import REPO_ROOT, free_port, served_data_prepare, wait_for_port
 
 PASSWORD = "page-speed-Admin-password-1"
 PAGES = ("candidate", "compare", "agent", "cycle")
@@ -101,15 +100,7 @@ def main() -> None:
 
 
 def bench(temp: Path, rounds: int, load_seconds: float) -> None:
-    data = temp / "data"
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"}}
-    env.update(CRUCIBLE_DATA_DIR=str(data), CRUCIBLE_ADMIN_PASSWORD=PASSWORD)
-    manage = [sys.executable, "manage.py"]
-    for step in (["migrate", "-v0"], ["crucible_setup"]):
-        subprocess.run([*manage, *step], cwd=REPO_ROOT, env=env, check=True, timeout=300,
-                       stdout=subprocess.DEVNULL)
-    django_setup(data)
+    _, env, manage = served_data_prepare(temp, PASSWORD)
     from django.contrib.auth import get_user_model
     from django.urls import reverse
 
