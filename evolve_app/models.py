@@ -23,6 +23,9 @@ class Agent(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="agents")
     name = models.CharField(max_length=NAME_MAX_LENGTH)
     path = models.CharField(max_length=1000, unique=True)
+    # The folder it was imported from, when `path` is Crucible's own copy of it (import never
+    # writes into the user's folder); blank for agents imported in place before copies existed.
+    source_path = models.CharField(max_length=1000, blank=True)
     agent_type = models.CharField(max_length=64, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
@@ -48,6 +51,10 @@ class EvolutionRun(models.Model):
         CANCELLED = "cancelled", "cancelled"
 
     # The states a run is still going in: one at a time per agent.
+    class Driver(models.TextChoices):
+        WORKER = "worker", "a worker"
+        SCRIPT = "script", "a Python script"
+
     ACTIVE = (Status.QUEUED, Status.RUNNING, Status.AWAITING_REVIEW)
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="runs")
@@ -60,6 +67,10 @@ class EvolutionRun(models.Model):
     trusted = models.BooleanField(default=False, help_text="started from the local administrator's CLI, "
                                                            "which may name dotted paths")
     config = models.JSONField(default=dict, blank=True)
+    # Who drives the cycles: a worker (queued by the page, API or CLI; handed on if it dies) or the
+    # Python script that made it (crucible.aevolve: its objects live in that process only, so a
+    # lost script fails the run instead of handing it to a worker that cannot rebuild them).
+    driver = models.CharField(max_length=16, choices=Driver.choices, default=Driver.WORKER)
     # What the workspace's agent ran as when the run was requested (evolve_app.agents.agent_mapping):
     # an A-Evolve agent stood in for by the reference agent, its tools' sandboxed equivalents.
     agent_mapping = models.JSONField(default=dict, blank=True)
