@@ -4,6 +4,7 @@ evolution. Views, API, CLI and tasks all come through here."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import re
@@ -11,12 +12,13 @@ import shutil
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import F, Max, Q
@@ -28,7 +30,7 @@ from evolve_app.benchmarks import BenchmarkError, benchmark_check
 from evolve_app.demo import SEED_WORKSPACE
 from evolve_app.engines import EngineError, engine_check
 from evolve_app.history import EvolutionHistory
-from evolve_app.loop import CycleResult, EvolveConfig, Evolver
+from evolve_app.loop import CycleResult, EvolutionResult, EvolveConfig, Evolver
 from evolve_app.models import Agent, Cycle, EvolutionRun, ObservationRecord
 from evolve_app.workspace import (
     WorkspaceError,
@@ -37,13 +39,14 @@ from evolve_app.workspace import (
     workspace_git,
     workspace_import,
     workspace_manifest,
+    workspace_preview,
     workspace_restore,
     workspace_rollback,
     workspace_snapshot,
 )
 from runtime_app import access
 from runtime_app.git import GitError
-from runtime_app.models import Project
+from runtime_app.models import Project, ProjectMembership
 from runtime_app.presenters import NAME_MAX_LENGTH, short_sha
 from runtime_app.queue import task_send
 from runtime_app.services import audit_record, event_emit, server_path_check
@@ -218,7 +221,8 @@ def _run_enqueue(run: EvolutionRun) -> None:
 def evolution_run_claim(run_pk: int, owner: str) -> bool:
     """Take a queued run, or a running one whose worker's lease has passed, by compare-and-set."""
     now = timezone.now()
-    return bool(EvolutionRun.objects.filter(pk=run_pk).filter(
+    # A script-driven run's agent, benchmark and engine live in its script: never a worker's.
+    return bool(EvolutionRun.objects.filter(pk=run_pk, driver=EvolutionRun.Driver.WORKER).filter(
         Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, lease_expires_at__isnull=True)
         | Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
     ).update(status=RunStatus.RUNNING, lease_owner=owner, lease_expires_at=now + _lease(),
@@ -239,7 +243,8 @@ def _lease_keep(run_pk: int, owner: str, stop: threading.Event) -> None:
 def evolution_runs_reconcile() -> list[int]:
     """Beat: runs to hand to a worker again — running ones whose lease passed (their worker
     died) and queued ones whose message has waited a whole lease (lost); a run that lost
-    MAX_ATTEMPTS workers fails with the reason."""
+    MAX_ATTEMPTS workers fails with the reason. A script-driven run whose lease passed fails
+    (the script that drove it stopped); a queued one waits for its script to call run() again."""
     now = timezone.now()
     orphaned = EvolutionRun.objects.filter(
         Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
@@ -247,6 +252,9 @@ def evolution_runs_reconcile() -> list[int]:
     ).select_related("agent__project")
     again = []
     for run in orphaned:
+        if run.driver == EvolutionRun.Driver.SCRIPT:
+            _script_run_lost(run, now)  # no worker can rebuild a script's objects
+            continue
         if run.status == RunStatus.RUNNING and run.attempts >= MAX_ATTEMPTS:
             reason = f"its worker was lost {run.attempts} times; start it again once the workers are healthy"
             if EvolutionRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING,
@@ -396,7 +404,8 @@ def _cycle_decide(user: User, cycle: Cycle, approve: bool) -> Cycle:
                      target=f"{agent.name} run {run.number} cycle {number}")
         _agent_event(agent, "cycle.decided", f"{agent.name}: cycle {number} {verb} by {user.get_username()}",
                      run=run.pk, cycle=number)
-        _run_enqueue(run)
+        if run.driver != EvolutionRun.Driver.SCRIPT:  # a script goes on when it calls run() again
+            _run_enqueue(run)
     return cycle
 
 
@@ -432,3 +441,199 @@ def agent_rollback(user: User, agent: Agent, tag: str) -> str:
     _agent_event(agent, "agent.rolled_back", f"{agent.name} rolled back to {tag} ({short_sha(sha)})", tag=tag,
                  commit=sha)
     return sha
+
+
+# ---- runs driven by a Python script (crucible.aevolve: an A-Evolve script under Crucible)
+
+SCRIPT_LOST = "the script that drove it stopped"
+AEVOLVE_USERNAME = "aevolve"  # the local account an A-Evolve script acts as when there is no other
+
+
+def _script_run_lost(run: EvolutionRun, now: Any) -> None:
+    """A running script-driven run whose lease passed fails: its script (the only process that
+    holds its agent, benchmark and engine) stopped. A queued one waits for its script."""
+    if run.status != RunStatus.RUNNING:
+        return
+    if EvolutionRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING, lease_expires_at__lt=now).update(
+            status=RunStatus.FAILED, finished_at=now, reason=SCRIPT_LOST):
+        _agent_event(run.agent, "evolution.failed",
+                     f"{run.agent.name}: run {run.number} failed: {SCRIPT_LOST}", run=run.pk)
+
+
+def script_actor_get(username: str = "", project_name: str = "") -> tuple[User, Project]:
+    """Who an A-Evolve script acts as, and in which project: the account `username`
+    (CRUCIBLE_AEVOLVE_USER; it must exist), else the admin account (CRUCIBLE_ADMIN_USERNAME),
+    else the first superuser, else a local `aevolve` account (made once, no password: it cannot
+    sign in). The project `project_name` (CRUCIBLE_AEVOLVE_PROJECT, default `a-evolve`) is made
+    if missing, the account its admin; an existing one must let the account operate in it.
+    A script with the database's credentials is the local administrator, as the CLI is."""
+    users = get_user_model().objects
+    if username:
+        user = users.filter(username=username).first()
+        if user is None:
+            raise ValidationError({"user": f"no user named {username!r} (CRUCIBLE_AEVOLVE_USER): give an "
+                                           "existing account, or unset it to use the admin account"})
+    else:
+        user = (users.filter(username=settings.CONFIG.admin_username, is_active=True).first()
+                or users.filter(is_superuser=True, is_active=True).order_by("pk").first())
+        if user is None:
+            user, made = users.get_or_create(username=AEVOLVE_USERNAME)
+            if made:
+                user.set_unusable_password()
+                user.save(update_fields=["password"])
+    name = (project_name or "a-evolve").strip()
+    project = Project.objects.filter(name__iexact=name).first()
+    if project is None:
+        with transaction.atomic():
+            project = Project.objects.create(
+                name=name[:NAME_MAX_LENGTH], created_by=user,
+                description="Runs started by A-Evolve scripts (crucible.aevolve).")
+            ProjectMembership.objects.create(project=project, user=user, role=access.ADMIN)
+            audit_record(user, "project.create", project=project, target=project.name,
+                         detail={"by": "crucible.aevolve"})
+    try:
+        access.require(user, access.OPERATOR, project)
+    except Exception:
+        raise ValidationError({"project": f"{user.get_username()} may not run evolutions in project "
+                                          f"{project.name!r}: make them an operator there, or set "
+                                          "CRUCIBLE_AEVOLVE_USER / CRUCIBLE_AEVOLVE_PROJECT"}) from None
+    return user, project
+
+
+def evolution_run_script(user: User, agent: Agent, *, solver: Any, benchmark: Any, engine: Any,
+                         config: EvolveConfig, cycles: int, labels: dict[str, str],
+                         run: EvolutionRun | None = None,
+                         on_cycle: Callable[[CycleResult], object] | None = None,
+                         ) -> tuple[EvolutionRun, EvolutionResult | None]:
+    """Run an evolution in this process for a Python script (crucible.aevolve), recorded as any
+    run is: an EvolutionRun with driver `script` (trusted: the script is the local
+    administrator), its cycles written through cycle_record as they are decided (pages and
+    events live), its lease renewed while it works (a script that stops leaves a run the
+    reconciler fails). `solver` is the agent object or the workspace path, `benchmark` and
+    `engine` made objects, `labels` what the run's page shows for them ({"benchmark", "engine"}).
+
+    Without `run`, a new run of `cycles` cycles; with one (the same script going on after a
+    review), its remaining cycles once an approver decided. A cycle awaiting review ends the
+    call with the run awaiting review. Returns the run and the loop's result (None when nothing
+    ran: the run still awaits review, or had already ended)."""
+    access.require(user, access.OPERATOR, agent.project)
+    owner = f"script:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    now = timezone.now()
+    if run is None:
+        if not isinstance(cycles, int) or not 1 <= cycles <= 200:
+            raise ValidationError({"cycles": "Give 1 to 200 cycles."})
+        with transaction.atomic():
+            type(agent).objects.select_for_update().filter(pk=agent.pk).first()
+            active = EvolutionRun.objects.select_for_update().filter(agent=agent,
+                                                                     status__in=EvolutionRun.ACTIVE)
+            if active.exists():
+                raise ValidationError(f"{agent.name} already has a run in progress: cancel it on its page, "
+                                      "or let it end first.")
+            number = (EvolutionRun.objects.filter(agent=agent).aggregate(last=Max("number"))["last"] or 0) + 1
+            run = EvolutionRun.objects.create(
+                agent=agent, number=number, benchmark=labels.get("benchmark", "")[:500],
+                engine=labels.get("engine", "")[:200], started_by=user, config=config.model_dump(),
+                agent_mapping=agent_mapping(agent.path), cycles_planned=cycles, trusted=True,
+                driver=EvolutionRun.Driver.SCRIPT, status=RunStatus.RUNNING, lease_owner=owner,
+                lease_expires_at=now + _lease(), attempts=1)
+            audit_record(user, "evolution.start", project=agent.project,
+                         target=f"{agent.name} run {run.number}",
+                         detail={"benchmark": run.benchmark, "engine": run.engine, "cycles": cycles,
+                                 "driver": "script"})
+    elif not EvolutionRun.objects.filter(pk=run.pk, driver=EvolutionRun.Driver.SCRIPT,
+                                         status=RunStatus.QUEUED).update(
+            status=RunStatus.RUNNING, lease_owner=owner, lease_expires_at=now + _lease(),
+            attempts=F("attempts") + 1):
+        run.refresh_from_db()
+        return run, None  # still awaiting review, cancelled or ended: nothing to go on with
+    stop = threading.Event()
+    keeper = threading.Thread(target=_lease_keep, args=(run.pk, owner, stop), daemon=True)
+    keeper.start()
+    try:
+        return _script_run_execute(run, solver, benchmark, engine, config, on_cycle)
+    finally:
+        stop.set()
+        keeper.join()
+
+
+def _script_run_execute(run: EvolutionRun, solver: Any, benchmark: Any, engine: Any, config: EvolveConfig,
+                        on_cycle: Callable[[CycleResult], object] | None,
+                        ) -> tuple[EvolutionRun, EvolutionResult | None]:
+    agent = run.agent
+    remaining = run.cycles_planned - Cycle.objects.filter(run=run).count()
+    _agent_event(agent, "evolution.running", f"{agent.name}: run {run.number} running from a script, "
+                 f"{remaining} cycles to go", run=run.pk)
+
+    def recorded(result: CycleResult) -> None:
+        cycle_record(run, result)
+        if on_cycle is not None:
+            on_cycle(result)
+
+    def cancelled() -> bool:
+        return EvolutionRun.objects.filter(pk=run.pk, status=RunStatus.CANCELLED).exists()
+
+    try:
+        evolver = Evolver(solver, benchmark, config, engine=engine, trusted=True, on_cycle=recorded,
+                          should_stop=cancelled)
+        result = evolver.run(cycles=remaining) if remaining > 0 else None
+    except Exception as error:
+        logger.exception("script-driven evolution run %s failed", run.pk)
+        EvolutionRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, finished_at=timezone.now(),
+                                                      reason=f"{type(error).__name__}: {error}")
+        run.refresh_from_db()
+        _agent_event(agent, "evolution.failed", f"{agent.name}: run {run.number} failed: {error}", run=run.pk)
+        raise
+    run.refresh_from_db()
+    if run.status == RunStatus.CANCELLED:
+        return run, result
+    if result is not None and result.paused_for_review:
+        run.status, run.reason, run.lease_expires_at = RunStatus.AWAITING_REVIEW, result.reason, None
+        run.save(update_fields=["status", "reason", "lease_expires_at"])
+    else:
+        run.status, run.finished_at = RunStatus.FINISHED, timezone.now()
+        run.converged = bool(result and result.converged)
+        done = Cycle.objects.filter(run=run).count()
+        if result is not None and (result.converged or result.stopped):
+            run.reason = result.reason
+        else:
+            run.reason = f"{done} cycle{'s' if done != 1 else ''} done"
+        run.save(update_fields=["status", "finished_at", "converged", "reason"])
+    _agent_event(agent, f"evolution.{run.status}",
+                 f"{agent.name}: run {run.number} {run.status}: {run.reason}", run=run.pk)
+    return run, result
+
+
+def script_agent_import(user: User, project: Project, source: Path, name: str = "") -> Agent:
+    """The agent an A-Evolve script evolves from the folder `source`: Crucible's own copy of it in
+    the data dir (never written into the user's folder), made once and used again by later runs
+    of the same folder (as A-Evolve reuses its work_dir copy). A folder without manifest.yaml gets
+    the manifest Crucible infers, written into the copy only."""
+    source = source.expanduser().resolve()
+    existing = Agent.objects.filter(project=project, source_path=str(source)).order_by("-pk").first()
+    if existing is not None and Path(existing.path).is_dir():
+        return existing
+    if "infer" in inspect.signature(agent_import).parameters:  # the import copies by itself
+        made: Agent = agent_import(user, project, str(source), name, trusted=True, infer=True)  # type: ignore[call-arg]
+        return made
+    access.require(user, access.OPERATOR, project)
+    folder = Path(settings.DATA_DIR) / "agents"
+    folder.mkdir(parents=True, exist_ok=True)
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", source.name).strip("-.") or "agent"
+    number = 1
+    while (folder / f"{slug}-{number}").exists():
+        number += 1
+    target = folder / f"{slug}-{number}"
+    try:
+        shutil.copytree(source, target, symlinks=True,
+                        ignore=shutil.ignore_patterns(".git", "evolution", "__pycache__"))
+    except OSError as error:
+        raise ValidationError({"path": f"{source} could not be copied: {error}"}) from None
+    manifest = None if os.path.lexists(target / "manifest.yaml") else workspace_preview(target).manifest
+    try:
+        agent = agent_import(user, project, str(target), name, manifest=manifest, trusted=True)
+    except Exception:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+    Agent.objects.filter(pk=agent.pk).update(source_path=str(source))
+    agent.source_path = str(source)
+    return agent
