@@ -61,7 +61,7 @@ from evolve_app.agents import AgentError, agent_check, agent_run_problems
 from evolve_app.agents import BaseAgent as CrucibleAgent
 from evolve_app.benchmarks import BenchmarkAdapter as CrucibleBenchmarkAdapter
 from evolve_app.benchmarks import BenchmarkError, benchmark_get
-from evolve_app.engines import EngineError, engine_get
+from evolve_app.engines import EngineError, cycle_end_call, engine_get
 from evolve_app.loop import CycleResult
 from evolve_app.loop import EvolveConfig as CrucibleConfig
 from evolve_app.models import Cycle, EvolutionRun
@@ -622,6 +622,8 @@ class Evolver:
             resume.refresh_from_db()
             if resume.status not in (EvolutionRun.Status.QUEUED, EvolutionRun.Status.AWAITING_REVIEW):
                 resume = None  # that run ended: this call is a new run, as A-Evolve's would be
+        if resume is not None and resume.status == EvolutionRun.Status.QUEUED:
+            self._review_decided(resume)
         labels = {"benchmark": self._benchmark_label, "engine": self._engine_label}
         try:
             self.run_row, _ = services.evolution_run_script(
@@ -630,6 +632,15 @@ class Evolver:
         except ValidationError as error:
             raise ValueError(_refusal(error)) from None
         return self.result()
+
+    def _review_decided(self, run: EvolutionRun) -> None:
+        """An approver decided the cycle this script paused on: the agent reads the files as they
+        are now, and the engine hears the decision (as a worker's engine made after it would not)."""
+        if isinstance(self.agent, CrucibleAgent):
+            self.agent.reload_from_fs()
+        last = Cycle.objects.filter(run=run).order_by("-number").first()
+        if last is not None and last.decided_by_id is not None:
+            cycle_end_call(self.engine, last.status == Cycle.Status.ACCEPTED, last.score or 0.0)
 
     @staticmethod
     def _announce(result: CycleResult) -> None:
