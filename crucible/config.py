@@ -88,6 +88,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CRUCIBLE_REQUIRE_SERVICES", "tests: a missing service fails instead of skipping", "false"),
     Variable("CRUCIBLE_BENCH_REDIS_URL", "benches only (bench/): the Redis their Redis lanes use; the app "
              "never reads it", "redis://127.0.0.1:6379/9"),
+    Variable("CRUCIBLE_AEVOLVE_USER", "the account an A-Evolve script (crucible.aevolve) runs as (default: "
+             "the admin account, else the first superuser, else a local `aevolve` account)"),
+    Variable("CRUCIBLE_AEVOLVE_PROJECT", "the project an A-Evolve script's runs go in; made if missing",
+             "a-evolve"),
+    Variable("CRUCIBLE_AEVOLVE_PRESET", "the fleet preset an A-Evolve script's evolver model is called "
+             "through (default: the one A-Evolve's provider choice names: bedrock, anthropic or openai)"),
     Variable("DATABASE_URL", "postgres://user:pass@host/db (default: SQLite in the data dir)"),
     Variable("REDIS_URL", "redis://host:6379/0: Celery broker and channel layer (distributed)"),
 )

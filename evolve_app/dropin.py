@@ -49,6 +49,7 @@ from agent_evolve.config import EvolveConfig as UpstreamConfig
 from agent_evolve.contract.workspace import AgentWorkspace as UpstreamWorkspace
 from agent_evolve.engine.base import EvolutionEngine as UpstreamEngineBase
 from agent_evolve.protocol.base_agent import BaseAgent as UpstreamAgentBase
+from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.db import connection
@@ -657,7 +658,8 @@ class Evolver:
         scores = [float(cycle.score or 0.0) for cycle in cycles]
         waiting = next((c.number for c in cycles if c.status == Cycle.Status.AWAITING_REVIEW), None)
         path = run.get_absolute_url()
-        base = os.environ.get("CRUCIBLE_URL", "http://127.0.0.1:8000").rstrip("/")
+        config = django_settings.CONFIG
+        base = f"http://{config.host}:{config.port}"  # where `manage.py serve` serves
         details = {"run_id": run.pk, "run_number": run.number, "agent_id": run.agent_id,
                    "project": self.project.name, "status": run.status, "reason": run.reason,
                    "url": f"{base}{path}", "path": path, "workspace": str(self.workspace),

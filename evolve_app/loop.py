@@ -154,14 +154,18 @@ class TrialRunner:
     `run_tasks(tasks)` (observations), `run_single(task)` and `get_tasks(split, limit)`."""
 
     def __init__(self, workspace_path: Path, benchmark: Any, concurrency: int = 4, *,
-                 trusted: bool = False) -> None:
+                 trusted: bool = False, agent: BaseAgent | None = None) -> None:
         self.workspace_path, self.benchmark, self.concurrency = workspace_path, benchmark, concurrency
         self.trusted = trusted
+        # The run's own agent object (a script's, crucible.aevolve): read again before each trial.
+        self.agent = agent
 
     def run_tasks(self, tasks: list[Any]) -> list[Observation]:
         """Solve and evaluate `tasks`; one observation each (a failure is a failed observation).
         A task of A-Evolve's own type (`id`, `input`, `metadata`) is taken as Crucible's Task."""
-        agent = agent_for(self.workspace_path, trusted=self.trusted)
+        if self.agent is not None:
+            self.agent.reload_from_fs()
+        agent = self.agent or agent_for(self.workspace_path, trusted=self.trusted)
         return solve_batch(agent, self.benchmark, [as_task(task) for task in tasks], self.concurrency)
 
     def run(self, tasks: list[Task]) -> list[tuple[Trajectory, Feedback]]:
@@ -217,6 +221,7 @@ class Evolver:
                  should_stop: Callable[[], bool] | None = None, first_cycle: int | None = None,
                  trusted: bool = False) -> None:
         self.trusted = trusted
+        self.own_agent = isinstance(agent, BaseAgent)  # given as an object: trials solve with it too
         self.agent = agent if isinstance(agent, BaseAgent) else agent_for(Path(agent), trusted=trusted)
         self.path = Path(self.agent.workspace_path)
         self.benchmark = benchmark_get(benchmark, trusted=trusted) if isinstance(benchmark, str) \
@@ -321,7 +326,8 @@ class Evolver:
 
     def _evolve(self, number: int, result: CycleResult, workspace: AgentWorkspace, allowed: AbstractSet[str],
                 holdout: list[Task]) -> None:
-        trial = TrialRunner(self.path, self.benchmark, self.config.concurrency, trusted=self.trusted)
+        trial = TrialRunner(self.path, self.benchmark, self.config.concurrency, trusted=self.trusted,
+                            agent=self.agent if self.own_agent else None)
         try:
             step = self.engine.step(workspace, result.observations, EvolutionHistory(self.path), trial)
         except Exception as error:
@@ -342,8 +348,8 @@ class Evolver:
             result.status = Cycle.Status.REJECTED
             result.reason = f"after the engine's step {too_big}: rolled back"
         if result.status == Cycle.Status.ACCEPTED and holdout and self._changed_since(f"pre-evo-{number}"):
-            after = TrialRunner(self.path, self.benchmark, self.config.concurrency,
-                                trusted=self.trusted).run(holdout)
+            after = TrialRunner(self.path, self.benchmark, self.config.concurrency, trusted=self.trusted,
+                                agent=self.agent if self.own_agent else None).run(holdout)
             result.holdout_after = round(statistics.fmean(f.score for _, f in after), 6)
             drop = (result.holdout_score or 0) - result.holdout_after
             if drop > self.config.holdout_tolerance:
