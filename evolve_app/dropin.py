@@ -432,7 +432,8 @@ def benchmark_resolve(benchmark: Any) -> tuple[CrucibleBenchmarkAdapter, str]:
         return benchmark_get(benchmark, trusted=True), benchmark
     except BenchmarkError as error:
         dotted = _BENCHMARK_REGISTRY.get(benchmark)
-        if dotted is None:
+        # Once Crucible's registry has A-Evolve's keys (benchmark_adapt with them), its refusal stands.
+        if dotted is None or callable(getattr(crucible_benchmarks, "benchmark_adapt", None)):
             raise ValueError(f"benchmark {benchmark!r}: {error}") from None
     module, _, name = dotted.rpartition(".")  # A-Evolve's key, not (yet) in Crucible's registry
     try:
