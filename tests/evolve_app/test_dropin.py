@@ -296,6 +296,9 @@ def test_a_bad_benchmark_or_engine_argument_is_refused_with_a_clear_message(data
         dropin.Evolver(agent, benchmark=3.5)
     with pytest.raises(ValueError, match="benchmark 'no-such-bench'"):
         dropin.Evolver(agent, benchmark="no-such-bench")
+    # A-Evolve's own key, whose package part is missing here: refused at once, naming what is missing.
+    with pytest.raises(ValueError, match=r"benchmark 'mcp-atlas'.*(strands|docker|Docker)"):
+        dropin.Evolver(agent, benchmark="mcp-atlas")
     with pytest.raises(ValueError, match="engine: give an A-Evolve EvolutionEngine"):
         dropin.Evolver(agent, MultiplyBench(), engine=object())
     with pytest.raises(ValueError, match="engine 'no-such-engine' cannot run here"):
