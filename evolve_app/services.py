@@ -576,6 +576,13 @@ def _script_run_execute(run: EvolutionRun, solver: Any, benchmark: Any, engine: 
         evolver = Evolver(solver, benchmark, config, engine=engine, trusted=True, on_cycle=recorded,
                           should_stop=cancelled)
         result = evolver.run(cycles=remaining) if remaining > 0 else None
+    except KeyboardInterrupt:  # Ctrl-C in the script: the run ends now, not when its lease passes
+        EvolutionRun.objects.filter(pk=run.pk, status__in=EvolutionRun.ACTIVE).update(
+            status=RunStatus.CANCELLED, finished_at=timezone.now(),
+            reason="the script that drove it was interrupted")
+        _agent_event(agent, "evolution.cancelled",
+                     f"{agent.name}: run {run.number} cancelled: its script was interrupted", run=run.pk)
+        raise
     except Exception as error:
         logger.exception("script-driven evolution run %s failed", run.pk)
         EvolutionRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, finished_at=timezone.now(),

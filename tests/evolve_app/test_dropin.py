@@ -388,3 +388,16 @@ def test_a_worker_never_claims_a_script_driven_run(data_dir, user_folder):
     run = evolver.run(cycles=1)
     EvolutionRun.objects.filter(pk=run.details["run_id"]).update(status="queued")
     assert services.evolution_run_claim(run.details["run_id"], "worker") is False
+
+
+class Interrupted(SkillWriter):
+    def step(self, workspace, observations, history, trial) -> StepResult:
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_in_the_script_cancels_its_run_at_once(data_dir, user_folder):
+    evolver = dropin.Evolver(SkillfulAgent(user_folder), MultiplyBench(), ONE_TASK, Interrupted())
+    with pytest.raises(KeyboardInterrupt):
+        evolver.run(cycles=2)
+    run = EvolutionRun.objects.get(agent=evolver.agent_row)
+    assert (run.status, run.reason) == ("cancelled", "the script that drove it was interrupted")
