@@ -526,9 +526,11 @@ def evolution_run_script(user: User, agent: Agent, *, solver: Any, benchmark: An
             type(agent).objects.select_for_update().filter(pk=agent.pk).first()
             active = EvolutionRun.objects.select_for_update().filter(agent=agent,
                                                                      status__in=EvolutionRun.ACTIVE)
-            if active.exists():
-                raise ValidationError(f"{agent.name} already has a run in progress: cancel it on its page, "
-                                      "or let it end first.")
+            busy = active.first()
+            if busy is not None:
+                raise ValidationError(f"{agent.name} already has a run in progress (run {busy.number}, "
+                                      f"{busy.get_status_display()}, {busy.get_absolute_url()}): cancel it "
+                                      "on its page, or let it end first.")
             number = (EvolutionRun.objects.filter(agent=agent).aggregate(last=Max("number"))["last"] or 0) + 1
             run = EvolutionRun.objects.create(
                 agent=agent, number=number, benchmark=labels.get("benchmark", "")[:500],

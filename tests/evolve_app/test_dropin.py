@@ -364,6 +364,10 @@ def test_a_cycle_awaiting_review_pauses_run_and_run_again_goes_on_once_decided(d
     services.cycle_decide(evolver.user, cycle, approve=True)
     run = EvolutionRun.objects.get(pk=paused.details["run_id"])
     assert (run.status, run.enqueued_at) == ("queued", None)  # left for its script, not a worker
+    # Another script on the same folder meanwhile is refused, naming the run that holds the agent.
+    other = dropin.Evolver(SkillfulAgent(user_folder), MultiplyBench(), ONE_TASK, SkillWriter())
+    with pytest.raises(ValueError, match=r"already has a run in progress \(run 1, queued, /agents/"):
+        other.run()
     done = evolver.run()
     assert done.details["run_id"] == paused.details["run_id"] and done.details["status"] == "finished"
     assert done.score_history == [0.0, 1.0]
