@@ -72,8 +72,8 @@ def test_the_demo_agent_really_improves_over_cycles_and_its_tags_are_in_git(pers
     assert ObservationRecord.objects.filter(cycle__run=run, split="train").count() == 4 * 12
     batch = json.loads((path / "evolution" / "observations" / "batch_0001.jsonl")
                        .read_text().splitlines()[0])
-    assert set(batch) == {"task_id", "task_input", "agent_output", "steps", "success", "score",
-                          "feedback_detail"}
+    assert set(batch) == {"task_id", "task_input", "agent_output", "steps", "conversation", "success", "score",
+                          "feedback_detail", "timestamp", "task", "trajectory", "feedback"}  # A-Evolve's record
     assert git(path, "ls-files", "evolution") == ""
 
 
