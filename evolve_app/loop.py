@@ -181,6 +181,7 @@ MAX_TID_BYTES = 200  # a file name is at most 255 bytes: room for patch_ / traje
 def _folder(root: Path, rel: str) -> Path:
     """`root/rel` as a real folder: a symlink (or file) an engine left on the way is removed, so
     nothing written under it lands outside the workspace."""
+    root.mkdir(parents=True, exist_ok=True)
     here = root
     for part in rel.split("/"):
         here = here / part
