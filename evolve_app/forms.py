@@ -188,8 +188,15 @@ class RunStartForm(forms.Form):
         help_text="TOML, one key = value per line (e.g. preset, model, effort for skillforge), as "
                   "`evolve run --option` takes them.")
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, agent_path: str | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        # The rule a blank convergence means for this agent (A-Evolve's for an A-Evolve agent).
+        self.convergence_default: str | None = None
+        if agent_path:
+            try:
+                self.convergence_default = EvolveConfig().convergence_for(agent_path)
+            except (ValueError, OSError):
+                self.convergence_default = None
         benchmarks = benchmark_choices()
         self.benchmark_arguments = {name: kind for name, _, kind in benchmarks}
         benchmark = cast(RegisteredChoiceField, self.fields["benchmark"])
@@ -203,6 +210,10 @@ class RunStartForm(forms.Form):
             field.initial = getattr(defaults, name)
             if not isinstance(field, (forms.BooleanField, forms.ChoiceField)):  # a blank setting: the default
                 field.widget.attrs["placeholder"] = str(field.initial)
+        if self.convergence_default:
+            rule = cast(forms.ChoiceField, self.fields["convergence"])
+            named = dict(CONVERGENCE_CHOICES)[self.convergence_default]
+            rule.choices = [("", f"The agent's default: {named}"), *CONVERGENCE_CHOICES[1:]]
 
     def clean(self) -> dict[str, Any]:
         super().clean()
@@ -218,8 +229,8 @@ class RunStartForm(forms.Form):
             except tomllib.TOMLDecodeError as error:  # its message ends "(at line L, column C)"
                 self.config_rejected.add("engine_options")
                 self.add_error("engine_options", f"Not TOML: {error}")
-        try:
-            EvolveConfig(**config)
+        try:  # a blank rule is checked as the agent's default (the service fills it in so)
+            EvolveConfig(**{"convergence": self.convergence_default, **config})
         except PydanticError as error:
             for detail in error.errors():
                 field = str(detail["loc"][0]) if detail["loc"] else None

@@ -4,14 +4,17 @@ lets the engine mutate the workspace (with a trial runner), reverts edits outsid
 `evolvable_layers`, optionally gates the mutation on the holdout split, snapshots `evo-N`,
 records the cycle, reloads the agent and checks convergence.
 
-What upstream leaves undone is done here: convergence really uses `egl_threshold`, the
+What upstream leaves undone is done here: convergence can use `egl_threshold` (the "crucible"
+rule; "a-evolve" is A-Evolve's own rule, epsilon 0.01, the default for A-Evolve agents), the
 evolvable layers are enforced (and symlinks, special files and oversized files are reverted
 wherever an engine writes them), a holdout gate can roll a mutation back, and a failed engine
 or cycle leaves the workspace's files at `pre-evo-N` (HEAD agreeing) while the run goes on.
 
-Each cycle's train observations are written, before the engine runs, as the JSONL batch
-`evolution/observations/batch_<cycle>.jsonl` (A-Evolve's place and record format): by the
-Python Evolver and by the services alike, and `EvolutionHistory.get_observations` reads them.
+The files A-Evolve writes in `evolution/` are written as it writes them, by the Python Evolver
+and the services alike: each cycle's observation batch before the engine runs
+(`observations/batch_<cycle>.jsonl`, A-Evolve 0.1.0's record, and its newer observer's
+`trajectories/batch_<cycle>/`), and after each decided cycle `history.jsonl` and `metrics.json`.
+`EvolutionHistory.get_observations` reads the batches.
 """
 
 from __future__ import annotations
