@@ -73,7 +73,7 @@ def test_the_demo_agent_really_improves_over_cycles_and_its_tags_are_in_git(pers
     batch = json.loads((path / "evolution" / "observations" / "batch_0001.jsonl")
                        .read_text().splitlines()[0])
     assert set(batch) == {"task_id", "task_input", "agent_output", "steps", "conversation", "success",
-                          "score", "feedback_detail", "timestamp", "task", "trajectory", "feedback"}  # A-Evolve's
+                          "score", "feedback_detail", "timestamp", "task", "trajectory", "feedback"}
     assert git(path, "ls-files", "evolution") == ""
 
 
