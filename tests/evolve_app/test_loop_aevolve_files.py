@@ -22,6 +22,7 @@ from evolve_app.aevolve import AEvolveSkillForgeEngine
 from evolve_app.agents import BaseAgent
 from evolve_app.demo import SEED_WORKSPACE
 from evolve_app.loop import EvolveConfig, Evolver, observations_write, score_converged, task_file_id
+from evolve_app.models import EvolutionRun
 from evolve_app.types import Feedback, Observation, StepResult, Task, Trajectory
 from tests.evolve_app.helpers import git
 from tests.helpers import login
@@ -312,6 +313,34 @@ def test_the_run_page_and_api_show_the_rule_the_run_used(personas, demo_agent):
     )
     assert (
         refused.status_code == 400 and "a window of 1 needs convergence a-evolve" in refused.content.decode()
+    )
+    # The start form names the agent's default rule, and refuses a window of 1 on its own field.
+    agent_page = client.get(f"/agents/{demo_agent.pk}/").content.decode()
+    assert "The agent&#x27;s default: Crucible&#x27;s" in agent_page
+    EvolutionRun.objects.all().delete()
+    started = client.post(
+        f"/agents/{demo_agent.pk}/runs/start/",
+        {"benchmark": "demo", "engine": "textbook", "cycles": "1", "egl_window": "1"},
+    )
+    assert "a window of 1 needs convergence a-evolve" in str(
+        started.context["start_form"].errors["egl_window"]
+    )
+    started = client.post(
+        f"/agents/{demo_agent.pk}/runs/start/",
+        {
+            "benchmark": "demo",
+            "engine": "textbook",
+            "cycles": "1",
+            "egl_window": "1",
+            "convergence": "a-evolve",
+            "trajectory_only": "on",
+        },
+    )
+    run = EvolutionRun.objects.get()
+    assert (run.config["convergence"], run.config["egl_window"], run.config["trajectory_only"]) == (
+        "a-evolve",
+        1,
+        True,
     )
 
 
