@@ -485,7 +485,8 @@ class Evolver:
             workspace_restore(self.path, f"pre-evo-{number}")
             if result.summary:  # the engine's words name a change this commit does not hold
                 result.engine_metadata.setdefault("engine_summary", result.summary)
-            brief = why if len(why) <= 300 else why[:299] + "…"
+            brief = " ".join(why.split())  # one line: the commit's subject
+            brief = brief if len(brief) <= 300 else brief[:299] + "…"
             message = f"Cycle {number}: failed ({brief}); the files are as before the cycle"
             result.post_commit = workspace_snapshot(self.path, f"evo-{number}", message)
         else:

@@ -405,3 +405,6 @@ def test_a_failed_cycle_is_still_ended_for_the_engine_with_accepted_false(person
     cycle = Evolver(root, "demo", {}, engine=RaisesInStep()).run(cycles=1).cycles[0]
     assert cycle.status == "failed" and cycle.reason == "the engine failed: RuntimeError: the model went away"
     assert RaisesInStep.ends == [(False, 0.25)] and consistent(root)
+    assert git(root, "log", "-1", "--format=%s", "evo-1") == (
+        "Cycle 1: failed (the engine failed: RuntimeError: the model went away); "
+        "the files are as before the cycle")
