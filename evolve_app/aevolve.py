@@ -128,6 +128,9 @@ class _AEvolveEngine(_ModelEngine):
         self.specific = {key: flag(value) if key in self.FLAGS else value for key, value in specific.items()}
         self._engine: Any = None
         self._score: float | None = None
+        # The run's settings, from the loop (run_configure): None until a loop hands them.
+        self.layers: set[str] | None = None
+        self.trajectory_only = False
 
     @classmethod
     def offered(cls) -> bool:
@@ -163,12 +166,19 @@ class _AEvolveEngine(_ModelEngine):
 
     # ------------------------------------------------------------------ the step
 
+    def run_configure(self, *, layers: set[str], trajectory_only: bool) -> None:
+        """The run's settings, handed by the loop before each step: the layers the engine may
+        change (the manifest's evolvable_layers, narrowed by the run's evolve_layers) and
+        trajectory_only. They become the A-Evolve engine's EvolveConfig (config())."""
+        self.layers, self.trajectory_only = set(layers), bool(trajectory_only)
+
     def config(self, layers: set[str]) -> dict[str, Any]:
-        """EvolveConfig's fields: the evolve_* gates from the manifest's evolvable layers."""
+        """EvolveConfig's fields: the evolve_* gates from the layers the run allows, and the run's
+        trajectory_only (never forced)."""
         extra = {**self.extra, **{key: self.specific[key] for key in self.EXTRA_KEYS if key in self.specific}}
         return {"evolve_prompts": "prompts" in layers, "evolve_skills": "skills" in layers,
                 "evolve_memory": "memory" in layers, "evolve_tools": "tools" in layers,
-                "trajectory_only": False, "evolver_model": self.model or self.preset,
+                "trajectory_only": self.trajectory_only, "evolver_model": self.model or self.preset,
                 "evolver_max_tokens": self.evolver_max_tokens, "extra": extra}
 
     def step(self, workspace: Workspace, observations: list[Observation], history: History,
@@ -180,7 +190,7 @@ class _AEvolveEngine(_ModelEngine):
                 raise EngineError(f"{self.name} runs A-Evolve's workspace bash only in the bubblewrap "
                                   f"sandbox, and {reason}")
         _, model = self._resolve_model()
-        layers: set[str] = set(workspace.manifest.evolvable_layers)
+        layers = set(workspace.manifest.evolvable_layers if self.layers is None else self.layers)
         usage = _Usage()
         bash = self.bash_for(Path(workspace.root), usage) if self.uses_bash else None
         llm = bridge.CrucibleLLM(lambda *args, **kwargs: self.chat(usage, *args, **kwargs), bash)

@@ -61,7 +61,7 @@ def observation_up(observation: Observation) -> ae.Observation:
     if trajectory.error:
         steps.append({"error": trajectory.error})
     upstream = ae.Trajectory(task_id=trajectory.task_id, output=trajectory.output or trajectory.error,
-                             steps=steps, conversation=[])
+                             steps=steps, conversation=list(trajectory.conversation))
     proposal = next((step["skill_proposal"] for step in trajectory.steps if isinstance(step, dict)
                      and isinstance(step.get("skill_proposal"), str)), "")
     if proposal:
@@ -69,19 +69,31 @@ def observation_up(observation: Observation) -> ae.Observation:
         upstream._skill_proposal = proposal  # type: ignore[attr-defined]
     feedback = observation.feedback
     return ae.Observation(task_up(observation.task), upstream,
-                          ae.Feedback(success=feedback.success, score=feedback.score, detail=feedback.detail))
+                          ae.Feedback(success=feedback.success, score=feedback.score, detail=feedback.detail,
+                                      raw=dict(feedback.raw)))
 
 
 def observation_down(observation: ae.Observation) -> tuple[Trajectory, Feedback]:
     trajectory, feedback = observation.trajectory, observation.feedback
-    return (Trajectory(trajectory.task_id, trajectory.output, list(trajectory.steps)),
-            Feedback(bool(feedback.success), float(feedback.score), feedback.detail))
+    return (Trajectory(trajectory.task_id, trajectory.output, list(trajectory.steps),
+                       conversation=list(getattr(trajectory, "conversation", None) or [])),
+            Feedback(bool(feedback.success), float(feedback.score), feedback.detail,
+                     raw=dict(getattr(feedback, "raw", None) or {})))
 
 
 def record_of(seed: dict[str, Any]) -> dict[str, Any]:
     """An observation record as A-Evolve's Observer writes it (flat and nested), from the seed's
-    format (task_id, task_input, agent_output, steps, success, score, feedback_detail)."""
+    format (task_id, task_input, agent_output, steps, success, score, feedback_detail); a record
+    already in A-Evolve's format (the batches Crucible writes) keeps its task metadata,
+    conversation and claims."""
     steps = seed.get("steps") if isinstance(seed.get("steps"), list) else []
+    if isinstance(seed.get("task"), dict) and isinstance(seed.get("trajectory"), dict):
+        given = seed.get("feedback")
+        feedback: dict[str, Any] = given if isinstance(given, dict) else {}
+        return {**seed, "steps": steps, "success": bool(seed.get("success")), "score": seed.get("score", 0.0),
+                "feedback_detail": seed.get("feedback_detail", ""),
+                "feedback": {"success": bool(seed.get("success")), "score": seed.get("score", 0.0),
+                             "detail": seed.get("feedback_detail", ""), "claims": [], "raw": {}, **feedback}}
     return {
         "task_id": seed.get("task_id", ""), "task_input": seed.get("task_input", ""),
         "agent_output": seed.get("agent_output", ""), "steps": steps, "conversation": [],

@@ -17,9 +17,12 @@ from evolve_app.extensions import SETTING, allowed_paths
 from evolve_app.loop import EvolveConfig
 
 # The run settings the start form offers, in order (EvolveConfig's fields and their bounds).
-RUN_SETTINGS = ("batch_size", "holdout_size", "holdout_tolerance", "egl_threshold", "egl_window",
-                "review_mode")
+RUN_SETTINGS = ("batch_size", "holdout_size", "holdout_tolerance", "convergence", "egl_threshold",
+                "egl_window", "trajectory_only", "review_mode")
 
+
+CONVERGENCE_CHOICES = [("", "The agent's default"), ("crucible", "Crucible's (egl_threshold)"),
+                       ("a-evolve", "A-Evolve's (epsilon 0.01)")]
 
 # Each setting's label, spelt out (the setting's own name, as the CLI and API take it, is in its hint).
 SETTING_LABELS = {
@@ -28,6 +31,9 @@ SETTING_LABELS = {
     "holdout_tolerance": "Largest holdout drop allowed",
     "egl_threshold": "Convergence threshold",
     "egl_window": "Convergence window (cycles)",
+    "convergence": "Convergence rule",
+    "trajectory_only": "Trajectories only",
+    "evolve_layers": "Layers the engine may change",
     "concurrency": "Tasks solved at once",
     "review_mode": "Review mode",
     "engine_options": "Engine options",
@@ -38,7 +44,14 @@ SETTING_HELP = {
     "holdout_size": "Tasks never trained on, scored before and after each change; 0 turns this check off",
     "holdout_tolerance": "A change that lowers the holdout score by more than this (0 to 1) is rolled back",
     "egl_threshold": "The run has converged when the last cycles' train scores differ by less than this",
-    "egl_window": "How many recent cycles the convergence check compares (2 or more)",
+    "egl_window": "How many recent cycles the convergence check compares (2 or more for Crucible's rule, "
+                  "1 or more for A-Evolve's)",
+    "convergence": "Crucible's rule: the window's scores differ by less than the threshold. A-Evolve's: "
+                   "each of the window's scores within 0.01 of the score before them (A-Evolve's fixed "
+                   "epsilon; the threshold is not used). Blank: A-Evolve's for an A-Evolve agent, else "
+                   "Crucible's",
+    "trajectory_only": "The engine sees what the agent did but no score, success or checker output (the "
+                       "observation batches are written without them, as A-Evolve's trajectory_only)",
     "review_mode": "Each change the engine makes waits for an approver before the run goes on",
 }
 
@@ -103,6 +116,9 @@ def _setting_field(name: str) -> forms.Field:
     info = EvolveConfig.model_fields[name]
     help_text = f"{SETTING_HELP.get(name) or (info.description or '').capitalize()} ({name})."
     label = setting_label(name)
+    if name == "convergence":
+        return forms.ChoiceField(required=False, label=label, help_text=help_text,
+                                 choices=CONVERGENCE_CHOICES)
     if info.annotation is bool:
         return forms.BooleanField(required=False, label=label, help_text=help_text)
     kind = forms.IntegerField if info.annotation is int else forms.FloatField
@@ -172,8 +188,15 @@ class RunStartForm(forms.Form):
         help_text="TOML, one key = value per line (e.g. preset, model, effort for skillforge), as "
                   "`evolve run --option` takes them.")
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, agent_path: str | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        # The rule a blank convergence means for this agent (A-Evolve's for an A-Evolve agent).
+        self.convergence_default: str | None = None
+        if agent_path:
+            try:
+                self.convergence_default = EvolveConfig().convergence_for(agent_path)
+            except (ValueError, OSError):
+                self.convergence_default = None
         benchmarks = benchmark_choices()
         self.benchmark_arguments = {name: kind for name, _, kind in benchmarks}
         benchmark = cast(RegisteredChoiceField, self.fields["benchmark"])
@@ -185,14 +208,18 @@ class RunStartForm(forms.Form):
         for name in RUN_SETTINGS:
             self.fields[name] = field = _setting_field(name)
             field.initial = getattr(defaults, name)
-            if not isinstance(field, forms.BooleanField):  # a blank setting takes the default
+            if not isinstance(field, (forms.BooleanField, forms.ChoiceField)):  # a blank setting: the default
                 field.widget.attrs["placeholder"] = str(field.initial)
+        if self.convergence_default:
+            rule = cast(forms.ChoiceField, self.fields["convergence"])
+            named = dict(CONVERGENCE_CHOICES)[self.convergence_default]
+            rule.choices = [("", f"The agent's default: {named}"), *CONVERGENCE_CHOICES[1:]]
 
     def clean(self) -> dict[str, Any]:
         super().clean()
         data = self.cleaned_data
         self._benchmark_compose(data)
-        config = {name: data[name] for name in RUN_SETTINGS if data.get(name) is not None}
+        config = {name: data[name] for name in RUN_SETTINGS if data.get(name) not in (None, "")}
         self.config: dict[str, Any] = config
         self.config_rejected: set[str | None] = set()
         text = (data.get("engine_options") or "").replace("\r\n", "\n")
@@ -202,8 +229,8 @@ class RunStartForm(forms.Form):
             except tomllib.TOMLDecodeError as error:  # its message ends "(at line L, column C)"
                 self.config_rejected.add("engine_options")
                 self.add_error("engine_options", f"Not TOML: {error}")
-        try:
-            EvolveConfig(**config)
+        try:  # a blank rule is checked as the agent's default (the service fills it in so)
+            EvolveConfig(**{"convergence": self.convergence_default, **config})
         except PydanticError as error:
             for detail in error.errors():
                 field = str(detail["loc"][0]) if detail["loc"] else None

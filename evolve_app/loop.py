@@ -4,34 +4,41 @@ lets the engine mutate the workspace (with a trial runner), reverts edits outsid
 `evolvable_layers`, optionally gates the mutation on the holdout split, snapshots `evo-N`,
 records the cycle, reloads the agent and checks convergence.
 
-What upstream leaves undone is done here: convergence really uses `egl_threshold`, the
+What upstream leaves undone is done here: convergence can use `egl_threshold` (the "crucible"
+rule; "a-evolve" is A-Evolve's own rule, epsilon 0.01, the default for A-Evolve agents), the
 evolvable layers are enforced (and symlinks, special files and oversized files are reverted
 wherever an engine writes them), a holdout gate can roll a mutation back, and a failed engine
 or cycle leaves the workspace's files at `pre-evo-N` (HEAD agreeing) while the run goes on.
 
-Each cycle's train observations are written, before the engine runs, as the JSONL batch
-`evolution/observations/batch_<cycle>.jsonl` (A-Evolve's place and record format): by the
-Python Evolver and by the services alike, and `EvolutionHistory.get_observations` reads them.
+The files A-Evolve writes in `evolution/` are written as it writes them, by the Python Evolver
+and the services alike: each cycle's observation batch before the engine runs
+(`observations/batch_<cycle>.jsonl`, A-Evolve 0.1.0's record, and its newer observer's
+`trajectories/batch_<cycle>/`), and after each decided cycle `history.jsonl` and `metrics.json`.
+`EvolutionHistory.get_observations` reads the batches.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import logging
 import os
 import re
 import stat
 import statistics
+import uuid
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from evolve_app.agents import BaseAgent, agent_for
+from evolve_app.agents import BaseAgent, agent_for, agent_mapping
 from evolve_app.benchmarks import benchmark_get
 from evolve_app.engines import cycle_end_call, cycle_end_takes_score, engine_get
 from evolve_app.history import EvolutionHistory
@@ -64,12 +71,67 @@ class EvolveConfig(BaseModel):
     batch_size: int = Field(default=12, ge=1, le=1000, description="train tasks solved per cycle")
     holdout_size: int = Field(default=0, ge=0, le=1000, description="holdout tasks; 0 turns the gate off")
     holdout_tolerance: float = Field(default=0.0, ge=0, le=1, description="largest holdout drop allowed")
-    egl_threshold: float = Field(default=0.05, ge=0, le=1, description="converged when a window differs less")
-    egl_window: int = Field(default=3, ge=2, le=100, description="cycles in the convergence window")
+    # None: the agent's default, "a-evolve" for an A-Evolve agent (agents.agent_mapping), else
+    # "crucible"; a run records the rule it used (services.evolution_run_start fills it in).
+    convergence: Literal["crucible", "a-evolve"] | None = Field(
+        default=None, description="the convergence rule: crucible (the window's spread under "
+                                  "egl_threshold) or a-evolve (each of the window's scores within 0.01 of "
+                                  "the score before it)")
+    egl_threshold: float = Field(default=0.05, ge=0, le=1,
+                                 description="converged when a window differs less (the crucible rule only)")
+    egl_window: int = Field(default=3, ge=1, le=100, description="cycles in the convergence window")
+    trajectory_only: bool = Field(default=False, description="the engine sees what the agent did, never a "
+                                  "score: batches without success/score/feedback, as A-Evolve writes them")
+    evolve_layers: list[str] | None = Field(
+        default=None, description="the layers the engine may change: None for the manifest's "
+                                  "evolvable_layers, else only those of them listed here")
     concurrency: int = Field(default=4, ge=1, le=16, description="tasks solved at once")
     review_mode: bool = Field(default=False, description="each mutation waits for an approver")
     engine_options: dict[str, str | bool | int | float] = Field(
         default_factory=dict, description="the engine's own settings, e.g. {preset, model} for skillforge")
+
+    @field_validator("egl_window")
+    @classmethod
+    def _window_fits_rule(cls, value: int, info: ValidationInfo) -> int:
+        if value < 2 and info.data.get("convergence") == "crucible":
+            raise ValueError("the crucible rule compares 2 or more cycles; a window of 1 needs "
+                             "convergence a-evolve (each score against the one before)")
+        return value
+
+    @field_validator("evolve_layers")
+    @classmethod
+    def _layers_known(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        unknown = [layer for layer in value if layer not in LAYERS]
+        if unknown:
+            raise ValueError(f"{', '.join(map(repr, unknown))}: the layers are {', '.join(LAYERS)}")
+        return list(dict.fromkeys(value))
+
+    def convergence_for(self, workspace_path: str | Path) -> Literal["crucible", "a-evolve"]:
+        """The rule a run of this workspace uses: the one named, else "a-evolve" for an A-Evolve
+        agent (agents.agent_mapping) and "crucible" for any other. A window of 1 with the crucible
+        rule is refused (ValueError) with the reason."""
+        a_evolve = bool(agent_mapping(workspace_path).get("a_evolve"))
+        rule = self.convergence or ("a-evolve" if a_evolve else "crucible")
+        if rule == "crucible" and self.egl_window < 2:
+            raise ValueError("egl_window: the crucible rule compares 2 or more cycles; a window of 1 needs "
+                             "convergence a-evolve")
+        return rule
+
+
+# A-Evolve's epsilon (engine/loop.py `_is_score_converged(..., epsilon=0.01)`): its rule never reads
+# egl_threshold, and neither does Crucible's "a-evolve" rule.
+AEVOLVE_EPSILON = 0.01
+
+
+def score_converged(scores: list[float], window: int = 3, epsilon: float = AEVOLVE_EPSILON) -> bool:
+    """A-Evolve's `_is_score_converged`: each of the last `window` scores within `epsilon` of the
+    score before them (so flat scores stop after window + 1 cycles)."""
+    if len(scores) < window + 1:
+        return False
+    baseline = scores[-(window + 1)]
+    return all(abs(score - baseline) < epsilon for score in scores[-window:])
 
 
 @dataclass
@@ -93,6 +155,7 @@ class CycleResult:
     observations: list[Observation] = field(default_factory=list)
     holdout_observations: list[Observation] = field(default_factory=list)
     stop: bool = False  # the engine asked to end the run after this cycle
+    file_score: float = 0.0  # the score history.jsonl gets: A-Evolve's (unrounded; 0.0 when none)
 
 
 @dataclass
@@ -109,22 +172,112 @@ class EvolutionResult:
 
 
 OBSERVATIONS_DIR = f"{EXCLUDED_DIR}/observations"
+TRAJECTORIES_DIR = f"{EXCLUDED_DIR}/trajectories"
+HISTORY_FILE = f"{EXCLUDED_DIR}/history.jsonl"
+METRICS_FILE = f"{EXCLUDED_DIR}/metrics.json"
 STOP_REASON = "the engine asked to stop"
 _TAG = re.compile(r"(?:pre-)?evo-(\d{1,9})")
+_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f/]")
+MAX_TID_BYTES = 200  # a file name is at most 255 bytes: room for patch_ / trajectory_ and .json
 
 
-def observations_write(path: str | Path, number: int, observations: list[Observation]) -> Path:
-    """Cycle `number`'s train observations as `evolution/observations/batch_<number>.jsonl`, one
-    seed-format record a line (Observation.as_record); the one writer the Python Evolver and the
-    services share. Outside the workspace's git history. Returns the file."""
-    folder = Path(path) / OBSERVATIONS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
+def _folder(root: Path, rel: str) -> Path:
+    """`root/rel` as a real folder: a symlink (or file) an engine left on the way is removed, so
+    nothing written under it lands outside the workspace."""
+    root.mkdir(parents=True, exist_ok=True)
+    here = root
+    for part in rel.split("/"):
+        here = here / part
+        if here.is_symlink() or (here.exists() and not here.is_dir()):
+            here.unlink()
+        here.mkdir(exist_ok=True)
+    return here
+
+
+def _write(target: Path, text: str) -> None:
+    """Write `text` to `target` through a fresh temporary file and a rename: a symlink at
+    `target` is replaced, never followed."""
+    temporary = target.with_name(f".{uuid.uuid4().hex}.tmp")
+    with open(temporary, "x", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(temporary, target)
+
+
+def task_file_id(task_id: str) -> str:
+    """A task id as a file name part: `/` becomes `_` as in A-Evolve's observer; control
+    characters (NUL included) become `_` too, so `..`, `/etc/passwd` or `a/../../b` stay one name
+    inside the batch folder; an empty id is `_`, and an id over MAX_TID_BYTES bytes is cut and
+    ends with 12 hex digits of its sha256 (two long ids never share a file)."""
+    name = _UNSAFE_NAME.sub("_", str(task_id)) or "_"
+    encoded = name.encode("utf-8", "surrogateescape")
+    if len(encoded) > MAX_TID_BYTES:
+        digest = hashlib.sha256(encoded).hexdigest()[:12]
+        name = encoded[:MAX_TID_BYTES - 13].decode("utf-8", "ignore") + "-" + digest
+    return name
+
+
+def observations_write(path: str | Path, number: int, observations: list[Observation], *,
+                       trajectory_only: bool = False) -> Path:
+    """Cycle `number`'s train observations as A-Evolve writes them (the one writer the Python
+    Evolver and the services share, outside the workspace's git history):
+    `evolution/observations/batch_<number>.jsonl`, one A-Evolve 0.1.0 record a line
+    (Observation.as_aevolve_record; `trajectory_only` leaves the scores out), and, as A-Evolve's
+    newer observer, `evolution/trajectories/batch_<number>/patch_<tid>.diff` (the agent's output)
+    for every task and `trajectory_<tid>.json` for a task with a conversation (tid: task_file_id).
+    Returns the batch file."""
+    root = Path(path)
+    folder = _folder(root, OBSERVATIONS_DIR)
     batch = folder / f"batch_{number:04d}.jsonl"
-    lines = (json.dumps(o.as_record(), ensure_ascii=False, default=str) + "\n" for o in observations)
-    temporary = batch.with_name(f".{batch.name}.tmp")
-    temporary.write_text("".join(lines))
-    os.replace(temporary, batch)
+    tasks = _folder(root, f"{TRAJECTORIES_DIR}/batch_{number:04d}")
+    lines = []
+    for observation in observations:
+        tid = task_file_id(observation.task.task_id)
+        _write(tasks / f"patch_{tid}.diff", observation.trajectory.output or "")
+        if observation.trajectory.conversation:
+            _write(tasks / f"trajectory_{tid}.json",
+                   json.dumps(observation.trajectory.conversation, indent=2, ensure_ascii=False, default=str))
+        record = observation.as_aevolve_record(trajectory_only=trajectory_only)
+        lines.append(json.dumps(record, default=str) + "\n")  # ensure_ascii as upstream
+    _write(batch, "".join(lines))
     return batch
+
+
+def upstream_score(observations: list[Observation]) -> float:
+    """A cycle's score as A-Evolve computes it: the mean train score, 0.0 for an empty batch."""
+    return sum(o.feedback.score for o in observations) / len(observations) if observations else 0.0
+
+
+def evolution_files_record(path: str | Path, number: int, score: float | None, mutated: bool) -> None:
+    """After a decided cycle, as A-Evolve's loop (`_append_history`, `_write_metrics`): append
+    {cycle, score, mutated, timestamp} to `evolution/history.jsonl` and rewrite
+    `evolution/metrics.json` {cycles_completed, latest_score, best_score, avg_score}. Cycles keep
+    Crucible's numbers (they run on across runs), so the metrics cover every cycle the file
+    records; a cycle without a score counts as 0.0, as upstream's empty batch."""
+    root = Path(path)
+    folder = _folder(root, EXCLUDED_DIR)
+    history = folder / "history.jsonl"
+    entry = {"cycle": number, "score": float(score or 0.0), "mutated": bool(mutated),
+             "timestamp": datetime.now().isoformat()}
+    previous = history.read_text(encoding="utf-8", errors="replace") \
+        if history.is_file() and not history.is_symlink() else ""
+    if previous and not previous.endswith("\n"):
+        previous += "\n"
+    _write(history, previous + json.dumps(entry) + "\n")
+    scores = []
+    for line in (previous + json.dumps(entry)).splitlines():
+        try:
+            value = json.loads(line).get("score")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            scores.append(float(value))
+    metrics = {
+        "cycles_completed": len(scores),
+        "latest_score": scores[-1] if scores else 0.0,
+        "best_score": max(scores) if scores else 0.0,
+        "avg_score": sum(scores) / len(scores) if scores else 0.0,
+    }
+    _write(folder / "metrics.json", json.dumps(metrics, indent=2))
 
 
 def next_cycle_number(path: str | Path) -> int:
@@ -227,6 +380,7 @@ class Evolver:
         self.benchmark = benchmark_get(benchmark, trusted=trusted) if isinstance(benchmark, str) \
             else benchmark
         self.config = config if isinstance(config, EvolveConfig) else EvolveConfig(**(config or {}))
+        self.convergence = self.config.convergence_for(self.path)  # the rule named, or the agent's default
         self.engine = engine_get(engine, trusted=trusted, **self.config.engine_options) \
             if isinstance(engine, str) else engine
         self._takes_score = cycle_end_takes_score(self.engine)
@@ -244,8 +398,9 @@ class Evolver:
             result = self.cycle(number)
             done.append(result)
             self.on_cycle(result)
-            if result.status == Cycle.Status.AWAITING_REVIEW:
+            if result.status == Cycle.Status.AWAITING_REVIEW:  # its history line is written when decided
                 return EvolutionResult(done, False, f"cycle {number} awaits review", paused_for_review=True)
+            evolution_files_record(self.path, number, result.file_score, result.mutated)
             converged, why = self.converged(done)
             if converged:
                 return EvolutionResult(done, True, why)
@@ -254,9 +409,19 @@ class Evolver:
         return EvolutionResult(done, False, f"{cycles} cycle{'s' if cycles != 1 else ''} done")
 
     def converged(self, done: list[CycleResult]) -> tuple[bool, str]:
-        """Scores of the last egl_window cycles within egl_threshold of each other."""
-        window = [c.score for c in done if c.score is not None][-self.config.egl_window:]
-        if len(window) < self.config.egl_window:
+        """The run's rule over this run's scored cycles (a cycle without a score, e.g. of an engine
+        that evaluates on its own, is left out). "crucible": the last egl_window scores within
+        egl_threshold of each other. "a-evolve": A-Evolve's `_is_score_converged` with its
+        epsilon 0.01 (egl_threshold unused, as upstream)."""
+        scores = [c.score for c in done if c.score is not None]
+        size = self.config.egl_window
+        if self.convergence == "a-evolve":
+            if score_converged(scores, size, AEVOLVE_EPSILON):
+                return True, (f"converged (A-Evolve's rule): the last {size} score{'s' if size != 1 else ''} "
+                              f"within {AEVOLVE_EPSILON} of {scores[-(size + 1)]:.3f}, the score before them")
+            return False, ""
+        window = scores[-size:]
+        if len(window) < size:
             return False, ""
         spread = max(window) - min(window)
         if spread < self.config.egl_threshold:
@@ -270,11 +435,16 @@ class Evolver:
         engine's on_cycle_end) records the cycle as failed with its reason, its files back at
         `pre-evo-N` and HEAD agreeing with them."""
         result = CycleResult(number)
-        tasks = self.benchmark.get_tasks("train", self.config.batch_size)
         concurrency = self.config.concurrency
-        result.observations = solve_batch(self.agent, self.benchmark, tasks, concurrency)
+        if not self.own_evaluation:
+            tasks = self.benchmark.get_tasks("train", self.config.batch_size)
+            result.observations = solve_batch(self.agent, self.benchmark, tasks, concurrency)
+        # An engine that evaluates on its own gets no batch: an empty one is written, and the
+        # cycle has no score (the page shows none; history.jsonl gets A-Evolve's 0.0).
         result.score = _mean(result.observations)
-        observations_write(self.path, number, result.observations)  # before the engine, as upstream
+        result.file_score = upstream_score(result.observations)
+        observations_write(self.path, number, result.observations,  # before the engine, as upstream
+                           trajectory_only=self.config.trajectory_only)
         size = self.config.holdout_size
         holdout = self.benchmark.get_tasks("holdout", size) if size else []
         if holdout:
@@ -283,8 +453,11 @@ class Evolver:
         self.agent.export_to_fs()
         result.pre_commit = workspace_snapshot(self.path, f"pre-evo-{number}", f"Before cycle {number}")
         workspace = AgentWorkspace(self.path)
-        # The layers come from the manifest as committed, before the engine could touch it.
+        # The layers come from the manifest as committed, before the engine could touch it, and
+        # only those of them the run's evolve_layers lists.
         allowed = set(workspace.manifest.evolvable_layers) & set(LAYERS)
+        if self.config.evolve_layers is not None:
+            allowed &= set(self.config.evolve_layers)
         try:
             self._evolve(number, result, workspace, allowed, holdout)
         except _StepFailed as error:
@@ -315,7 +488,12 @@ class Evolver:
         result.prompt_size_change = 0
         if not self._tag_exists(f"evo-{number}"):
             workspace_restore(self.path, f"pre-evo-{number}")
-            result.post_commit = workspace_snapshot(self.path, f"evo-{number}", f"Cycle {number}: failed")
+            if result.summary:  # the engine's words name a change this commit does not hold
+                result.engine_metadata.setdefault("engine_summary", result.summary)
+            brief = " ".join(why.split())  # one line: the commit's subject
+            brief = brief if len(brief) <= 300 else brief[:299] + "…"
+            message = f"Cycle {number}: failed ({brief}); the files are as before the cycle"
+            result.post_commit = workspace_snapshot(self.path, f"evo-{number}", message)
         else:
             result.post_commit = workspace_rollback(self.path, f"pre-evo-{number}", force=True)
             result.reason += f"; evo-{number} was already made, so a new commit rolled its changes back"
@@ -328,8 +506,13 @@ class Evolver:
                 holdout: list[Task]) -> None:
         trial = TrialRunner(self.path, self.benchmark, self.config.concurrency, trusted=self.trusted,
                             agent=self.agent if self.own_agent else None)
+        seen = [_scoreless(o) for o in result.observations] if self.config.trajectory_only \
+            else result.observations
+        configure = getattr(self.engine, "run_configure", None)
         try:
-            step = self.engine.step(workspace, result.observations, EvolutionHistory(self.path), trial)
+            if callable(configure):  # the A-Evolve adapters: their EvolveConfig from the run's settings
+                configure(layers=set(allowed), trajectory_only=self.config.trajectory_only)
+            step = self.engine.step(workspace, seen, EvolutionHistory(self.path), trial)
         except Exception as error:
             raise _StepFailed(f"the engine failed: {type(error).__name__}: {error}") from error
         result.summary, result.engine_metadata = step.summary, dict(step.metadata)
@@ -371,9 +554,20 @@ class Evolver:
             return  # evo-N is made when an approver decides (cycle_decide)
         self.finish(result)
 
+    @property
+    def own_evaluation(self) -> bool:
+        """A-Evolve's `manages_own_evaluation`: the engine evaluates with the trial runner, and
+        the loop solves no batch for it."""
+        return getattr(self.engine, "manages_own_evaluation", False) is True
+
     def finish(self, result: CycleResult) -> None:
-        """Snapshot evo-N and record what the cycle changed; reload the agent."""
+        """Snapshot evo-N and record what the cycle changed; reload the agent. A rejected cycle's
+        evo-N says what it commits (the files as before the cycle, and why); the engine's own
+        summary stays in its metadata (`engine_summary`)."""
         number = result.number
+        if result.status == Cycle.Status.REJECTED:
+            result.engine_metadata.setdefault("engine_summary", result.summary)
+            result.summary = rejected_summary(result.reason)
         message = f"Cycle {number}: {result.summary or ('no mutation' if not result.mutated else 'mutation')}"
         result.post_commit = workspace_snapshot(self.path, f"evo-{number}", message)
         changes = EvolutionHistory(self.path).layer_changes(f"pre-evo-{number}", f"evo-{number}")
@@ -405,6 +599,18 @@ class Evolver:
 
 class _StepFailed(Exception):
     """The engine's step raised: the cycle fails with this reason."""
+
+
+def rejected_summary(reason: str) -> str:
+    """What a rejected cycle's evo-N commits, in words: nothing of the engine's change, and why."""
+    why = re.sub(r"[:;,]?\s*rolled back$", "", (reason or "").strip()).strip()
+    return f"rejected ({why}); the engine's change was rolled back" if why else \
+        "rejected; the engine's change was rolled back"
+
+
+def _scoreless(observation: Observation) -> Observation:
+    """The observation as a trajectory_only engine sees it: what the agent did, no verdict."""
+    return dataclasses.replace(observation, feedback=Feedback(False, 0.0, ""))
 
 
 def changes_summary(changes: list[tuple[str, str]]) -> str:

@@ -30,7 +30,13 @@ from evolve_app.benchmarks import BenchmarkError, benchmark_check
 from evolve_app.demo import SEED_WORKSPACE
 from evolve_app.engines import EngineError, engine_check
 from evolve_app.history import EvolutionHistory
-from evolve_app.loop import CycleResult, EvolutionResult, EvolveConfig, Evolver
+from evolve_app.loop import (
+    CycleResult,
+    EvolutionResult,
+    EvolveConfig,
+    Evolver,
+    evolution_files_record,
+)
 from evolve_app.models import Agent, Cycle, EvolutionRun, ObservationRecord
 from evolve_app.workspace import (
     WorkspaceError,
@@ -165,8 +171,14 @@ def evolution_run_start(user: User, agent: Agent, *, benchmark: str = "demo",
         errors["cycles"] = "Give 1 to 200 cycles."
     try:
         settings = EvolveConfig(**(config or {}))
+        # The run records the convergence rule it uses: the one named, else the agent's default
+        # ("a-evolve" for an A-Evolve agent).
+        settings.convergence = settings.convergence_for(agent.path)
     except PydanticError as error:
         errors["config"] = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        settings = None
+    except (ValueError, OSError) as error:  # a window the agent's default rule cannot use
+        errors["config"] = str(error)
         settings = None
     try:
         benchmark_check(benchmark, trusted=trusted)
@@ -385,15 +397,24 @@ def _cycle_decide(user: User, cycle: Cycle, approve: bool) -> Cycle:
             cycle.skills_deleted = changes.get("skills_deleted", [])
             cycle.prompt_size_change = changes.get("prompt_size_change", 0)
             cycle.status = CycleStatus.ACCEPTED
-        elif made:
-            cycle.post_commit = workspace_rollback(path, f"pre-evo-{number}", force=True)
-            cycle.status, cycle.mutated = CycleStatus.REJECTED, False
-            cycle.reason = f"rejected by {user.get_username()} in review (a new commit undid evo-{number})"
         else:
-            workspace_restore(path, f"pre-evo-{number}")
-            cycle.post_commit = workspace_snapshot(path, f"evo-{number}", f"Cycle {number}: rejected")
+            # evo-N (or the commit undoing it) holds the files as before the cycle: its message
+            # and the cycle's summary say so; the engine's own summary stays in its metadata.
+            metadata = dict(cycle.engine_metadata or {})
+            metadata.setdefault("engine_summary", cycle.summary)
+            cycle.engine_metadata = metadata
+            who = user.get_username()
+            if made:
+                cycle.post_commit = workspace_rollback(path, f"pre-evo-{number}", force=True)
+                cycle.reason = f"rejected by {who} in review (a new commit undid evo-{number})"
+                cycle.summary = f"rejected by {who} in review; a new commit undid evo-{number}"
+            else:
+                cycle.reason = f"rejected by {who} in review"
+                cycle.summary = f"rejected by {who} in review; the engine's change was not committed"
+                workspace_restore(path, f"pre-evo-{number}")
+                message = f"Cycle {number}: {cycle.summary}"
+                cycle.post_commit = workspace_snapshot(path, f"evo-{number}", message)
             cycle.status, cycle.mutated = CycleStatus.REJECTED, False
-            cycle.reason = f"rejected by {user.get_username()} in review"
         cycle.decided_by, cycle.finished_at = user, timezone.now()
         cycle.save()
         run = cycle.run
@@ -406,6 +427,9 @@ def _cycle_decide(user: User, cycle: Cycle, approve: bool) -> Cycle:
                      run=run.pk, cycle=number)
         if run.driver != EvolutionRun.Driver.SCRIPT:  # a script goes on when it calls run() again
             _run_enqueue(run)
+    # Decided: its line in evolution/history.jsonl and the metrics, as the loop writes them.
+    train = [o.score for o in cycle.observations.filter(split=Split.TRAIN).order_by("id")]
+    evolution_files_record(path, number, sum(train) / len(train) if train else 0.0, cycle.mutated)
     return cycle
 
 

@@ -6,6 +6,7 @@ page or an API route is handed, from someone signed in."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -48,21 +49,25 @@ class Task:
 
 @dataclass
 class Trajectory:
-    """What an agent did for a task: its final output, its steps, and an error if it failed."""
+    """What an agent did for a task: its final output, its steps, an error if it failed, and the
+    model conversation (A-Evolve's `conversation`: the messages, when the agent keeps them)."""
 
     task_id: str
     output: str = ""
     steps: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
+    conversation: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Feedback:
-    """A benchmark's verdict on a trajectory; score in [0, 1]."""
+    """A benchmark's verdict on a trajectory; score in [0, 1]. `raw` is the checker's own data
+    (A-Evolve's: e.g. `per_claim`, which the batch files turn into `claims`)."""
 
     success: bool
     score: float
     detail: str = ""
+    raw: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,40 @@ class Observation:
             "success": self.feedback.success, "score": self.feedback.score,
             "feedback_detail": self.feedback.detail,
         }
+
+    def as_aevolve_record(self, *, trajectory_only: bool = False,
+                          timestamp: datetime | None = None) -> dict[str, Any]:
+        """The record A-Evolve 0.1.0's Observer.collect writes a line of an observation batch:
+        the flat fields (task_id, task_input, agent_output, steps, conversation, success, score,
+        feedback_detail, timestamp) and the nested task{id,input,metadata}, trajectory{output,
+        steps} and feedback{success,score,detail,claims,raw}, in its key order. `trajectory_only`
+        leaves out success, score, feedback_detail and feedback, as A-Evolve's newer Observer does."""
+        task, trajectory, feedback = self.task, self.trajectory, self.feedback
+        metadata = dict(task.metadata)
+        if task.category and "category" not in metadata:  # Crucible keeps it apart; A-Evolve in metadata
+            metadata["category"] = task.category
+        steps = list(trajectory.steps)
+        raw = feedback.raw if isinstance(feedback.raw, dict) else {}
+        claims = [{
+            "claim": claim.get("claim", ""), "outcome": claim.get("outcome", "not_fulfilled"),
+            "pass": isinstance(claim.get("score", 0.0), (int, float)) and claim.get("score", 0.0) >= 1.0,
+            "score": claim.get("score", 0.0),
+            "justification": claim.get("justification", ""),
+        } for claim in raw.get("per_claim") or [] if isinstance(claim, dict)]
+        record: dict[str, Any] = {
+            "task_id": task.task_id, "task_input": task.input, "agent_output": trajectory.output,
+            "steps": steps, "conversation": list(trajectory.conversation),
+            "success": feedback.success, "score": feedback.score, "feedback_detail": feedback.detail,
+            "timestamp": (timestamp or datetime.now()).isoformat(),  # local time, as upstream
+            "task": {"id": task.task_id, "input": task.input, "metadata": metadata},
+            "trajectory": {"output": trajectory.output, "steps": steps},
+            "feedback": {"success": feedback.success, "score": feedback.score, "detail": feedback.detail,
+                         "claims": claims, "raw": raw},
+        }
+        if trajectory_only:
+            for key in ("success", "score", "feedback_detail", "feedback"):
+                del record[key]
+        return record
 
 
 @dataclass(frozen=True)

@@ -192,7 +192,7 @@ def _agent_page(request: AuthedRequest, agent: Agent, *, start_form: RunStartFor
         "versions": versions, "versions_error": logged["error"], "head": logged["head"],
         "runs": _with_states(runs),
         "active_run": next((run for run in runs if run.status in EvolutionRun.ACTIVE), None),
-        "start_form": start_form or RunStartForm(),
+        "start_form": start_form or RunStartForm(agent_path=agent.path),
         "rollback_form": rollback_form or RollbackForm(tags=tags),
         "can_operate": access.may_operate(request.user, agent.project),
         "can_approve": access.has_role(request.user, agent.project, access.APPROVER),
@@ -225,7 +225,7 @@ def agent_detail(request: AuthedRequest, agent_id: int) -> HttpResponse:
 @require_POST
 def evolution_run_start(request: AuthedRequest, agent_id: int) -> HttpResponse:
     agent = selectors.agent_for_user(request.user, agent_id)
-    form = RunStartForm(request.POST)
+    form = RunStartForm(request.POST, agent_path=agent.path)
     valid = form.is_valid()
     # With settings the form already rejected (per field), the service still runs: it refuses
     # them too, and its benchmark, engine and cycles problems are shown alongside.

@@ -319,6 +319,10 @@ def test_bad_engine_options_are_refused_before_anything_runs(demo, data_dir, dem
                           (("--options", str(tmp_path / "x.yaml")), "takes a .toml or .json file")):
         refused = evolve("run", str(demo_agent.pk), *args)
         assert refused.returncode == 1 and message in refused.stderr
+    layers = evolve("run", str(demo_agent.pk), "--convergence", "a-evolve", "--evolve-layers", "skills,infra")
+    assert layers.returncode == 1 and "evolve_layers: Value error, 'infra': the layers are" in layers.stderr
+    window = evolve("run", str(demo_agent.pk), "--convergence", "crucible", "--egl-window", "1")
+    assert window.returncode == 1 and "a window of 1 needs convergence a-evolve" in window.stderr
     assert not EvolutionRun.objects.exists()
 
 

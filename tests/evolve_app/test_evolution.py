@@ -72,8 +72,8 @@ def test_the_demo_agent_really_improves_over_cycles_and_its_tags_are_in_git(pers
     assert ObservationRecord.objects.filter(cycle__run=run, split="train").count() == 4 * 12
     batch = json.loads((path / "evolution" / "observations" / "batch_0001.jsonl")
                        .read_text().splitlines()[0])
-    assert set(batch) == {"task_id", "task_input", "agent_output", "steps", "success", "score",
-                          "feedback_detail"}
+    assert set(batch) == {"task_id", "task_input", "agent_output", "steps", "conversation", "success",
+                          "score", "feedback_detail", "timestamp", "task", "trajectory", "feedback"}
     assert git(path, "ls-files", "evolution") == ""
 
 
@@ -144,6 +144,14 @@ def test_review_mode_waits_for_an_approver_and_a_rejection_rolls_back(personas, 
     cycle.refresh_from_db()
     assert cycle.status == "rejected"
     assert not (Path(demo_agent.path) / "skills" / "date-arithmetic").exists()
+    # evo-1 says what it holds; the engine's words stay in the metadata; history.jsonl has its line.
+    message = git(demo_agent.path, "log", "-1", "--format=%s", "evo-1")
+    who = approver.get_username()
+    assert message == f"Cycle 1: rejected by {who} in review; the engine's change was not committed"
+    assert "date-arithmetic" in cycle.engine_metadata["engine_summary"]
+    assert "date-arithmetic" not in cycle.summary
+    history = (Path(demo_agent.path) / "evolution" / "history.jsonl").read_text().splitlines()
+    assert [(json.loads(line)["cycle"], json.loads(line)["mutated"]) for line in history] == [(1, False)]
     run = services.evolution_run_execute(run.pk)  # the task the decision queued
     second = Cycle.objects.get(run=run, number=2)
     assert second.status == "awaiting_review"

@@ -334,10 +334,21 @@ def batch(root: Path, name: str) -> list[dict]:
 
 
 def stable(records: list[dict]) -> list[dict]:
-    """The records without what differs from one solve to the next (timings, receipt ids)."""
+    """The records without what differs from one solve to the next (timings, receipt ids, the
+    batch's timestamps)."""
     drop = ("duration_seconds", "receipt_id")
-    return [{**r, "steps": [{k: v for k, v in step.items() if k not in drop} for step in r["steps"]]}
-            for r in records]
+
+    def steps(given: list[dict]) -> list[dict]:
+        return [{k: v for k, v in step.items() if k not in drop} for step in given]
+
+    out = []
+    for r in records:
+        record = {k: v for k, v in r.items() if k != "timestamp"}
+        record["steps"] = steps(r["steps"])
+        if "trajectory" in r:
+            record["trajectory"] = {**r["trajectory"], "steps": steps(r["trajectory"]["steps"])}
+        out.append(record)
+    return out
 
 
 def test_the_evolver_writes_the_observation_batches_the_services_write(personas, demo_agent, tmp_path):
@@ -354,7 +365,8 @@ def test_the_evolver_writes_the_observation_batches_the_services_write(personas,
         assert stable(mine) == stable(theirs) and len(mine) == 12
     # The services keep their database rows, the same records.
     rows = ObservationRecord.objects.filter(cycle__run=run, cycle__number=1, split="train").order_by("id")
-    assert stable([row.as_record() for row in rows]) == stable(batch(served, "batch_0001.jsonl"))
+    flat = [{key: record[key] for key in rows[0].as_record()} for record in batch(served, "batch_0001.jsonl")]
+    assert stable([row.as_record() for row in rows]) == stable(flat)
     assert EvolutionHistory(alone).get_score_curve() == [(1, 0.25), (2, 0.5)]
 
 
@@ -393,3 +405,6 @@ def test_a_failed_cycle_is_still_ended_for_the_engine_with_accepted_false(person
     cycle = Evolver(root, "demo", {}, engine=RaisesInStep()).run(cycles=1).cycles[0]
     assert cycle.status == "failed" and cycle.reason == "the engine failed: RuntimeError: the model went away"
     assert RaisesInStep.ends == [(False, 0.25)] and consistent(root)
+    assert git(root, "log", "-1", "--format=%s", "evo-1") == (
+        "Cycle 1: failed (the engine failed: RuntimeError: the model went away); "
+        "the files are as before the cycle")

@@ -121,6 +121,12 @@ class Command(CrucibleCommand):
         run.add_argument("--egl-threshold", type=float, default=None,
                          help="converged when the window's scores differ by less")
         run.add_argument("--egl-window", type=int, default=None, help="cycles in the convergence window")
+        run.add_argument("--convergence", choices=("crucible", "a-evolve"), default=None,
+                         help="the convergence rule (default: a-evolve for an A-Evolve agent, else crucible)")
+        run.add_argument("--trajectory-only", action="store_true",
+                         help="the engine sees what the agent did but no score (A-Evolve's trajectory_only)")
+        run.add_argument("--evolve-layers", default=None, metavar="LAYER,LAYER",
+                         help="only these of the manifest's evolvable layers, e.g. prompts,skills")
         run.add_argument("--review-mode", action="store_true", help="each mutation waits for an approver")
         run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                          help="an engine option, e.g. --option model=claude-sonnet-4-5 (repeatable; "
@@ -266,10 +272,14 @@ class Command(CrucibleCommand):
             agent = self._agent_get(user, int(target))
         else:
             agent = self._guarded(lambda: self._import(user, options["project"], target, ""))
-        config = {key: options[key] for key in ("batch_size", "holdout_size", "egl_threshold", "egl_window")
-                  if options[key] is not None}
-        if options["review_mode"]:
-            config["review_mode"] = True
+        config = {key: options[key] for key in ("batch_size", "holdout_size", "egl_threshold", "egl_window",
+                                                "convergence") if options[key] is not None}
+        for flag in ("review_mode", "trajectory_only"):
+            if options[flag]:
+                config[flag] = True
+        if options["evolve_layers"] is not None:
+            layers = options["evolve_layers"].split(",")
+            config["evolve_layers"] = [layer.strip() for layer in layers if layer.strip()]
         if engine_options:
             config["engine_options"] = engine_options
         run = self._guarded(lambda: evolution_run_start(
