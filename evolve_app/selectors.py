@@ -155,14 +155,10 @@ def files_unused(root: str | Path, *, prompt_from: str | None = None,
     """Each file of the workspace at `root` that Crucible will not use, with the reason
     (`workspace.workspace_unused`); `manifest_text` stands in for a manifest the folder does not
     have yet (its import preview's). An agent that runs its own program (a command agent, an
-    agent class) may read any file, so it gets one entry saying so instead."""
+    agent class) may read any file, so those files are one entry saying so instead."""
+    runs_as = ""
     if manifest_text is None:
-        mapping = agent_mapping(root)
-        runs_as = str(mapping.get("runs_as", ""))
-        if runs_as == "Crucible command agent" or runs_as.startswith("agent class"):
-            return [workspace.Problem(".", None, None, f"the agent runs its own program ({runs_as}), which "
-                                      "may read any file of the workspace: Crucible cannot tell which files "
-                                      "it does not use")]
+        runs_as = str(agent_mapping(root).get("runs_as", ""))
         try:
             layers: list[str] = list(workspace_manifest(root).evolvable_layers)
         except (WorkspaceError, OSError):
@@ -174,7 +170,13 @@ def files_unused(root: str | Path, *, prompt_from: str | None = None,
             data = None
         found = data.get("evolvable_layers") if isinstance(data, dict) else None
         layers = [str(layer) for layer in found] if isinstance(found, list) else []
-    return workspace.workspace_unused(root, layers=layers, prompt_from=prompt_from)
+    unused = workspace.workspace_unused(root, layers=layers, prompt_from=prompt_from)
+    if unused and (runs_as == "Crucible command agent" or runs_as.startswith("agent class")):
+        shown = ", ".join(entry.path for entry in unused[:8]) + (" …" if len(unused) > 8 else "")
+        return [workspace.Problem(".", None, None, f"the agent runs its own program ({runs_as}), which may "
+                                  f"read any file of the workspace; no other part of Crucible reads these: "
+                                  f"{shown}")]
+    return unused
 
 
 def import_preview(user: AbstractUser, project: Project, path: str, *,

@@ -228,8 +228,12 @@ def test_a_command_agent_may_read_any_file_so_none_is_listed(personas, data_dir,
     (root / "run.py").write_text("print(open('data.csv').read())\n")
     (root / "data.csv").write_text("a,b\n")
     agent = services.agent_import(personas.member, personas.alpha, str(root), trusted=True)
-    found = [(e["path"], "runs its own program" in e["message"]) for e in agent.import_warnings]
-    assert found == [(".", True)]
+    assert [entry["path"] for entry in agent.import_warnings] == ["."]
+    assert agent.import_warnings[0]["message"].endswith("runs its own program (Crucible command agent), "
+                                                        "which may read any file of the workspace; no other "
+                                                        "part of Crucible reads these: data.csv, run.py")
+    demo = services.demo_agent_create(personas.owner, personas.alpha)
+    assert demo.import_warnings == []  # every file of the demo is read
 
 
 def test_the_unused_files_past_the_cap_are_one_line(tmp_path, monkeypatch):
