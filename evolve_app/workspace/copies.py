@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
+from dulwich.config import ConfigFile
 
 from evolve_app.workspace.validation import (
     DRAFTS_DIR,
@@ -96,7 +97,25 @@ def workspace_copy(source: str | Path, target: str | Path) -> list[Problem]:
         return skipped
 
     shutil.copytree(root, destination, symlinks=True, ignore=ignore, dirs_exist_ok=True)
+    config = destination / ".git" / "config"
+    if _plain_file(config):
+        notes += _config_unbind(config)
     return notes
+
+
+def _config_unbind(path: Path) -> list[Problem]:
+    """Drop the copied repository's `core.worktree` (it would point git at the user's folder)."""
+    try:
+        config = ConfigFile.from_path(str(path))
+        section = config[(b"core",)]
+        if b"worktree" not in section:
+            return []
+        del section[b"worktree"]
+        config.write_to_path(str(path))
+    except (KeyError, OSError, ValueError):
+        return []
+    return [Problem(".git/config", None, None, "core.worktree named another folder: the copy's git "
+                    "works on the copy only")]
 
 
 def copy_slug(source: str | Path) -> str:

@@ -88,6 +88,18 @@ def test_a_git_repo_keeps_its_history_and_tags_in_the_copy(personas, data_dir, t
     assert git(root, "status", "--porcelain") == "M prompts/system.md"  # still uncommitted there
 
 
+def test_a_copied_repository_never_points_back_at_the_users_folder(personas, data_dir, tmp_path):
+    root = a_repo_with_history(tmp_path)
+    git(root, "config", "core.worktree", str(root))
+    before = tree_snapshot(root)
+    agent = services.agent_import(personas.member, personas.alpha, str(root), trusted=True)
+    assert "worktree" not in (Path(agent.path) / ".git/config").read_text()
+    (Path(agent.path) / "prompts/system.md").write_text("Changed by a cycle.\n")
+    workspace_snapshot(agent.path, "evo-90", "a cycle")
+    assert tree_snapshot(root) == before
+    assert any(entry["path"] == ".git/config" for entry in agent.import_warnings)
+
+
 def test_importing_the_same_folder_again_is_its_agent_with_a_note(personas, data_dir, tmp_path):
     root = seed_folder(tmp_path)
     first = services.agent_import(personas.member, personas.alpha, str(root), trusted=True)
