@@ -154,7 +154,7 @@ def _import_warnings(copy: Path, *, inferred: ImportPreview | None, edited: bool
                else "as Crucible inferred it from the folder's files")
         warnings.append({"kind": "inferred", "path": "manifest.yaml", "message": (
             f"the folder has no manifest.yaml: its copy has one, {how} (agent type, evolvable layers, "
-            "where the prompt is); check it on the Files tab")})
+            "where the prompt is); check it in its files (Browse every file)")})
         warnings += [{"kind": "inferred", "path": "manifest.yaml", "message": note}
                      for note in inferred.notes]
     warnings += [{"kind": "not_copied", "path": note.path, "message": note.message} for note in notes]
