@@ -56,6 +56,8 @@ def test_the_api_previews_a_folder_without_a_manifest_and_imports_it_with_that_m
     assert (body["has_manifest"], body["prompt_from"], body["writes"], body["problems"]) == (
         False, "prompt.md", ["manifest.yaml", "prompts/system.md"], [])
     assert yaml.safe_load(body["manifest"])["agent"]["type"] == "reference"
+    assert [entry.split(": ", 1)[0] for entry in body["unused"]] == ["prompt.md"]
+    assert "the system prompt the import copied to prompts/system.md" in body["unused"][0]
     assert tree_snapshot(root) == before
 
     edited = body["manifest"].replace("reload_strategy: hot", "reload_strategy: warm")
@@ -205,6 +207,10 @@ def test_an_import_with_unknown_keys_shows_them_as_warnings_after_the_import_and
     again = text_of(client.get(f"/agents/{Agent.objects.get().pk}/"))
     assert "Kept in manifest.yaml but not used by Crucible" in re.sub(r"</?code>", "", again)
     assert "warning: manifest.yaml:4:1: unknown key 'description'" in again
+    twice = text_of(client.post("/agents/import/", {"project": personas.alpha.pk, "path": str(root),
+                                                    "name": ""}, follow=True))
+    assert f"{root} is already imported into alpha as agent arc-mas" in twice
+    assert Agent.objects.count() == 1
 
 
 # ------------------------------------------------------------------------------ big files in pages
