@@ -39,9 +39,14 @@ class AgentBase(Schema):
     project_id: int
     project: str
     name: str
-    path: str
+    path: str = Field(description="Crucible's copy of the folder, where runs, snapshots and rollbacks happen")
+    source_path: str = Field("", description="the folder it was imported from, which is never written "
+                                             "(blank for agents imported in place before copies existed)")
     agent_type: str
     created_at: datetime
+    import_warnings: list[str] = Field(default_factory=list, description=(
+        "`path: message` for what the import found: the manifest it inferred and why, what it did not "
+        "copy, and each file Crucible will not use, with the reason"))
 
 
 class AgentOut(AgentBase):
@@ -164,12 +169,17 @@ class ImportIn(Schema):
     manifest: str | None = Field(None, max_length=256 * 1024,
                                  description="for a folder without manifest.yaml: the manifest of its "
                                              "preview (POST /api/agents/preview), as is or edited; written "
-                                             "only if the whole import succeeds")
+                                             "into Crucible's copy only, never into the folder")
+    infer: bool = Field(False, description="for a folder without manifest.yaml: import it with the manifest "
+                                           "Crucible infers (the CLI's --accept-inferred); it and its "
+                                           "reasoning come back in `import_warnings`")
 
 
 class AgentImportOut(AgentOut):
     warnings: list[str] = Field(description="`file:line:column: message` for each manifest key kept but "
                                             "not used (A-Evolve ignores them too); never a refusal")
+    note: str = Field("", description="set when the folder was already imported into this project: "
+                                      "the existing agent is returned and nothing is copied again")
 
 
 class PreviewIn(Schema):
@@ -182,10 +192,12 @@ class PreviewOut(Schema):
     has_manifest: bool = Field(description="the folder has its own manifest.yaml (then `manifest` is it)")
     manifest: str = Field(description="the inferred manifest.yaml to confirm or edit, or the folder's own")
     prompt_from: str | None = Field(description="the file a confirmed import copies to prompts/system.md")
-    writes: list[str] = Field(description="the files a confirmed import adds to the folder")
+    writes: list[str] = Field(description="the files a confirmed import adds to Crucible's copy of the "
+                                          "folder (never to the folder itself)")
     notes: list[str]
     problems: list[str] = Field(description="what would refuse the import even with this manifest")
     warnings: list[str]
+    unused: list[str] = Field(description="`path: reason` for each file Crucible will not use")
 
 
 class RunIn(Schema):
@@ -237,19 +249,30 @@ def agent_import_preview(request: AuthedRequest, body: PreviewIn) -> dict[str, A
     return {**{name: getattr(preview, name) for name in ("path", "has_manifest", "manifest", "prompt_from")},
             "writes": list(preview.writes), "notes": list(preview.notes),
             "problems": [str(problem) for problem in preview.problems],
-            "warnings": [str(warning) for warning in preview.warnings]}
+            "warnings": [str(warning) for warning in preview.warnings],
+            "unused": [str(entry) for entry in preview.unused]}
+
+
+@router.post("/agents", response={201: AgentImportOut})
+def agent_create(request: AuthedRequest, body: ImportIn) -> Status[dict[str, Any]]:
+    """The same as POST /api/agents/import (creating an agent is importing a copy of a folder)."""
+    return agent_import(request, body)
 
 
 @router.post("/agents/import", response={201: AgentImportOut})
 def agent_import(request: AuthedRequest, body: ImportIn) -> Status[dict[str, Any]]:
-    """Import a workspace folder under CRUCIBLE_REPO_ROOTS; every problem comes back with its file
-    and line (`errors.path`), and manifest keys Crucible does not use as `warnings`. Importing
-    the same folder again returns its agent. A folder without manifest.yaml needs `manifest`
-    (see POST /api/agents/preview)."""
+    """Import a copy of a workspace folder under CRUCIBLE_REPO_ROOTS (the folder is never
+    written); every problem comes back with its file and line (`errors.path`), manifest keys
+    Crucible does not use as `warnings`, what the import found (the manifest it inferred, files
+    Crucible will not use) as `import_warnings`. Importing the same folder into the same
+    project again returns its agent with a `note`. A folder without manifest.yaml imports with
+    the manifest Crucible infers, or `manifest` (its preview, POST /api/agents/preview, edited)."""
     project = project_for_reference(request.user, body.project)
-    agent = services.agent_import(request.user, project, body.path, body.name, manifest=body.manifest)
+    agent = services.agent_import(request.user, project, body.path, body.name, manifest=body.manifest,
+                                  infer=body.infer)
     warnings = selectors.agent_manifest(agent)["manifest_warnings"]
-    return Status(201, {**agent_summary(agent), "warnings": [str(warning) for warning in warnings]})
+    return Status(201, {**agent_summary(agent), "warnings": [str(warning) for warning in warnings],
+                        "note": agent.import_note})
 
 
 @router.get("/agents/{agent_id}", response=AgentDetailOut)

@@ -67,7 +67,7 @@ from evolve_app.loop import CycleResult
 from evolve_app.loop import EvolveConfig as CrucibleConfig
 from evolve_app.models import Cycle, EvolutionRun
 from evolve_app.types import Feedback, Observation, StepResult, Task, Trajectory
-from evolve_app.workspace import LAYERS, WorkspaceError, workspace_manifest
+from evolve_app.workspace import WorkspaceError, workspace_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -247,28 +247,11 @@ def config_map(config: UpstreamConfig, *, preset: str | None = None) -> MappedCo
     return MappedConfig(settings, cycles, aevolve_options, dict(engine_options), notes)
 
 
-def crucible_config(mapped: MappedConfig, manifest_layers: list[str]) -> tuple[CrucibleConfig, list[str]]:
+def crucible_config(mapped: MappedConfig) -> tuple[CrucibleConfig, list[str]]:
     """Crucible's loop settings for `mapped`; a value Crucible cannot honour raises ValueError
-    naming A-Evolve's key. A setting this Crucible's loop does not have yet is dropped only where
-    dropping it changes nothing (layers the manifest allows anyway, trajectory_only off); else it
-    is refused — except the convergence rule, whose fallback is said in the warnings returned."""
+    naming A-Evolve's key. (The warnings list stays for settings a later A-Evolve adds.)"""
     settings = dict(mapped.settings)
     warnings: list[str] = []
-    known = CrucibleConfig.model_fields
-    if "evolve_layers" not in known:
-        layers = settings.pop("evolve_layers")
-        if not set(manifest_layers) <= set(layers):
-            raise ValueError(f"config evolve_* ({', '.join(sorted(set(manifest_layers) - set(layers)))} off) "
-                             "cannot be honoured: this Crucible's loop evolves every layer the manifest "
-                             "allows; edit evolvable_layers in manifest.yaml instead")
-    if "trajectory_only" not in known and settings.pop("trajectory_only"):
-        raise ValueError("config trajectory_only cannot be honoured: this Crucible's engines always see "
-                         "the scores")
-    if "convergence" not in known:
-        rule = settings.pop("convergence")
-        if rule != "crucible":
-            warnings.append("convergence: this Crucible has only its own rule (the last egl_window scores "
-                            "within egl_threshold), used instead of A-Evolve's")
     try:
         return CrucibleConfig(**settings), warnings
     except PydanticError as error:
@@ -598,11 +581,10 @@ class Evolver:
             self.agent = str(path)
         self.benchmark, self._benchmark_label = benchmark_resolve(benchmark)
         try:
-            layers = list(workspace_manifest(path).evolvable_layers)
+            workspace_manifest(path)
         except WorkspaceError as error:
             raise ValueError(f"agent {str(source)!r}: {error}") from None
-        self.settings, self.warnings = crucible_config(self.mapped, [layer for layer in layers
-                                                                     if layer in LAYERS])
+        self.settings, self.warnings = crucible_config(self.mapped)
         self.engine, self._engine_label, engine_notes = engine_resolve(engine, self.mapped, preset=preset)
         self.notes = [*self.mapped.notes.values(), *engine_notes,
                       f"work_dir {self.work_dir}: not used; Crucible's copy is {path}"]

@@ -70,8 +70,8 @@ class AgentImportForm(forms.Form):
     project = forms.IntegerField(widget=forms.Select)
     path = forms.CharField(max_length=1000, label="Path on the server",
                            help_text="The absolute path of the workspace folder (manifest.yaml, prompts/, "
-                                     "skills/, memory/, tools/). A folder that is not under git becomes a "
-                                     "repository whose first commit is tagged evo-0.")
+                                     "skills/, memory/, tools/). Crucible imports a copy of it (its git "
+                                     "history too); the folder itself is never written.")
     name = forms.CharField(max_length=96, required=False, help_text="Defaults to the manifest's name.")
 
     def __init__(self, *args: Any, projects: Any = (), **kwargs: Any):
@@ -82,7 +82,7 @@ class AgentImportForm(forms.Form):
 
 class AgentImportConfirmForm(forms.Form):
     """The import preview of a folder without manifest.yaml: the inferred manifest, as is or
-    edited, is what the import writes."""
+    edited, is what the import writes into Crucible's copy."""
 
     project = forms.IntegerField(widget=forms.HiddenInput)
     path = forms.CharField(max_length=1000, widget=forms.HiddenInput)
@@ -91,8 +91,8 @@ class AgentImportConfirmForm(forms.Form):
         max_length=256 * 1024, strip=False, label="manifest.yaml",
         widget=forms.Textarea(attrs={"rows": 16, "wrap": "off", "spellcheck": "false",
                                      "autocapitalize": "off", "autocomplete": "off"}),
-        help_text="Checked like any manifest when you confirm; nothing is written unless the whole import "
-                  "succeeds.")
+        help_text="Checked like any manifest when you confirm; it is written into Crucible's copy of the "
+                  "folder only, and only if the whole import succeeds.")
 
     def __init__(self, *args: Any, **kwargs: Any):
         kwargs.setdefault("auto_id", "preview_%s")

@@ -27,10 +27,16 @@ class Agent(models.Model):
     # writes into the user's folder); blank for agents imported in place before copies existed.
     source_path = models.CharField(max_length=1000, blank=True)
     agent_type = models.CharField(max_length=64, blank=True)
+    # What the import found, shown on the agent page, the API and the CLI: the inferred manifest
+    # and its reasoning, and each file Crucible will not use with the reason ({path, message, kind}).
+    import_warnings = models.JSONField(default=list, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    # Set (never stored) on the agent an import returns when the folder was already imported.
+    import_note: str = ""
 
     class Meta:
         ordering = ["name"]

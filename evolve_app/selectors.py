@@ -6,11 +6,13 @@ the agent's files were at any snapshot (through EvolutionHistory and the sealed 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
+import yaml
 from django.core.cache import caches
 from django.core.exceptions import ValidationError
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
@@ -148,20 +150,60 @@ def agent_manifest(agent: Agent) -> dict[str, Any]:
         return {"manifest": None, "error": str(error), "manifest_warnings": []}
 
 
+def files_unused(root: str | Path, *, prompt_from: str | None = None,
+                 manifest_text: str | None = None) -> list[workspace.Problem]:
+    """Each file of the workspace at `root` that Crucible will not use, with the reason
+    (`workspace.workspace_unused`); `manifest_text` stands in for a manifest the folder does not
+    have yet (its import preview's). An agent that runs its own program (a command agent, an
+    agent class) may read any file, so those files are one entry saying so instead."""
+    runs_as = ""
+    if manifest_text is None:
+        runs_as = str(agent_mapping(root).get("runs_as", ""))
+        try:
+            layers: list[str] = list(workspace_manifest(root).evolvable_layers)
+        except (WorkspaceError, OSError):
+            layers = []
+    else:
+        try:
+            data = yaml.safe_load(manifest_text)
+        except yaml.YAMLError:
+            data = None
+        found = data.get("evolvable_layers") if isinstance(data, dict) else None
+        layers = [str(layer) for layer in found] if isinstance(found, list) else []
+    unused = workspace.workspace_unused(root, layers=layers, prompt_from=prompt_from)
+    if unused and (runs_as == "Crucible command agent" or runs_as.startswith("agent class")):
+        shown = ", ".join(entry.path for entry in unused[:8]) + (" …" if len(unused) > 8 else "")
+        return [workspace.Problem(".", None, None, f"the agent runs its own program ({runs_as}), which may "
+                                  f"read any file of the workspace; no other part of Crucible reads these: "
+                                  f"{shown}")]
+    return unused
+
+
 def import_preview(user: AbstractUser, project: Project, path: str, *,
                    trusted: bool = False) -> ImportPreview:
     """What importing the folder at `path` into `project` would do (`workspace.ImportPreview`):
     for a folder without manifest.yaml, the manifest Crucible infers and the files a confirmed
-    import writes. The same checks as the import: an operator of the project, and from the web
-    and API a folder under CRUCIBLE_REPO_ROOTS."""
+    import writes into Crucible's copy (never into the folder); for every folder, the files
+    Crucible will not use (`unused`). The same checks as the import: an operator of the
+    project, and from the web and API a folder under CRUCIBLE_REPO_ROOTS."""
     access.require(user, access.OPERATOR, project)
     resolved = server_path_check(path, trusted=trusted, what="workspace")
     if not resolved.is_dir():
         raise ValidationError({"path": f"{resolved}: no such folder."})
     try:
-        return workspace_preview(resolved)
+        preview = workspace_preview(resolved)
+        unused = files_unused(resolved, prompt_from=preview.prompt_from,
+                              manifest_text=None if preview.has_manifest else preview.manifest)
     except (WorkspaceError, OSError) as error:
         raise ValidationError({"path": str(error)}) from None
+    return dataclasses.replace(preview, unused=tuple(unused))
+
+
+def agent_import_warnings(agent: Agent) -> list[str]:
+    """What the agent's import found, as `path: message` lines: the inferred manifest and its
+    reasoning, what was not copied, each file Crucible will not use."""
+    return [f"{entry.get('path', '')}: {entry.get('message', '')}" for entry in agent.import_warnings or []
+            if isinstance(entry, dict)]
 
 
 def agent_runs_as(agent: Agent) -> dict[str, Any]:
@@ -626,8 +668,11 @@ def run_report(run: EvolutionRun) -> dict[str, Any]:
 
 
 def agent_summary(agent: Agent) -> dict[str, Any]:
+    """The agent as the API and the CLI's --json show it: `path` is Crucible's copy,
+    `source_path` the folder it was imported from, `import_warnings` what its import found."""
     return {"id": agent.pk, "project_id": agent.project_id, "project": agent.project.name, "name": agent.name,
-            "path": agent.path, "agent_type": agent.agent_type, "created_at": agent.created_at}
+            "path": agent.path, "source_path": agent.source_path, "agent_type": agent.agent_type,
+            "created_at": agent.created_at, "import_warnings": agent_import_warnings(agent)}
 
 
 def agent_report(agent: Agent) -> dict[str, Any]:

@@ -38,10 +38,16 @@ from evolve_app.loop import (
     evolution_files_record,
 )
 from evolve_app.models import Agent, Cycle, EvolutionRun, ObservationRecord
+from evolve_app.selectors import files_unused
 from evolve_app.workspace import (
+    ImportPreview,
+    Problem,
     WorkspaceError,
     WorkspaceInvalid,
+    copy_slug,
     workspace_check,
+    workspace_copy,
+    workspace_copy_problem,
     workspace_git,
     workspace_import,
     workspace_manifest,
@@ -89,66 +95,143 @@ class ManifestMissing(ValidationError):
         self.path = path
         super().__init__({"path": f"{path} has no manifest.yaml: preview the manifest Crucible infers from "
                                   "its files (web: Import; API: POST /api/agents/preview; CLI: evolve import "
-                                  "shows it), check or edit it, then import with it."})
+                                  "shows it), check or edit it, then import with it (API: `infer: true` or "
+                                  "`manifest`; CLI: --accept-inferred or --manifest FILE). It is written "
+                                  "into Crucible's copy only, never into the folder."})
 
 
 def agent_import(user: User, project: Project, path: str, name: str = "", *,
-                 manifest: str | None = None, trusted: bool = False) -> Agent:
-    """Import a workspace folder as an agent: every problem is reported with its file and line;
-    a folder that is not a git repository becomes one, its first commit tagged `evo-0`.
+                 manifest: str | None = None, infer: bool = False, trusted: bool = False) -> Agent:
+    """Import a workspace folder as an agent, by copying it: `Agent.path` is Crucible's own copy
+    (DATA_DIR/agents/<slug>-<n>/, its git history kept), `Agent.source_path` the folder, which
+    is only read, never written. Every problem is reported with its file and line; the copy
+    becomes a git repository if it is not one, its first commit tagged `evo-0`.
 
-    A folder without manifest.yaml raises ManifestMissing unless `manifest` gives the text of
-    its confirmed (or edited) import preview: it is checked like any manifest, and written (with
-    the prompt copied to prompts/system.md) only when everything checks; if anything fails the
-    folder is left as it was. Unknown manifest keys never refuse an import: read them with
-    `selectors.agent_manifest` (`manifest_warnings`)."""
+    A folder without manifest.yaml raises ManifestMissing unless `infer` (the manifest Crucible
+    infers, `workspace_preview`) or `manifest` (the text of its import preview, as is or edited)
+    gives one: it is written, with the prompt copied to prompts/system.md, into the copy only.
+    The inferred manifest's reasoning and every file Crucible will not use (with the reason) are
+    stored as `Agent.import_warnings`; they never refuse an import. A folder too big to copy is
+    refused before anything is copied.
+
+    The same folder imported again into the same project returns its agent, unchanged, with
+    `agent.import_note` saying so (the copy is not refreshed); an agent's own copy returns it."""
     with _workspace_refusals():
-        return _agent_import(user, project, path, name, manifest=manifest, trusted=trusted)
+        return _agent_import(user, project, path, name, manifest=manifest, infer=infer, trusted=trusted)
 
 
-def _agent_import(user: User, project: Project, path: str, name: str, *, manifest: str | None,
-                  trusted: bool) -> Agent:
-    access.require(user, access.OPERATOR, project)
-    resolved = server_path_check(path, trusted=trusted, what="workspace")
-    if not resolved.is_dir():
-        raise ValidationError({"path": f"{resolved}: no such folder."})
-    if manifest is None and not os.path.lexists(resolved / "manifest.yaml"):
-        raise ManifestMissing(resolved)
-    problems, _ = workspace_check(resolved, manifest_text=manifest)
-    if problems:
-        raise ValidationError({"path": [str(problem) for problem in problems]})
+def _existing_agent(project: Project, resolved: Path) -> Agent | None:
+    """The agent the folder already is (its copy, or an agent imported in place before copies
+    existed), or the project's agent copied from it, with a note."""
     existing = Agent.objects.filter(path=str(resolved)).first()
     if existing is not None:
         if existing.project_id != project.pk:
             raise ValidationError({"path": "This workspace belongs to another project."})
         return existing
+    copied = Agent.objects.filter(project=project, source_path=str(resolved)).order_by("pk").first()
+    if copied is not None:
+        copied.import_note = (f"{resolved} is already imported into {project.name} as agent {copied.name} "
+                              f"(its copy {copied.path}); nothing was copied again, and changes made to the "
+                              "folder since are not in the copy.")
+    return copied
+
+
+def _copy_target(slug: str) -> Path:
+    """A new empty folder DATA_DIR/agents/<slug>-<n>, n the first number free (made atomically)."""
+    folder = Path(settings.DATA_DIR) / "agents"
+    folder.mkdir(parents=True, exist_ok=True)
+    number = 1 + sum(1 for _ in folder.glob(f"{slug}-*"))
+    while True:
+        target = folder / f"{slug}-{number}"
+        try:
+            target.mkdir()
+        except FileExistsError:
+            number += 1
+            continue
+        return target
+
+
+def _import_warnings(copy: Path, *, inferred: ImportPreview | None, edited: bool,
+                     notes: list[Problem]) -> list[dict[str, str]]:
+    """What the import found, to show with the agent: the inferred manifest and its reasoning,
+    what was not copied, and each file Crucible will not use (a command agent's or an agent
+    class's own program may read any file, so none is listed for those)."""
+    warnings: list[dict[str, str]] = []
+    if inferred is not None:
+        how = ("as edited in its import preview" if edited
+               else "as Crucible inferred it from the folder's files")
+        warnings.append({"kind": "inferred", "path": "manifest.yaml", "message": (
+            f"the folder has no manifest.yaml: its copy has one, {how} (agent type, evolvable layers, "
+            "where the prompt is); check it in its files (Browse every file)")})
+        warnings += [{"kind": "inferred", "path": "manifest.yaml", "message": note}
+                     for note in inferred.notes]
+    warnings += [{"kind": "not_copied", "path": note.path, "message": note.message} for note in notes]
+    prompt_from = inferred.prompt_from if inferred is not None else None
+    warnings += [{"kind": "unused", "path": problem.path, "message": problem.message}
+                 for problem in files_unused(copy, prompt_from=prompt_from)]
+    return warnings
+
+
+def _agent_import(user: User, project: Project, path: str, name: str, *, manifest: str | None,
+                  infer: bool, trusted: bool, fresh_slug: str = "") -> Agent:
+    """`fresh_slug`: always a new copy named <slug>-<n> (never the existing agent), and when no
+    `name` is given the agent is called "<slug> agent <n>" ("demo agent 3")."""
+    access.require(user, access.OPERATOR, project)
+    resolved = server_path_check(path, trusted=trusted, what="workspace")
+    if not resolved.is_dir():
+        raise ValidationError({"path": f"{resolved}: no such folder."})
+    if not fresh_slug and (existing := _existing_agent(project, resolved)) is not None:
+        return existing
+    has_manifest = os.path.lexists(resolved / "manifest.yaml")
+    inferred = None
+    if not has_manifest:
+        if manifest is None and not infer:
+            raise ManifestMissing(resolved)
+        inferred = workspace_preview(resolved)
+    edited = inferred is not None and manifest is not None and manifest != inferred.manifest
+    if inferred is not None and manifest is None:
+        manifest = inferred.manifest
+    problems, _ = workspace_check(resolved, manifest_text=manifest)
+    if problems:
+        raise ValidationError({"path": [str(problem) for problem in problems]})
+    too_big = workspace_copy_problem(resolved)
+    if too_big:
+        raise ValidationError({"path": f"{resolved}: {too_big}. Nothing was copied."})
+    copy = _copy_target(fresh_slug or copy_slug(resolved))
     try:
-        workspace_import(resolved, manifest_text=manifest)
-    except WorkspaceInvalid as error:  # changed since it was checked
-        raise ValidationError({"path": [str(problem) for problem in error.problems]}) from None
-    manifest_read = workspace_manifest(resolved)
-    with transaction.atomic():
-        agent = Agent.objects.create(project=project,
-                                     name=(name or "").strip()[:NAME_MAX_LENGTH] or manifest_read.name,
-                                     path=str(resolved), agent_type=manifest_read.agent.type, created_by=user)
-        detail = " with the manifest of its import preview" if manifest is not None else ""
-        audit_record(user, "agent.import", project=project, target=f"{agent.name} {resolved}{detail}")
-        _agent_event(agent, "agent.imported", f"agent {agent.name} imported from {resolved}{detail}")
+        notes = workspace_copy(resolved, copy)
+        try:
+            workspace_import(copy, manifest_text=manifest)
+        except WorkspaceInvalid as error:  # changed since it was checked
+            raise ValidationError({"path": [str(problem) for problem in error.problems]}) from None
+        manifest_read = workspace_manifest(copy)
+        warnings = _import_warnings(copy, inferred=inferred, edited=edited, notes=notes)
+        with transaction.atomic():
+            name = (name or "").strip()[:NAME_MAX_LENGTH]
+            if fresh_slug and not name:
+                name = f"{fresh_slug} agent {copy.name.rsplit('-', 1)[1]}"
+            agent = Agent.objects.create(project=project, name=name or manifest_read.name,
+                                         path=str(copy), source_path=str(resolved),
+                                         agent_type=manifest_read.agent.type, import_warnings=warnings,
+                                         created_by=user)
+            detail = ""
+            if inferred is not None:
+                detail = " with the manifest of its import preview" + (", edited" if edited else "")
+            audit_record(user, "agent.import", project=project,
+                         target=f"{agent.name} {resolved} → {copy}{detail}")
+            _agent_event(agent, "agent.imported", f"agent {agent.name} imported from {resolved}{detail}")
+    except BaseException:
+        shutil.rmtree(copy, ignore_errors=True)
+        raise
     return agent
 
 
 def demo_agent_create(user: User, project: Project) -> Agent:
-    """A fresh copy of the offline demo workspace in the data dir, imported as an agent."""
-    access.require(user, access.OPERATOR, project)  # before anything is copied
-    folder = Path(settings.DATA_DIR) / "agents"
-    folder.mkdir(parents=True, exist_ok=True)
-    number = 1 + sum(1 for _ in folder.glob("demo-*"))
-    target = folder / f"demo-{number}"
-    while target.exists():
-        number += 1
-        target = folder / f"demo-{number}"
-    shutil.copytree(SEED_WORKSPACE, target, ignore=shutil.ignore_patterns("__pycache__"))
-    return agent_import(user, project, str(target), name=f"demo agent {number}", trusted=True)
+    """A fresh copy of the offline demo workspace in the data dir, imported as an agent (the
+    same copy as any import; every call makes a new one)."""
+    with _workspace_refusals():
+        return _agent_import(user, project, str(SEED_WORKSPACE), "", manifest=None, infer=False,
+                             trusted=True, fresh_slug="demo")
 
 
 def evolution_run_start(user: User, agent: Agent, *, benchmark: str = "demo",

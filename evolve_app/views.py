@@ -84,7 +84,15 @@ def agent_import(request: AuthedRequest) -> HttpResponse:
 
 
 def _imported(request: AuthedRequest, agent: Agent, project: Project) -> HttpResponse:
-    messages.success(request, f"Agent {agent.name} imported into {project.name}.")
+    if agent.import_note:
+        messages.info(request, agent.import_note)
+    else:
+        messages.success(request, f"Agent {agent.name} imported into {project.name}: a copy of "
+                                  f"{agent.source_path or agent.path}, which is never written.")
+        if agent.import_warnings:
+            count = len(agent.import_warnings)
+            messages.warning(request, f"{count} import warning{'s' if count != 1 else ''}: see “Import "
+                                      "warnings” below.")
     for warning in selectors.agent_manifest(agent)["manifest_warnings"]:
         messages.warning(request, f"warning: {warning}")
     return redirect("agent_detail", agent_id=agent.pk)
@@ -185,8 +193,11 @@ def _agent_page(request: AuthedRequest, agent: Agent, *, start_form: RunStartFor
         version["previous"] = before["tag"] if before else ""  # its "changes" link diffs from it
     tags = _rollback_tags(versions)
     runs = list(selectors.agent_runs(agent))
+    found = [entry for entry in agent.import_warnings or [] if isinstance(entry, dict)]
     return render(request, "evolve_app/agent_detail.html", {
         "agent": agent,
+        "import_inferred": [entry for entry in found if entry.get("kind") != "unused"],
+        "import_unused": [entry for entry in found if entry.get("kind") == "unused"],
         **selectors.agent_manifest(agent),
         "runs_as": selectors.agent_runs_as(agent),
         "versions": versions, "versions_error": logged["error"], "head": logged["head"],

@@ -30,12 +30,25 @@ What Crucible adds to upstream:
   Staging and restoring read and write raw bytes with dulwich's index primitives: no hook, no
   clean/smudge filter and no user or system git config ever runs or applies.
 
+* Import never writes into the user's folder: `workspace_copy` copies it (git history included)
+  into Crucible's data dir after `workspace_copy_problem` checked its size from lstat, and
+  `workspace_unused` lists every file no reader of Crucible reads, with the reason.
+
 The package: `validation` (the checks, and the manifest inferred for a folder without one), `files`
-(AgentWorkspace) and `snapshots` (git). The names below are its public face.
+(AgentWorkspace), `snapshots` (git) and `copies` (Crucible's copy, unused files). The names
+below are its public face.
 """
 
 from __future__ import annotations
 
+from evolve_app.workspace.copies import (
+    MAX_COPY_BYTES,
+    MAX_COPY_FILES,
+    copy_slug,
+    workspace_copy,
+    workspace_copy_problem,
+    workspace_unused,
+)
 from evolve_app.workspace.files import AgentWorkspace, _name
 from evolve_app.workspace.snapshots import (
     workspace_changed_paths,
@@ -78,13 +91,47 @@ from evolve_app.workspace.validation import (
 )
 
 __all__ = [
-    "A_EVOLVE_DEFAULTS", "CONTRACT_VERSION", "DEFAULT_AUTHOR", "DRAFTS_DIR", "EXCLUDED_DIR",
+    "A_EVOLVE_DEFAULTS",
+    "CONTRACT_VERSION",
+    "DEFAULT_AUTHOR",
+    "DRAFTS_DIR",
+    "EXCLUDED_DIR",
     "GENERATED_PROMPT",
-    "INFERRED_ENTRYPOINT", "LAYERS", "MAX_FILE_BYTES", "MAX_MEMORY_LINES", "MAX_WORKSPACE_BYTES",
-    "PAGE_FILE_CHARS", "PROMPT_CANDIDATES", "AgentSection", "AgentWorkspace", "ImportPreview", "Manifest",
-    "Problem", "WorkspaceError", "WorkspaceInvalid", "_name", "layer_file_problem", "manifest_warnings",
-    "skill_front_matter", "workspace_changed_paths", "workspace_changes", "workspace_check", "workspace_git",
-    "workspace_import", "workspace_manifest", "workspace_preview", "workspace_ref_and_tree",
-    "workspace_restore", "workspace_rollback", "workspace_size_problem", "workspace_snapshot",
+    "INFERRED_ENTRYPOINT",
+    "LAYERS",
+    "MAX_COPY_BYTES",
+    "MAX_COPY_FILES",
+    "MAX_FILE_BYTES",
+    "MAX_MEMORY_LINES",
+    "MAX_WORKSPACE_BYTES",
+    "PAGE_FILE_CHARS",
+    "PROMPT_CANDIDATES",
+    "AgentSection",
+    "AgentWorkspace",
+    "ImportPreview",
+    "Manifest",
+    "Problem",
+    "WorkspaceError",
+    "WorkspaceInvalid",
+    "_name",
+    "copy_slug",
+    "layer_file_problem",
+    "manifest_warnings",
+    "skill_front_matter",
+    "workspace_changed_paths",
+    "workspace_changes",
+    "workspace_check",
+    "workspace_copy",
+    "workspace_copy_problem",
+    "workspace_git",
+    "workspace_import",
+    "workspace_manifest",
+    "workspace_preview",
+    "workspace_ref_and_tree",
+    "workspace_restore",
+    "workspace_rollback",
+    "workspace_size_problem",
+    "workspace_snapshot",
+    "workspace_unused",
     "workspace_validate",
 ]

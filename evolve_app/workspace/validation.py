@@ -881,7 +881,8 @@ GENERATED_PROMPT = ("You are an agent whose knowledge lives in this workspace's 
 class ImportPreview:
     """What importing a folder would do. For a folder without manifest.yaml, `manifest` is the
     one Crucible infers (for the operator to confirm or edit) and `writes` the files a confirmed
-    import adds (manifest.yaml, and prompts/system.md when the prompt is elsewhere or missing);
+    import adds to Crucible's copy of the folder, never to the folder itself (manifest.yaml, and
+    prompts/system.md when the prompt is elsewhere or missing);
     `problems` would refuse the import even with that manifest, `warnings` would not. A folder
     with a manifest gets its own text, no writes, and its problems and warnings."""
 
@@ -893,6 +894,7 @@ class ImportPreview:
     notes: tuple[str, ...]
     problems: tuple[Problem, ...]
     warnings: tuple[Problem, ...]
+    unused: tuple[Problem, ...] = ()  # files Crucible will not use, with the reason (selectors fill it)
 
 
 @dataclass(frozen=True)
@@ -936,13 +938,14 @@ def _infer(root: Path) -> _Inferred:
             problems.extend(found)
         else:
             prompt = (root / prompt_from).read_bytes()
-        notes.append(f"The system prompt is {prompt_from}: the import copies it to prompts/system.md "
-                     f"(where the workspace contract keeps it); {prompt_from} stays as it is.")
+        notes.append(f"The system prompt is {prompt_from}: the import copies it to prompts/system.md in "
+                     f"Crucible's copy (where the workspace contract keeps it); {prompt_from} stays as it "
+                     "is.")
     else:
         prompt = GENERATED_PROMPT.encode()
         notes.append(f"No system prompt ({', '.join(PROMPT_CANDIDATES)}): the import writes a short "
-                     "prompts/system.md saying the agent works from its skills and memory; edit it "
-                     "afterwards.")
+                     "prompts/system.md into Crucible's copy saying the agent works from its skills and "
+                     "memory; edit it afterwards.")
     layers = ["prompts", "skills", "memory"] + (["tools"] if _plain_dir(root / "tools") else [])
     present = [layer for layer in LAYERS if _plain_dir(root / layer)]
     has = ", ".join(f"{layer}/" for layer in present) or "none of prompts/, skills/, memory/, tools/"
@@ -952,7 +955,7 @@ def _infer(root: Path) -> _Inferred:
                     if entry.name not in (*LAYERS, ".git", EXCLUDED_DIR) and entry.name != prompt_from)
     if others:
         shown = ", ".join(others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
-        notes.append(f"Other files ({shown}) are imported as they are; no engine may change them.")
+        notes.append(f"Other files ({shown}) are copied as they are; no engine may change them.")
     notes.append(f"Agent type reference: Crucible's reference LLM agent ({INFERRED_ENTRYPOINT}) over the "
                  "workspace's prompt, skills and memory; reload_strategy hot.")
     manifest = ("# Inferred by Crucible's import from the folder's files: check it, edit it if need be.\n"

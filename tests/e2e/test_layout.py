@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from evolve_app.services import demo_agent_create, evolution_run_execute, evolution_run_start
+from evolve_app.services import agent_import, demo_agent_create, evolution_run_execute, evolution_run_start
 from runtime_app import access
 from runtime_app.invitations import invitation_create, invitation_revoke
 from runtime_app.models import ProjectMembership, Receipt
 from runtime_app.services import repository_register
 from search_app.services import comment_add, search_start, spec_create
 from tests.e2e.test_dashboard_flow import SCREENSHOTS, log_in, shot
+from tests.evolve_app.helpers import files_write
+from tests.evolve_app.import_shapes import shape_make
 from tests.helpers import make_user
 from tests.search_app.fixtures import data_dir, finished  # noqa: F401 (fixtures)
 from tests.search_app.runs import frozen, spec_text
@@ -40,6 +42,11 @@ def layout_pages(personas, finished, data_dir, tmp_path):  # noqa: F811 (fixture
     run = evolution_run_execute(run.pk)
     assert run.status == "finished", run.reason
     waiting = evolution_run_start(personas.owner, agent, cycles=2, enqueue=False)
+    # An A-Evolve artifact without a manifest, with files Crucible will not use and long names.
+    artifact = shape_make(tmp_path / "a_very_long_folder_name_of_an_a_evolve_artifact_for_a_phone",
+                          "mcp_mh_opus46")
+    files_write(artifact, {".claude/skills/a-rather-long-claude-code-skill-name/references/notes.md": "x\n"})
+    imported = agent_import(personas.owner, personas.alpha, str(artifact), infer=True, trusted=True)
     running = frozen(personas, tmp_path, {"cand_001": 3}, repo_name="running", population=2, rounds=[2, 1])
     search_start(personas.owner, running, enqueue=False)
     # The home page's "Waiting for you" lists a thread that mentions its owner, with a long line.
@@ -55,6 +62,7 @@ def layout_pages(personas, finished, data_dir, tmp_path):  # noqa: F811 (fixture
         "candidate": f"/searches/{search.search_id}/candidates/{winner.candidate_id}/",
         "agent-list": "/agents/",
         "agent": f"/agents/{agent.pk}/",
+        "agent-imported": f"/agents/{imported.pk}/",
         "spec-editor": f"/searches/specs/{spec.pk}/",
         "account": "/account/",
         "password-change": "/account/password/",

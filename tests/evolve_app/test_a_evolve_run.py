@@ -367,7 +367,7 @@ def test_a_seed_as_shipped_without_a_model_or_a_key_is_refused_naming_what_is_mi
 def test_a_reference_agent_whose_preset_is_not_a_model_provider_is_refused(personas, roots, data_dir, keyed):
     folder = shape(roots, "arc")
     agent = services.agent_import(personas.member, personas.alpha, str(folder))
-    (folder / "manifest.yaml").write_text(manifest("agent_evolve.agents.arc.agent.ArcAgent",
+    (Path(agent.path) / "manifest.yaml").write_text(manifest("agent_evolve.agents.arc.agent.ArcAgent",
                                                    extra="  preset: command\n"))
     refused = start(personas.member, agent, "demo")
     assert refused.status_code == 400

@@ -1,9 +1,12 @@
 """Every shape A-Evolve ships — its eight seed workspaces and its evolved artifacts, made in tmp
 dirs — imports unchanged (a folder without a manifest through the import preview the operator
 confirms) and runs a cycle: the agent solves tasks against the loopback fake provider, the engine
-evolves, `evo-1` is made, and the workspace's HEAD and tree agree afterwards."""
+evolves, `evo-1` is made in Crucible's copy, the copy's HEAD and tree agree afterwards, and the
+user's folder is byte for byte as it was."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -67,17 +70,26 @@ def shape_build(parent, name: str):
 def test_every_shape_a_evolve_ships_imports_unchanged_and_runs_a_cycle(
         name, personas, roots, data_dir, keyed, monkeypatch):  # noqa: F811
     folder = shape_build(roots, name)
+    before = import_shapes.tree_snapshot(folder)
     preview = workspace_preview(folder)
     assert preview.problems == ()
     confirmed = None if preview.has_manifest else preview.manifest  # the operator confirms it as it is
     agent = services.agent_import(personas.member, personas.alpha, str(folder), manifest=confirmed)
+    copy = Path(agent.path)
+    assert agent.source_path == str(folder) and copy != folder
     if name == "arc-mas":  # kept, shown, never refused
-        assert [(w.line, "description" in w.message) for w in manifest_warnings(folder)] == [(2, True)]
+        assert [(w.line, "description" in w.message) for w in manifest_warnings(copy)] == [(2, True)]
+        unused = {entry["path"]: entry["message"] for entry in agent.import_warnings}
+        assert "A-Evolve's arc-mas seed lists in tools/<role>.yaml" in unused["tools/solver.yaml"]
+    if name == "mcp_mh_opus46":
+        unused = {entry["path"]: entry["message"] for entry in agent.import_warnings}
+        assert "an A-Evolve agent's own harness" in unused["harness.py"]
     run, fake = cycle_run(personas.member, agent, roots, monkeypatch)
     cycle = run.cycles.get()
     assert cycle.status != "failed", cycle.reason
     outputs = [o.agent_output for o in cycle.observations.all()]
     assert outputs == [ANSWER, ANSWER]
-    assert workspace_git(folder, ["tag", "--list", "evo-*"]).split() == [b"evo-0", b"evo-1"]
-    assert workspace_changes(folder, "HEAD") == []  # HEAD and the tree agree
+    assert workspace_git(copy, ["tag", "--list", "evo-*"]).split() == [b"evo-0", b"evo-1"]
+    assert workspace_changes(copy, "HEAD") == []  # HEAD and the tree agree
     assert fake.requests, "the agent never reached the model"
+    assert import_shapes.tree_snapshot(folder) == before  # the user's folder, byte for byte

@@ -52,13 +52,15 @@ def test_an_operator_imports_a_workspace_under_an_allowed_root_and_sees_it_liste
     assert created.status_code == 201, created.json()
     agent = created.json()
     assert (agent["name"], agent["project"], agent["agent_type"]) == ("mine", "alpha", "command")
-    assert git(roots / "seed", "tag") == "evo-0"
+    assert git(agent["path"], "tag") == "evo-0"  # in Crucible's copy
+    assert agent["source_path"] == str(roots / "seed") and not (roots / "seed/.git").exists()
     listed = member.get("/api/agents").json()
     assert [(a["id"], a["run_count"], a["latest_score"]) for a in listed] == [(agent["id"], 0, None)]
     assert bearer(personas.outsider).get("/api/agents").json() == []
     # A project may be named; importing the same folder again gives the same agent.
     again = post(member, "/api/agents/import", {"project": "alpha", "path": str(roots / "seed")})
     assert again.status_code == 201 and again.json()["id"] == agent["id"]
+    assert again.json()["note"].startswith(f"{roots / 'seed'} is already imported into alpha as agent mine")
     assert Agent.objects.count() == 1
 
 

@@ -20,6 +20,7 @@ from evolve_app.types import StepResult
 from runtime_app import access
 from runtime_app.models import ProjectMembership
 from runtime_app.selectors import page_url
+from tests.evolve_app.import_shapes import tree_snapshot
 from tests.helpers import REPO_ROOT, ctrl_c_reaches_it, subprocess_env
 from tests.search_app.fixtures import demo  # noqa: F401  (the admin user and the demo project)
 
@@ -122,11 +123,16 @@ def test_history_dates_its_versions_as_every_page_does_in_utc(demo_agent):
 def test_a_workspace_path_is_imported_and_run_in_one_command(demo, data_dir, tmp_path):  # noqa: F811
     folder = tmp_path / "my-agent"
     shutil.copytree(SEED_WORKSPACE, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    before = tree_snapshot(folder)
     done = evolve("run", str(folder), "--cycles", "1", "--json")
     assert done.returncode == 0, done.stderr
-    agent = Agent.objects.get(path=str(folder))
+    agent = Agent.objects.get(source_path=str(folder))
     assert json.loads(done.stdout)["agent_id"] == agent.pk and agent.project == demo
-    assert git(folder, "tag").split() == ["evo-0", "evo-1", "pre-evo-1"]
+    assert git(agent.path, "tag").split() == ["evo-0", "evo-1", "pre-evo-1"]
+    assert tree_snapshot(folder) == before  # the runs happen in Crucible's copy
+    again = evolve("run", str(folder), "--cycles", "1", "--json")  # the same agent, its second run
+    assert again.returncode == 0, again.stderr
+    assert Agent.objects.get().pk == agent.pk and git(agent.path, "tag").split()[-1] == "pre-evo-2"
 
 
 class QuietEngine(EvolutionEngine):

@@ -29,7 +29,6 @@ from evolve_app import aevolve, dropin, services
 from evolve_app.benchmarks import JsonlBenchmark
 from evolve_app.demo import SEED_WORKSPACE
 from evolve_app.engines import TextbookEngine
-from evolve_app.loop import EvolveConfig as CrucibleConfig
 from evolve_app.models import Agent, Cycle, EvolutionRun
 from runtime_app import sandbox
 from tests.evolve_app.helpers import files_write
@@ -177,17 +176,11 @@ def test_the_config_is_read_from_a_evolves_yaml_a_dict_or_nothing(tmp_path):
         dropin.config_read(42)
 
 
-def test_a_setting_this_crucibles_loop_lacks_is_refused_unless_dropping_it_changes_nothing():
-    mapped = dropin.config_map(EvolveConfig(evolve_memory=False, trajectory_only=True))
-    known = CrucibleConfig.model_fields
-    if "evolve_layers" in known and "trajectory_only" in known:
-        config, _ = dropin.crucible_config(mapped, ["prompts", "skills", "memory"])
-        assert config.trajectory_only is True  # type: ignore[attr-defined]
-        return
-    with pytest.raises(ValueError, match="evolve_"):
-        dropin.crucible_config(mapped, ["prompts", "skills", "memory"])
-    config, warnings = dropin.crucible_config(dropin.config_map(EvolveConfig()), ["skills", "memory"])
-    assert config.batch_size == 10 and any("convergence" in w for w in warnings)
+def test_the_layer_gates_and_trajectory_only_become_crucible_s_settings():
+    config, warnings = dropin.crucible_config(dropin.config_map(EvolveConfig(evolve_memory=False,
+                                                                             trajectory_only=True)))
+    assert config.trajectory_only is True and config.evolve_layers == ["prompts", "skills"]
+    assert config.convergence == "a-evolve" and warnings == []
 
 
 # ------------------------------------------------------------------ the agent, benchmark and engine

@@ -56,6 +56,8 @@ def test_the_api_previews_a_folder_without_a_manifest_and_imports_it_with_that_m
     assert (body["has_manifest"], body["prompt_from"], body["writes"], body["problems"]) == (
         False, "prompt.md", ["manifest.yaml", "prompts/system.md"], [])
     assert yaml.safe_load(body["manifest"])["agent"]["type"] == "reference"
+    assert [entry.split(": ", 1)[0] for entry in body["unused"]] == ["prompt.md"]
+    assert "the system prompt the import copied to prompts/system.md" in body["unused"][0]
     assert tree_snapshot(root) == before
 
     edited = body["manifest"].replace("reload_strategy: hot", "reload_strategy: warm")
@@ -69,8 +71,39 @@ def test_the_api_previews_a_folder_without_a_manifest_and_imports_it_with_that_m
     assert created.status_code == 201, created.json()
     assert (created.json()["name"], created.json()["agent_type"], created.json()["warnings"]) == (
         "tb2_clawcode_opus46", "reference", [])
-    assert (root / "prompts/system.md").read_text() == (root / "prompt.md").read_text()
-    assert git(root, "tag") == "evo-0"
+    copy = Path(created.json()["path"])
+    assert created.json()["source_path"] == str(root) and copy != root
+    assert (copy / "prompts/system.md").read_text() == (root / "prompt.md").read_text()
+    assert (copy / "manifest.yaml").read_text() == body["manifest"]
+    assert git(copy, "tag") == "evo-0"
+    assert tree_snapshot(root) == before  # the folder is never written
+    assert any(w.startswith("manifest.yaml: the folder has no manifest.yaml")
+               and "as Crucible inferred it" in w for w in created.json()["import_warnings"])
+    assert any(w.startswith("prompt.md: not used: the system prompt the import copied to prompts/system.md")
+               for w in created.json()["import_warnings"])
+
+
+def test_the_api_imports_with_the_inferred_manifest_when_asked_and_shows_it_as_warnings(personas, roots):
+    member = bearer(personas.member)
+    root = shape_make(roots, "mcp_mh_opus46")
+    before = tree_snapshot(root)
+    created = post(member, "/api/agents", {"project": "alpha", "path": str(root), "infer": True})
+    assert created.status_code == 201, created.json()
+    body = created.json()
+    assert body["source_path"] == str(root) and tree_snapshot(root) == before
+    assert yaml.safe_load((Path(body["path"]) / "manifest.yaml").read_text())["evolvable_layers"] == [
+        "prompts", "skills", "memory", "tools"]
+    warnings = body["import_warnings"]
+    assert "manifest.yaml: the folder has no manifest.yaml: its copy has one, as Crucible inferred it" in \
+        warnings[0]
+    assert any(w.startswith("harness.py: not used: an A-Evolve agent's own harness") for w in warnings)
+    assert any(w.startswith("REPORT.md: not used: a report or results") for w in warnings)
+    assert any(w.startswith("results.json: not used: a report or results") for w in warnings)
+    shown = post(member, "/api/agents/import", {"project": "alpha", "path": str(root), "infer": True})
+    assert shown.status_code == 201 and shown.json()["id"] == body["id"]  # the same agent, with a note
+    assert "is already imported into alpha" in shown.json()["note"] and Agent.objects.count() == 1
+    detail = bearer(personas.member).get(f"/api/agents/{body['id']}")
+    assert detail.json()["import_warnings"] == warnings
 
 
 def test_the_api_imports_a_manifest_with_unknown_keys_and_returns_them_as_warnings(personas, roots):
@@ -105,7 +138,7 @@ def test_an_oversized_skill_is_refused_naming_the_limit(personas, roots):
     assert refused.status_code == 400
     assert any(p.startswith("skills/code-search/SKILL.md: 100.0 MiB, over the limit of 4.0 MiB per file "
                             "(MAX_FILE_BYTES)") for p in refused.json()["errors"]["path"])
-    assert not (root / ".git").exists()
+    assert not (root / ".git").exists() and not Agent.objects.exists()
 
 
 # ------------------------------------------------------------------------------------- the pages
@@ -136,12 +169,19 @@ def test_the_import_form_leads_a_folder_without_a_manifest_to_its_preview_then_i
                      "starts here", text_of(broken))
     assert tree_snapshot(root) == before and not Agent.objects.exists()
 
+    assert "harness.py</code> not used: an A-Evolve agent's own harness" in text  # listed before import
+
     done = client.post("/agents/import/preview/", {**form, "manifest": manifest.replace("\n", "\r\n")})
     agent = Agent.objects.get()
     assert done.status_code == 302 and done["Location"] == f"/agents/{agent.pk}/"
     assert agent.name == "mcp" and agent.agent_type == "reference"
-    assert (root / "manifest.yaml").read_text() == manifest  # the browser's CRLF undone
-    assert git(root, "tag") == "evo-0"
+    assert (Path(agent.path) / "manifest.yaml").read_text() == manifest  # the browser's CRLF undone
+    assert git(agent.path, "tag") == "evo-0"
+    assert tree_snapshot(root) == before and agent.source_path == str(root)
+    page = text_of(client.get(f"/agents/{agent.pk}/"))
+    assert 'id="import-warnings"' in page and "as Crucible inferred it from the folder's files" in page
+    assert "harness.py</code> not used: an A-Evolve agent's own harness" in page
+    assert f"Crucible's copy of <code class=\"path\">{root}</code>" in page
 
 
 def test_the_preview_page_is_for_operators_of_the_project_and_folders_under_the_roots(personas, roots):
@@ -161,11 +201,16 @@ def test_an_import_with_unknown_keys_shows_them_as_warnings_after_the_import_and
     response = client.post("/agents/import/", {"project": personas.alpha.pk, "path": str(root), "name": ""},
                            follow=True)
     text = text_of(response)
-    assert response.status_code == 200 and "Agent arc-mas imported into alpha." in text
+    assert response.status_code == 200
+    assert f"Agent arc-mas imported into alpha: a copy of {root}, which is never written." in text
     assert '<li class="warning">warning: manifest.yaml:4:1: unknown key \'description\'' in text
     again = text_of(client.get(f"/agents/{Agent.objects.get().pk}/"))
     assert "Kept in manifest.yaml but not used by Crucible" in re.sub(r"</?code>", "", again)
     assert "warning: manifest.yaml:4:1: unknown key 'description'" in again
+    twice = text_of(client.post("/agents/import/", {"project": personas.alpha.pk, "path": str(root),
+                                                    "name": ""}, follow=True))
+    assert f"{root} is already imported into alpha as agent arc-mas" in twice
+    assert Agent.objects.count() == 1
 
 
 # ------------------------------------------------------------------------------ big files in pages
@@ -246,18 +291,31 @@ def test_the_cli_prints_the_preview_and_imports_only_when_told(demo, data_dir, t
     draft.write_text(shown.stdout.replace("name: tb2_clawcode_opus46", "name: claw"))
     done = evolve("import", str(root), "--manifest", str(draft))
     assert done.returncode == 0, done.stderr
-    assert Agent.objects.get().name == "claw" and (root / "manifest.yaml").read_text() == draft.read_text()
+    agent = Agent.objects.get()
+    assert agent.name == "claw" and (Path(agent.path) / "manifest.yaml").read_text() == draft.read_text()
+    assert tree_snapshot(root) == before
+    assert "warning: manifest.yaml: the folder has no manifest.yaml: its copy has one, as edited in its " \
+           "import preview" in done.stderr
 
 
 def test_the_cli_accepts_the_inferred_manifest_and_prints_warnings(demo, data_dir, tmp_path):  # noqa: F811
     root = shape_make(tmp_path, "osworld")
-    done = evolve("import", str(root), "--accept-inferred")
+    before = tree_snapshot(root)
+    done = evolve("import", str(root), "--accept-inferred", "--json")
     assert done.returncode == 0, done.stderr
-    assert "imported without a system prompt" in (root / "prompts/system.md").read_text()
+    body = json.loads(done.stdout)
+    assert "imported without a system prompt" in (Path(body["path"]) / "prompts/system.md").read_text()
+    assert tree_snapshot(root) == before and body["source_path"] == str(root)
+    assert body["import_warnings"][0].startswith("manifest.yaml: the folder has no manifest.yaml")
+    assert any(line.startswith("warning: manifest.yaml: No system prompt")
+               for line in done.stderr.splitlines())
     arc = seed_folder(tmp_path, "arc-mas", ARC_MAS)
     warned = evolve("import", str(arc))
     assert warned.returncode == 0, warned.stderr
-    assert warned.stderr.splitlines() == [
+    assert warned.stderr.splitlines()[-1] == (
         "warning: manifest.yaml:4:1: unknown key 'description' in the manifest, kept but not used by "
-        "Crucible (known keys: name, version, contract_version, agent, evolvable_layers, reload_strategy)"]
+        "Crucible (known keys: name, version, contract_version, agent, evolvable_layers, reload_strategy)")
     assert Agent.objects.count() == 2
+    again = evolve("import", str(arc))
+    assert again.returncode == 0 and Agent.objects.count() == 2
+    assert again.stderr.startswith(f"note: {arc} is already imported into demo as agent arc-mas")

@@ -23,11 +23,16 @@ Exit codes: 0 done (a run that finished or waits for review), 1 refused, a run t
 cancelled, or an error, each reported as one line (an import's workspace problems as one
 `file:line: message` line each); 130 when interrupted (the run is cancelled first).
 
+Import copies the folder into Crucible's data dir (its git history too) and imports the copy:
+the folder itself is never written; `path` is the copy, `copied from` the folder. Importing a
+folder already imported into the project prints its agent and a `note:` line; nothing is copied.
 Importing a folder without manifest.yaml prints the manifest Crucible infers on standard output
-(so `> m.yaml` saves it to edit) and what a confirmed import would write on standard error, and
-exits 1; `--accept-inferred` imports with it as it is, `--manifest FILE` with an edited one.
-Manifest keys Crucible keeps but does not use are printed as `warning: file:line:col: message`
-lines on standard error; they never refuse an import.
+(so `> m.yaml` saves it to edit) and what a confirmed import would write into the copy on
+standard error, and exits 1; `--accept-inferred` imports with it as it is, `--manifest FILE` with
+an edited one. What the import found (the inferred manifest and its reasoning, each file
+Crucible will not use with the reason) and manifest keys Crucible keeps but does not use are
+printed as `warning: ...` lines on standard error (and in --json: `import_warnings`,
+`warnings`); they never refuse an import.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from evolve_app.engines import EngineError, engine_check
 from evolve_app.models import Cycle, EvolutionRun
 from evolve_app.selectors import (
     agent_for_user,
+    agent_import_warnings,
     agent_manifest,
     agent_report,
     agent_summary,
@@ -197,12 +203,10 @@ class Command(CrucibleCommand):
         manifest = self._manifest_read(manifest_file) if manifest_file else None
         try:
             try:
-                return agent_import(user, project, path, name, manifest=manifest, trusted=True)
+                return agent_import(user, project, path, name, manifest=manifest, infer=accept_inferred,
+                                    trusted=True)
             except ManifestMissing:
-                if not accept_inferred:
-                    self._preview_print(user, project, path, as_json=as_json)
-                manifest = self._preview(user, project, path).manifest
-                return agent_import(user, project, path, name, manifest=manifest, trusted=True)
+                self._preview_print(user, project, path, as_json=as_json)
         except ValidationError as error:
             problems = error.message_dict.get("path", []) if hasattr(error, "error_dict") else []
             if len(problems) > 1 or (manifest is not None and problems):  # each `file:line: message`
@@ -234,28 +238,43 @@ class Command(CrucibleCommand):
                         "prompt_from": preview.prompt_from, "writes": list(preview.writes),
                         "notes": list(preview.notes),
                         "problems": [str(p) for p in preview.problems],
-                        "warnings": [str(w) for w in preview.warnings]})
+                        "warnings": [str(w) for w in preview.warnings],
+                        "unused": [str(u) for u in preview.unused]})
         else:
             self.stdout.write(preview.manifest, ending="")
         lines = [f"{preview.path} has no manifest.yaml; above is the one Crucible infers from its files."]
         lines += [f"note: {note}" for note in preview.notes]
         lines += [f"warning: {warning}" for warning in preview.warnings]
+        lines += [f"warning: {entry}" for entry in preview.unused]
         lines += [f"problem: {problem}" for problem in preview.problems]
-        lines.append(f"Importing it writes {' and '.join(preview.writes)} into the folder. Nothing was "
+        lines.append(f"Importing it copies the folder and writes {' and '.join(preview.writes)} into "
+                     "Crucible's copy; the folder itself is never written. Nothing was "
                      "imported: run again with --accept-inferred to import with this manifest, or save it "
                      "(evolve import PATH > manifest-draft.yaml), edit it and pass --manifest FILE.")
         self.fail(lines)
 
     def _warnings_print(self, agent: Any) -> None:
+        """On standard error: the note of a folder already imported, or what the import found
+        (the manifest it inferred and why, files Crucible will not use), then manifest keys kept
+        but not used; one `warning: ...` line each."""
+        if agent.import_note:
+            self.stderr.write(printable(f"note: {agent.import_note}"), style_func=lambda text: text)
+        else:
+            for warning in agent_import_warnings(agent):
+                self.stderr.write(printable(f"warning: {warning}"), style_func=lambda text: text)
         for warning in agent_manifest(agent)["manifest_warnings"]:
             self.stderr.write(printable(f"warning: {warning}"), style_func=lambda text: text)
 
     def _agent_print(self, agent: Any, *, as_json: bool) -> None:
         if as_json:
-            self.json_write(agent_summary(agent))
+            self.json_write({**agent_summary(agent), "note": agent.import_note,
+                             "warnings": [str(w) for w in agent_manifest(agent)["manifest_warnings"]]})
             return
-        for label, value in (("agent id", agent.pk), ("name", agent.name), ("project", agent.project.name),
-                             ("path", agent.path)):
+        rows = [("agent id", agent.pk), ("name", agent.name), ("project", agent.project.name),
+                ("path", agent.path)]
+        if agent.source_path:
+            rows.append(("copied from", f"{agent.source_path} (never written)"))
+        for label, value in rows:
             self.stdout.write(printable(f"{label:<9} {value}"))
 
     # --- run ------------------------------------------------------------------------------
