@@ -4,7 +4,6 @@ evolution. Views, API, CLI and tasks all come through here."""
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import os
 import re
@@ -724,32 +723,4 @@ def script_agent_import(user: User, project: Project, source: Path, name: str = 
     the data dir (never written into the user's folder), made once and used again by later runs
     of the same folder (as A-Evolve reuses its work_dir copy). A folder without manifest.yaml gets
     the manifest Crucible infers, written into the copy only."""
-    source = source.expanduser().resolve()
-    existing = Agent.objects.filter(project=project, source_path=str(source)).order_by("-pk").first()
-    if existing is not None and Path(existing.path).is_dir():
-        return existing
-    if "infer" in inspect.signature(agent_import).parameters:  # the import copies by itself
-        made: Agent = agent_import(user, project, str(source), name, trusted=True, infer=True)  # type: ignore[call-arg]
-        return made
-    access.require(user, access.OPERATOR, project)
-    folder = Path(settings.DATA_DIR) / "agents"
-    folder.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", source.name).strip("-.") or "agent"
-    number = 1
-    while (folder / f"{slug}-{number}").exists():
-        number += 1
-    target = folder / f"{slug}-{number}"
-    try:
-        shutil.copytree(source, target, symlinks=True,
-                        ignore=shutil.ignore_patterns(".git", "evolution", "__pycache__"))
-    except OSError as error:
-        raise ValidationError({"path": f"{source} could not be copied: {error}"}) from None
-    manifest = None if os.path.lexists(target / "manifest.yaml") else workspace_preview(target).manifest
-    try:
-        agent = agent_import(user, project, str(target), name, manifest=manifest, trusted=True)
-    except Exception:
-        shutil.rmtree(target, ignore_errors=True)
-        raise
-    Agent.objects.filter(pk=agent.pk).update(source_path=str(source))
-    agent.source_path = str(source)
-    return agent
+    return agent_import(user, project, str(source.expanduser().resolve()), name, trusted=True, infer=True)

@@ -400,8 +400,9 @@ def test_an_engine_that_evaluates_on_its_own_gets_no_batch_and_uses_the_trial_ru
     result = Evolver(agent, ScriptedBenchmark(), {}, engine=OwnEvaluation()).run(cycles=3)
     cycle = result.cycles[0]
     assert result.stopped and len(result.cycles) == 1  # StepResult.stop, as HEAD
-    assert OwnEvaluation.seen == [0] and getattr(agent, "solved", []) == []  # the loop solved nothing
-    assert cycle.score is None and cycle.engine_metadata["tried"] == ["units/001", "dates-001"]
+    assert OwnEvaluation.seen == [0] and cycle.engine_metadata["tried"] == ["units/001", "dates-001"]
+    # The loop solved nothing: the agent solved only what the engine's trials gave it.
+    assert agent.solved == ["units/001", "dates-001"] and cycle.score is None
     assert (root / "evolution" / "observations" / "batch_0001.jsonl").read_text() == ""
     assert lines(root / "evolution" / "history.jsonl")[0]["score"] == 0.0  # A-Evolve's number in its file
 
