@@ -53,6 +53,8 @@ from evolve_app.engines.registry import (
     engine_choices,
     engine_get,
     engine_names,
+    engine_resolve,
+    upstream_paths_register,
 )
 from evolve_app.engines.search import SearchEngine, _layer_files, search_winner, workspace_delta
 from evolve_app.engines.skillforge import SkillForgeEngine
@@ -64,12 +66,16 @@ builtins_register({"textbook": TextbookEngine, "skillforge": SkillForgeEngine,
 
 # A-Evolve's engines through the adapter (offered when the a-evolve extra is installed): the module
 # builds on the classes above and adds its engines to ENGINES, so it is registered last.
-from evolve_app import aevolve  # noqa: E402, F401
+from evolve_app import aevolve  # noqa: E402
+
+# A-Evolve's engine classes named by their own dotted paths are these adapters (a lookup).
+upstream_paths_register(aevolve.AEVOLVE_ENGINES)
 
 __all__ = [
     "ENGINES", "LLM_KINDS", "RESERVED_OPTIONS", "SIZE_KNOBS", "AdaptiveEvolutionEngine",
     "AdaptiveSkillEngine", "EngineError", "EvolutionEngine", "GuidedSynthesisEngine", "SearchEngine",
     "SkillForgeEngine", "TextbookEngine", "_layer_files", "cycle_end_call", "cycle_end_takes_score",
-    "detail_signature", "engine_check", "engine_choices", "engine_get", "engine_names", "intervention_size",
+    "detail_signature", "engine_check", "engine_choices", "engine_get", "engine_names", "engine_resolve",
+    "intervention_size",
     "observations_filter", "search_winner", "skill_categories", "workspace_delta",
 ]

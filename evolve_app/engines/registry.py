@@ -22,6 +22,9 @@ from evolve_app.extensions import (
 ENGINES: dict[str, type[EvolutionEngine]] = {}
 # A built-in named by its dotted path is the built-in: found by lookup, not imported.
 _BUILTIN_PATHS: dict[str, str] = {}
+# A-Evolve's own engine classes by their dotted paths -> the built-in that adapts each (found by
+# lookup: their constructors want an EvolveConfig and an LLM, which a run's options never give).
+_UPSTREAM_PATHS: dict[str, str] = {}
 RESERVED_OPTIONS = ("trusted",)  # set by the runtime from where the run was started
 _SETTABLE = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
@@ -34,6 +37,30 @@ def builtins_register(engines: Mapping[str, type[EvolutionEngine]], public_modul
         for module in {cls.__module__, public_module}:
             for sep in (".", ":"):
                 _BUILTIN_PATHS[f"{module}{sep}{cls.__name__}"] = name
+
+
+def upstream_paths_register(engines: Mapping[str, type[EvolutionEngine]]) -> None:
+    """Add the A-Evolve classes the built-ins `engines` adapt (their `upstream_path`), by the paths
+    a user writes them: where each lives (`…skillforge.engine.AEvolveEngine`) and where its package
+    exports it (`…skillforge.AEvolveEngine`), with `.` or `:` before the class."""
+    for name, cls in engines.items():
+        path = str(getattr(cls, "upstream_path", "") or "")
+        module, _, attribute = path.rpartition(".")
+        if not module:
+            continue
+        for where in {module, module.removesuffix(".engine")}:
+            for sep in (".", ":"):
+                _UPSTREAM_PATHS[f"{where}{sep}{attribute}"] = name
+
+
+def engine_resolve(name: str) -> tuple[str, str]:
+    """(the engine a run records, a note saying why it is not the name given): an A-Evolve engine
+    class named by its dotted path is Crucible's adapter of it; any other name is itself."""
+    builtin = _UPSTREAM_PATHS.get(name)
+    if builtin is None:
+        return name, ""
+    return builtin, (f"{name} runs as {builtin}: A-Evolve's own engine, adapted (its model calls go "
+                     "through Crucible's model settings and receipts, its bash into the sandbox)")
 
 
 def engine_names() -> list[str]:
@@ -74,7 +101,7 @@ def engine_choices() -> list[tuple[str, str]]:
 
 
 def _builtin(name: str) -> str | None:
-    return name if name in ENGINES else _BUILTIN_PATHS.get(name)
+    return name if name in ENGINES else _BUILTIN_PATHS.get(name) or _UPSTREAM_PATHS.get(name)
 
 
 def _value_check(engine: str, key: str, value: Any, default: Any) -> None:
@@ -138,8 +165,45 @@ def engine_check(name: str, options: Mapping[str, Any] | None = None, *, trusted
     elif is_dotted(name):
         if not dotted_allowed(name, trusted=trusted):
             raise EngineError(dotted_refusal("engine", name, engine_names()))
+        _dotted_check(name, options)
     else:
         raise EngineError(f"unknown engine {name!r}: use one of {', '.join(engine_names())}")
+
+
+def _dotted_check(name: str, options: Mapping[str, Any]) -> None:
+    """A dotted path the caller may name: imported (as its worker would) to read what its
+    constructor needs, never called. Refused when it is not an engine class or factory, or when its
+    constructor needs arguments the run's options do not give, or takes none of the options given."""
+    try:
+        value = dotted_load(name, EngineError)
+    except EngineError as error:
+        raise EngineError(f"engine {name!r} cannot be loaded: {error}") from None
+    except Exception as error:  # the module's own failure to import
+        raise EngineError(f"engine {name!r} cannot be loaded: {type(error).__name__}: {error}") from None
+    if isinstance(value, type) and not callable(getattr(value, "step", None)):
+        raise EngineError(f"{name!r} is not an evolution engine (its class has no step())")
+    if not callable(value):
+        raise EngineError(f"{name!r} is not an evolution engine class or factory")
+    try:
+        parameters = inspect.signature(value).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): its worker finds out
+        return
+    given = set(options)
+    positional_only = [key for key, p in parameters.items()
+                       if p.kind is inspect.Parameter.POSITIONAL_ONLY and p.default is p.empty]
+    missing = positional_only + [key for key, p in parameters.items() if p.kind in _SETTABLE
+                                 and p.default is p.empty and key not in given]
+    if missing:
+        shown = f"{getattr(value, '__name__', name)}{inspect.signature(value)}"
+        raise EngineError(f"engine {name} needs {', '.join(missing)}, which the run's options do not give "
+                          f"(its constructor: {shown}); nothing was made. A worker makes an engine with "
+                          "the run's engine options as keyword arguments only")
+    takes = {key for key, p in parameters.items() if p.kind in _SETTABLE}
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        unknown = sorted(given - takes)
+        if unknown:
+            raise EngineError(f"engine {name} has no option {', '.join(map(repr, unknown))}; its options: "
+                              f"{', '.join(sorted(takes)) or 'none'}")
 
 
 def engine_get(name: str, *, trusted: bool = False, **options: Any) -> EvolutionEngine:
