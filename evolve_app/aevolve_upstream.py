@@ -33,7 +33,8 @@ from agent_evolve.algorithms.skillforge.tools import BASH_TOOL_SPEC
 from agent_evolve.config import EvolveConfig
 from agent_evolve.llm.base import LLMMessage, LLMProvider, LLMResponse
 
-from evolve_app.benchmarks import feedback_down, task_down
+from evolve_app import benchmarks
+from evolve_app.benchmarks import feedback_down
 from evolve_app.types import Feedback, Observation, Task, Trajectory
 from evolve_app.workspace.files import AgentWorkspace, _name
 from evolve_app.workspace.validation import DRAFTS_DIR, WorkspaceError, skill_front_matter
@@ -48,6 +49,14 @@ _T = TypeVar("_T")
 
 def task_up(task: Task) -> ae.Task:
     return ae.Task(id=task.task_id, input=task.input, metadata={**task.metadata, "category": task.category})
+
+
+def task_down(task: ae.Task) -> Task:
+    """A-Evolve's Task as Crucible's (benchmarks.task_down), its category moved out of the metadata
+    (task_up puts it back), so a round trip gives the same task."""
+    made = benchmarks.task_down(task)
+    metadata = {key: value for key, value in made.metadata.items() if key != "category"}
+    return Task(made.task_id, made.input, made.category, metadata)
 
 
 def trajectory_up(trajectory: Trajectory) -> ae.Trajectory:

@@ -17,6 +17,14 @@ Built-ins:
 - `JsonlBenchmark(path)`: one JSON object per line, `{"task_id", "input", "expected", "split",
   "category", "match"}`, judged in process by the `match` rule (MATCH_RULES).
 
+Any other benchmark with `get_tasks`/`evaluate` — an A-Evolve `BenchmarkAdapter` subclass, or one
+written to its shape — is wrapped by `benchmark_adapt` (UpstreamBenchmark): its tasks become
+Crucible's Tasks, `evaluate` gets back the task object it gave and A-Evolve's Trajectory, and its
+Feedback becomes Crucible's (`raw` kept; a score that is not a number from 0 to 1, or an
+exception, is a failed verdict with the reason). A-Evolve's registry keys (AEVOLVE_BENCHMARKS:
+`swe-verified`, `mcp-atlas`, `terminal2` ...) name its classes, refused at request, naming what
+the host lacks (Docker, a dataset, a server, a key, the module), until the host has it.
+
 A benchmark may need something of the host (`requires`, e.g. `docker`): a task folder says so
 in `<root>/benchmark.yaml` (`requires: [docker]`), an adapter class in its `requires`
 attribute. A requirement is `docker` (the docker command and a daemon: DOCKER_HOST or
@@ -30,10 +38,10 @@ nothing; `benchmark_get(spec, trusted=...)` checks the same and makes it (in a w
 CLI). A spec is a name registered in the `crucible.benchmarks` entry point group (`demo`,
 `task-folder`, `jsonl` are built in), `name:argument` (the factory called with the argument,
 e.g. `jsonl:/path/tasks.jsonl`; `folder:` is `task-folder:`; a built-in's path must lie under
-CRUCIBLE_REPO_ROOTS unless trusted), or — from the CLI, or when CRUCIBLE_ALLOWED_EXTENSIONS
-lists it — a dotted path (`package.module:name` or `package.module.name`) to a
-BenchmarkAdapter subclass or instance, or to a function marked `@benchmark_factory`, never to
-any other callable.
+CRUCIBLE_REPO_ROOTS unless trusted), an A-Evolve registry key, or — from the CLI, or when
+CRUCIBLE_ALLOWED_EXTENSIONS lists it — a dotted path (`package.module:name` or
+`package.module.name`) to a BenchmarkAdapter subclass or instance (Crucible's or A-Evolve's), or
+to a function marked `@benchmark_factory`, never to any other callable.
 """
 
 from __future__ import annotations
@@ -529,7 +537,7 @@ class UpstreamBenchmark(BenchmarkAdapter):
         self.spec = spec or type(inner).__name__
         self.name = str(getattr(inner, "name", "") or type(inner).__name__)
         self.requires = tuple(getattr(inner, "requires", ()) or ())
-        self._given: dict[str, Any] = {}  # task id -> the task object the benchmark gave
+        self._given: dict[str, tuple[Any, Task]] = {}  # task id -> (the object it gave, as Crucible's)
 
     def __getattr__(self, name: str) -> Any:  # the wrapped benchmark's own attributes (its options)
         if name == "inner":
@@ -547,19 +555,22 @@ class UpstreamBenchmark(BenchmarkAdapter):
         tasks = []
         for value in list(given):
             task = task_down(value)
-            self._given[task.task_id] = value
+            self._given[task.task_id] = (value, task)
             tasks.append(task)
         return _limited(tasks, limit)
 
     def _as_given(self, task: Task, trajectory: Trajectory) -> tuple[Any, Any]:
-        """The task and trajectory in the benchmark's own types."""
-        original = self._given.get(task.task_id, task)
-        if isinstance(original, Task):
-            return original, trajectory
+        """The task and trajectory in the benchmark's own types: the task object it gave for this
+        task (else one made from it), A-Evolve's Trajectory unless it gave Crucible's Task."""
+        original, made = self._given.get(task.task_id, (None, None))
+        if made != task:  # a task it did not give (or gave differently since): made from ours
+            original = None
+        if isinstance(original, Task) or (original is None and not _is_upstream_class(type(self.inner))):
+            return original or task, trajectory
         upstream = _upstream_module()
         if upstream is None:  # written to A-Evolve's shape without the package: Crucible's types
-            return original, trajectory
-        return original, upstream.trajectory_up(trajectory)
+            return original or task, trajectory
+        return original or upstream.task_up(task), upstream.trajectory_up(trajectory)
 
     def evaluate(self, task: Task, trajectory: Trajectory) -> Feedback:
         failed = _agent_failed(trajectory)

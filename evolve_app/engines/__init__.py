@@ -54,7 +54,6 @@ from evolve_app.engines.registry import (
     engine_get,
     engine_names,
     engine_resolve,
-    upstream_paths_register,
 )
 from evolve_app.engines.search import SearchEngine, _layer_files, search_winner, workspace_delta
 from evolve_app.engines.skillforge import SkillForgeEngine
@@ -66,10 +65,7 @@ builtins_register({"textbook": TextbookEngine, "skillforge": SkillForgeEngine,
 
 # A-Evolve's engines through the adapter (offered when the a-evolve extra is installed): the module
 # builds on the classes above and adds its engines to ENGINES, so it is registered last.
-from evolve_app import aevolve  # noqa: E402
-
-# A-Evolve's engine classes named by their own dotted paths are these adapters (a lookup).
-upstream_paths_register(aevolve.AEVOLVE_ENGINES)
+from evolve_app import aevolve  # noqa: E402, F401
 
 __all__ = [
     "ENGINES", "LLM_KINDS", "RESERVED_OPTIONS", "SIZE_KNOBS", "AdaptiveEvolutionEngine",

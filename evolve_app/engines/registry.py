@@ -1,5 +1,8 @@
 """Engines by name: the built-ins (ENGINES), the entry points of `crucible.engines`, or a dotted
-path where the caller may give one; checked without importing, constructing or calling anything."""
+path where the caller may give one; checked without importing, constructing or calling anything.
+A-Evolve's own engine classes by their dotted paths are the built-ins that adapt them
+(engine_resolve); another dotted path's constructor is read from its source, so one that needs
+what the run's options do not give is refused when the run is asked for, not in the worker."""
 
 from __future__ import annotations
 
@@ -27,9 +30,6 @@ from evolve_app.extensions import (
 ENGINES: dict[str, type[EvolutionEngine]] = {}
 # A built-in named by its dotted path is the built-in: found by lookup, not imported.
 _BUILTIN_PATHS: dict[str, str] = {}
-# A-Evolve's own engine classes by their dotted paths -> the built-in that adapts each (found by
-# lookup: their constructors want an EvolveConfig and an LLM, which a run's options never give).
-_UPSTREAM_PATHS: dict[str, str] = {}
 RESERVED_OPTIONS = ("trusted",)  # set by the runtime from where the run was started
 _SETTABLE = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
@@ -44,24 +44,24 @@ def builtins_register(engines: Mapping[str, type[EvolutionEngine]], public_modul
                 _BUILTIN_PATHS[f"{module}{sep}{cls.__name__}"] = name
 
 
-def upstream_paths_register(engines: Mapping[str, type[EvolutionEngine]]) -> None:
-    """Add the A-Evolve classes the built-ins `engines` adapt (their `upstream_path`), by the paths
-    a user writes them: where each lives (`…skillforge.engine.AEvolveEngine`) and where its package
-    exports it (`…skillforge.AEvolveEngine`), with `.` or `:` before the class."""
-    for name, cls in engines.items():
-        path = str(getattr(cls, "upstream_path", "") or "")
-        module, _, attribute = path.rpartition(".")
-        if not module:
-            continue
-        for where in {module, module.removesuffix(".engine")}:
+def upstream_paths() -> dict[str, str]:
+    """A-Evolve's own engine classes by their dotted paths -> the built-in that adapts each (its
+    `upstream_path`), as a user writes them: where each lives (`…skillforge.engine.AEvolveEngine`)
+    and where its package exports it (`…skillforge.AEvolveEngine`), `.` or `:` before the class.
+    A lookup: their constructors want an EvolveConfig and an LLM, which a run's options never give."""
+    paths = {}
+    for name, cls in ENGINES.items():
+        module, _, attribute = str(getattr(cls, "upstream_path", "") or "").rpartition(".")
+        for where in {module, module.removesuffix(".engine")} if module else ():
             for sep in (".", ":"):
-                _UPSTREAM_PATHS[f"{where}{sep}{attribute}"] = name
+                paths[f"{where}{sep}{attribute}"] = name
+    return paths
 
 
 def engine_resolve(name: str) -> tuple[str, str]:
     """(the engine a run records, a note saying why it is not the name given): an A-Evolve engine
     class named by its dotted path is Crucible's adapter of it; any other name is itself."""
-    builtin = _UPSTREAM_PATHS.get(name)
+    builtin = upstream_paths().get(name)
     if builtin is None:
         return name, ""
     return builtin, (f"{name} runs as {builtin}: A-Evolve's own engine, adapted (its model calls go "
@@ -106,7 +106,7 @@ def engine_choices() -> list[tuple[str, str]]:
 
 
 def _builtin(name: str) -> str | None:
-    return name if name in ENGINES else _BUILTIN_PATHS.get(name) or _UPSTREAM_PATHS.get(name)
+    return name if name in ENGINES else _BUILTIN_PATHS.get(name) or upstream_paths().get(name)
 
 
 def _value_check(engine: str, key: str, value: Any, default: Any) -> None:
@@ -155,9 +155,10 @@ def engine_check(name: str, options: Mapping[str, Any] | None = None, *, trusted
     """Raise EngineError unless `name` is an engine this caller may name, with options it takes.
 
     A name lookup and signature checks only: nothing is imported, constructed or called. A
-    built-in's options are checked in full; an entry point's or a dotted path's are its own,
-    checked when a worker makes it. A dotted path needs `trusted` (the CLI) or its exact
-    spelling in CRUCIBLE_ALLOWED_EXTENSIONS."""
+    built-in's options are checked in full (A-Evolve's engine classes by their dotted paths are
+    built-ins: engine_resolve); an entry point's are its own, checked when a worker makes it. A
+    dotted path needs `trusted` (the CLI) or its exact spelling in CRUCIBLE_ALLOWED_EXTENSIONS; its
+    constructor, read from its source, must need nothing the options do not give."""
     options = dict(options or {})
     reserved = [key for key in options if key in RESERVED_OPTIONS]
     if reserved:

@@ -51,7 +51,8 @@ class EchoBench(UpstreamAdapter):
         return tasks[:limit]
 
     def evaluate(self, task: AeTask, trajectory: AeTrajectory) -> AeFeedback:
-        SEEN.append((type(task).__name__, type(trajectory).__name__, task.id))
+        SEEN.append((f"{type(task).__module__}.{type(task).__name__}",
+                     f"{type(trajectory).__module__}.{type(trajectory).__name__}", task.id))
         assert isinstance(trajectory.conversation, list) and trajectory.task_id == task.id
         assert trajectory.output.strip() == f"{task.metadata['n'] * 1.8 + 32:g}", trajectory.output
         good = task.metadata["n"] != 2
@@ -101,7 +102,8 @@ def test_an_a_evolve_benchmark_instance_runs_a_cycle_with_its_types_converted_bo
         ("train-1", "units", 1), ("train-2", "units", 2), ("train-3", "units", 3)]
     assert all(isinstance(t, Task) for t in tasks)
     # evaluate got A-Evolve's own Task objects back, and A-Evolve's Trajectory
-    assert {(task, trajectory) for task, trajectory, _ in SEEN} == {("Task", "Trajectory")}
+    assert {(task, trajectory) for task, trajectory, _ in SEEN} == {
+        ("agent_evolve.types.Task", "agent_evolve.types.Trajectory")}
     scores = {o.task.task_id: (o.feedback.success, o.feedback.score, getattr(o.feedback, "raw", None))
               for o in cycle.observations}
     assert scores["train-2"][:2] == (False, 0.25) and scores["train-2"][2]["n"] == 2
@@ -113,7 +115,8 @@ def test_the_trial_runner_converts_an_a_evolve_benchmark_s_tasks_too(personas, t
     Evolver(root, EchoBench(), {"batch_size": 1}, engine="textbook").run(cycles=1)
     trial = TrialRunner(root, benchmark_adapt(EchoBench()), 2)
     tasks = trial.get_tasks("holdout", 2)
-    assert [t.task_id for t in tasks] == ["holdout-1", "holdout-2"] and all(isinstance(t, Task) for t in tasks)
+    assert [t.task_id for t in tasks] == ["holdout-1", "holdout-2"]
+    assert all(isinstance(t, Task) for t in tasks)
     observations = trial.run_tasks(tasks)
     assert [o.feedback.detail for o in observations] == ["checked holdout-1", "checked holdout-2"]
 
@@ -127,8 +130,10 @@ def test_a_verdict_out_of_range_not_a_number_or_an_exception_is_a_failed_observa
     assert said["c"][:2] == (False, 0.0) and "nan, not a number" in said["c"][2]
     assert said["d"] == (False, 0.0, "benchmark odd gave score -0.1, outside 0 to 1: odd")
     assert said["e"] == (False, 0.0, "benchmark odd gave score True, not a number: odd")
-    assert said["boom"] == (False, 0.0, "the benchmark could not evaluate it: RuntimeError: the judge is down")
-    assert said["none"] == (False, 0.0, "benchmark odd gave NoneType, not a Feedback (success, score, detail)")
+    assert said["boom"] == (False, 0.0,
+                            "the benchmark could not evaluate it: RuntimeError: the judge is down")
+    assert said["none"] == (False, 0.0,
+                            "benchmark odd gave NoneType, not a Feedback (success, score, detail)")
 
 
 def test_a_cycle_s_error_handler_takes_a_evolve_tasks_and_tasks_without_an_id():
@@ -151,6 +156,16 @@ def test_an_agent_that_failed_is_not_shown_to_the_upstream_benchmark():
     task = wrapped.get_tasks("train", 1)[0]
     feedback = wrapped.evaluate(task, Trajectory(task.task_id, error="TimeoutError: too slow"))
     assert (feedback.success, feedback.score) == (False, 0.0) and "too slow" in feedback.detail and not SEEN
+
+
+def test_a_task_the_benchmark_did_not_give_reaches_it_in_its_own_types():
+    SEEN.clear()
+    wrapped = benchmark_adapt(EchoBench())
+    made_here = Task("train-7", "Convert 7 degrees Celsius to Fahrenheit.", "units", {"n": 7})
+    feedback = wrapped.evaluate(made_here, Trajectory("train-7", output="44.6"))
+    assert SEEN == [("agent_evolve.types.Task", "agent_evolve.types.Trajectory", "train-7")]
+    assert feedback.score == 1.0
+    assert getattr(feedback, "raw", None) == {"n": 7, "output": "44.6"}
 
 
 def test_a_dotted_path_to_an_a_evolve_subclass_is_a_benchmark_and_a_plain_object_is_refused():
@@ -214,8 +229,8 @@ def test_key(monkeypatch):
         ("tests.evolve_app.test_benchmarks_upstream.EchoBench",),
         (Need("docker", "its tasks run in containers"),), "a test benchmark"))
     has = {"docker": True}
-    monkeypatch.setattr(benchmarks, "host_has",
-                        lambda requirement: has["docker"] if requirement == "docker" else REAL_HOST_HAS(requirement))
+    monkeypatch.setattr(benchmarks, "host_has", lambda requirement: has["docker"] if requirement == "docker"
+                        else REAL_HOST_HAS(requirement))
     return has
 
 
@@ -224,9 +239,9 @@ def test_a_key_whose_requirements_are_met_resolves_to_its_class_wrapped(test_key
     made = benchmark_get("echo-bench")
     assert isinstance(made, UpstreamBenchmark) and isinstance(made.inner, EchoBench)
     test_key["docker"] = False
-    with pytest.raises(BenchmarkError, match=r"echo-bench \(a test benchmark\) cannot run on this host, which "
-                                             r"lacks Docker \(the docker command and a daemon that answers\) — "
-                                             r"its tasks run in containers"):
+    with pytest.raises(BenchmarkError, match=(
+            r"echo-bench \(a test benchmark\) cannot run on this host, which lacks Docker \(the docker "
+            r"command and a daemon that answers\) — its tasks run in containers")):
         benchmark_get("echo-bench")
 
 
@@ -259,9 +274,10 @@ def offered_now(name: str) -> str:
 
 
 def test_the_cli_refuses_a_key_at_once_with_exit_1_and_no_run(personas, demo_agent, settings):
-    done = subprocess.run([sys.executable, "manage.py", "evolve", "run", str(demo_agent.pk), "--cycles", "1",
-                           "--benchmark", "hle", "--json", "--user", "owner"], cwd=REPO_ROOT, capture_output=True, text=True,
-                          env=subprocess_env(CRUCIBLE_DATA_DIR=str(settings.DATA_DIR)), timeout=300)
+    command = [sys.executable, "manage.py", "evolve", "run", str(demo_agent.pk), "--cycles", "1",
+               "--benchmark", "hle", "--json", "--user", "owner"]
+    env = subprocess_env(CRUCIBLE_DATA_DIR=str(settings.DATA_DIR))
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 1, done.stdout
     assert "benchmark hle (A-Evolve's Humanity's Last Exam) cannot run on this host" in done.stderr
     assert "the module agent_evolve.benchmarks.hle" in done.stderr

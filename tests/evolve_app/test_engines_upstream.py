@@ -47,8 +47,9 @@ class Inherits(NeedsConfig):
 
 
 def evolve(settings, *args: str) -> subprocess.CompletedProcess:
+    env = subprocess_env(CRUCIBLE_DATA_DIR=str(settings.DATA_DIR))
     return subprocess.run([sys.executable, "manage.py", "evolve", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, env=subprocess_env(CRUCIBLE_DATA_DIR=str(settings.DATA_DIR)), timeout=300)
+                          text=True, timeout=300, env=env)
 
 
 @pytest.mark.parametrize("path", sorted(UPSTREAM))
@@ -93,7 +94,8 @@ def test_an_inherited_constructor_is_read_from_the_source_without_importing_it(t
     (package / "engines.py").write_text(
         "from agent_evolve.algorithms.skillforge import AEvolveEngine\n\n\n"
         "class Mine(AEvolveEngine):\n    pass\n\n\n"
-        "class Free:\n    def __init__(self, *, depth: int = 2):\n        pass\n\n    def step(self):\n        pass\n")
+        "class Free:\n    def __init__(self, *, depth: int = 2):\n        pass\n\n"
+        "    def step(self):\n        pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(EngineError, match=rf"engine {name}.engines.Mine needs config, which the run's"):
         engine_check(f"{name}.engines.Mine", trusted=True)
@@ -103,10 +105,12 @@ def test_an_inherited_constructor_is_read_from_the_source_without_importing_it(t
     assert name not in sys.modules
 
 
-def test_the_api_refuses_an_allowed_class_whose_constructor_needs_more_with_a_400(personas, demo_agent, settings):
+def test_the_api_refuses_an_allowed_class_whose_constructor_needs_more_with_a_400(
+        personas, demo_agent, settings):
     path = "tests.evolve_app.test_engines_upstream.Inherits"
     settings.CONFIG = dataclasses.replace(settings.CONFIG, allowed_extensions=(path,))
-    response = post(bearer(personas.member), f"/api/agents/{demo_agent.pk}/runs", {"cycles": 1, "engine": path})
+    response = post(bearer(personas.member), f"/api/agents/{demo_agent.pk}/runs",
+                    {"cycles": 1, "engine": path})
     assert response.status_code == 400
     assert response.json()["errors"]["engine"] == [
         f"engine {path} needs config, which the run's options do not give; nothing was made. A worker makes "
