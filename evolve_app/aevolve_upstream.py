@@ -33,6 +33,8 @@ from agent_evolve.algorithms.skillforge.tools import BASH_TOOL_SPEC
 from agent_evolve.config import EvolveConfig
 from agent_evolve.llm.base import LLMMessage, LLMProvider, LLMResponse
 
+from evolve_app import benchmarks
+from evolve_app.benchmarks import feedback_down
 from evolve_app.types import Feedback, Observation, Task, Trajectory
 from evolve_app.workspace.files import AgentWorkspace, _name
 from evolve_app.workspace.validation import DRAFTS_DIR, WorkspaceError, skill_front_matter
@@ -50,35 +52,45 @@ def task_up(task: Task) -> ae.Task:
 
 
 def task_down(task: ae.Task) -> Task:
-    metadata = dict(task.metadata or {})
-    category = metadata.pop("category", "")
-    return Task(str(task.id), str(task.input), category if isinstance(category, str) else "", metadata)
+    """A-Evolve's Task as Crucible's (benchmarks.task_down), its category moved out of the metadata
+    (task_up puts it back), so a round trip gives the same task."""
+    made = benchmarks.task_down(task)
+    metadata = {key: value for key, value in made.metadata.items() if key != "category"}
+    return Task(made.task_id, made.input, made.category, metadata)
+
+
+def trajectory_up(trajectory: Trajectory) -> ae.Trajectory:
+    """Crucible's Trajectory as A-Evolve's: task_id, output (the error, if the agent failed), steps
+    (the error as a last step) and conversation (Crucible's, where its Trajectory has one)."""
+    steps = list(trajectory.steps)
+    if trajectory.error:
+        steps.append({"error": trajectory.error})
+    conversation = getattr(trajectory, "conversation", None)
+    conversation = list(conversation) if isinstance(conversation, list) else []
+    return ae.Trajectory(task_id=trajectory.task_id, output=trajectory.output or trajectory.error,
+                         steps=steps, conversation=conversation)
 
 
 def observation_up(observation: Observation) -> ae.Observation:
     trajectory = observation.trajectory
-    steps = list(trajectory.steps)
-    if trajectory.error:
-        steps.append({"error": trajectory.error})
-    upstream = ae.Trajectory(task_id=trajectory.task_id, output=trajectory.output or trajectory.error,
-                             steps=steps, conversation=list(trajectory.conversation))
+    upstream = trajectory_up(trajectory)
     proposal = next((step["skill_proposal"] for step in trajectory.steps if isinstance(step, dict)
                      and isinstance(step.get("skill_proposal"), str)), "")
     if proposal:
         # What Guided Synthesis reads from a solver (getattr): upstream's Trajectory does not declare it.
         upstream._skill_proposal = proposal  # type: ignore[attr-defined]
     feedback = observation.feedback
+    raw = getattr(feedback, "raw", None)
     return ae.Observation(task_up(observation.task), upstream,
                           ae.Feedback(success=feedback.success, score=feedback.score, detail=feedback.detail,
-                                      raw=dict(feedback.raw)))
+                                      raw=dict(raw) if isinstance(raw, dict) else {}))
 
 
 def observation_down(observation: ae.Observation) -> tuple[Trajectory, Feedback]:
-    trajectory, feedback = observation.trajectory, observation.feedback
+    trajectory = observation.trajectory
     return (Trajectory(trajectory.task_id, trajectory.output, list(trajectory.steps),
                        conversation=list(getattr(trajectory, "conversation", None) or [])),
-            Feedback(bool(feedback.success), float(feedback.score), feedback.detail,
-                     raw=dict(getattr(feedback, "raw", None) or {})))
+            feedback_down(observation.feedback))
 
 
 def record_of(seed: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,14 @@ Built-ins:
 - `JsonlBenchmark(path)`: one JSON object per line, `{"task_id", "input", "expected", "split",
   "category", "match"}`, judged in process by the `match` rule (MATCH_RULES).
 
+Any other benchmark with `get_tasks`/`evaluate` — an A-Evolve `BenchmarkAdapter` subclass, or one
+written to its shape — is wrapped by `benchmark_adapt` (UpstreamBenchmark): its tasks become
+Crucible's Tasks, `evaluate` gets back the task object it gave and A-Evolve's Trajectory, and its
+Feedback becomes Crucible's (`raw` kept; a score that is not a number from 0 to 1, or an
+exception, is a failed verdict with the reason). A-Evolve's registry keys (AEVOLVE_BENCHMARKS:
+`swe-verified`, `mcp-atlas`, `terminal2` ...) name its classes, refused at request, naming what
+the host lacks (Docker, a dataset, a server, a key, the module), until the host has it.
+
 A benchmark may need something of the host (`requires`, e.g. `docker`): a task folder says so
 in `<root>/benchmark.yaml` (`requires: [docker]`), an adapter class in its `requires`
 attribute. A requirement is `docker` (the docker command and a daemon: DOCKER_HOST or
@@ -30,21 +38,28 @@ nothing; `benchmark_get(spec, trusted=...)` checks the same and makes it (in a w
 CLI). A spec is a name registered in the `crucible.benchmarks` entry point group (`demo`,
 `task-folder`, `jsonl` are built in), `name:argument` (the factory called with the argument,
 e.g. `jsonl:/path/tasks.jsonl`; `folder:` is `task-folder:`; a built-in's path must lie under
-CRUCIBLE_REPO_ROOTS unless trusted), or — from the CLI, or when CRUCIBLE_ALLOWED_EXTENSIONS
-lists it — a dotted path (`package.module:name` or `package.module.name`) to a
-BenchmarkAdapter subclass or instance, or to a function marked `@benchmark_factory`, never to
-any other callable.
+CRUCIBLE_REPO_ROOTS unless trusted), an A-Evolve registry key, or — from the CLI, or when
+CRUCIBLE_ALLOWED_EXTENSIONS lists it — a dotted path (`package.module:name` or
+`package.module.name`) to a BenchmarkAdapter subclass or instance (Crucible's or A-Evolve's), or
+to a function marked `@benchmark_factory`, never to any other callable.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import importlib.util
 import json
 import math
+import numbers
 import os
 import re
 import shutil
+import socket
+import sys
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,13 +110,78 @@ class BenchmarkAdapter:
         raise NotImplementedError
 
 
+DOCKER_SOCKET = Path("/var/run/docker.sock")
+PROBE_SECONDS = 1.0  # how long a socket may take to answer whether a daemon or server is there
+
+
+def _answers(family: int, address: Any) -> bool:
+    """Does something accept a connection at `address` (a unix socket path or (host, port))?"""
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.settimeout(PROBE_SECONDS)
+            probe.connect(address)
+        return True
+    except OSError:
+        return False
+
+
+def _module_file_exists(dotted: str) -> bool:
+    """Is there a source file or package for module `dotted`? Found from its top-level package's
+    folder, so nothing is imported (find_spec of a submodule would import its parents)."""
+    top, *rest = dotted.split(".")
+    try:
+        spec = importlib.util.find_spec(top) if top not in sys.modules else sys.modules[top].__spec__
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    if not rest:
+        return True
+    for folder in spec.submodule_search_locations or []:
+        base = Path(folder).joinpath(*rest[:-1])
+        if (base / f"{rest[-1]}.py").is_file() or (base / rest[-1] / "__init__.py").is_file():
+            return True
+    return False
+
+
 def host_has(requirement: str) -> bool:
-    """Does this host have `requirement`: `docker` (its command and a daemon to talk to), else a
-    program of that name on PATH."""
+    """Does this host have `requirement`? Nothing is imported or started to find out.
+
+    `docker`: the docker command and a daemon that answers (DOCKER_HOST, or a connection to
+    /var/run/docker.sock); `python:NAME`: an installed top-level package; `module:a.b.c`: that
+    module's file; `env:A|B`: one of these environment variables set; `path-env:A|B`: one of them
+    naming a folder that exists; `server:HOST:PORT`: something accepting connections there; any
+    other name: a program on PATH."""
+    kind, _, what = requirement.partition(":")
     if requirement == "docker":
         return bool(shutil.which("docker")) and bool(
-            os.environ.get("DOCKER_HOST") or Path("/var/run/docker.sock").is_socket())
+            os.environ.get("DOCKER_HOST") or (DOCKER_SOCKET.is_socket()
+                                              and _answers(socket.AF_UNIX, str(DOCKER_SOCKET))))
+    if kind == "python":
+        return _module_file_exists(what) and "." not in what
+    if kind == "module":
+        return _module_file_exists(what)
+    if kind == "env":
+        return any(os.environ.get(name, "").strip() for name in what.split("|"))
+    if kind == "path-env":
+        return any(os.environ.get(name, "").strip() and Path(os.environ[name]).expanduser().is_dir()
+                   for name in what.split("|"))
+    if kind == "server":
+        host, _, port = what.rpartition(":")
+        return port.isdigit() and _answers(socket.AF_INET, (host or "localhost", int(port)))
     return bool(shutil.which(requirement))
+
+
+def requirement_words(requirement: str) -> str:
+    """What a requirement (see host_has) is, in words for a refusal or a choice."""
+    kind, _, what = requirement.partition(":")
+    names = " or ".join(what.split("|"))
+    if requirement == "docker":
+        return "Docker (the docker command and a daemon that answers)"
+    return {"python": f"the Python package {what}", "module": f"the module {what}",
+            "env": f"the environment variable {names}",
+            "path-env": f"a local dataset folder named by {names}",
+            "server": f"a server at {what}"}.get(kind, requirement)
 
 
 def requirements_check(spec: str, requires: Any) -> None:
@@ -383,6 +463,242 @@ class JsonlBenchmark(BenchmarkAdapter):
         return Feedback(False, 0.0, f"the output does not match ({rule}): got {got}{wanted}")
 
 
+# ------------------------------------------------------------------ any BenchmarkAdapter, wrapped
+
+AEVOLVE_PACKAGE = "agent_evolve"
+
+
+def task_down(value: Any) -> Task:
+    """`value` as Crucible's Task: itself, or one made from an object with A-Evolve's `id`,
+    `input` and `metadata` (a `task_id` is taken for `id`; the metadata's `category`, if text, is
+    the category, and stays in the metadata). Raises BenchmarkError for anything without an id."""
+    if isinstance(value, Task):
+        return value
+    ident = getattr(value, "id", None)
+    ident = getattr(value, "task_id", None) if ident is None else ident
+    if ident is None or isinstance(ident, (dict, list)) or str(ident).strip() == "":
+        raise BenchmarkError(f"a task of type {type(value).__name__} has no id")
+    metadata = getattr(value, "metadata", None)
+    metadata = dict(metadata) if isinstance(metadata, dict) else {}
+    category = metadata.get("category", "")
+    text = getattr(value, "input", "")
+    return Task(id=str(ident), input=text if isinstance(text, str) else json.dumps(text, default=str),
+                category=category if isinstance(category, str) else "", metadata=metadata)
+
+
+def feedback_down(value: Any, where: str = "the benchmark") -> Feedback:
+    """A benchmark's verdict as Crucible's Feedback: `success`, `score` (a finite number from 0 to
+    1), `detail` and `raw` (kept). Anything else is a failed verdict that says why, never an error."""
+    score = getattr(value, "score", None)
+    raw = getattr(value, "raw", None)
+    raw = dict(raw) if isinstance(raw, dict) else {}
+    detail = getattr(value, "detail", "")
+    detail = detail if isinstance(detail, str) else str(detail)
+    if value is None or not hasattr(value, "score") or not hasattr(value, "success"):
+        return feedback_make(False, 0.0, f"{where} gave {type(value).__name__}, not a Feedback "
+                                         "(success, score, detail)", raw)
+    if isinstance(score, bool) or not isinstance(score, numbers.Real) or not math.isfinite(float(score)):
+        why = f"{where} gave score {score!r}, not a number: {detail}"
+        return feedback_make(False, 0.0, why[:DETAIL_CHARS], raw)
+    if not 0.0 <= float(score) <= 1.0:
+        return feedback_make(False, 0.0, f"{where} gave score {float(score):g}, outside 0 to 1: "
+                                         f"{detail}"[:DETAIL_CHARS], raw)
+    return feedback_make(bool(getattr(value, "success", False)), float(score), detail, raw)
+
+
+def feedback_make(success: bool, score: float, detail: str, raw: dict[str, Any] | None = None) -> Feedback:
+    """Crucible's Feedback with `raw` kept: as its field where Feedback has one, else carried as an
+    attribute (read it with getattr(feedback, "raw", {}))."""
+    raw = raw or {}
+    if "raw" in {f.name for f in dataclasses.fields(Feedback)}:
+        return Feedback(success, score, detail, raw=raw)  # type: ignore[call-arg]  # the field another branch adds
+    made = Feedback(success, score, detail)
+    object.__setattr__(made, "raw", raw)  # frozen: set the way its own __init__ sets fields
+    return made
+
+
+def _upstream_module() -> Any:
+    """evolve_app.aevolve_upstream (A-Evolve's types and the conversions), or None without a-evolve."""
+    if importlib.util.find_spec(AEVOLVE_PACKAGE) is None:
+        return None
+    return importlib.import_module("evolve_app.aevolve_upstream")
+
+
+class UpstreamBenchmark(BenchmarkAdapter):
+    """Any benchmark with `get_tasks`/`evaluate` (an A-Evolve BenchmarkAdapter subclass, or one
+    written to its shape), converted both ways: its tasks become Crucible's Tasks; `evaluate` gets
+    back the task object it gave and, for a task that was not Crucible's, A-Evolve's Trajectory
+    (task_id, output, steps, conversation); its Feedback becomes Crucible's, `raw` kept. A score
+    outside 0 to 1, one that is not a number, or an exception is a failed verdict with the
+    reason. An agent that did not finish fails without asking the benchmark."""
+
+    def __init__(self, inner: Any, spec: str = "") -> None:
+        self.inner = inner
+        self.spec = spec or type(inner).__name__
+        self.name = str(getattr(inner, "name", "") or type(inner).__name__)
+        self.requires = tuple(getattr(inner, "requires", ()) or ())
+        self._given: dict[str, tuple[Any, Task]] = {}  # task id -> (the object it gave, as Crucible's)
+
+    def __getattr__(self, name: str) -> Any:  # the wrapped benchmark's own attributes (its options)
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def get_tasks(self, split: str = "train", limit: int | None = 10) -> list[Task]:
+        try:
+            given = self.inner.get_tasks(split, limit)
+        except Exception as error:  # its own failure (a dataset it cannot load): said, by name
+            raise BenchmarkError(f"benchmark {self.spec} could not give {split} tasks: "
+                                 f"{type(error).__name__}: {error}") from error
+        if given is None:
+            return []
+        tasks = []
+        for value in list(given):
+            task = task_down(value)
+            self._given[task.task_id] = (value, task)
+            tasks.append(task)
+        return _limited(tasks, limit)
+
+    def _as_given(self, task: Task, trajectory: Trajectory) -> tuple[Any, Any]:
+        """The task and trajectory in the benchmark's own types: the task object it gave for this
+        task (else one made from it), A-Evolve's Trajectory unless it gave Crucible's Task."""
+        original, made = self._given.get(task.task_id, (None, None))
+        if made != task:  # a task it did not give (or gave differently since): made from ours
+            original = None
+        if isinstance(original, Task) or (original is None and not _is_upstream_class(type(self.inner))):
+            return original or task, trajectory
+        upstream = _upstream_module()
+        if upstream is None:  # written to A-Evolve's shape without the package: Crucible's types
+            return original or task, trajectory
+        return original or upstream.task_up(task), upstream.trajectory_up(trajectory)
+
+    def evaluate(self, task: Task, trajectory: Trajectory) -> Feedback:
+        failed = _agent_failed(trajectory)
+        if failed is not None:
+            return failed
+        try:
+            given_task, given_trajectory = self._as_given(task, trajectory)
+            verdict = self.inner.evaluate(given_task, given_trajectory)
+        except Exception as error:
+            return feedback_make(False, 0.0, f"the benchmark could not evaluate it: {type(error).__name__}: "
+                                             f"{error}"[:DETAIL_CHARS])
+        return feedback_down(verdict, f"benchmark {self.spec}")
+
+
+def benchmark_adapt(value: Any, spec: str = "") -> BenchmarkAdapter:
+    """A benchmark the loop can use: Crucible's adapters as they are; anything else with
+    `get_tasks` and `evaluate` (an A-Evolve BenchmarkAdapter, or one written to its shape) wrapped
+    in UpstreamBenchmark. Raises BenchmarkError, with the reason, for anything else."""
+    if isinstance(value, BenchmarkAdapter):
+        return value
+    named = spec or type(value).__name__
+    if isinstance(value, type):
+        raise BenchmarkError(f"benchmark {named!r} is a class, not a benchmark: make one first")
+    if not (callable(getattr(value, "get_tasks", None)) and callable(getattr(value, "evaluate", None))):
+        raise BenchmarkError(f"benchmark {named!r} gave {type(value).__name__}, which has no "
+                             "get_tasks/evaluate")
+    return UpstreamBenchmark(value, named)
+
+
+# ------------------------------------------------------------------ A-Evolve's registry keys
+
+
+@dataclass(frozen=True)
+class Need:
+    """One thing an A-Evolve benchmark needs of the host: a requirement (see host_has) and why."""
+
+    requirement: str
+    why: str
+
+
+@dataclass(frozen=True)
+class UpstreamKey:
+    """An A-Evolve registry key: where its class is (the first path whose module this a-evolve
+    ships) and what the class needs to run, read from its source."""
+
+    paths: tuple[str, ...]
+    needs: tuple[Need, ...]
+    what: str
+
+
+_SWE_NEEDS = (
+    Need("python:swebench", "the SWE-bench harness that builds each task's test spec and grades it"),
+    Need("python:datasets", "HuggingFace datasets, to load SWE-bench Verified"),
+    Need("docker", "each task's repository is set up, run and graded in its own container"),
+)
+_TB2_NEEDS = (
+    Need("docker", "each challenge and its test.sh run in the challenge's container"),
+    Need("path-env:TB2_CHALLENGES_DIR", "the Terminal-Bench 2.0 challenges (eval.yaml, compose.yaml, "
+                                         "tests), fetched by the package's tb2/download_challenges.sh"),
+)
+_ARC_NEEDS = (
+    Need("python:arc_agi", "the ARC Prize arcade toolkit the games are played through"),
+)
+# A-Evolve's `_BENCHMARK_REGISTRY` (api.py: 0.1.0, and the keys its GitHub HEAD adds), each with
+# what its class needs, read from its source.
+AEVOLVE_BENCHMARKS: dict[str, UpstreamKey] = {
+    "swe-verified": UpstreamKey(("agent_evolve.benchmarks.swe_verified.SweVerifiedBenchmark",), _SWE_NEEDS,
+                                "A-Evolve's SWE-bench Verified"),
+    "mcp-atlas": UpstreamKey(("agent_evolve.benchmarks.mcp_atlas.McpAtlasBenchmark",), (
+        Need("python:datasets", "HuggingFace datasets, to load ScaleAI/MCP-Atlas"),
+        Need("python:litellm", "the LLM judge that scores each claim (LiteLLM, its default)"),
+        Need("env:EVAL_LLM_API_KEY|LLM_API_KEY", "the judge's API key (without it every claim is scored "
+                                                  "not fulfilled)"),
+        Need("server:localhost:1984", "the MCP-Atlas tool server its agent's tools call (started from its "
+                                      "Docker image)"),
+    ), "A-Evolve's MCP-Atlas"),
+    # Listed by 0.1.0 and HEAD alike, shipped by neither: only its module can be named as missing.
+    "hle": UpstreamKey(("agent_evolve.benchmarks.hle.HleBenchmark",), (), "A-Evolve's Humanity's Last Exam"),
+    "terminal2": UpstreamKey(("agent_evolve.benchmarks.terminal2.Terminal2Benchmark",
+                              "agent_evolve.benchmarks.tb2.terminal2.Terminal2Benchmark"), _TB2_NEEDS,
+                             "A-Evolve's Terminal-Bench 2.0"),
+    "terminal-bench": UpstreamKey(("agent_evolve.benchmarks.terminal2.Terminal2Benchmark",
+                                   "agent_evolve.benchmarks.tb2.terminal2.Terminal2Benchmark"), _TB2_NEEDS,
+                                  "A-Evolve's Terminal-Bench 2.0"),
+    "skill-bench": UpstreamKey(("agent_evolve.benchmarks.skill_bench.SkillBenchBenchmark",), (
+        Need("docker", "each task's environment and test.sh run in a container built from its Dockerfile"),
+        Need("path-env:SKILLBENCH_TASKS_DIR|SKILLBENCH_REPO_DIR",
+             "a local SkillsBench checkout (else it clones github.com/benchflow-ai/skillsbench when made)"),
+    ), "A-Evolve's SkillsBench"),
+    "arc-agi-3": UpstreamKey(("agent_evolve.benchmarks.arc_agi3.ArcAgi3Benchmark",), _ARC_NEEDS,
+                             "A-Evolve's ARC-AGI-3 games"),
+    "arc-agi3": UpstreamKey(("agent_evolve.benchmarks.arc_agi3.ArcAgi3Benchmark",), _ARC_NEEDS,
+                            "A-Evolve's ARC-AGI-3 games"),
+    "arc": UpstreamKey(("agent_evolve.benchmarks.arc_agi3.ArcAgi3Benchmark",), _ARC_NEEDS,
+                       "A-Evolve's ARC-AGI-3 games"),
+}
+
+
+def _module_of(path: str) -> str:
+    return path.rpartition(".")[0]
+
+
+def upstream_key_problems(key: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """(the class path to make, or None, and each (requirement, why) this host lacks) for an
+    A-Evolve registry key. Nothing is imported."""
+    entry = AEVOLVE_BENCHMARKS[key]
+    missing: list[tuple[str, str]] = []
+    found = None
+    if not host_has(f"python:{AEVOLVE_PACKAGE}"):
+        missing.append((f"python:{AEVOLVE_PACKAGE}", "the a-evolve package, where its benchmarks live"))
+    else:
+        found = next((path for path in entry.paths if host_has(f"module:{_module_of(path)}")), None)
+        if found is None:
+            missing.append((f"module:{_module_of(entry.paths[0])}",
+                            "A-Evolve's registry names it, and the installed a-evolve ships no such module"))
+    missing += [(need.requirement, need.why) for need in entry.needs if not host_has(need.requirement)]
+    return found, missing
+
+
+def _upstream_check(key: str, spec: str) -> str:
+    found, missing = upstream_key_problems(key)
+    if missing or found is None:
+        needs = "; ".join(f"{requirement_words(requirement)} — {why}" for requirement, why in missing)
+        raise BenchmarkError(f"benchmark {spec} ({AEVOLVE_BENCHMARKS[key].what}) cannot run on this host, "
+                             f"which lacks {needs}")
+    return found
+
+
 def benchmark_factory(function: Callable[..., BenchmarkAdapter]) -> Callable[..., BenchmarkAdapter]:
     """Marks a function as a benchmark factory, so `benchmark_get` may call it by dotted path
     (a dotted path may only name such a function or a BenchmarkAdapter subclass)."""
@@ -410,8 +726,9 @@ _BUILTIN_PATHS = {f"evolve_app.benchmarks{sep}{made.__name__}": name for name, m
 
 
 def benchmark_names() -> list[str]:
-    """Every benchmark the web and API may name (built-ins and installed entry points), sorted."""
-    return sorted(set(_BUILTINS) | set(installed(BENCHMARK_GROUP)))
+    """Every benchmark the web and API may name (built-ins, installed entry points and A-Evolve's
+    registry keys), sorted."""
+    return sorted(set(_BUILTINS) | set(installed(BENCHMARK_GROUP)) | set(AEVOLVE_BENCHMARKS))
 
 
 _DESCRIPTIONS = {
@@ -426,9 +743,22 @@ def benchmark_choices() -> list[tuple[str, str, str | None]]:
     and the path field beside it. The argument is "folder" or "file" (a server path it needs),
     "optional" (an installed entry point's factory may take one) or None (it takes none)."""
     points = installed(BENCHMARK_GROUP)
-    return [(name, _DESCRIPTIONS.get(name) or f"installed: {points[name].value}",
-             _PATH_KINDS.get(name) or (None if name in _BUILTINS else "optional"))
+    takes_none = set(_BUILTINS) | set(AEVOLVE_BENCHMARKS)
+    return [(name, _DESCRIPTIONS.get(name) or _upstream_description(name)
+             or f"installed: {points[name].value}",
+             _PATH_KINDS.get(name) or (None if name in takes_none else "optional"))
             for name in benchmark_names()]
+
+
+def _upstream_description(name: str) -> str:
+    """An A-Evolve key for the start form: what it is, and what it needs that this host lacks."""
+    entry = AEVOLVE_BENCHMARKS.get(name)
+    if entry is None or name in installed(BENCHMARK_GROUP):
+        return ""
+    _, missing = upstream_key_problems(name)
+    if not missing:
+        return f"{entry.what} (ready on this host)"
+    return f"{entry.what}; this host lacks {', '.join(requirement_words(r) for r, _ in missing)}"
 
 
 def _builtin_argument(name: str, spec: str, argument: str | None, trusted: bool) -> tuple[Any, ...]:
@@ -468,6 +798,8 @@ def _resolve(name_or_spec: str, trusted: bool) -> tuple[str, str, tuple[Any, ...
         return "builtin", _BUILTIN_PATHS[spec], ()
     if name in installed(BENCHMARK_GROUP):
         return "installed", name, (given,) if colon else ()
+    if spec in AEVOLVE_BENCHMARKS:  # A-Evolve's registry key: its class, if this host can run it
+        return "upstream", _upstream_check(spec, spec), ()
     if is_dotted(spec):
         if not dotted_allowed(spec, trusted=trusted):
             raise BenchmarkError(dotted_refusal("benchmark", spec, benchmark_names()))
@@ -488,26 +820,31 @@ def benchmark_check(name_or_spec: str, *, trusted: bool = False) -> None:
 
 
 def _adapter(value: Any, spec: str, *args: Any) -> BenchmarkAdapter:
+    to_make = isinstance(value, type) or (callable(value) and not hasattr(value, "get_tasks"))
     try:
-        made = value(*args) if callable(value) and not isinstance(value, BenchmarkAdapter) else value
+        made = value(*args) if to_make else value
     except BenchmarkError:
         raise
     except TypeError as error:
         hint = f"; give it one as {spec}:<argument>" if not args and "required" in str(error) else ""
         raise BenchmarkError(f"benchmark {spec!r} could not be made: {error}{hint}") from None
+    except Exception as error:  # its own setup failing (a dataset or a folder it cannot find)
+        why = f"{type(error).__name__}: {error}"
+        raise BenchmarkError(f"benchmark {spec!r} could not be made: {why}") from None
     if not (callable(getattr(made, "get_tasks", None)) and callable(getattr(made, "evaluate", None))):
         raise BenchmarkError(f"benchmark {spec!r} gave {type(made).__name__}, which has no "
                              "get_tasks/evaluate")
     requirements_check(spec, getattr(made, "requires", ()) or ())
-    adapter: BenchmarkAdapter = made  # or anything with get_tasks and evaluate, as checked above
-    return adapter
+    return benchmark_adapt(made, spec)
 
 
 def benchmark_get(name_or_spec: str, *, trusted: bool = False) -> BenchmarkAdapter:
     """The benchmark `name_or_spec` names (see benchmark_check, which it calls first with the
     same trust), made: `demo`, `jsonl:/path`, `folder:/path`, `task-folder:/path`, an entry
-    point of `crucible.benchmarks` (with `:argument` if its factory takes one), or an allowed
-    dotted path to a factory or class."""
+    point of `crucible.benchmarks` (with `:argument` if its factory takes one), an A-Evolve
+    registry key (its class, made without arguments as A-Evolve makes it), or an allowed dotted
+    path to a factory or class (Crucible's BenchmarkAdapter or A-Evolve's). Anything that is not
+    Crucible's own adapter comes wrapped by benchmark_adapt."""
     spec = (name_or_spec or "").strip()
     kind, target, args = _resolve(spec, trusted)
     if kind == "builtin":
@@ -520,9 +857,19 @@ def benchmark_get(name_or_spec: str, *, trusted: bool = False) -> BenchmarkAdapt
                                  f"{error}") from None
         return _adapter(value, spec, *args)
     value = dotted_load(target, BenchmarkError)
-    is_class = isinstance(value, type) and issubclass(value, BenchmarkAdapter)
+    if kind == "upstream":
+        return _adapter(value, spec)
+    is_class = isinstance(value, type) and (issubclass(value, BenchmarkAdapter) or _is_upstream_class(value))
     marked = getattr(value, "crucible_benchmark", False) is True
-    if not (is_class or isinstance(value, BenchmarkAdapter) or marked):
+    if not (is_class or isinstance(value, BenchmarkAdapter) or _is_upstream_class(type(value)) or marked):
         raise BenchmarkError(f"{spec!r} is not a benchmark: a dotted path must name a BenchmarkAdapter "
-                             "subclass or instance, or a function marked with @benchmark_factory")
+                             "subclass or instance (Crucible's or A-Evolve's), or a function marked with "
+                             "@benchmark_factory")
     return _adapter(value, spec)
+
+
+def _is_upstream_class(value: type) -> bool:
+    """A subclass of A-Evolve's BenchmarkAdapter (looked up among loaded modules: a class that
+    subclasses it has loaded it, so nothing is imported here)."""
+    base = getattr(sys.modules.get(f"{AEVOLVE_PACKAGE}.benchmarks.base"), "BenchmarkAdapter", None)
+    return isinstance(base, type) and issubclass(value, base)

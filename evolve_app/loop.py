@@ -39,7 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from evolve_app.agents import BaseAgent, agent_for, agent_mapping
-from evolve_app.benchmarks import benchmark_get
+from evolve_app.benchmarks import DETAIL_CHARS, BenchmarkError, benchmark_adapt, benchmark_get, task_down
 from evolve_app.engines import cycle_end_call, cycle_end_takes_score, engine_get
 from evolve_app.history import EvolutionHistory
 from evolve_app.models import Cycle
@@ -290,12 +290,9 @@ def next_cycle_number(path: str | Path) -> int:
 
 def as_task(task: Any) -> Task:
     """`task` as Crucible's Task: itself, or one made from an object with A-Evolve's `id`,
-    `input` and `metadata` (its metadata's `category`, if any, kept as the category)."""
-    if isinstance(task, Task):
-        return task
-    metadata = dict(getattr(task, "metadata", None) or {})
-    return Task(id=str(task.id), input=str(getattr(task, "input", "")),
-                category=str(metadata.get("category", "") or ""), metadata=metadata)
+    `input` and `metadata` (its metadata's `category`, if any, kept as the category):
+    benchmarks.task_down, which raises BenchmarkError for a task without an id."""
+    return task_down(task)
 
 
 class TrialRunner:
@@ -337,10 +334,17 @@ class TrialRunner:
         return TrialRunner(path, self.benchmark, self.concurrency, trusted=self.trusted)
 
 
-def solve_batch(agent: Any, benchmark: Any, tasks: list[Task], concurrency: int) -> list[Observation]:
-    """Solve and evaluate every task; an agent or checker that raises gives a failed observation."""
+def solve_batch(agent: Any, benchmark: Any, tasks: list[Any], concurrency: int) -> list[Observation]:
+    """Solve and evaluate every task; an agent or checker that raises gives a failed observation.
+    A task of any type with an id (A-Evolve's `Task`) is taken as Crucible's first (as_task)."""
 
-    def one(task: Task) -> Observation:
+    def one(number: int, given: Any) -> Observation:
+        try:
+            task = as_task(given)
+        except BenchmarkError as error:  # a task without an id: a failed observation, not a crash
+            task = Task(f"task-{number}", str(given)[:DETAIL_CHARS])
+            why = str(error)
+            return Observation(task, Trajectory(task.task_id, error=why), Feedback(False, 0.0, why))
         try:
             trajectory = agent.solve(task)
         except Exception as error:  # the agent is not trusted to behave: its failure is an observation
@@ -353,7 +357,7 @@ def solve_batch(agent: Any, benchmark: Any, tasks: list[Task], concurrency: int)
         return Observation(task, trajectory, feedback)
 
     with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(tasks) or 1))) as pool:
-        return list(pool.map(one, tasks))
+        return list(pool.map(one, range(1, len(tasks) + 1), tasks))
 
 
 def _mean(observations: list[Observation]) -> float | None:
@@ -378,7 +382,7 @@ class Evolver:
         self.agent = agent if isinstance(agent, BaseAgent) else agent_for(Path(agent), trusted=trusted)
         self.path = Path(self.agent.workspace_path)
         self.benchmark = benchmark_get(benchmark, trusted=trusted) if isinstance(benchmark, str) \
-            else benchmark
+            else benchmark_adapt(benchmark)
         self.config = config if isinstance(config, EvolveConfig) else EvolveConfig(**(config or {}))
         self.convergence = self.config.convergence_for(self.path)  # the rule named, or the agent's default
         self.engine = engine_get(engine, trusted=trusted, **self.config.engine_options) \

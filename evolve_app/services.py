@@ -27,7 +27,7 @@ from pydantic import ValidationError as PydanticError
 from evolve_app.agents import AgentError, agent_check, agent_mapping, agent_run_problems
 from evolve_app.benchmarks import BenchmarkError, benchmark_check
 from evolve_app.demo import SEED_WORKSPACE
-from evolve_app.engines import EngineError, engine_check
+from evolve_app.engines import EngineError, engine_check, engine_resolve
 from evolve_app.history import EvolutionHistory
 from evolve_app.loop import (
     CycleResult,
@@ -281,6 +281,8 @@ def evolution_run_start(user: User, agent: Agent, *, benchmark: str = "demo",
     if errors:
         raise ValidationError(errors)
     assert settings is not None  # a config that does not validate is an error above
+    requested = engine
+    engine, engine_note = engine_resolve(engine)  # A-Evolve's class by its path: Crucible's adapter of it
     with transaction.atomic():
         # The agent's row is the lock: two starts at once cannot both see no run, or one number.
         type(agent).objects.select_for_update().filter(pk=agent.pk).first()
@@ -292,10 +294,13 @@ def evolution_run_start(user: User, agent: Agent, *, benchmark: str = "demo",
                                           started_by=user, config=settings.model_dump(),
                                           agent_mapping=agent_mapping(agent.path),
                                           cycles_planned=cycles, trusted=trusted)
+        resolved = {"engine_requested": requested, "engine_note": engine_note} if engine_note else {}
         audit_record(user, "evolution.start", project=agent.project, target=f"{agent.name} run {run.number}",
-                     detail={"benchmark": benchmark, "engine": engine, "cycles": cycles, "trusted": trusted})
+                     detail={"benchmark": benchmark, "engine": engine, "cycles": cycles, "trusted": trusted,
+                             **resolved})
+        noted = f"; {engine_note}" if engine_note else ""
         _agent_event(agent, "evolution.queued", f"{agent.name}: run {run.number} queued ({cycles} cycles, "
-                     f"{engine} on {benchmark})", run=run.pk)
+                     f"{engine} on {benchmark}{noted})", run=run.pk)
         if enqueue:
             _run_enqueue(run)
     return run

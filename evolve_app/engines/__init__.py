@@ -53,6 +53,7 @@ from evolve_app.engines.registry import (
     engine_choices,
     engine_get,
     engine_names,
+    engine_resolve,
 )
 from evolve_app.engines.search import SearchEngine, _layer_files, search_winner, workspace_delta
 from evolve_app.engines.skillforge import SkillForgeEngine
@@ -70,6 +71,7 @@ __all__ = [
     "ENGINES", "LLM_KINDS", "RESERVED_OPTIONS", "SIZE_KNOBS", "AdaptiveEvolutionEngine",
     "AdaptiveSkillEngine", "EngineError", "EvolutionEngine", "GuidedSynthesisEngine", "SearchEngine",
     "SkillForgeEngine", "TextbookEngine", "_layer_files", "cycle_end_call", "cycle_end_takes_score",
-    "detail_signature", "engine_check", "engine_choices", "engine_get", "engine_names", "intervention_size",
+    "detail_signature", "engine_check", "engine_choices", "engine_get", "engine_names", "engine_resolve",
+    "intervention_size",
     "observations_filter", "search_winner", "skill_categories", "workspace_delta",
 ]

@@ -258,5 +258,6 @@ def test_the_api_refuses_unregistered_engines_and_benchmarks_as_the_form_does(pe
     assert refused.status_code == 400, refused.json()
     text = str(refused.json())
     assert "unknown engine 'no-such-engine': use one of textbook" in text
-    assert "unknown benchmark 'no-such-benchmark'; registered: demo, jsonl, task-folder" in text
+    assert ("unknown benchmark 'no-such-benchmark'; registered: arc, arc-agi-3, arc-agi3, demo, hle, jsonl, "
+            "mcp-atlas, skill-bench, swe-verified, task-folder, terminal-bench, terminal2") in text
     assert not EvolutionRun.objects.exists()

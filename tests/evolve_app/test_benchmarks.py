@@ -316,9 +316,10 @@ def test_a_dotted_path_names_a_benchmark_factory_or_an_adapter_class():
 
 def test_an_unknown_benchmark_is_a_clear_error_that_lists_the_choices():
     with pytest.raises(BenchmarkError) as raised:
-        benchmark_get("swe-verified")
+        benchmark_get("swe-bench-lite")
     message = str(raised.value)
-    assert message.startswith("unknown benchmark 'swe-verified'; registered: demo, jsonl, task-folder")
+    assert message.startswith("unknown benchmark 'swe-bench-lite'; registered: arc, arc-agi-3, arc-agi3, "
+                              "demo, hle, jsonl, mcp-atlas, skill-bench, swe-verified, task-folder")
     assert "folder:/path" in message and "jsonl:/path" in message and "dotted path" in message
     with pytest.raises(BenchmarkError, match="no benchmark named"):
         benchmark_get("  ")

@@ -226,8 +226,9 @@ def test_the_start_form_reports_each_problem_on_its_own_field(personas, demo_age
     assert "Give 1 to 200 cycles." in errors["cycles"]
     assert "__all__" not in errors  # the settings' problems are on their fields, not repeated
     page = text_of(response)
-    assert "“no-such-benchmark” is not a registered benchmark: choose one of demo, jsonl, task-folder." \
-        in page
+    assert ("“no-such-benchmark” is not a registered benchmark: choose one of arc, arc-agi-3, arc-agi3, "
+            "demo, hle, jsonl, mcp-atlas, skill-bench, swe-verified, task-folder, terminal-bench, "
+            "terminal2.") in page
     assert "“no.such.Engine” is not a registered engine: choose one of textbook" in page
     assert not EvolutionRun.objects.exists()
 
