@@ -555,6 +555,8 @@ class UpstreamBenchmark(BenchmarkAdapter):
         tasks = []
         for value in list(given):
             task = task_down(value)
+            if task is not value:  # the object it gave rides along, for an A-Evolve agent's solve()
+                object.__setattr__(task, "_upstream", value)
             self._given[task.task_id] = (value, task)
             tasks.append(task)
         return _limited(tasks, limit)
@@ -570,7 +572,10 @@ class UpstreamBenchmark(BenchmarkAdapter):
         upstream = _upstream_module()
         if upstream is None:  # written to A-Evolve's shape without the package: Crucible's types
             return original or task, trajectory
-        return original or upstream.task_up(task), upstream.trajectory_up(trajectory)
+        # An A-Evolve agent's own Trajectory, where the drop-in's agent wrapper kept it, else one made.
+        own = getattr(trajectory, "_upstream", None)
+        made_up = own if own is not None else upstream.trajectory_up(trajectory)
+        return original or upstream.task_up(task), made_up
 
     def evaluate(self, task: Task, trajectory: Trajectory) -> Feedback:
         failed = _agent_failed(trajectory)

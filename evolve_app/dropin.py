@@ -27,7 +27,6 @@ by their workspace (a path or a seed) run as any Crucible run's agent does, in t
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import logging
 import math
@@ -56,17 +55,16 @@ from django.db import connection
 from pydantic import ValidationError as PydanticError
 
 from evolve_app import aevolve_upstream as bridge
-from evolve_app import benchmarks as crucible_benchmarks
 from evolve_app import services
 from evolve_app.agents import AgentError, agent_check, agent_run_problems
 from evolve_app.agents import BaseAgent as CrucibleAgent
 from evolve_app.benchmarks import BenchmarkAdapter as CrucibleBenchmarkAdapter
-from evolve_app.benchmarks import BenchmarkError, benchmark_get
+from evolve_app.benchmarks import BenchmarkError, benchmark_adapt, benchmark_get
 from evolve_app.engines import EngineError, cycle_end_call, engine_get
 from evolve_app.loop import CycleResult
 from evolve_app.loop import EvolveConfig as CrucibleConfig
 from evolve_app.models import Cycle, EvolutionRun
-from evolve_app.types import Feedback, Observation, StepResult, Task, Trajectory
+from evolve_app.types import Observation, StepResult, Task, Trajectory
 from evolve_app.workspace import WorkspaceError, workspace_manifest
 
 logger = logging.getLogger(__name__)
@@ -274,26 +272,12 @@ def _task_up(task: Task) -> ae.Task:
     return ae.Task(id=task.task_id, input=task.input, metadata=metadata)
 
 
-def _task_down(task: Any) -> Task:
-    metadata = dict(getattr(task, "metadata", None) or {})
-    category = metadata.get("category")
-    made = Task(str(task.id), str(getattr(task, "input", "")), category if isinstance(category, str) else "",
-                metadata)
-    object.__setattr__(made, "_upstream", task)  # frozen: the original rides along, for evaluate()
-    return made
-
-
-_TRAJECTORY_FIELDS = {f.name for f in dataclasses.fields(Trajectory)}
-
-
 def _trajectory_down(trajectory: Any, task: Task) -> Trajectory:
     if not isinstance(trajectory, ae.Trajectory | Trajectory):
         raise TypeError(f"solve() returned {type(trajectory).__name__}, not a Trajectory")
-    extra: dict[str, Any] = {}
-    if "conversation" in _TRAJECTORY_FIELDS:  # A-Evolve's field, where Crucible's Trajectory has it
-        extra["conversation"] = list(getattr(trajectory, "conversation", []) or [])
     made = Trajectory(task_id=str(trajectory.task_id or task.task_id), output=str(trajectory.output or ""),
-                      steps=list(trajectory.steps or []), **extra)
+                      steps=list(trajectory.steps or []),
+                      conversation=list(getattr(trajectory, "conversation", []) or []))
     made._upstream = trajectory  # type: ignore[attr-defined]  # what the benchmark wrapper evaluates
     return made
 
@@ -363,39 +347,6 @@ def agent_source(agent: Any) -> tuple[Path, Any]:
 # --------------------------------------------------------------------------------- the benchmark
 
 
-class UpstreamBenchmark(CrucibleBenchmarkAdapter):
-    """An A-Evolve BenchmarkAdapter as Crucible's: its Tasks taken as Crucible's (each keeping its
-    original, which evaluate() hands back with the agent's own Trajectory), its Feedback back.
-    (Private stand-in until evolve_app.benchmarks.benchmark_adapt exists; then that is used.)"""
-
-    def __init__(self, upstream: UpstreamBenchmarkAdapter) -> None:
-        self.upstream = upstream
-        self.name = type(upstream).__name__
-        self.requires = tuple(getattr(upstream, "requires", ()) or ())
-
-    def get_tasks(self, split: str = "train", limit: int | None = 10) -> list[Task]:
-        tasks = self.upstream.get_tasks(split=split, limit=10 if limit is None else limit)
-        return [_task_down(task) for task in tasks]
-
-    def evaluate(self, task: Task, trajectory: Trajectory) -> Feedback:
-        if trajectory.error:  # the agent raised: A-Evolve's loop would have no observation at all
-            return Feedback(False, 0.0, f"the agent failed: {trajectory.error}")
-        feedback = self.upstream.evaluate(_task_up(task), _trajectory_up(trajectory))
-        score = float(feedback.score)
-        return Feedback(bool(feedback.success), min(1.0, max(0.0, score)) if math.isfinite(score) else 0.0,
-                        str(feedback.detail or ""))
-
-
-def benchmark_adapt(value: Any) -> CrucibleBenchmarkAdapter:
-    """An A-Evolve BenchmarkAdapter as Crucible's: evolve_app.benchmarks.benchmark_adapt when it
-    exists (branch i32-benchup), else the private UpstreamBenchmark."""
-    shared = getattr(crucible_benchmarks, "benchmark_adapt", None)
-    if callable(shared):
-        adapted: CrucibleBenchmarkAdapter = shared(value)
-        return adapted
-    return UpstreamBenchmark(value)
-
-
 def _class_path(value: Any) -> str:
     cls = type(value)
     return f"{cls.__module__}.{cls.__qualname__}"
@@ -413,18 +364,8 @@ def benchmark_resolve(benchmark: Any) -> tuple[CrucibleBenchmarkAdapter, str]:
                          f"{type(benchmark).__name__}")
     try:
         return benchmark_get(benchmark, trusted=True), benchmark
-    except BenchmarkError as error:
-        dotted = _BENCHMARK_REGISTRY.get(benchmark)
-        # Once Crucible's registry has A-Evolve's keys (benchmark_adapt with them), its refusal stands.
-        if dotted is None or callable(getattr(crucible_benchmarks, "benchmark_adapt", None)):
-            raise ValueError(f"benchmark {benchmark!r}: {error}") from None
-    module, _, name = dotted.rpartition(".")  # A-Evolve's key, not (yet) in Crucible's registry
-    try:
-        made = getattr(importlib.import_module(module), name)()
-    except Exception as error:  # its dataset, Docker or server is missing: say which, at once
-        raise ValueError(f"benchmark {benchmark!r} (A-Evolve's {dotted}) cannot be made on this host: "
-                         f"{type(error).__name__}: {error}") from None
-    return benchmark_adapt(made), benchmark
+    except BenchmarkError as error:  # A-Evolve's keys too: what this host lacks, named at once
+        raise ValueError(f"benchmark {benchmark!r}: {error}") from None
 
 
 # ------------------------------------------------------------------------------------ the engine
