@@ -81,6 +81,8 @@ class RunSummaryOut(Schema):
         default_factory=dict, description="what the workspace's agent runs as: `summary`, `agent`, "
                                           "`a_evolve`, `runs_as`, `preset`/`model`, `tools` [{name, tool, "
                                           "as}], `unavailable` [{name, why}]")
+    driver: str = Field("worker", description="`worker`, or `script`: a Python script through "
+                                              "crucible.aevolve drives its cycles in its own process")
     cycles_planned: int
     status: str = Field(description="the run's own state (status_info is what people read)")
     status_info: StatusOut

@@ -650,7 +650,7 @@ def run_summary(run: EvolutionRun) -> dict[str, Any]:
         "id": run.pk, "number": run.number, "agent_id": run.agent_id, "agent": run.agent.name,
         "project_id": run.agent.project_id,
         "benchmark": run.benchmark, "engine": run.engine, "config": run.config,
-        "agent_mapping": run.agent_mapping or {},
+        "agent_mapping": run.agent_mapping or {}, "driver": run.driver,
         "cycles_planned": run.cycles_planned, "status": run.status, "converged": run.converged,
         "status_info": run_status(run, _cycles_done(run)).as_dict(),
         "reason": run.reason,

@@ -23,6 +23,7 @@ from agent_evolve import (
 from agent_evolve import Trajectory as UpTrajectory
 from agent_evolve.algorithms.guided_synth.engine import GuidedSynthesisEngine
 from agent_evolve.algorithms.skillforge.engine import AEvolveEngine
+from django.test import Client
 from django.utils import timezone
 
 from evolve_app import aevolve, dropin, services
@@ -214,6 +215,12 @@ def test_an_a_evolve_agent_benchmark_and_engine_run_under_crucible(data_dir, use
     assert (copy / "manifest.yaml").is_file()
     assert tree_bytes(user_folder) == before
     assert not Path("evolution_workdir").exists()
+    # The run's page and API say a script drove it.
+    client = Client()
+    client.force_login(run.started_by)
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert 'id="run-driver">a Python script' in page
+    assert client.get(f"/api/runs/{run.pk}").json()["driver"] == "script"
 
 
 def test_a_second_evolver_of_the_same_folder_goes_on_with_crucibles_copy(data_dir, user_folder):
