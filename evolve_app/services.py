@@ -404,12 +404,20 @@ def _run_execute(run: EvolutionRun) -> EvolutionRun:
         run.refresh_from_db()
         _agent_event(agent, "evolution.failed", f"{agent.name}: run {run.number} failed: {error}", run=run.pk)
         return run
+    _run_conclude(run, result)
+    return run
+
+
+def _run_conclude(run: EvolutionRun, result: EvolutionResult | None) -> None:
+    """After the loop returned: a run not cancelled meanwhile waits for review or is finished (by
+    convergence, the engine's stop or its cycles), and says so."""
     run.refresh_from_db()
     if run.status == RunStatus.CANCELLED:
-        return run
+        return
     if result is not None and result.paused_for_review:
-        run.status, run.reason = RunStatus.AWAITING_REVIEW, result.reason
-        run.save(update_fields=["status", "reason"])
+        # No lease while a person decides: a script's run is not handed on meanwhile.
+        run.status, run.reason, run.lease_expires_at = RunStatus.AWAITING_REVIEW, result.reason, None
+        run.save(update_fields=["status", "reason", "lease_expires_at"])
     else:
         run.status, run.finished_at = RunStatus.FINISHED, timezone.now()
         run.converged = bool(result and result.converged)
@@ -420,9 +428,8 @@ def _run_execute(run: EvolutionRun) -> EvolutionRun:
         else:
             run.reason = f"{done} cycle{'s' if done != 1 else ''} done"
         run.save(update_fields=["status", "finished_at", "converged", "reason"])
-    _agent_event(agent, f"evolution.{run.status}",
-                 f"{agent.name}: run {run.number} {run.status}: {run.reason}", run=run.pk)
-    return run
+    _agent_event(run.agent, f"evolution.{run.status}",
+                 f"{run.agent.name}: run {run.number} {run.status}: {run.reason}", run=run.pk)
 
 
 def cycle_record(run: EvolutionRun, result: CycleResult) -> Cycle:
@@ -703,23 +710,7 @@ def _script_run_execute(run: EvolutionRun, solver: Any, benchmark: Any, engine: 
         run.refresh_from_db()
         _agent_event(agent, "evolution.failed", f"{agent.name}: run {run.number} failed: {error}", run=run.pk)
         raise
-    run.refresh_from_db()
-    if run.status == RunStatus.CANCELLED:
-        return run, result
-    if result is not None and result.paused_for_review:
-        run.status, run.reason, run.lease_expires_at = RunStatus.AWAITING_REVIEW, result.reason, None
-        run.save(update_fields=["status", "reason", "lease_expires_at"])
-    else:
-        run.status, run.finished_at = RunStatus.FINISHED, timezone.now()
-        run.converged = bool(result and result.converged)
-        done = Cycle.objects.filter(run=run).count()
-        if result is not None and (result.converged or result.stopped):
-            run.reason = result.reason
-        else:
-            run.reason = f"{done} cycle{'s' if done != 1 else ''} done"
-        run.save(update_fields=["status", "finished_at", "converged", "reason"])
-    _agent_event(agent, f"evolution.{run.status}",
-                 f"{agent.name}: run {run.number} {run.status}: {run.reason}", run=run.pk)
+    _run_conclude(run, result)
     return run, result
 
 

@@ -62,6 +62,14 @@ def fake_llm(monkeypatch):
 
 
 @pytest.fixture
+def data_dir(settings, tmp_path) -> Path:
+    """An empty data dir of this test's own (agents are copied into DATA_DIR/agents/)."""
+    settings.DATA_DIR = tmp_path / "data"
+    settings.DATA_DIR.mkdir()
+    return settings.DATA_DIR
+
+
+@pytest.fixture
 def roots(tmp_path, settings) -> Path:
     """A folder the server may import workspaces from (CRUCIBLE_REPO_ROOTS)."""
     folder = tmp_path / "roots"

@@ -113,13 +113,6 @@ SHAPES: dict[str, dict[str, str]] = {
 
 
 @pytest.fixture
-def data_dir(settings, tmp_path) -> Path:
-    settings.DATA_DIR = tmp_path / "data"
-    settings.DATA_DIR.mkdir()
-    return settings.DATA_DIR
-
-
-@pytest.fixture
 def roots(tmp_path, settings) -> Path:
     folder = tmp_path / "roots"
     folder.mkdir()

@@ -93,13 +93,6 @@ def tree_bytes(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def data_dir(settings, tmp_path) -> Path:
-    settings.DATA_DIR = tmp_path / "data"
-    settings.DATA_DIR.mkdir()
-    return settings.DATA_DIR
-
-
-@pytest.fixture
 def user_folder(tmp_path) -> Path:
     """An A-Evolve user's workspace without manifest.yaml (A-Evolve's BaseAgent needs none)."""
     folder = tmp_path / "my_workspace"

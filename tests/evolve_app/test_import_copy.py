@@ -22,13 +22,6 @@ from tests.evolve_app.import_shapes import SKILL, shape_make, tree_snapshot
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def data_dir(settings, tmp_path) -> Path:
-    settings.DATA_DIR = tmp_path / "data"
-    settings.DATA_DIR.mkdir()
-    return settings.DATA_DIR
-
-
 def seed_folder(parent: Path, name: str = "seed") -> Path:
     root = parent / name
     for rel, text in {"manifest.yaml": SEED_MANIFEST, "prompts/system.md": "Be careful.\n",
