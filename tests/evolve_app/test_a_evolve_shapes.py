@@ -18,7 +18,6 @@ from tests.evolve_app.test_a_evolve_run import (
     ANSWER,
     SHAPES,
     cycle_run,
-    data_dir,  # noqa: F401 (fixtures)
     keyed,  # noqa: F401
     manifest,
     roots,  # noqa: F401
