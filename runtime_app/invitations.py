@@ -195,8 +195,10 @@ def invitation_accept(token: str, password: str) -> User:
     users = get_user_model()._default_manager
     with transaction.atomic():
         found = invitation_for_token(token)
-        invitation = (Invitation.objects.select_for_update().select_related("project", "invited_by")
-                      .filter(pk=found.pk).first() if found else None)
+        # Only the invitation rows are locked: PostgreSQL refuses FOR UPDATE on the nullable
+        # side of the outer join to invited_by.
+        locking = Invitation.objects.select_for_update(of=("self",)).select_related("project", "invited_by")
+        invitation = locking.filter(pk=found.pk).first() if found else None
         refusal = invitation_refusal(invitation)
         if refusal is not None or invitation is None:
             raise ValidationError(refusal or "This invitation link is not valid.")
@@ -210,8 +212,7 @@ def invitation_accept(token: str, password: str) -> User:
         audit_record(user, "invitation.accept", project=invitation.project, target=invitation.email,
                      detail={"email": invitation.email, "user": user.get_username()})
         now = timezone.now()
-        others = Invitation.objects.select_for_update().select_related("project", "invited_by").filter(
-            email=invitation.email, state=Invitation.State.PENDING, expires_at__gt=now)
+        others = locking.filter(email=invitation.email, state=Invitation.State.PENDING, expires_at__gt=now)
         for joined in {invitation.pk: invitation, **{other.pk: other for other in others}}.values():
             _join(user, joined, now)
     return user
