@@ -253,6 +253,33 @@ def test_a_replay_clearly_worse_than_the_baseline_gets_no_more_blocks(personas, 
     assert run.winner.candidate_id == "cand_002"  # the next best, replayed in its turn
 
 
+@pytest.mark.parametrize(("replayed", "passes"), [(9.6, True), (6, False)])
+def test_a_replay_within_the_drift_of_its_win_passes_and_an_inflated_win_fails(
+        personas, tmp_path, data_dir, monkeypatch, replayed, passes):
+    search = frozen(personas, tmp_path, {"cand_001": 10, "cand_002": 3}, population=2, rounds=[2, 1],
+                    trials=3, confidence=0.95, max_trials=12)
+    real = execution.metric_read
+
+    # cand_001 won with 5× the baseline (10 against 2); its replay reads `replayed`: 4.8× is the
+    # drift of a loaded machine, 3× a win the rounds inflated (it still beats the baseline).
+    def read(trial, metric, metrics_file, **options):
+        reading = real(trial, metric, metrics_file, **options)
+        if SearchRun.objects.get(search=search).phase == "replay" and \
+                trial.detail.get("measures") == "cand_001" and reading.counted:
+            return dataclasses.replace(reading, value=replayed)
+        return reading
+
+    monkeypatch.setattr(execution, "metric_read", read)
+    run = run_inline(personas, search)
+    fate = fates(search)["cand_001"][1]
+    if passes:
+        replay = Step.objects.get(search=search, kind="replay", candidate__candidate_id="cand_001")
+        assert run.winner.candidate_id == "cand_001" and "within 10 %" in replay.result["why"]
+    else:
+        assert run.winner.candidate_id == "cand_002", fate
+        assert "replay failed" in fate and "clearly worse than it won with" in fate
+
+
 def test_a_trial_never_overlaps_another_command_with_two_workers(personas, tmp_path):
     """Two searches at once, driven by two real Celery worker processes (three slots each): the
     receipts show every timing trial alone on the host, while gates and writers overlap."""
