@@ -398,14 +398,20 @@ def _run_execute(run: EvolutionRun) -> EvolutionRun:
                           on_cycle=lambda result: cycle_record(run, result), should_stop=cancelled)
         result = evolver.run(cycles=remaining) if remaining > 0 else None
     except Exception as error:
-        logger.exception("evolution run %s failed", run.pk)
-        EvolutionRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, finished_at=timezone.now(),
-                                                      reason=f"{type(error).__name__}: {error}")
-        run.refresh_from_db()
-        _agent_event(agent, "evolution.failed", f"{agent.name}: run {run.number} failed: {error}", run=run.pk)
+        _run_failed(run, error)
         return run
     _run_conclude(run, result)
     return run
+
+
+def _run_failed(run: EvolutionRun, error: Exception) -> None:
+    """The loop raised: the run fails with the error as its reason, and says so."""
+    logger.exception("evolution run %s failed", run.pk)
+    EvolutionRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, finished_at=timezone.now(),
+                                                  reason=f"{type(error).__name__}: {error}")
+    run.refresh_from_db()
+    _agent_event(run.agent, "evolution.failed", f"{run.agent.name}: run {run.number} failed: {error}",
+                 run=run.pk)
 
 
 def _run_conclude(run: EvolutionRun, result: EvolutionResult | None) -> None:
@@ -704,11 +710,7 @@ def _script_run_execute(run: EvolutionRun, solver: Any, benchmark: Any, engine: 
                      f"{agent.name}: run {run.number} cancelled: its script was interrupted", run=run.pk)
         raise
     except Exception as error:
-        logger.exception("script-driven evolution run %s failed", run.pk)
-        EvolutionRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, finished_at=timezone.now(),
-                                                      reason=f"{type(error).__name__}: {error}")
-        run.refresh_from_db()
-        _agent_event(agent, "evolution.failed", f"{agent.name}: run {run.number} failed: {error}", run=run.pk)
+        _run_failed(run, error)
         raise
     _run_conclude(run, result)
     return run, result

@@ -232,52 +232,52 @@ def test_a_winner_whose_replay_one_noisy_block_leaves_undecided_gets_more_blocks
     assert noisy[0] in evidence
 
 
-def test_a_replay_clearly_worse_than_the_baseline_gets_no_more_blocks(personas, tmp_path, data_dir,
-                                                                       monkeypatch):
-    search = frozen(personas, tmp_path, {"cand_001": 10, "cand_002": 3}, population=2, rounds=[2, 1],
-                    trials=3, confidence=0.95, max_trials=12)
+def _replay_reads(monkeypatch, search, value: float) -> None:
+    """Every counted replay trial of cand_001 reads `value` from now on (the baseline's read 2)."""
     real = execution.metric_read
 
-    # Every replay trial of cand_001 now reads 1 (baseline: 2).
     def read(trial, metric, metrics_file, **options):
         reading = real(trial, metric, metrics_file, **options)
         if SearchRun.objects.get(search=search).phase == "replay" and \
                 trial.detail.get("measures") == "cand_001" and reading.counted:
-            return dataclasses.replace(reading, value=1)
+            return dataclasses.replace(reading, value=value)
         return reading
 
     monkeypatch.setattr(execution, "metric_read", read)
+
+
+def _won_five_times(personas, tmp_path):
+    """cand_001 wins with 5x the baseline (10 against 2), cand_002 is next with 1.5x."""
+    return frozen(personas, tmp_path, {"cand_001": 10, "cand_002": 3}, population=2, rounds=[2, 1],
+                  trials=3, confidence=0.95, max_trials=12)
+
+
+def test_a_replay_clearly_worse_than_the_baseline_gets_no_more_blocks(personas, tmp_path, data_dir,
+                                                                       monkeypatch):
+    search = _won_five_times(personas, tmp_path)
+    _replay_reads(monkeypatch, search, 1)
     run = run_inline(personas, search)
     assert Step.objects.filter(search=search, kind="replay", candidate__candidate_id="cand_001").count() == 1
     assert "replay failed: replayed 0.5× baseline" in fates(search)["cand_001"][1]
     assert run.winner.candidate_id == "cand_002"  # the next best, replayed in its turn
 
 
-@pytest.mark.parametrize(("replayed", "passes"), [(9.6, True), (6, False)])
-def test_a_replay_within_the_drift_of_its_win_passes_and_an_inflated_win_fails(
-        personas, tmp_path, data_dir, monkeypatch, replayed, passes):
-    search = frozen(personas, tmp_path, {"cand_001": 10, "cand_002": 3}, population=2, rounds=[2, 1],
-                    trials=3, confidence=0.95, max_trials=12)
-    real = execution.metric_read
+def test_a_replay_within_the_drift_of_its_win_keeps_its_winner(personas, tmp_path, data_dir, monkeypatch):
+    search = _won_five_times(personas, tmp_path)
+    _replay_reads(monkeypatch, search, 9.6)  # 4.8x against the 5x it won with: a loaded machine's drift
+    run = run_inline(personas, search)
+    replay = Step.objects.get(search=search, kind="replay", candidate__candidate_id="cand_001")
+    assert run.winner.candidate_id == "cand_001" and "within 10 %" in replay.result["why"]
 
-    # cand_001 won with 5× the baseline (10 against 2); its replay reads `replayed`: 4.8× is the
-    # drift of a loaded machine, 3× a win the rounds inflated (it still beats the baseline).
-    def read(trial, metric, metrics_file, **options):
-        reading = real(trial, metric, metrics_file, **options)
-        if SearchRun.objects.get(search=search).phase == "replay" and \
-                trial.detail.get("measures") == "cand_001" and reading.counted:
-            return dataclasses.replace(reading, value=replayed)
-        return reading
 
-    monkeypatch.setattr(execution, "metric_read", read)
+def test_a_win_the_rounds_inflated_fails_its_replay_though_it_still_beats_the_baseline(
+        personas, tmp_path, data_dir, monkeypatch):
+    search = _won_five_times(personas, tmp_path)
+    _replay_reads(monkeypatch, search, 6)  # 3x against the 5x it won with
     run = run_inline(personas, search)
     fate = fates(search)["cand_001"][1]
-    if passes:
-        replay = Step.objects.get(search=search, kind="replay", candidate__candidate_id="cand_001")
-        assert run.winner.candidate_id == "cand_001" and "within 10 %" in replay.result["why"]
-    else:
-        assert run.winner.candidate_id == "cand_002", fate
-        assert "replay failed" in fate and "clearly worse than it won with" in fate
+    assert run.winner.candidate_id == "cand_002", fate
+    assert "replay failed" in fate and "clearly worse than it won with" in fate
 
 
 def test_a_trial_never_overlaps_another_command_with_two_workers(personas, tmp_path):
