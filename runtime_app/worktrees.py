@@ -632,6 +632,7 @@ def tree_apply(
     except FileExistsError:
         raise GitError(f"tree {name}: {target} already exists; remove it first") from None
     try:
+        target.chmod(0o755)  # whatever the server's umask: the sandbox's own user reads the tree
         with object_scratch(repo_path) as scratch:
             _tree_build(scratch, sha, patch_text, target, numstat)
     except BaseException as error:
@@ -676,6 +677,9 @@ def _tree_build(
         except GitError as error:
             raise GitError(f"{sha}: not a commit of this repository ({error})") from None
         return
+    if not _blocks(patch_text):  # what patch_name_status would say, before any git process
+        raise GitError("not a well-formed git diff (the patch has no git diff headers; only "
+                       "`git diff` output is accepted)")
     try:
         git_run(["read-tree", f"{sha}^{{commit}}"], cwd=git_dir, env=env)
     except GitError as error:
@@ -687,8 +691,6 @@ def _tree_build(
     try:
         out = git_run([*args, "-"], cwd=git_dir, env=env, stdin=patch_text)
     except GitError as error:
-        if numstat is None and not _blocks(patch_text):
-            raise GitError(f"not a well-formed git diff ({error})") from None
         raise GitError(f"it does not apply to {short_sha(sha)} ({error})") from None
     if numstat is None:
         numstat = _numstat_parse(out)
