@@ -438,10 +438,12 @@ def patch_extract(
             tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
         index = Path(temp) / "index"
         worktree, env = _worktree_git(worktree, index, scratch)
-        own = base is None and (Path(env["GIT_DIR"]) / "index").is_file()
+        admin = Path(env["GIT_DIR"])
+        # A split index keeps entries elsewhere: read-tree then, as for an explicit base.
+        own = base is None and (admin / "index").is_file() and not any(admin.glob("sharedindex.*"))
         base = _base_resolve(worktree, env, base)
         if own:
-            shutil.copyfile(Path(env["GIT_DIR"]) / "index", index)
+            shutil.copyfile(admin / "index", index)
         else:
             _base_read(worktree, env, base)
         untracked = _changes_limit(worktree, env, limits, index if own else None)
