@@ -379,6 +379,18 @@ class _RunCgroups:
         return next((int(line.split()[1]) for line in text.splitlines()
                      if line.startswith("oom_kill ") and line.split()[1].isdigit()), 0)
 
+    def admit(self, child: int) -> None:
+        """Put a bubblewrap sandbox, waiting at its block fd, into every cgroup of the run: the
+        command it then starts, and all that descends from it, is contained and accounted. (bubblewrap
+        itself, outside, is the run's process group leader: reaped and killed with the group.)
+        One write per hierarchy: each move can wait for an RCU grace period on cgroup v1."""
+        if "command" in self.paths:
+            (self.paths["command"] / "cgroup.procs").write_text(str(child))
+            return
+        for name in ("pids", "cpuacct", "memory"):
+            if name in self.paths:
+                (self.paths[name] / "cgroup.procs").write_text(str(child))
+
     def _make(self, path: Path) -> Path:
         path.mkdir()
         self.made.append(path)
@@ -484,7 +496,80 @@ def _killpg(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-# Run last, inside the sandbox: the command moves itself into its accounting cgroups
+class _Handshake:
+    """bubblewrap's `--info-fd` and `--block-fd`: once the sandbox is set up (mounts, uid, namespaces)
+    it waits before it starts the command, while the runtime, from outside, puts it into the run's
+    cgroups; then releases it. No process of the candidate exists before that, no shell runs to
+    join them (one exec less per command), and the command holds no cgroup file. If the runtime
+    cannot admit it, the run is killed where it waits: the command never starts. (rlimits stay
+    inside, by `prlimit`: set from outside, prlimit(2) needs CAP_SYS_RESOURCE, which a container may
+    lack, and RLIMIT_NPROC set before bubblewrap makes its user namespace would count every
+    sandbox's processes together.)"""
+
+    def __init__(self) -> None:
+        self.info_read, self.info_write = os.pipe()  # close-on-exec: Popen's pass_fds hands over one end
+        self.block_read, self.block_write = os.pipe()
+
+    def argv(self) -> list[str]:
+        return ["--info-fd", str(self.info_write), "--block-fd", str(self.block_read)]
+
+    def child_fds(self) -> list[int]:
+        return [self.info_write, self.block_read]
+
+    def started(self) -> None:
+        """After the start: only the run holds the child's ends now."""
+        for fd in (self.info_write, self.block_read):
+            os.close(fd)
+        self.info_write = self.block_read = -1
+
+    def child_pid(self, deadline: float) -> int | None:
+        """The sandbox's pid once bubblewrap has made it, or None: it ended first (a stage it refused)
+        or the deadline passed."""
+        data = b""
+        while b"}" not in data:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([self.info_read], [], [], remaining)[0]:
+                return None
+            chunk = os.read(self.info_read, 4096)
+            if not chunk:
+                return None
+            data += chunk
+        found = re.search(rb'"child-pid":\s*(\d+)', data)
+        return int(found.group(1)) if found else None
+
+    def release(self) -> None:
+        os.write(self.block_write, b"1")
+
+    def close(self) -> None:
+        for fd in (self.info_read, self.info_write, self.block_read, self.block_write):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.info_read = self.info_write = self.block_read = self.block_write = -1
+
+
+def _admit(process: subprocess.Popen, handshake: _Handshake, cgroups: _RunCgroups | None,
+           deadline: float) -> None:
+    """Admit a bubblewrap run into its cgroups and let it start the command. Past the
+    deadline it stays blocked (the timeout kills it); if it cannot be admitted, it is killed."""
+    child = handshake.child_pid(deadline)
+    if child is None:
+        return
+    try:
+        if cgroups is not None:
+            cgroups.admit(child)
+    except OSError as error:
+        _killpg(process.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+        process.wait()
+        for stream in (process.stdin, process.stdout, process.stderr):
+            stream.close()
+        raise SandboxError(f"the sandbox could not be put in its cgroups: {error}") from None
+    handshake.release()
+
+
+# Run last, inside the sandbox (rlimits only): the command moves itself into its accounting cgroups
 # through file descriptors the runtime opened for it (their paths are not visible in there).
 _JOIN_LATE = ('while [ "$1" != -- ]; do echo 0 > "$1" || { echo "crucible sandbox: cannot join $1" >&2; '
               'exit 125; }; shift; done; shift; exec "$@"')
@@ -964,7 +1049,8 @@ class _Scratch:
 def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[str, str] | None,
           limits: Limits, readable: list[Path], read_only: list[str], writable: bool, fresh: bool,
           metrics: bool, accounting: bool, joins: Sequence[str], join_late: Sequence[str],
-          egress_dir: Path | None = None, results: Sequence[str] = (), report_fd: int | None = None) -> _Plan:
+          egress_dir: Path | None = None, results: Sequence[str] = (), report_fd: int | None = None,
+          handshake: _Handshake | None = None) -> _Plan:
     prlimit = shutil.which("prlimit")
     if not prlimit:
         raise SandboxError("prlimit (util-linux) is not installed; commands cannot be limited")
@@ -973,7 +1059,7 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
         return _plan_in(scratch, prlimit, argv, chosen=chosen, tree=tree, cwd=cwd, env=env,
                         limits=limits, readable=readable, read_only=read_only, writable=writable,
                         fresh=fresh, metrics=metrics, accounting=accounting, joins=joins, join_late=join_late,
-                        egress_dir=egress_dir, results=results, report_fd=report_fd)
+                        egress_dir=egress_dir, results=results, report_fd=report_fd, handshake=handshake)
     except BaseException:
         scratch.remove()  # a refused run leaves nothing behind
         raise
@@ -983,7 +1069,7 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
              env: Mapping[str, str] | None, limits: Limits, readable: list[Path], read_only: list[str],
              writable: bool, fresh: bool, metrics: bool, accounting: bool, joins: Sequence[str],
              join_late: Sequence[str], egress_dir: Path | None = None, results: Sequence[str] = (),
-             report_fd: int | None = None) -> _Plan:
+             report_fd: int | None = None, handshake: _Handshake | None = None) -> _Plan:
     metrics_path = scratch.file(".json") if metrics else None
     # The descriptor's number is the same in the command's process: every stage before it keeps it.
     report = {} if report_fd is None else {REPORT_FD_VARIABLE: str(report_fd)}
@@ -1045,9 +1131,13 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
         bwrap.append("--as-pid-1")  # no cgroup to count the tree: rusage must reach the command itself
     for name, value in env_full.items():
         bwrap += ["--setenv", name, value]
-    bwrap += ["--chdir", str(cwd), "--"]
-    full = stage.argv(scratch, joins, [*_identity_argv(identity), *bwrap, prlimit, *limits.prlimit_args(),
-                                       "--", *join_late, *argv])
+    bwrap += ["--chdir", str(cwd)]
+    if handshake is not None:  # the runtime admits it to its cgroups from outside
+        full = stage.argv(scratch, [], [*_identity_argv(identity), *bwrap, *handshake.argv(), "--", prlimit,
+                                        *limits.prlimit_args(), "--", *argv])
+    else:
+        full = stage.argv(scratch, joins, [*_identity_argv(identity), *bwrap, "--", prlimit,
+                                           *limits.prlimit_args(), "--", *join_late, *argv])
     uid, gid = identity or (os.geteuid(), os.getegid())
     return _Plan(full, {}, "/", sorted(env_full), refused, scratch, metrics_path,
                  {"uid": uid, "gid": gid, "network": "none (own network namespace; no host sockets)",
@@ -1155,23 +1245,26 @@ def run(
         accounting = cgroups is not None and cgroups.accounts
         late_fds: list[int] = []
         report = _ReportPipe() if report_file is not None else None
+        handshake = _Handshake() if chosen == BUBBLEWRAP else None
         try:
-            if accounting:
+            if accounting and handshake is None:
                 late_fds = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in cgroups.late]
             join_late = ["/bin/sh", "-c", _JOIN_LATE, "sh", *(f"/proc/self/fd/{fd}" for fd in late_fds),
                          "--"] if late_fds else []
             plan = _plan(run_argv, chosen=chosen, tree=tree_path, cwd=cwd_path, env=env, limits=limits,
                          readable=readable_paths, read_only=list(read_only), writable=writable, fresh=fresh,
                          metrics=metrics_file is not None, accounting=accounting,
-                         joins=cgroups.early if cgroups else [], join_late=join_late,
+                         joins=cgroups.early if cgroups and handshake is None else [], join_late=join_late,
                          egress_dir=egress.socket_path.parent if egress and chosen == BUBBLEWRAP else None,
                          results=_results_checked(results_files),
-                         report_fd=report.write_fd if report else None)
+                         report_fd=report.write_fd if report else None, handshake=handshake)
         except BaseException:
             for fd in late_fds:
                 os.close(fd)
             if report:
                 report.close()
+            if handshake:
+                handshake.close()
             if cgroups:
                 cgroups.remove()
             raise
@@ -1197,7 +1290,8 @@ def run(
                 process = subprocess.Popen(
                     full_argv, cwd=plan.popen_cwd, env=plan.popen_env, stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                    pass_fds=[*late_fds, *([report.write_fd] if report else [])],
+                    pass_fds=[*late_fds, *([report.write_fd] if report else []),
+                              *(handshake.child_fds() if handshake else [])],
                 )
             except OSError as error:
                 raise SandboxError(f"the sandbox could not start: {error}") from None
@@ -1206,6 +1300,10 @@ def run(
                     os.close(fd)
                 if report:
                     report.started()  # only the command holds the write end now
+                if handshake:
+                    handshake.started()
+            if handshake:
+                _admit(process, handshake, cgroups, started + timeout)
             captures = {process.stdout.fileno(): _Capture(limits.output_bytes, sink),
                         process.stderr.fileno(): _Capture(limits.output_bytes)}
             timed_out, cancelled, status, rusage, stray, ended = _wait(
@@ -1227,6 +1325,8 @@ def run(
                 cgroups.remove()
             if report:
                 report.close()
+            if handshake:
+                handshake.close()
             plan.scratch.remove()
 
     exit_code, signal_number = _exit_of(status, chosen=chosen, killed=timed_out or cancelled)
@@ -1310,8 +1410,8 @@ def _cgroups_open(parents: Mapping[str, Path], limits: Limits, chosen: str) -> _
     if not parents:
         return None
     try:
-        owner = sandbox_identity() if chosen == BUBBLEWRAP else None
-        return _RunCgroups(parents, limits.processes, owner, limits.memory_bytes)
+        # Nobody joins from inside any more (bubblewrap runs are admitted from outside): no chown.
+        return _RunCgroups(parents, limits.processes, None, limits.memory_bytes)
     except OSError:
         return None
 
