@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import logging
 import os
 import re
@@ -48,7 +49,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -750,6 +751,7 @@ class _Stage:
         self.slots = 0
         self.sources: list[Path] = []
         self.base = ""
+        self.prefix = ""  # of this run's slots in a stager's shared base
 
     def source(self, path: Path) -> Path:
         self.sources.append(path)
@@ -811,7 +813,112 @@ class _Stage:
         return str(path)
 
     def resolve(self, argv: list[str]) -> list[str]:
-        return [part.replace("@stage", self.base, 1) if part.startswith("@stage/") else part for part in argv]
+        at = f"{self.base}/{self.prefix}"
+        return [part.replace("@stage/", at, 1) if part.startswith("@stage/") else part for part in argv]
+
+    def entered(self, rest: list[str]) -> tuple[list[str], Callable[[], None]] | None:
+        """`rest` (bubblewrap and all after it) run as the sandbox user in this worker's stager's
+        namespace, its slots mounted there (see runtime_app.sandbox_stager), and what unmounts them
+        once the run has ended; None when the stage must be made per run (no stager here, nothing to
+        stage, or a source inside the stager's base)."""
+        if self.identity is None or not self.binds:
+            return None
+        stager = _stager()
+        if stager is None or any(_inside(source.resolve(), Path(stager.base)) for source in self.sources):
+            return None
+        run = uuid.uuid4().hex[:12]
+        self.base, self.prefix = stager.base, f"{run}-"
+        uid, gid = self.identity
+        try:
+            stager.ask({"run": run, "binds": [[str(source), self.prefix + slot, is_file]
+                                              for source, slot, is_file in self.binds],
+                        "overlays": [[self.prefix + low, mode, size, self.prefix + slot, uid, gid]
+                                     for low, mode, size, slot in self.overlays]})
+        except _StagerGone:
+            self.base = self.prefix = ""
+            return None
+        enter = [shutil.which("nsenter") or "nsenter", f"--mount={stager.namespace}",
+                 f"--setuid={uid}", f"--setgid={gid}", "--"]
+        return [*enter, *self.resolve(rest)], lambda: stager.release(run)
+
+
+class _StagerGone(Exception):
+    """The stager ended or answered nonsense: the run makes its stage itself."""
+
+
+class _Stager:
+    """This worker process's stager (runtime_app.sandbox_stager): a root process in a private mount
+    namespace, started once, that mounts each run's stage slots when asked and unmounts them after."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.lock = threading.Lock()
+        self.process = subprocess.Popen(
+            [shutil.which("unshare") or "unshare", "--mount", "--propagation", "private", "--",
+             sys.executable, "-I", "-S", str(Path(__file__).with_name("sandbox_stager.py")), base],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            ready = json.loads(self.process.stdout.readline() or b"{}")
+            # By path, not an inherited descriptor (nsenter would leave it open in the command);
+            # its inode is checked before each run, so a reused pid is never entered.
+            self.namespace = f"/proc/{int(ready['ready'])}/ns/mnt"
+            self.inode = os.stat(self.namespace).st_ino
+        except (OSError, ValueError, KeyError, TypeError):
+            self.stop()
+            raise
+
+    def alive(self) -> bool:
+        try:
+            return self.process.poll() is None and os.stat(self.namespace).st_ino == self.inode
+        except OSError:
+            return False
+
+    def ask(self, request: dict) -> None:
+        with self.lock:
+            try:
+                self.process.stdin.write(json.dumps(request).encode() + b"\n")
+                self.process.stdin.flush()
+                answer = json.loads(self.process.stdout.readline() or b"null")
+            except (OSError, ValueError) as error:
+                raise _StagerGone(str(error)) from None
+        if not isinstance(answer, dict):
+            raise _StagerGone("the stager ended")
+        if "error" in answer:
+            raise SandboxError(f"the sandbox's stage could not be mounted: {answer['error']}")
+
+    def release(self, run: str) -> None:
+        with contextlib.suppress(_StagerGone, SandboxError):  # gone: its namespace, slots and all, too
+            self.ask({"release": run})
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        self.process.wait()
+
+
+_stagers: dict[int, _Stager | None] = {}
+_stagers_lock = threading.Lock()
+
+
+def _stager() -> _Stager | None:
+    """This worker process's stager, started on first use (again if it died); None where it cannot
+    run (then each run makes its own stage, as before)."""
+    with _stagers_lock:
+        pid = os.getpid()  # a forked worker gets its own: the parent's pipes are not its to use
+        current = _stagers.get(pid, False)
+        if current is None:
+            return None
+        if isinstance(current, _Stager):
+            if current.alive():
+                return current
+            current.stop()
+        base = next((base for base in _STAGE_BASES if Path(base).is_dir() and not Path(base).is_symlink()),
+                    "")
+        try:
+            _stagers[pid] = _Stager(base) if base and shutil.which("nsenter") else None
+        except (OSError, ValueError):
+            _stagers[pid] = None
+        return _stagers[pid]
 
 
 def _reachable(path: Path, uid: int, gid: int) -> bool:
@@ -989,6 +1096,7 @@ class _Plan:
     enforced: dict[str, str]  # how each limit on writes is held, for the receipt
     results_paths: dict[str, Path] = field(default_factory=dict)  # where each results file is read after
     results_root: Path | None = None  # with rlimits only: the tree they are in
+    unstage: Callable[[], None] | None = None  # unmounts its slots in the stager, after it ended
 
 
 def _copy_tree(tree: Path, copy: Path) -> None:
@@ -1132,9 +1240,11 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
     for name, value in env_full.items():
         bwrap += ["--setenv", name, value]
     bwrap += ["--chdir", str(cwd)]
+    unstage = None
     if handshake is not None:  # the runtime admits it to its cgroups from outside
-        full = stage.argv(scratch, [], [*_identity_argv(identity), *bwrap, *handshake.argv(), "--", prlimit,
-                                        *limits.prlimit_args(), "--", *argv])
+        rest = [*bwrap, *handshake.argv(), "--", prlimit, *limits.prlimit_args(), "--", *argv]
+        entered = stage.entered(rest)
+        full, unstage = entered or (stage.argv(scratch, [], [*_identity_argv(identity), *rest]), None)
     else:
         full = stage.argv(scratch, joins, [*_identity_argv(identity), *bwrap, "--", prlimit,
                                            *limits.prlimit_args(), "--", *join_late, *argv])
@@ -1144,7 +1254,7 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
                   "tree": how, "mounts": mounts,
                   **({"read_only_paths": list(read_only)} if read_only else {})},
                  {"tmp_enforced_by": "tmpfs size (/tmp and /dev/shm; / and /dev read-only)",
-                  "tree_writes_enforced_by": writes}, results_paths)
+                  "tree_writes_enforced_by": writes}, results_paths, unstage=unstage)
 
 
 def _results_host_file(scratch: _Scratch, tree: Path, relative: str,
@@ -1327,6 +1437,8 @@ def run(
                 report.close()
             if handshake:
                 handshake.close()
+            if plan.unstage:
+                plan.unstage()
             plan.scratch.remove()
 
     exit_code, signal_number = _exit_of(status, chosen=chosen, killed=timed_out or cancelled)
