@@ -12,6 +12,8 @@ What it times, `--runs` times each, interleaved so every method sees the same ma
 - **before** / **before, fresh**: `sandbox.run` as it was at BEFORE_COMMIT (loaded from git
   history), for a writer's tree and for a gate's fresh overlay with a read-only path;
 - **after** / **after, fresh**: today's `sandbox.run`, the same two ways;
+- **after, command_run**: `services.command_run`, as the steps call it: the same run and its
+  receipt written to the database (SQLite here);
 - **rlimits-only**: today's `sandbox.run(isolation="off")`, for scale.
 
 For before and after it splits each run's time into pieces, by wrapping the sandbox's own functions
@@ -42,6 +44,7 @@ import time
 from pathlib import Path
 
 from _search_setup import bench_temp
+from _search_setup import django_setup as django_migrated
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BEFORE_COMMIT = "810f58b"  # runtime_app/sandbox.py before issue 33's per-command work
@@ -168,8 +171,8 @@ def main() -> None:
     args = parser.parse_args()
     with bench_temp(args.keep) as temp:
         root = Path(temp)
-        django_setup(root / "data")
-        from runtime_app import sandbox
+        django_migrated(root / "data")  # command_run writes its receipt
+        from runtime_app import sandbox, services
 
         tree = root / "data" / "worktrees" / "bench"
         (tree / "tests").mkdir(parents=True)
@@ -189,6 +192,8 @@ def main() -> None:
                 lambda: sandbox.run(["true"], cwd=tree, timeout=30, isolation="required")),
             "after, fresh": lambda: sandbox.run(["true"], cwd=tree, timeout=30, isolation="required",
                                                 **fresh),
+            "after, command_run": lambda: services.command_run(["true"], cwd=tree, timeout=30,
+                                                               isolation="required"),
             "rlimits-only": lambda: sandbox.run(["true"], cwd=tree, timeout=30, isolation="off"),
         }
         if before is not None:

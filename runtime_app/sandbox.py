@@ -887,8 +887,11 @@ class _Stager:
             raise SandboxError(f"the sandbox's stage could not be mounted: {answer['error']}")
 
     def release(self, run: str) -> None:
-        with contextlib.suppress(_StagerGone, SandboxError):  # gone: its namespace, slots and all, too
-            self.ask({"release": run})
+        """Unmount a run's slots; not waited for (the stager answers nothing to it), so a run never
+        waits for the stager to be scheduled as it ends. Gone: its namespace, slots and all, went too."""
+        with self.lock, contextlib.suppress(OSError):
+            self.process.stdin.write(json.dumps({"release": run}).encode() + b"\n")
+            self.process.stdin.flush()
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):

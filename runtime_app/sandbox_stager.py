@@ -87,13 +87,12 @@ def main() -> None:
     print(json.dumps({"ready": os.getpid()}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
+        if "release" in request:  # not answered: the run has ended and does not wait for it
+            _release(runs.pop(request["release"], []))
+            continue
         try:
-            if "release" in request:
-                _release(runs.pop(request["release"], []))
-                answer: dict = {"ok": True}
-            else:
-                runs[request["run"]] = _stage(base, request)
-                answer = {"ok": True}
+            runs[request["run"]] = _stage(base, request)
+            answer: dict = {"ok": True}
         except (OSError, ValueError, KeyError, TypeError) as error:
             answer = {"error": str(error)}
         print(json.dumps(answer), flush=True)
