@@ -380,6 +380,15 @@ class _RunCgroups:
         return next((int(line.split()[1]) for line in text.splitlines()
                      if line.startswith("oom_kill ") and line.split()[1].isdigit()), 0)
 
+    def contain(self, outer: int) -> None:
+        """Put a starting bubblewrap run (`outer`: the process that becomes bubblewrap itself) into
+        the containment cgroup as it starts: the first cgroup move of a run can wait for an RCU grace
+        period (measured: 4 ms median on this loaded 2-core host, then 0.05 ms for the moves right
+        after it), and made here, that wait overlaps bubblewrap's own start instead of following it.
+        It is never counted: the accounting cgroups get only the sandbox (`admit`)."""
+        leaf = self.paths.get("setup") or self.paths["pids"]
+        (leaf / "cgroup.procs").write_text(str(outer))
+
     def admit(self, child: int) -> None:
         """Put a bubblewrap sandbox, waiting at its block fd, into every cgroup of the run: the
         command it then starts, and all that descends from it, is contained and accounted. (bubblewrap
@@ -553,16 +562,22 @@ def _admit(process: subprocess.Popen, handshake: _Handshake, cgroups: _RunCgroup
            deadline: float) -> None:
     """Admit a bubblewrap run into its cgroups and let it start the command. Past the
     deadline it stays blocked (the timeout kills it); if it cannot be admitted, it is killed."""
-    child = handshake.child_pid(deadline)
-    if child is None:
-        return
+    child = None
     try:
         if cgroups is not None:
-            cgroups.admit(child)
+            cgroups.contain(process.pid)
+        child = handshake.child_pid(deadline)
+        if child is None:
+            return
+        if cgroups is not None:
+            cgroups.admit(child)  # into the containment cgroup too, if bubblewrap made it before the move
+    except ProcessLookupError:
+        return  # it ended before it started the command: its receipt says how
     except OSError as error:
         _killpg(process.pid)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signal.SIGKILL)
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
         process.wait()
         for stream in (process.stdin, process.stdout, process.stderr):
             stream.close()

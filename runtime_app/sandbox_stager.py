@@ -10,8 +10,7 @@ sandbox user. Nothing of a slot is visible outside that namespace (its propagati
 only root can enter it, and each run's slots are unmounted when it ends.
 
 Standard library only; run as `unshare --mount --propagation private -- python -I -S this BASE`.
-Requests and answers are JSON lines on stdin and stdout. It exits when stdin closes or its parent
-dies.
+Requests and answers are JSON lines on stdin and stdout. It exits when stdin closes.
 """
 
 from __future__ import annotations
@@ -20,12 +19,10 @@ import contextlib
 import ctypes
 import json
 import os
-import signal
 import sys
 
 MS_BIND = 4096
 MNT_DETACH = 2
-PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -78,10 +75,9 @@ def _release(made: list[str]) -> None:
 
 def main() -> None:
     base = sys.argv[1]
-    parent = os.getppid()
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the worker died before the line above
-        return
+    # No parent-death signal: it follows the thread that started the stager, not the worker. Its
+    # stdin is held only by the worker process, so it ends (and so does its namespace, once no run
+    # is inside it) when the worker does, however the worker ends.
     _mount("crucible-stage", base, "tmpfs", 0, "mode=0755,size=1m")
     runs: dict[str, list[str]] = {}
     print(json.dumps({"ready": os.getpid()}), flush=True)

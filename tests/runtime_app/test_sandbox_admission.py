@@ -171,3 +171,18 @@ def test_without_a_stager_each_run_stages_itself_with_the_same_view(tree, monkey
     assert "refused" in receipt.stdout_excerpt
     if os.geteuid() == 0:
         assert receipt.stdout_excerpt.splitlines()[1] == str(sandbox.sandbox_identity()[0])
+
+
+def test_a_stager_started_by_a_thread_that_ended_still_serves_the_next_run(tree):
+    old = sandbox._stagers.pop(os.getpid(), None)
+    if isinstance(old, sandbox._Stager):
+        old.stop()
+    thread = threading.Thread(target=lambda: run(["true"], cwd=tree, timeout=30, isolation="required"))
+    thread.start()
+    thread.join()
+    stager = sandbox._stagers.get(os.getpid())
+    if not isinstance(stager, sandbox._Stager):
+        service_missing("no stager here: each run makes its own stage")
+    receipt = run(["cat", "README"], cwd=tree, timeout=30, isolation="required")
+    assert receipt.stdout_excerpt == "hello\n", receipt.stderr_excerpt
+    assert sandbox._stagers[os.getpid()] is stager and stager.alive()
