@@ -720,7 +720,8 @@ def sandbox_which(
     return None
 
 
-# How every run starts, before any process of it can fork: it joins the run's cgroups, then, when
+# How a run starts where no stager serves it (rlimits only, the probes, a host without `nsenter`),
+# before any process of it can fork: it joins the run's cgroups, then, when
 # bubblewrap needs sources its unprivileged uid cannot reach (a 0700 data dir, a home), builds the
 # stage it binds them from, as root in the private mount namespace `unshare` made, and runs the rest.
 # A `mount -a` per fstab mounts the stage in one process: a tmpfs over an unused system directory,
@@ -849,7 +850,7 @@ class _Stage:
                                               for source, slot, is_file in self.binds],
                         "overlays": [[self.prefix + low, mode, size, self.prefix + slot, uid, gid]
                                      for low, mode, size, slot in self.overlays]})
-        except _StagerGone:
+        except (_StagerGone, SandboxError):  # made per run instead, which says in its receipt what failed
             self.base = self.prefix = ""
             return None
         enter = [shutil.which("nsenter") or "nsenter", f"--mount={stager.namespace}",
