@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import logging
 import os
 import re
@@ -48,7 +49,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -379,6 +380,27 @@ class _RunCgroups:
         return next((int(line.split()[1]) for line in text.splitlines()
                      if line.startswith("oom_kill ") and line.split()[1].isdigit()), 0)
 
+    def contain(self, outer: int) -> None:
+        """Put a starting bubblewrap run (`outer`: the process that becomes bubblewrap itself) into
+        the containment cgroup as it starts: the first cgroup move of a run can wait for an RCU grace
+        period (measured: 4 ms median on this loaded 2-core host, then 0.05 ms for the moves right
+        after it), and made here, that wait overlaps bubblewrap's own start instead of following it.
+        It is never counted: the accounting cgroups get only the sandbox (`admit`)."""
+        leaf = self.paths.get("setup") or self.paths["pids"]
+        (leaf / "cgroup.procs").write_text(str(outer))
+
+    def admit(self, child: int) -> None:
+        """Put a bubblewrap sandbox, waiting at its block fd, into every cgroup of the run: the
+        command it then starts, and all that descends from it, is contained and accounted. (bubblewrap
+        itself, outside, is the run's process group leader: reaped and killed with the group.)
+        One write per hierarchy: each move can wait for an RCU grace period on cgroup v1."""
+        if "command" in self.paths:
+            (self.paths["command"] / "cgroup.procs").write_text(str(child))
+            return
+        for name in ("pids", "cpuacct", "memory"):
+            if name in self.paths:
+                (self.paths[name] / "cgroup.procs").write_text(str(child))
+
     def _make(self, path: Path) -> Path:
         path.mkdir()
         self.made.append(path)
@@ -484,7 +506,86 @@ def _killpg(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-# Run last, inside the sandbox: the command moves itself into its accounting cgroups
+class _Handshake:
+    """bubblewrap's `--info-fd` and `--block-fd`: once the sandbox is set up (mounts, uid, namespaces)
+    it waits before it starts the command, while the runtime, from outside, puts it into the run's
+    cgroups; then releases it. No process of the candidate exists before that, no shell runs to
+    join them (one exec less per command), and the command holds no cgroup file. If the runtime
+    cannot admit it, the run is killed where it waits: the command never starts. (rlimits stay
+    inside, by `prlimit`: set from outside, prlimit(2) needs CAP_SYS_RESOURCE, which a container may
+    lack, and RLIMIT_NPROC set before bubblewrap makes its user namespace would count every
+    sandbox's processes together.)"""
+
+    def __init__(self) -> None:
+        self.info_read, self.info_write = os.pipe()  # close-on-exec: Popen's pass_fds hands over one end
+        self.block_read, self.block_write = os.pipe()
+
+    def argv(self) -> list[str]:
+        return ["--info-fd", str(self.info_write), "--block-fd", str(self.block_read)]
+
+    def child_fds(self) -> list[int]:
+        return [self.info_write, self.block_read]
+
+    def started(self) -> None:
+        """After the start: only the run holds the child's ends now."""
+        for fd in (self.info_write, self.block_read):
+            os.close(fd)
+        self.info_write = self.block_read = -1
+
+    def child_pid(self, deadline: float) -> int | None:
+        """The sandbox's pid once bubblewrap has made it, or None: it ended first (a stage it refused)
+        or the deadline passed."""
+        data = b""
+        while b"}" not in data:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([self.info_read], [], [], remaining)[0]:
+                return None
+            chunk = os.read(self.info_read, 4096)
+            if not chunk:
+                return None
+            data += chunk
+        found = re.search(rb'"child-pid":\s*(\d+)', data)
+        return int(found.group(1)) if found else None
+
+    def release(self) -> None:
+        os.write(self.block_write, b"1")
+
+    def close(self) -> None:
+        for fd in (self.info_read, self.info_write, self.block_read, self.block_write):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.info_read = self.info_write = self.block_read = self.block_write = -1
+
+
+def _admit(process: subprocess.Popen, handshake: _Handshake, cgroups: _RunCgroups | None,
+           deadline: float) -> None:
+    """Admit a bubblewrap run into its cgroups and let it start the command. Past the
+    deadline it stays blocked (the timeout kills it); if it cannot be admitted, it is killed."""
+    child = None
+    try:
+        if cgroups is not None:
+            cgroups.contain(process.pid)
+        child = handshake.child_pid(deadline)
+        if child is None:
+            return
+        if cgroups is not None:
+            cgroups.admit(child)  # into the containment cgroup too, if bubblewrap made it before the move
+    except ProcessLookupError:
+        return  # it ended before it started the command: its receipt says how
+    except OSError as error:
+        _killpg(process.pid)
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+        process.wait()
+        for stream in (process.stdin, process.stdout, process.stderr):
+            stream.close()
+        raise SandboxError(f"the sandbox could not be put in its cgroups: {error}") from None
+    handshake.release()
+
+
+# Run last, inside the sandbox (rlimits only): the command moves itself into its accounting cgroups
 # through file descriptors the runtime opened for it (their paths are not visible in there).
 _JOIN_LATE = ('while [ "$1" != -- ]; do echo 0 > "$1" || { echo "crucible sandbox: cannot join $1" >&2; '
               'exit 125; }; shift; done; shift; exec "$@"')
@@ -619,7 +720,8 @@ def sandbox_which(
     return None
 
 
-# How every run starts, before any process of it can fork: it joins the run's cgroups, then, when
+# How a run starts where no stager serves it (rlimits only, the probes, a host without `nsenter`),
+# before any process of it can fork: it joins the run's cgroups, then, when
 # bubblewrap needs sources its unprivileged uid cannot reach (a 0700 data dir, a home), builds the
 # stage it binds them from, as root in the private mount namespace `unshare` made, and runs the rest.
 # A `mount -a` per fstab mounts the stage in one process: a tmpfs over an unused system directory,
@@ -665,6 +767,7 @@ class _Stage:
         self.slots = 0
         self.sources: list[Path] = []
         self.base = ""
+        self.prefix = ""  # of this run's slots in a stager's shared base
 
     def source(self, path: Path) -> Path:
         self.sources.append(path)
@@ -726,7 +829,115 @@ class _Stage:
         return str(path)
 
     def resolve(self, argv: list[str]) -> list[str]:
-        return [part.replace("@stage", self.base, 1) if part.startswith("@stage/") else part for part in argv]
+        at = f"{self.base}/{self.prefix}"
+        return [part.replace("@stage/", at, 1) if part.startswith("@stage/") else part for part in argv]
+
+    def entered(self, rest: list[str]) -> tuple[list[str], Callable[[], None]] | None:
+        """`rest` (bubblewrap and all after it) run as the sandbox user in this worker's stager's
+        namespace, its slots mounted there (see runtime_app.sandbox_stager), and what unmounts them
+        once the run has ended; None when the stage must be made per run (no stager here, nothing to
+        stage, or a source inside the stager's base)."""
+        if self.identity is None or not self.binds:
+            return None
+        stager = _stager()
+        if stager is None or any(_inside(source.resolve(), Path(stager.base)) for source in self.sources):
+            return None
+        run = uuid.uuid4().hex[:12]
+        self.base, self.prefix = stager.base, f"{run}-"
+        uid, gid = self.identity
+        try:
+            stager.ask({"run": run, "binds": [[str(source), self.prefix + slot, is_file]
+                                              for source, slot, is_file in self.binds],
+                        "overlays": [[self.prefix + low, mode, size, self.prefix + slot, uid, gid]
+                                     for low, mode, size, slot in self.overlays]})
+        except (_StagerGone, SandboxError):  # made per run instead, which says in its receipt what failed
+            self.base = self.prefix = ""
+            return None
+        enter = [shutil.which("nsenter") or "nsenter", f"--mount={stager.namespace}",
+                 f"--setuid={uid}", f"--setgid={gid}", "--"]
+        return [*enter, *self.resolve(rest)], lambda: stager.release(run)
+
+
+class _StagerGone(Exception):
+    """The stager ended or answered nonsense: the run makes its stage itself."""
+
+
+class _Stager:
+    """This worker process's stager (runtime_app.sandbox_stager): a root process in a private mount
+    namespace, started once, that mounts each run's stage slots when asked and unmounts them after."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.lock = threading.Lock()
+        self.process = subprocess.Popen(
+            [shutil.which("unshare") or "unshare", "--mount", "--propagation", "private", "--",
+             sys.executable, "-I", "-S", str(Path(__file__).with_name("sandbox_stager.py")), base],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            ready = json.loads(self.process.stdout.readline() or b"{}")
+            # By path, not an inherited descriptor (nsenter would leave it open in the command);
+            # its inode is checked before each run, so a reused pid is never entered.
+            self.namespace = f"/proc/{int(ready['ready'])}/ns/mnt"
+            self.inode = os.stat(self.namespace).st_ino
+        except (OSError, ValueError, KeyError, TypeError):
+            self.stop()
+            raise
+
+    def alive(self) -> bool:
+        try:
+            return self.process.poll() is None and os.stat(self.namespace).st_ino == self.inode
+        except OSError:
+            return False
+
+    def ask(self, request: dict) -> None:
+        with self.lock:
+            try:
+                self.process.stdin.write(json.dumps(request).encode() + b"\n")
+                self.process.stdin.flush()
+                answer = json.loads(self.process.stdout.readline() or b"null")
+            except (OSError, ValueError) as error:
+                raise _StagerGone(str(error)) from None
+        if not isinstance(answer, dict):
+            raise _StagerGone("the stager ended")
+        if "error" in answer:
+            raise SandboxError(f"the sandbox's stage could not be mounted: {answer['error']}")
+
+    def release(self, run: str) -> None:
+        """Unmount a run's slots; not waited for (the stager answers nothing to it), so a run never
+        waits for the stager to be scheduled as it ends. Gone: its namespace, slots and all, went too."""
+        with self.lock, contextlib.suppress(OSError):
+            self.process.stdin.write(json.dumps({"release": run}).encode() + b"\n")
+            self.process.stdin.flush()
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        self.process.wait()
+
+
+_stagers: dict[int, _Stager | None] = {}
+_stagers_lock = threading.Lock()
+
+
+def _stager() -> _Stager | None:
+    """This worker process's stager, started on first use (again if it died); None where it cannot
+    run (then each run makes its own stage, as before)."""
+    with _stagers_lock:
+        pid = os.getpid()  # a forked worker gets its own: the parent's pipes are not its to use
+        current = _stagers.get(pid, False)
+        if current is None:
+            return None
+        if isinstance(current, _Stager):
+            if current.alive():
+                return current
+            current.stop()
+        base = next((base for base in _STAGE_BASES if Path(base).is_dir() and not Path(base).is_symlink()),
+                    "")
+        try:
+            _stagers[pid] = _Stager(base) if base and shutil.which("nsenter") else None
+        except (OSError, ValueError):
+            _stagers[pid] = None
+        return _stagers[pid]
 
 
 def _reachable(path: Path, uid: int, gid: int) -> bool:
@@ -904,6 +1115,7 @@ class _Plan:
     enforced: dict[str, str]  # how each limit on writes is held, for the receipt
     results_paths: dict[str, Path] = field(default_factory=dict)  # where each results file is read after
     results_root: Path | None = None  # with rlimits only: the tree they are in
+    unstage: Callable[[], None] | None = None  # unmounts its slots in the stager, after it ended
 
 
 def _copy_tree(tree: Path, copy: Path) -> None:
@@ -964,7 +1176,8 @@ class _Scratch:
 def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[str, str] | None,
           limits: Limits, readable: list[Path], read_only: list[str], writable: bool, fresh: bool,
           metrics: bool, accounting: bool, joins: Sequence[str], join_late: Sequence[str],
-          egress_dir: Path | None = None, results: Sequence[str] = (), report_fd: int | None = None) -> _Plan:
+          egress_dir: Path | None = None, results: Sequence[str] = (), report_fd: int | None = None,
+          handshake: _Handshake | None = None) -> _Plan:
     prlimit = shutil.which("prlimit")
     if not prlimit:
         raise SandboxError("prlimit (util-linux) is not installed; commands cannot be limited")
@@ -973,7 +1186,7 @@ def _plan(argv: list[str], *, chosen: str, tree: Path, cwd: Path, env: Mapping[s
         return _plan_in(scratch, prlimit, argv, chosen=chosen, tree=tree, cwd=cwd, env=env,
                         limits=limits, readable=readable, read_only=read_only, writable=writable,
                         fresh=fresh, metrics=metrics, accounting=accounting, joins=joins, join_late=join_late,
-                        egress_dir=egress_dir, results=results, report_fd=report_fd)
+                        egress_dir=egress_dir, results=results, report_fd=report_fd, handshake=handshake)
     except BaseException:
         scratch.remove()  # a refused run leaves nothing behind
         raise
@@ -983,7 +1196,7 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
              env: Mapping[str, str] | None, limits: Limits, readable: list[Path], read_only: list[str],
              writable: bool, fresh: bool, metrics: bool, accounting: bool, joins: Sequence[str],
              join_late: Sequence[str], egress_dir: Path | None = None, results: Sequence[str] = (),
-             report_fd: int | None = None) -> _Plan:
+             report_fd: int | None = None, handshake: _Handshake | None = None) -> _Plan:
     metrics_path = scratch.file(".json") if metrics else None
     # The descriptor's number is the same in the command's process: every stage before it keeps it.
     report = {} if report_fd is None else {REPORT_FD_VARIABLE: str(report_fd)}
@@ -1045,16 +1258,22 @@ def _plan_in(scratch: _Scratch, prlimit: str, argv: list[str], *, chosen: str, t
         bwrap.append("--as-pid-1")  # no cgroup to count the tree: rusage must reach the command itself
     for name, value in env_full.items():
         bwrap += ["--setenv", name, value]
-    bwrap += ["--chdir", str(cwd), "--"]
-    full = stage.argv(scratch, joins, [*_identity_argv(identity), *bwrap, prlimit, *limits.prlimit_args(),
-                                       "--", *join_late, *argv])
+    bwrap += ["--chdir", str(cwd)]
+    unstage = None
+    if handshake is not None:  # the runtime admits it to its cgroups from outside
+        rest = [*bwrap, *handshake.argv(), "--", prlimit, *limits.prlimit_args(), "--", *argv]
+        entered = stage.entered(rest)
+        full, unstage = entered or (stage.argv(scratch, [], [*_identity_argv(identity), *rest]), None)
+    else:
+        full = stage.argv(scratch, joins, [*_identity_argv(identity), *bwrap, "--", prlimit,
+                                           *limits.prlimit_args(), "--", *join_late, *argv])
     uid, gid = identity or (os.geteuid(), os.getegid())
     return _Plan(full, {}, "/", sorted(env_full), refused, scratch, metrics_path,
                  {"uid": uid, "gid": gid, "network": "none (own network namespace; no host sockets)",
                   "tree": how, "mounts": mounts,
                   **({"read_only_paths": list(read_only)} if read_only else {})},
                  {"tmp_enforced_by": "tmpfs size (/tmp and /dev/shm; / and /dev read-only)",
-                  "tree_writes_enforced_by": writes}, results_paths)
+                  "tree_writes_enforced_by": writes}, results_paths, unstage=unstage)
 
 
 def _results_host_file(scratch: _Scratch, tree: Path, relative: str,
@@ -1155,23 +1374,26 @@ def run(
         accounting = cgroups is not None and cgroups.accounts
         late_fds: list[int] = []
         report = _ReportPipe() if report_file is not None else None
+        handshake = _Handshake() if chosen == BUBBLEWRAP else None
         try:
-            if accounting:
+            if accounting and handshake is None:
                 late_fds = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in cgroups.late]
             join_late = ["/bin/sh", "-c", _JOIN_LATE, "sh", *(f"/proc/self/fd/{fd}" for fd in late_fds),
                          "--"] if late_fds else []
             plan = _plan(run_argv, chosen=chosen, tree=tree_path, cwd=cwd_path, env=env, limits=limits,
                          readable=readable_paths, read_only=list(read_only), writable=writable, fresh=fresh,
                          metrics=metrics_file is not None, accounting=accounting,
-                         joins=cgroups.early if cgroups else [], join_late=join_late,
+                         joins=cgroups.early if cgroups and handshake is None else [], join_late=join_late,
                          egress_dir=egress.socket_path.parent if egress and chosen == BUBBLEWRAP else None,
                          results=_results_checked(results_files),
-                         report_fd=report.write_fd if report else None)
+                         report_fd=report.write_fd if report else None, handshake=handshake)
         except BaseException:
             for fd in late_fds:
                 os.close(fd)
             if report:
                 report.close()
+            if handshake:
+                handshake.close()
             if cgroups:
                 cgroups.remove()
             raise
@@ -1197,7 +1419,8 @@ def run(
                 process = subprocess.Popen(
                     full_argv, cwd=plan.popen_cwd, env=plan.popen_env, stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                    pass_fds=[*late_fds, *([report.write_fd] if report else [])],
+                    pass_fds=[*late_fds, *([report.write_fd] if report else []),
+                              *(handshake.child_fds() if handshake else [])],
                 )
             except OSError as error:
                 raise SandboxError(f"the sandbox could not start: {error}") from None
@@ -1206,6 +1429,10 @@ def run(
                     os.close(fd)
                 if report:
                     report.started()  # only the command holds the write end now
+                if handshake:
+                    handshake.started()
+            if handshake:
+                _admit(process, handshake, cgroups, started + timeout)
             captures = {process.stdout.fileno(): _Capture(limits.output_bytes, sink),
                         process.stderr.fileno(): _Capture(limits.output_bytes)}
             timed_out, cancelled, status, rusage, stray, ended = _wait(
@@ -1227,6 +1454,10 @@ def run(
                 cgroups.remove()
             if report:
                 report.close()
+            if handshake:
+                handshake.close()
+            if plan.unstage:
+                plan.unstage()
             plan.scratch.remove()
 
     exit_code, signal_number = _exit_of(status, chosen=chosen, killed=timed_out or cancelled)
@@ -1310,8 +1541,8 @@ def _cgroups_open(parents: Mapping[str, Path], limits: Limits, chosen: str) -> _
     if not parents:
         return None
     try:
-        owner = sandbox_identity() if chosen == BUBBLEWRAP else None
-        return _RunCgroups(parents, limits.processes, owner, limits.memory_bytes)
+        # Nobody joins from inside any more (bubblewrap runs are admitted from outside): no chown.
+        return _RunCgroups(parents, limits.processes, None, limits.memory_bytes)
     except OSError:
         return None
 
