@@ -1,6 +1,7 @@
 """A search run by Crucible against the same search with no framework, side by side in one run.
 
     .venv/bin/python bench/search_orchestration.py                    # 0.2 s at 32; trivial 32/128/512
+    .venv/bin/python bench/search_orchestration.py --populations 32,128   # the same without 512
     .venv/bin/python bench/search_orchestration.py --only inline --populations 32,128 --sleep-population 0
     .venv/bin/python bench/search_orchestration.py --with-1000        # trivial 1,000 too (slow)
 
@@ -11,7 +12,9 @@ specs use `comparison = "absolute"` so every round runs exactly `trials` blocks 
 (paired comparison adds blocks where intervals are undecided: a measurement policy, not
 orchestration).
 
-**Lanes**, one after another on the same machine, each configuration in each lane:
+**Lanes**, one after another on the same machine, each configuration in each lane (the Celery
+lanes only at the two configurations with a goal, 32 × 0.2 s and 512 trivial, unless
+`--celery-all`):
 - `bare`: bench/bare_loop.py, the same sandboxed commands and round barriers with a
   `ThreadPoolExecutor(16)`, git and plain bubblewrap (its docstring lists the differences).
 - `bare-sandbox`: the same loop with every command in Crucible's own sandbox
@@ -32,17 +35,26 @@ commands run (Crucible's: its `command` and `review` receipts) and git processes
 blocks, the replay, the review) the larger of its command time / 16 and its longest serial chain
 (a candidate's writer then gates; a measure step's trials, which run one at a time in the
 exclusive lane), summed — computed from each lane's own command times, beside the old Σ/16
-ideal. Goals printed against: ≤ 1.2× bare at population 32 with 0.2 s commands, ≤ 1.5× at 512
-trivial.
+ideal. Issue 33's goals, each printed with PASS or MISS: every lane ≤ 1.15× the bare loop at
+population 32 with 0.2 s commands; at 512 trivial each Crucible lane ≤ 1.25× the sandboxed loop
+(`bare-sandbox`) and the sandboxed loop ≤ 1.2× the bare loop; git processes per step (inline,
+mean) ≤ 3 for generate and evaluate, ≤ 6 for replay. The last block of the output, "issue 33",
+gathers the per-step figures and every goal.
 
-**Inline only (in-process probes):** total planner time — the time inside
-`search_app.services.search_advance`, wrapped — per population, to show it grows linearly; and
-per step kind: step time (the step's started_at → finished_at), its commands' time, the fixed
-cost (step − commands) per step and per command, the processes it started by program
-(`subprocess.Popen` wrapped; `git` among them), and its SQL (`connection.execute_wrapper`):
-write statements (INSERT/UPDATE/DELETE), write transactions (a BEGIN, or a write outside an
-atomic block), and the time spent in BEGIN and write statements, which includes waiting for
-SQLite's write lock.
+**Inline only (in-process probe, tests/step_costs.py's StepProbe):** the planner's calls (each
+outermost `search_advance` call timed: count, median and mean per call, total) and, per step
+kind, step time (the step's started_at → finished_at), its commands' time, the fixed cost (step −
+commands) per step and per command, the processes it started by program (git among them), write
+statements (INSERT/UPDATE/DELETE/REPLACE), write transactions (a commit after a write, or a write
+in autocommit) and the time in BEGIN and write statements (SQLite's lock waits included). The
+probe counts at the layers every call goes through, not at one module's name for a function:
+`step_execute`, `search_advance` and `git_run` are replaced at every module-level binding of the
+function object (sys.modules scanned, so `from … import` copies are caught), processes at
+`subprocess.Popen` (every binding), SQL through every connection's execute wrappers and the
+backend's `commit`; a thread started inside a step counts for it. After each inline run it
+checks the counts against the steps the database says ran (each seen, each with a write
+transaction, the planner called, git processes seen, no `git_run` without its process) and prints
+"PROBE MISSED" with what was missed instead of zeros (tests/search_app/test_orchestration_probe.py).
 
 `--web-scale N` adds the old scale check: a population-N search run inline while a Daphne server
 on the same database answers `GET /api/searches/{id}/run` every 2 s (peak RSS of both, DB size).

@@ -56,7 +56,7 @@ class StepCosts:
 
 @contextlib.contextmanager
 def git_counted(costs: StepCosts) -> Iterator[StepCosts]:
-    """Count every git process runtime_app.worktrees starts, under the step kind running in its thread."""
+    """Count every git_run call (at every module that bound it), under the step kind running in its thread."""
     from runtime_app import worktrees
 
     real = worktrees.git_run
@@ -66,11 +66,12 @@ def git_counted(costs: StepCosts) -> Iterator[StepCosts]:
             costs.git[costs.current()][git_kind(args)] += 1
         return real(args, **options)
 
-    worktrees.git_run = counting
+    bound = rebind(real, counting)
     try:
         yield costs
     finally:
-        worktrees.git_run = real
+        for module, name in bound:
+            setattr(module, name, real)
 
 
 @contextlib.contextmanager
