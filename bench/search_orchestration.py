@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import resource
@@ -170,6 +171,7 @@ class LaneResult:
     steps: list[dict[str, Any]] = field(default_factory=list)
     tallies: dict[str, StepTally] = field(default_factory=dict)  # inline: planner, outside steps
     probe_error: str = ""  # inline: what the probe's check found missing
+    walls: list[float] = field(default_factory=list)  # with --repeat: every run's wall time
 
     @property
     def command_seconds(self) -> float:
@@ -181,6 +183,7 @@ class LaneResult:
 # tests/step_costs.py's StepProbe: it patches every binding of step_execute, search_advance and
 # git_run, subprocess.Popen and the database backend's commit, and fails loudly on a miss.
 PROBE = StepProbe()
+FROZEN = itertools.count(1)
 
 
 # ------------------------------------------------------------------------------ Crucible lanes
@@ -224,8 +227,9 @@ def outcome_of(run: Any) -> str:
 def freeze(user: Any, project: Any, repo: Path, config: Config, lane: str) -> Any:
     from search_app import services
 
-    text = spec(f"{lane}-{config.kind}-{config.population}", config.population, config.rounds, config.sleep,
-                config.trials, comparison="absolute")
+    # A name of its own each time: freezing the same spec again returns the search already run.
+    text = spec(f"{lane}-{config.kind}-{config.population}-{next(FROZEN)}", config.population, config.rounds,
+                config.sleep, config.trials, comparison="absolute")
     search = services.search_freeze(user, project, text, "HEAD", repository_path=str(repo))
     services.search_start(user, search, enqueue=False)
     return search
@@ -364,8 +368,9 @@ def lane_line(name: str, result: LaneResult, bare: LaneResult | None, sandboxed:
     over = (f"{result.wall / sandboxed.wall:5.2f}x" if sandboxed and not sandboxed.skipped
             and name not in ("bare", "bare-sandbox") else "     -")
     git = f"{result.git_processes:>6}" if result.git_processes is not None else "     -"
+    walls = f"  (runs: {', '.join(f'{w:.2f}' for w in result.walls)} s)" if len(result.walls) > 1 else ""
     return (f"  {name:<13} {result.wall:8.2f} s  {ratio}  {over:>9}  {result.wall / ideal:6.2f}x  "
-            f"{ideal:7.2f} s  {len(result.commands):>6}  {git}  {result.outcome}")
+            f"{ideal:7.2f} s  {len(result.commands):>6}  {git}  {result.outcome}{walls}")
 
 
 def verdict(ratio: float, goal: float) -> str:
@@ -594,6 +599,53 @@ def interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def median_run(results: list[LaneResult]) -> LaneResult:
+    """The run of the median wall time (the lower middle of an even count), with every run's wall."""
+    ran = sorted((r for r in results if not r.skipped), key=lambda r: r.wall)
+    if not ran:
+        return results[0]
+    chosen = ran[(len(ran) - 1) // 2]
+    chosen.walls = [r.wall for r in results if not r.skipped]
+    return chosen
+
+
+def lanes_run(args: argparse.Namespace, lanes: list[str], configs: list[Config], user: Any, project: Any,
+              repo: Path, temp: Path, redis_url: str, record: Any) -> None:
+    """Every configuration in the bare loop, then in each lane, once."""
+    for config in configs:
+        bare = bare_run(repo, temp / "bare-trees", config.population, config.rounds, config.sleep,
+                        config.trials)
+        record(config, "bare", LaneResult(bare.wall, bare.commands, bare.winner, bare.git_processes))
+    for lane in lanes:
+        if lane == "bare-sandbox":
+            for config in configs:
+                bare = bare_run(repo, temp / "bare-trees", config.population, config.rounds,
+                                config.sleep, config.trials, sandbox="crucible")
+                record(config, lane, LaneResult(bare.wall, bare.commands, bare.winner, bare.git_processes))
+            continue
+        if lane == "inline":
+            for config in configs:
+                record(config, lane, inline_run(user, project, repo, config))
+            continue
+        extra, broker = {}, None
+        if lane == "celery-redis":
+            problem = redis_problem(redis_url)
+            if problem:
+                for config in configs:
+                    record(config, lane, LaneResult(0, [], "", skipped=problem))
+                continue
+            extra, broker = {"REDIS_URL": redis_url}, redis_url
+        worker = Worker(temp, lane, extra)
+        try:
+            warmed = worker.warm(broker)
+            print(f"{lane}: the worker ran its first task {warmed:.2f} s after it was sent")
+            for config in configs:
+                if args.celery_all or config.has_goal:
+                    record(config, lane, celery_run(user, project, repo, config, lane, broker))
+        finally:
+            worker.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(LANES),
@@ -611,6 +663,8 @@ def main() -> None:
     parser.add_argument("--celery-all", action="store_true",
                         help="run the Celery lanes at every configuration (default: only where a goal is "
                              "set, population 32 with sleeping commands and 512 trivial)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run every lane this many times, alternating, and report the median run")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (data dir, worker logs)")
     args = parser.parse_args()
     lanes = [lane.strip() for lane in args.only.split(",") if lane.strip()]
@@ -621,6 +675,8 @@ def main() -> None:
     populations = [int(p) for p in args.populations.split(",") if p.strip()]
     populations += [1000] if args.with_1000 else []
     configs += [Config(p, 0, args.trivial_trials) for p in populations]
+    if args.repeat < 1:
+        parser.error("--repeat is at least 1")
     if any(config.population < CONCURRENCY for config in configs):
         parser.error(f"populations start at {CONCURRENCY} (the specs' concurrency)")
     redis_url = os.environ.get("CRUCIBLE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
@@ -631,51 +687,23 @@ def main() -> None:
         PROBE.install()
         user, project = operator_and_project()
         repo = make_repo(temp / "repo")
-        results: dict[Config, dict[str, LaneResult]] = {config: {} for config in configs}
+        runs: dict[Config, dict[str, list[LaneResult]]] = {config: {} for config in configs}
+
+        def record(config: Config, lane: str, result: LaneResult, repetition: int) -> None:
+            runs[config].setdefault(lane, []).append(result)
+            shown = f"skipped: {result.skipped}" if result.skipped else f"{result.wall:.2f} s"
+            print(f"{lane} {config.title()}{f' (run {repetition + 1})' if args.repeat > 1 else ''}: {shown}",
+                  flush=True)
+
         signal.signal(signal.SIGTERM, interrupt)
         try:
-            for config in configs:
-                bare = bare_run(repo, temp / "bare-trees", config.population, config.rounds, config.sleep,
-                                config.trials)
-                results[config]["bare"] = LaneResult(bare.wall, bare.commands, bare.winner,
-                                                     bare.git_processes)
-                print(f"bare {config.title()}: {bare.wall:.2f} s", flush=True)
-            for lane in lanes:
-                if lane == "bare-sandbox":
-                    for config in configs:
-                        bare = bare_run(repo, temp / "bare-trees", config.population, config.rounds,
-                                        config.sleep, config.trials, sandbox="crucible")
-                        results[config][lane] = LaneResult(bare.wall, bare.commands, bare.winner,
-                                                           bare.git_processes)
-                        print(f"{lane} {config.title()}: {bare.wall:.2f} s", flush=True)
-                    continue
-                if lane == "inline":
-                    for config in configs:
-                        results[config][lane] = inline_run(user, project, repo, config)
-                        print(f"{lane} {config.title()}: {results[config][lane].wall:.2f} s", flush=True)
-                    continue
-                extra, broker = {}, None
-                if lane == "celery-redis":
-                    problem = redis_problem(redis_url)
-                    if problem:
-                        for config in configs:
-                            results[config][lane] = LaneResult(0, [], "", skipped=problem)
-                        print(f"{lane}: skipped: {problem}", flush=True)
-                        continue
-                    extra, broker = {"REDIS_URL": redis_url}, redis_url
-                worker = Worker(temp, lane, extra)
-                try:
-                    warmed = worker.warm(broker)
-                    print(f"{lane}: the worker ran its first task {warmed:.2f} s after it was sent")
-                    for config in configs:
-                        if not (args.celery_all or config.has_goal):
-                            continue
-                        results[config][lane] = celery_run(user, project, repo, config, lane, broker)
-                        print(f"{lane} {config.title()}: {results[config][lane].wall:.2f} s", flush=True)
-                finally:
-                    worker.stop()
+            for repetition in range(args.repeat):  # the lanes alternate: bare, sandboxed, inline, … again
+                lanes_run(args, lanes, configs, user, project, repo, temp, redis_url,
+                          lambda config, lane, result, r=repetition: record(config, lane, result, r))
         except KeyboardInterrupt:
             print("\ninterrupted: the figures measured so far follow", flush=True)
+        results = {config: {lane: median_run(tries) for lane, tries in lanes_of.items()}
+                   for config, lanes_of in runs.items()}
         for config in configs:
             report(config, results[config])
         issue_summary(configs, results)

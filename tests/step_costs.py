@@ -1,5 +1,7 @@
 """Counting what one step costs: the git processes it starts and the database write
-transactions it commits, per step kind (tests/search_app/test_step_costs.py, bench/step_costs.py)."""
+transactions it commits, per step kind (tests/search_app/test_step_costs.py, bench/step_costs.py);
+and StepProbe, which counts a whole search's steps and planner calls for
+bench/search_orchestration.py (tests/search_app/test_orchestration_probe.py)."""
 
 from __future__ import annotations
 
@@ -202,40 +204,41 @@ class StepProbe:
         popen = subprocess.Popen
 
         @functools.wraps(execute)
-        def counted_execute(step_pk: int, owner: str) -> bool:
+        def counted_execute(*args: Any, **kwargs: Any) -> Any:
             if not probe.active or getattr(probe.local, "tally", None) is not None:
-                return execute(step_pk, owner)
+                return execute(*args, **kwargs)
+            step_pk = args[0] if args else kwargs["step_pk"]
             with probe.lock:
                 tally = probe.per_step.setdefault(step_pk, StepTally("?"))
                 tally.executions += 1
             probe.local.tally = tally
             started = time.perf_counter()
             try:
-                return execute(step_pk, owner)
+                return execute(*args, **kwargs)
             finally:
                 tally.seconds += time.perf_counter() - started
                 probe.local.tally = None
 
         @functools.wraps(advance)
-        def timed_advance(search_pk: int) -> list[int]:
+        def timed_advance(*args: Any, **kwargs: Any) -> Any:
             if not probe.active or getattr(probe.local, "planning", 0):
-                return advance(search_pk)
+                return advance(*args, **kwargs)
             probe.local.planning = 1
             started = time.perf_counter()
             try:
-                return advance(search_pk)
+                return advance(*args, **kwargs)
             finally:
                 probe.local.planning = 0
                 with probe.lock:
                     probe.planner_calls.append(time.perf_counter() - started)
 
         @functools.wraps(git_run)
-        def counted_git_run(args: Sequence[str], **options: Any) -> Any:
+        def counted_git_run(*args: Any, **options: Any) -> Any:
             if probe.active:
                 tally = probe.tally()
                 with probe.lock:
                     tally.git_run_calls += 1
-            return git_run(args, **options)
+            return git_run(*args, **options)
 
         class CountingPopen(popen):  # type: ignore[misc, valid-type]
             def __init__(self, args: Any, *rest: Any, **options: Any) -> None:
@@ -258,8 +261,15 @@ class StepProbe:
                 with probe.lock:
                     tally.transactions += 1
 
-        self.installed.append((backend, "commit", backend.__dict__.get("commit", _INHERITED)))
-        backend.commit = counted_commit
+        rollback = backend.rollback
+
+        def cleared_rollback(connection: Any) -> None:
+            connection._crucible_probe_dirty = False  # its writes were never committed
+            rollback(connection)
+
+        for name, replacement in (("commit", counted_commit), ("rollback", cleared_rollback)):
+            self.installed.append((backend, name, backend.__dict__.get(name, _INHERITED)))
+            setattr(backend, name, replacement)
         real_start = threading.Thread.start
 
         def start(thread: threading.Thread) -> None:

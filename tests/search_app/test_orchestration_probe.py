@@ -45,9 +45,11 @@ def test_the_probe_counts_the_steps_git_processes_writes_and_planner_of_an_inlin
         assert len(tallies) == list(ran.values()).count(kind)
         assert all(tally.executions >= 1 and tally.transactions >= 1 for tally in tallies), kind
         assert all(tally.writes >= tally.transactions for tally in tallies), kind
-    for kind in ("generate", "evaluate", "replay"):
-        assert all(tally.git_processes >= 1 for tally in kinds[kind]), kind
-        assert all(tally.git_processes >= tally.git_run_calls for tally in kinds[kind]), kind
+    # A writer's worktree is made and read with git; an evaluation's tree may be built without a
+    # process (dulwich), so for the other kinds only the cross-check with git_run holds.
+    assert all(tally.git_processes >= 1 for tally in kinds["generate"])
+    for kind, tallies in kinds.items():
+        assert all(tally.git_processes >= tally.git_run_calls for tally in tallies), kind
     # Every writer's and gate's command is a process of its step too (the sandbox starts them).
     assert all(sum(tally.programs.values()) > tally.git_processes for tally in kinds["generate"])
     # The driver asks the planner at least once per round it closes and once more to end.
