@@ -50,8 +50,6 @@ def test_the_probe_counts_the_steps_git_processes_writes_and_planner_of_an_inlin
     assert all(tally.git_processes >= 1 for tally in kinds["generate"])
     for kind, tallies in kinds.items():
         assert all(tally.git_processes >= tally.git_run_calls for tally in tallies), kind
-    # Every writer's and gate's command is a process of its step too (the sandbox starts them).
-    assert all(sum(tally.programs.values()) > tally.git_processes for tally in kinds["generate"])
     # The driver asks the planner at least once per round it closes and once more to end.
     assert len(probe.planner_calls) >= 3
     assert all(seconds > 0 for seconds in probe.planner_calls)
