@@ -97,7 +97,11 @@ def run(options: argparse.Namespace, temp: Path, services, worktrees, rules) -> 
             calls[" ".join(kind)] += 1
         return real(args, **kwargs)
 
-    worktrees.git_run = counting
+    # Every module-level binding of git_run (a `from runtime_app.worktrees import git_run` copy too).
+    for module in list(sys.modules.values()):
+        for name, value in list(getattr(module, "__dict__", {}).items()):
+            if value is real:
+                setattr(module, name, counting)
 
     def edit(worktree: Path) -> None:
         for number in (3, 1234 % options.files):
