@@ -45,9 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
-from dulwich.diff_tree import CHANGE_ADD, CHANGE_DELETE, TreeChange, tree_changes
+from dulwich.diff_tree import CHANGE_ADD, CHANGE_DELETE, CHANGE_MODIFY, TreeChange, tree_changes
+from dulwich.index import ConflictedIndexEntry, read_index_dict
 from dulwich.object_store import DiskObjectStore
-from dulwich.objects import Commit
+from dulwich.objects import Commit, TreeEntry
 
 from runtime_app.lane import git_held
 from runtime_app.policy import PatchLimits
@@ -599,6 +600,142 @@ def patch_apply(
         return tree_checkout(repo_path, commit, tree, name, scratch)
 
 
+# ------------------------------------------------------------------------------------------ trees
+
+# Highest-precedence attributes of a tree's private git dir: no filter, eol or encoding rule a
+# candidate's `.gitattributes` names is applied, so the files on disk are the tree's bytes.
+_TREE_ATTRIBUTES = "* -text -crlf -eol -filter -ident -working-tree-encoding\n"
+
+
+def tree_apply(
+    repo_path: str | Path, commit: str, patch_text: bytes, name: str, *,
+    numstat: list[tuple[int | None, int | None, str]] | None = None,
+) -> Path:
+    """A plain directory at DATA_DIR/worktrees/<name> holding `commit`'s files with the patch
+    applied, verified as patch_apply verifies (a well-formed git diff that applies, whose applied
+    name-status is what it declares, its changed files on disk checked against the result).
+
+    Not a git worktree: no `.git` in it, nothing written under the repository's `.git`, no
+    repository lock, so its cost does not grow with how many trees exist and no step waits on
+    another's checkout. Git runs in a private git dir (empty config, no hooks, every attribute
+    unset) over a temporary index and a scratch object directory: `read-tree` the commit,
+    `apply --cached` (with `--numstat` when the caller has none), `checkout-index -a` into the
+    tree; an empty patch is one `read-tree --reset -u`. The applied changes are read from the two
+    index states in this process. Any failure leaves nothing behind and raises GitError.
+    """
+    name_check(name)
+    sha = _commit_sha(repo_path, commit)
+    target = worktrees_root() / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.mkdir()  # claims the name atomically
+    except FileExistsError:
+        raise GitError(f"tree {name}: {target} already exists; remove it first") from None
+    try:
+        target.chmod(0o755)  # whatever the server's umask: the sandbox's own user reads the tree
+        with object_scratch(repo_path) as scratch:
+            _tree_build(scratch, sha, patch_text, target, numstat)
+    except BaseException as error:
+        _partial_remove(target)
+        if isinstance(error, GitError):
+            raise GitError(f"patch rejected for {name}: {error}") from None
+        raise
+    return target
+
+
+def tree_remove(path: str | Path) -> None:
+    """Delete a tree made by tree_apply (or a legacy worktree's files: git forgets its record at
+    the next prune, and worktree_create prunes when a name is still registered), whatever state a
+    command left it in. Refuses anything not directly under DATA_DIR/worktrees."""
+    root = worktrees_root()
+    path = Path(path)
+    if path.parent.resolve() != root:
+        raise GitError(f"{path}: not a tree under {root}; refusing to delete it")
+    name_check(path.name)
+    _partial_remove(root / path.name)
+
+
+def _tree_build(
+    scratch: ObjectScratch, sha: str, patch_text: bytes, target: Path,
+    numstat: list[tuple[int | None, int | None, str]] | None,
+) -> None:
+    git_dir = scratch.path.parent  # the scratch's own temporary directory
+    (git_dir / "refs").mkdir()
+    (git_dir / "HEAD").write_text(f"{sha}\n")
+    (git_dir / "config").write_text("")
+    (git_dir / "info").mkdir()
+    (git_dir / "info" / "attributes").write_text(_TREE_ATTRIBUTES)
+    index = git_dir / "index"
+    env = {**scratch.env, "GIT_DIR": str(git_dir), "GIT_INDEX_FILE": str(index),
+           "GIT_CEILING_DIRECTORIES": str(git_dir.parent)}
+    tree_env = {**env, "GIT_WORK_TREE": str(target)}
+    if not patch_text:
+        if numstat:
+            raise GitError("not a well-formed git diff (an empty patch declares changes)")
+        try:
+            git_run(["read-tree", "--reset", "-u", f"{sha}^{{commit}}"], cwd=target, env=tree_env)
+        except GitError as error:
+            raise GitError(f"{sha}: not a commit of this repository ({error})") from None
+        return
+    if not _blocks(patch_text):  # what patch_name_status would say, before any git process
+        raise GitError("not a well-formed git diff (the patch has no git diff headers; only "
+                       "`git diff` output is accepted)")
+    try:
+        git_run(["read-tree", f"{sha}^{{commit}}"], cwd=git_dir, env=env)
+    except GitError as error:
+        raise GitError(f"{sha}: not a commit of this repository ({error})") from None
+    before = _index_entries(index)
+    args = ["apply", "--cached", "--binary"]
+    if numstat is None:
+        args += ["--numstat", "-z", "--apply"]  # the numstat and the apply in one process
+    try:
+        out = git_run([*args, "-"], cwd=git_dir, env=env, stdin=patch_text)
+    except GitError as error:
+        raise GitError(f"it does not apply to {short_sha(sha)} ({error})") from None
+    if numstat is None:
+        numstat = _numstat_parse(out)
+    try:
+        declared = patch_name_status(patch_text, numstat=numstat)
+    except GitError as error:
+        raise GitError(f"not a well-formed git diff ({error})") from None
+    changes = _index_changes(before, _index_entries(index))
+    applied = _changes_kinds(changes)
+    if applied != declared:
+        raise GitError(f"the applied tree changes {_describe(applied)} but the patch declares "
+                       f"{_describe(declared)}")
+    git_run(["checkout-index", "--all", "--force", "--quiet"], cwd=target, env=tree_env)
+    with contextlib.closing(scratch.store()) as store:
+        _checkout_verify(target, None, store, changes)
+
+
+def _index_entries(index: Path) -> dict[bytes, tuple[int, bytes]]:
+    """{path: (mode, sha)} of a temporary index, read in this process."""
+    with open(index, "rb") as handle:
+        entries = read_index_dict(handle)
+    out = {}
+    for path, entry in entries.items():
+        if isinstance(entry, ConflictedIndexEntry):
+            raise GitError(f"{path.decode(errors='surrogateescape')} is left conflicted")
+        out[path] = (entry.mode, entry.sha)
+    return out
+
+
+def _index_changes(
+    old: dict[bytes, tuple[int, bytes]], new: dict[bytes, tuple[int, bytes]],
+) -> list[TreeChange]:
+    """The file-level changes from one index state to another (a type change is a modify)."""
+    changes = []
+    for path in sorted(old.keys() | new.keys()):
+        before, after = old.get(path), new.get(path)
+        if before == after:
+            continue
+        old_entry = TreeEntry(path, *before) if before else None
+        new_entry = TreeEntry(path, *after) if after else None
+        kind = CHANGE_ADD if before is None else CHANGE_DELETE if after is None else CHANGE_MODIFY
+        changes.append(TreeChange(kind, old_entry, new_entry))
+    return changes
+
+
 def patch_name_status(
     text: bytes, *, numstat: list[tuple[int | None, int | None, str]] | None = None,
 ) -> dict[str, str]:
@@ -633,20 +770,25 @@ def _tree_entries_changed(store: DiskObjectStore, old: bytes, new: bytes) -> lis
 def _tree_changes(store: DiskObjectStore, old: bytes, new: bytes) -> dict[str, str]:
     """{path: A | D | M} from tree `old` to `new`, as `git diff-tree -r --no-renames` names them
     (a type change is an M)."""
+    return _changes_kinds(_tree_entries_changed(store, old, new))
+
+
+def _changes_kinds(entries: Sequence[TreeChange]) -> dict[str, str]:
     kinds = {CHANGE_ADD: "A", CHANGE_DELETE: "D"}
     changes = {}
-    for change in _tree_entries_changed(store, old, new):
+    for change in entries:
         path = (change.new.path if change.type == CHANGE_ADD else change.old.path) or change.new.path
         changes[path.decode(errors="surrogateescape")] = kinds.get(change.type, "M")
     return changes
 
 
-def _checkout_verify(worktree: Path, env: dict[str, str], store: DiskObjectStore,
+def _checkout_verify(worktree: Path, env: dict[str, str] | None, store: DiskObjectStore,
                      changes: Sequence[TreeChange]) -> None:
     """Every changed path on disk is what the tree holds: the same bytes, link target and
     executable bit, and deleted paths gone. A file the checkout converted (an in-tree
     `.gitattributes` eol or filter rule) is hashed by git the way `git add` would, and must
-    give the tree's blob back."""
+    give the tree's blob back; without `env` (a tree_apply tree, where nothing converts) it
+    is refused."""
     converted: list[tuple[bytes, bytes]] = []
     for change in changes:
         if change.type == CHANGE_DELETE:
@@ -669,13 +811,13 @@ def _checkout_verify(worktree: Path, env: dict[str, str], store: DiskObjectStore
             elif on_disk.read_bytes() == store[entry.sha].data:
                 same = True
             else:
-                same = b"\n" not in entry.path  # one path a line for hash-object
+                same = env is not None and b"\n" not in entry.path  # one path a line for hash-object
                 converted.append((entry.path, entry.sha))
         except OSError:
             same = False
         if not same:
             raise GitError(f"after checkout, {shown} on disk differs from the patched tree")
-    if converted:
+    if converted and env is not None:
         out = git_run(["hash-object", "--stdin-paths"], cwd=worktree, env=env,
                       stdin=b"".join(path + b"\n" for path, _ in converted)).split()
         for index, (path, sha) in enumerate(converted):
@@ -729,6 +871,10 @@ def _numstat_entries(text: bytes) -> list[tuple[int | None, int | None, str]]:
     with tempfile.TemporaryDirectory(prefix="crucible-numstat-") as temp:
         out = git_run(["apply", "--numstat", "-z", "-"], cwd=Path(temp), stdin=text,
                       env={"GIT_CEILING_DIRECTORIES": str(Path(temp).parent)})
+    return _numstat_parse(out)
+
+
+def _numstat_parse(out: bytes) -> list[tuple[int | None, int | None, str]]:
     entries = []
     for entry in out.split(b"\0")[:-1]:
         added, deleted, path = entry.split(b"\t", 2)
