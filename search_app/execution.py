@@ -38,7 +38,13 @@ from runtime_app.results import STDOUT, results_compare_all, results_digest, std
 from runtime_app.sandbox import SYSTEM_DIRS, Limits, SandboxError
 from runtime_app.services import ReceiptBatch
 from runtime_app.tools import EDITOR_TOOL, SHELL_TOOL, tool_dispatch
-from runtime_app.worktrees import patch_extract, worktree_create, worktree_remove, worktrees_root
+from runtime_app.worktrees import (
+    patch_extract,
+    tree_remove,
+    worktree_create,
+    worktree_remove,
+    worktrees_root,
+)
 from search_app.context import StepContext
 from search_app.frozen import search_repository, search_spec
 from search_app.hidden import hidden_files_write
@@ -130,11 +136,18 @@ def _worktree_name(step: Step, purpose: str) -> str:
 
 
 def _fresh_worktree_path(repo: str, name: str) -> None:
-    """Remove a worktree a crashed earlier attempt left under this name (and its parked record)."""
+    """Remove a writer's worktree a crashed earlier attempt left under this name."""
+    leftover = worktrees_root() / name
+    if leftover.exists() or leftover.is_symlink():
+        worktree_remove(repo, leftover)
+
+
+def _fresh_tree_path(name: str) -> None:
+    """Remove a plain tree a crashed earlier attempt left under this name (and its parked record)."""
     leftover = worktrees_root() / name
     _parked_record(leftover).unlink(missing_ok=True)  # first: a record never outlives its tree
     if leftover.exists() or leftover.is_symlink():
-        worktree_remove(repo, leftover)
+        tree_remove(leftover)
 
 
 # An evaluation tree whose gates all passed is kept ("parked") on its host for the trials of
@@ -215,8 +228,7 @@ def _tree_parked(step: Step, member: Any) -> ParkedTree | None:
     return None
 
 
-def parked_trees_remove(search: Search, *, rounds_before: int | None = None,
-                        repository: str | None = None) -> int:
+def parked_trees_remove(search: Search, *, rounds_before: int | None = None) -> int:
     """Remove this host's parked trees of `search` (only those last parked in a round before
     `rounds_before`, if given: trees no trial of that round took); returns how many."""
     removed = 0
@@ -226,8 +238,7 @@ def parked_trees_remove(search: Search, *, rounds_before: int | None = None,
             continue
         _parked_record(tree).unlink(missing_ok=True)
         if tree.exists() or tree.is_symlink():
-            repository = repository or search_repository(search)
-            worktree_remove(repository, tree)
+            tree_remove(tree)
         removed += 1
     return removed
 
@@ -255,10 +266,8 @@ def parked_trees_sweep() -> int:
                 and trees_park(search_spec(search)):
             continue
         _parked_record(tree).unlink(missing_ok=True)
-        if search is not None and (tree.exists() or tree.is_symlink()):
-            worktree_remove(search_repository(search), tree)
-        elif tree.is_dir() and not tree.is_symlink():  # its search is gone: git prunes the record later
-            shutil.rmtree(tree, ignore_errors=True)
+        if tree.exists() or tree.is_symlink():
+            tree_remove(tree)  # a plain tree: no repository to find, none to lock
         removed += 1
     return removed
 
@@ -472,21 +481,20 @@ def _evaluation_tree(step: Step, context: StepContext, candidate: Any, purpose: 
     Returns (tree or None, the apply receipt, the read-only paths); with `pending`, the apply
     receipt is written with that batch."""
     name = f"{context.search_id}-{candidate.candidate_id}-{purpose}-r{step.round}"
-    _fresh_worktree_path(context.repository, name)
+    _fresh_tree_path(name)
     worktree, admit = runtime_services.patch_admit(
         context.repository, context.baseline_commit, bytes(candidate.patch), name,
         context.rules, project=context.project, subject=("candidate", candidate.pk),
-        label=f"{label} apply", pending=pending,
+        label=f"{label} apply", pending=pending, plain=True,
     )
     if worktree is None:
         return None, admit, []
     try:
         hidden = context.hidden  # the frozen snapshot (search_app/hidden.py), read once per step
         hidden_files_write(worktree, hidden.files, hidden.executable)
-        files = [str(path.relative_to(worktree)) for path in worktree.rglob("*")
-                 if path.is_file() and ".git" not in path.relative_to(worktree).parts[:1]]
+        files = [str(path.relative_to(worktree)) for path in worktree.rglob("*") if path.is_file()]
     except BaseException:
-        worktree_remove(context.repository, worktree)
+        tree_remove(worktree)
         raise
     return worktree, admit, read_only_paths(files, context.rules, extra=list(context.hidden_paths))
 
@@ -526,12 +534,18 @@ def _gates_judged(context: StepContext, ran: list[tuple[int, str, Receipt]], rec
     return None
 
 
+# A member's pristine tree built earlier in the same step: (tree, read-only paths, apply receipt).
+HeldTree = tuple[Path, list[str], int | None]
+
+
 def _gated(step: Step, context: StepContext, purpose: str, label: str, cancel: threading.Event, *,
-           park: bool = False) -> tuple[StepResult | None, list[int]]:
+           park: bool = False, hold: dict[str, HeldTree] | None = None
+           ) -> tuple[StepResult | None, list[int]]:
     """The candidate's pristine evaluation tree and its gates in order; (the step's result if it
-    stopped there, the receipts). The tree is removed, unless `park` and every gate passed: then
-    it is kept for the round's trials on this host. The apply receipt is written with the first
-    gate's, in one transaction, and whatever happens on the way."""
+    stopped there, the receipts). The tree is removed, unless every gate passed and `park` (then
+    it is kept for the round's trials on this host) or `hold` (then it goes there, for this same
+    step's trials: a replay). The apply receipt is written with the first gate's, in one
+    transaction, and whatever happens on the way."""
     candidate = step.candidate
     batch = ReceiptBatch()
     ran: list[tuple[int, str, Receipt]] = []
@@ -541,11 +555,11 @@ def _gated(step: Step, context: StepContext, purpose: str, label: str, cancel: t
         if tree is not None:
             try:
                 ran = _gates(step, context, tree, read_only, label, cancel, batch)
-                kept = park and len(ran) == len(context.spec.hard_gates.commands) and all(
-                    gate.succeeded and not gate.detail.get("cancelled") for _, _, gate in ran)
+                kept = (park or hold is not None) and len(ran) == len(context.spec.hard_gates.commands) \
+                    and all(gate.succeeded and not gate.detail.get("cancelled") for _, _, gate in ran)
             finally:
                 if not kept:
-                    worktree_remove(context.repository, tree)
+                    tree_remove(tree)
     finally:
         batch.write()
     receipts = [admit.pk]
@@ -553,9 +567,11 @@ def _gated(step: Step, context: StepContext, purpose: str, label: str, cancel: t
         return StepResult(eliminated=f"patch refused at {admit.detail['stage']}: {admit.detail['reason']}",
                           receipts=receipts), receipts
     judged = _gates_judged(context, ran, receipts)
-    if kept and not (judged is None and _tree_park(step, candidate.candidate_id, tree, read_only,
-                                                   admit.detail.get("patch_sha256", ""), admit.pk)):
-        worktree_remove(context.repository, tree)
+    if kept and judged is None and hold is not None:
+        hold[candidate.candidate_id] = (tree, read_only, admit.pk)
+    elif kept and not (judged is None and _tree_park(step, candidate.candidate_id, tree, read_only,
+                                                     admit.detail.get("patch_sha256", ""), admit.pk)):
+        tree_remove(tree)
     return judged, receipts
 
 
@@ -667,11 +683,13 @@ class TrialFiles(NamedTuple):
 Trial = tuple[str, Receipt, TrialFiles]
 
 
-def measure(step: Step, context: StepContext, cancel: threading.Event) -> StepResult:
+def measure(step: Step, context: StepContext, cancel: threading.Event,
+            held: dict[str, HeldTree] | None = None) -> StepResult:
     """Run blocks `plan.blocks` of a round for `plan.members` (candidate ids, the baseline
     among them): in each block every member runs one trial, in the block's seeded order, with no
     other command of this host running at the same time. A member whose trial fails (or whose
-    tree cannot be rebuilt) leaves the later blocks and is reported."""
+    tree cannot be rebuilt) leaves the later blocks and is reported. `held`: members' trees this
+    step built already (a replay's gated tree), taken instead of building them again."""
     search, spec = step.search, context.spec
     first, last = step.plan["blocks"]
     members = {candidate.candidate_id: candidate for candidate in
@@ -689,7 +707,7 @@ def measure(step: Step, context: StepContext, cancel: threading.Event) -> StepRe
     scratch = worktrees_root().parent / "sandbox"
     scratch.mkdir(parents=True, exist_ok=True)
     try:
-        receipts += _member_trees(step, context, members, trees, built_by, parked_from, dropped)
+        receipts += _member_trees(step, context, members, trees, built_by, parked_from, dropped, held or {})
         for block in range(first, last):
             running = [cid for cid in trees if cid not in dropped]
             order = block_order(search.search_id, namespace, block, running)
@@ -711,7 +729,7 @@ def measure(step: Step, context: StepContext, cancel: threading.Event) -> StepRe
 
 def _member_trees(step: Step, context: StepContext, members: dict[str, Any],
                   trees: dict[str, tuple[Path, list[str]]], built_by: dict[str, Any], parked_from: list[str],
-                  dropped: dict[str, str]) -> list[int]:
+                  dropped: dict[str, str], held: dict[str, HeldTree]) -> list[int]:
     """Each member's pristine tree: a parked one, or a fresh checkout with its patch; filled into
     `trees`, `built_by`, `parked_from` and `dropped` as it goes (the caller releases whatever was
     built, even when this fails half-way). Returns the apply receipts written. The members' apply
@@ -721,6 +739,10 @@ def _member_trees(step: Step, context: StepContext, members: dict[str, Any],
     try:
         for cid, member in sorted(members.items()):
             label = f"{cid} r{step.round}"
+            if cid in held:  # built and gated by this step: its pristine tree, no second checkout
+                held_tree, held_read_only, built_by[cid] = held.pop(cid)
+                trees[cid] = (held_tree, held_read_only)
+                continue
             # A replay's trees are its own clean checkouts: only a round's trials take a parked one.
             parked = _tree_parked(step, member) if step.kind == Step.Kind.MEASURE else None
             if parked is not None:  # a pristine tree no command ran in: no second checkout
@@ -908,9 +930,8 @@ def _trees_release(step: Step, context: StepContext, members: dict[str, Any],
         if not (keep and cid not in dropped
                 and _tree_park(step, cid, tree, read_only, digest, getattr(built, "pk", built))):
             _parked_record(tree).unlink(missing_ok=True)
-            worktree_remove(context.repository, tree)
-    parked_trees_remove(search, rounds_before=step.round if keep else step.round + 1,
-                        repository=context.repository)
+            tree_remove(tree)
+    parked_trees_remove(search, rounds_before=step.round if keep else step.round + 1)
 
 
 def replay(step: Step, context: StepContext, cancel: threading.Event) -> StepResult:
@@ -919,10 +940,17 @@ def replay(step: Step, context: StepContext, cancel: threading.Event) -> StepRes
     with more blocks measures only: its gates passed in the step it extends."""
     if step.plan.get("extends"):
         return measure(step, context, cancel)
-    stopped, receipts = _gated(step, context, "replay", f"{step.candidate.candidate_id} replay", cancel)
-    if stopped:
-        return stopped
-    measured = measure(step, context, cancel)
+    held: dict[str, HeldTree] = {}
+    try:
+        # The gated tree is pristine (each gate ran on a throwaway copy): its trials take it.
+        stopped, receipts = _gated(step, context, "replay", f"{step.candidate.candidate_id} replay", cancel,
+                                   hold=held)
+        if stopped:
+            return stopped
+        measured = measure(step, context, cancel, held=held)
+    finally:
+        for tree, _, _ in held.values():  # what measure did not take (it releases what it took)
+            tree_remove(tree)
     return replace(measured, receipts=receipts + (measured.receipts or []))
 
 
@@ -933,11 +961,11 @@ def review(step: Step, context: StepContext, cancel: threading.Event) -> StepRes
     """An independent reviewer reads the patched tree (read-only) and the patch."""
     search, candidate, spec = step.search, step.candidate, context.spec
     name = _worktree_name(step, "review")
-    _fresh_worktree_path(context.repository, name)
+    _fresh_tree_path(name)
     worktree, admit = runtime_services.patch_admit(
         context.repository, context.baseline_commit, bytes(candidate.patch), name,
         context.rules, project=context.project, subject=("candidate", candidate.pk),
-        label=f"{candidate.candidate_id} review apply",
+        label=f"{candidate.candidate_id} review apply", plain=True,
     )
     if worktree is None:
         return StepResult(verdict=Review.Verdict.REJECT, receipts=[admit.pk],
@@ -960,7 +988,7 @@ def review(step: Step, context: StepContext, cancel: threading.Event) -> StepRes
                                               "reviewer read the patch instead"}
         return replace(static, findings=[note, *(static.findings or [])], usage=result.usage)
     finally:
-        worktree_remove(context.repository, worktree)
+        tree_remove(worktree)
 
 
 def _llm_review_corroborated(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
