@@ -38,6 +38,7 @@ import re
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -46,7 +47,17 @@ from pathlib import Path
 
 from django.conf import settings
 from dulwich.diff_tree import CHANGE_ADD, CHANGE_DELETE, CHANGE_MODIFY, TreeChange, tree_changes
-from dulwich.index import ConflictedIndexEntry, read_index_dict
+from dulwich.index import (
+    EXTENDED_FLAG_INTEND_TO_ADD,
+    FLAG_EXTENDED,
+    FLAG_STAGEMASK,
+    ConflictedIndexEntry,
+    IndexChecksumWriter,
+    IndexEntry,
+    read_index_dict,
+    write_index_dict,
+)
+from dulwich.object_format import DEFAULT_OBJECT_FORMAT
 from dulwich.object_store import DiskObjectStore
 from dulwich.objects import Commit, TreeEntry
 
@@ -59,6 +70,7 @@ GIT_TIMEOUT_SECONDS = 300.0
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _SHA = re.compile(r"[0-9a-f]{40}")
 GITLINK_MODE = 0o160000
+_EMPTY_BLOB = b"e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"  # what `git add -N` records
 # Config that could run a program, change what a patch looks like or read the user's files.
 _SAFE_CONFIG = (
     "core.hooksPath=/dev/null",
@@ -383,9 +395,12 @@ class Patch:
         return not self.text
 
 
-def patch_from_text(text: bytes) -> Patch:
-    """Describe a git diff: its SHA-256, numstat (as `git apply --numstat` reads it) and files."""
-    numstat = _numstat_entries(text)
+def patch_from_text(
+    text: bytes, *, numstat: list[tuple[int | None, int | None, str]] | None = None,
+) -> Patch:
+    """Describe a git diff: its SHA-256, numstat (as `git apply --numstat` reads it, unless the
+    caller has it) and files."""
+    numstat = _numstat_entries(text) if numstat is None else numstat
     sources = [source for _, source in _blocks(text) if source]
     files = list(dict.fromkeys([*(path for _, _, path in numstat), *sources]))
     diff_lines = sum((added or 0) + (deleted or 0) for added, deleted, _ in numstat)
@@ -399,56 +414,121 @@ def patch_extract(
 
     Tracked changes and new untracked files that are not ignored; binary files as git binary
     patches. Staged through a temporary index: the worktree's own index is not touched, and
-    the objects hashed on the way go to a scratch object directory, never the repository's.
-    Raises PatchLimitError when the changes are over `limits` (default: PatchLimits()):
-    judged on the changed files' count and sizes before any of them is hashed, then on the
-    diff's length.
+    nothing is hashed into the repository's objects. Raises PatchLimitError when the changes are
+    over `limits` (default: PatchLimits()): judged on the changed files' count and sizes before
+    any of them is hashed, then on the diff's length.
+
+    Two git processes for a worktree at its own commit: `status` (the limits), then one `diff`
+    of the files against base giving the patch and its numstat. The temporary index starts as a
+    copy of the worktree's own (written at its commit by `worktree add`, in the repository's
+    `.git`, which the sandbox keeps read-only: its stat data spares status re-reading unchanged
+    files, and it records the sizes of deleted ones); the new files are added to it as
+    intent-to-add entries in this process, so the diff shows them whole, as `git add --all`
+    then `git diff --cached` did, byte for byte. An explicit base starts from `read-tree`; an
+    embedded repository among the new files is staged by `git add` (a gitlink), as before.
     """
     limits = limits or PatchLimits()
     worktree = Path(worktree).resolve()
     with _scratch_over(_worktree_objects(worktree)) as scratch, \
             tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
-        worktree, env = _worktree_git(worktree, Path(temp) / "index", scratch)
+        index = Path(temp) / "index"
+        worktree, env = _worktree_git(worktree, index, scratch)
+        own = base is None and (Path(env["GIT_DIR"]) / "index").is_file()
         base = _base_resolve(worktree, env, base)
-        _base_read(worktree, env, base)
-        _changes_limit(worktree, env, limits)
-        git_run(["add", "--all", "--", "."], cwd=worktree, env=env)
-        text = git_run(["diff", "--cached", *_DIFF_OPTIONS, base, "--"], cwd=worktree, env=env)
+        if own:
+            shutil.copyfile(Path(env["GIT_DIR"]) / "index", index)
+        else:
+            _base_read(worktree, env, base)
+        untracked = _changes_limit(worktree, env, limits, index if own else None)
+        diff = ["diff", "--numstat", "-z", "--patch", *_DIFF_OPTIONS]
+        if any(path.endswith(b"/") for path in untracked):
+            git_run(["add", "--all", "--", "."], cwd=worktree, env=env)
+            out = git_run([*diff, "--cached", base, "--"], cwd=worktree, env=env)
+        else:
+            _intent_to_add(index, worktree, untracked)
+            out = git_run([*diff, base, "--"], cwd=worktree, env=env)
+    numstat, text = _numstat_split(out)
     refusal = limits.text_refusal(len(text))
     if refusal:
         raise PatchLimitError(refusal)
-    patch = patch_from_text(text)
+    patch = patch_from_text(text, numstat=numstat if len(numstat) == len(_blocks(text)) else None)
     refusal = limits.files_refusal(len(patch.files))
     if refusal:
         raise PatchLimitError(refusal)
     return patch
 
 
-def _changes_limit(worktree: Path, env: dict[str, str], limits: PatchLimits) -> None:
-    """Refuse changes over the limits from their paths and sizes alone, before git hashes them.
+def _numstat_split(out: bytes) -> tuple[list[tuple[int | None, int | None, str]], bytes]:
+    """`git diff --numstat -z --patch` output as (numstat, patch): each numstat entry ends in a
+    NUL and one more NUL separates them from the patch (no output at all for no change)."""
+    if not out:
+        return [], b""
+    end = out.find(b"\0\0")
+    if end < 0:
+        raise GitError("git diff gave a numstat without a patch")
+    return _numstat_parse(out[: end + 1]), out[end + 2:]
 
-    The index holds `base` (read-tree). `git status` compares each tracked file with it in
-    memory (writing no object) and names the files that differ (its second status letter:
-    index against the files) and the untracked ones that are not ignored. Added and modified
-    files count at their size on disk, deleted ones at their size in base. Status writes the
-    refreshed (temporary) index, so `git add` then hashes only what changed. Submodules are not
-    entered: that would run git inside a directory the candidate controls.
+
+def _intent_to_add(index: Path, worktree: Path, paths: Sequence[bytes]) -> None:
+    """Add `paths` to the (temporary) index as intent-to-add entries, as `git add -N` does: git
+    then diffs each as a new file read from disk. Written without the cached-tree extension,
+    which a new entry would make stale."""
+    if not paths:
+        return
+    with open(index, "rb") as handle:
+        entries = read_index_dict(handle)
+    for path in paths:
+        try:
+            mode = os.lstat(worktree / os.fsdecode(path)).st_mode
+        except OSError:
+            continue  # gone since status listed it: nothing to add
+        if stat.S_ISLNK(mode):
+            git_mode = 0o120000
+        elif stat.S_ISREG(mode):
+            git_mode = 0o100755 if mode & stat.S_IXUSR else 0o100644
+        else:
+            continue
+        entries[path] = IndexEntry(
+            ctime=0, mtime=0, dev=0, ino=0, mode=git_mode, uid=0, gid=0, size=0, sha=_EMPTY_BLOB,
+            flags=FLAG_EXTENDED, extended_flags=EXTENDED_FLAG_INTEND_TO_ADD,
+        )
+    with open(index, "wb") as handle:
+        writer = IndexChecksumWriter(handle, DEFAULT_OBJECT_FORMAT)
+        write_index_dict(writer, entries)
+        writer.write_checksum()
+
+
+def _changes_limit(
+    worktree: Path, env: dict[str, str], limits: PatchLimits, own_index: Path | None = None,
+) -> list[bytes]:
+    """Refuse changes over the limits from their paths and sizes alone, before git hashes them;
+    return the untracked files that are not ignored (what `git add --all` would add).
+
+    The index holds `base` (read-tree, or `own_index`: the worktree's own index, copied). `git
+    status` compares each tracked file with it in memory (writing no object) and names the
+    files that differ (its second status letter: index against the files) and the untracked
+    ones that are not ignored. Added and modified files count at their size on disk, deleted
+    ones at their size in base (the size `own_index` recorded, else the blob's). Status writes
+    the refreshed (temporary) index. Submodules are not entered: that would run git inside a
+    directory the candidate controls.
     """
     out = git_run(["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignore-submodules=all",
                    "--no-renames"], cwd=worktree, env={**env, "GIT_OPTIONAL_LOCKS": "1"})
     fields = iter(out.split(b"\0"))
     changed: list[bytes] = []
-    deleted: list[bytes] = []  # the base's blob ids of deleted files
+    untracked: list[bytes] = []
+    deleted: list[tuple[bytes, bytes]] = []  # path and the base's blob id of deleted files
     for entry in fields:
         if entry.startswith(b"? "):
             changed.append(entry[2:])
+            untracked.append(entry[2:])
         elif entry.startswith((b"1 ", b"2 ")):
             parts = entry.split(b" ", 8 if entry.startswith(b"1 ") else 9)
             if entry.startswith(b"2 "):
                 next(fields, None)  # a rename's original path (renames are off; never expected)
             worktree_status, index_sha, path = parts[1][1:2], parts[7], parts[-1]
             if worktree_status == b"D":
-                deleted.append(index_sha)
+                deleted.append((path, index_sha))
             elif worktree_status != b".":
                 changed.append(path)
     files = len(changed) + len(deleted)
@@ -459,13 +539,18 @@ def _changes_limit(worktree: Path, env: dict[str, str], limits: PatchLimits) -> 
     for path in changed:
         with contextlib.suppress(OSError):  # gone between the listing and now: nothing to add
             total += os.lstat(worktree / os.fsdecode(path)).st_size
-    if deleted:
+    if deleted and own_index is not None:
+        with open(own_index, "rb") as handle:
+            recorded = read_index_dict(handle)
+        total += sum(getattr(recorded.get(path), "size", 0) for path, _ in deleted)
+    elif deleted:
         sizes = git_run(["cat-file", "--batch-check=%(objectsize)"], cwd=worktree, env=env,
-                        stdin=b"\n".join(deleted) + b"\n")
+                        stdin=b"\n".join(sha for _, sha in deleted) + b"\n")
         total += sum(int(size) for size in sizes.split() if size.isdigit())
     refusal = limits.bytes_refusal(total, files)
     if refusal:
         raise PatchLimitError(refusal)
+    return untracked
 
 
 def worktree_tree(
@@ -709,7 +794,33 @@ def _tree_build(
 
 
 def _index_entries(index: Path) -> dict[bytes, tuple[int, bytes]]:
-    """{path: (mode, sha)} of a temporary index, read in this process."""
+    """{path: (mode, sha)} of a temporary index, read in this process.
+
+    Index versions 2 and 3 (what read-tree and apply write here) are parsed directly: only each
+    entry's mode, object id and path are needed, and dulwich's full parse costs tens of ms for
+    5,000 entries; any other version is read with dulwich."""
+    data = index.read_bytes()
+    if data[:4] != b"DIRC":
+        raise GitError(f"{index}: not an index file")
+    version, count = struct.unpack_from(">II", data, 4)
+    if version not in (2, 3):
+        return _index_entries_dulwich(index)
+    out = {}
+    position = 12
+    for _ in range(count):
+        (mode,) = struct.unpack_from(">I", data, position + 24)
+        (flags,) = struct.unpack_from(">H", data, position + 60)
+        header = 64 if flags & FLAG_EXTENDED else 62
+        end = data.index(b"\0", position + header)
+        path = data[position + header : end]
+        if flags & FLAG_STAGEMASK:
+            raise GitError(f"{path.decode(errors='surrogateescape')} is left conflicted")
+        out[path] = (mode, data[position + 40 : position + 60].hex().encode())
+        position += (header + len(path) + 8) & ~7
+    return out
+
+
+def _index_entries_dulwich(index: Path) -> dict[bytes, tuple[int, bytes]]:
     with open(index, "rb") as handle:
         entries = read_index_dict(handle)
     out = {}

@@ -778,3 +778,52 @@ def test_extracting_against_the_known_baseline_asks_git_for_no_rev_parse(repo, v
     assert "rev-parse" not in calls
     with pytest.raises(GitError, match="is not a commit of this repository"):
         patch_extract(worktree, base="0" * 40)
+
+
+# ------------------------------------------------------------------- generate's git processes
+
+
+def old_extract(worktree: Path, base: str) -> bytes:
+    """The patch as patch_extract made it before: read-tree, `add --all`, `diff --cached`."""
+    admin = worktrees.worktree_admin_dir(worktree)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | GIT_ENV | {
+        "GIT_DIR": str(admin), "GIT_WORK_TREE": str(worktree),
+        "GIT_INDEX_FILE": str(worktree.parent / f"{worktree.name}.old-index"),
+    }
+
+    def run(*args: str) -> bytes:
+        return subprocess.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=worktree, env=env,
+                              check=True, capture_output=True).stdout
+
+    run("read-tree", base)
+    run("add", "--all", "--", ".")
+    return run("diff", "--cached", *worktrees._DIFF_OPTIONS, base, "--")
+
+
+def test_generate_takes_at_most_three_git_processes(ignoring_repo, monkeypatch):
+    calls: list[str] = []
+    real = worktrees.git_run
+    monkeypatch.setattr(worktrees, "git_run", lambda args, **kw: calls.append(args[0]) or real(args, **kw))
+    worktree = worktree_create(ignoring_repo, "main", "cand_001")
+    candidate_work(worktree)
+    patch_extract(worktree)
+    assert len(calls) <= 3, calls
+
+
+def test_the_patch_is_byte_for_byte_what_add_all_and_diff_cached_gave(ignoring_repo, monkeypatch):
+    base = git(ignoring_repo, "rev-parse", "main")
+    worktree = worktree_create(ignoring_repo, base, "cand_001")
+    candidate_work(worktree)
+    (worktree / "tests" / "test_certificate.py").unlink()
+    (worktree / "tests" / "test_certificate.py").symlink_to("../code/fast.py")  # a type change
+    (worktree / "scripts" / "benchmark_candidate.sh").chmod(0o755)  # a mode change
+    (worktree / "tools").mkdir()
+    (worktree / "tools" / "run.sh").write_text("#!/bin/sh\r\necho crlf\r\n")
+    (worktree / "tools" / "run.sh").chmod(0o755)
+    (worktree / "link").symlink_to("tools/run.sh")
+    (worktree / "empty.txt").write_bytes(b"")
+    (worktree / "no-newline.txt").write_bytes(b"last line")
+    patch = patch_extract(worktree)
+    assert patch.text == old_extract(worktree, base)
+    assert patch.numstat == worktrees._numstat_entries(patch.text)  # as `git apply --numstat` reads it
+    assert patch == patch_from_text(patch.text)
