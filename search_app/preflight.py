@@ -244,7 +244,9 @@ def preflight_report(spec: SearchSpec, repository_path: str,
         commands.append(("score.command", "score", spec.score.command))
         earlier: list[str] = []  # the evaluator's commands before this one (each starts from a pristine tree)
         for where, section, command in commands:
-            readable = [git_dir, *readable_for(spec, section)]
+            # Writers work in a git worktree and are shown its git dir; the evaluator's trees are
+            # plain directories whose commands see no repository.
+            readable = [*([git_dir] if section == "worker" else []), *readable_for(spec, section)]
             place = _Place(section, tree, readable, in_tree(section != "worker"), Path(repository_path))
             shebang = partial(_shebang, repo, baseline_commit)
             before = earlier if section != "worker" else []
