@@ -465,8 +465,9 @@ def patch_admit(
         # Over the byte limit, the text is not even read for its numstat.
         refusal = limits.text_refusal(len(patch_text))
         if refusal is None:
-            # Its numstat is handed on: read here for a plain tree, else `git apply --numstat` once.
-            read = numstat_read(patch_text) if plain else None
+            # Its numstat is handed on: read in this process, or else by `git apply --numstat` once
+            # (a wrong reading only refuses: the applied tree is checked against it).
+            read = numstat_read(patch_text)
             patch = patch_described(patch_text, read) if read is not None else patch_from_text(patch_text)
             detail.update(diff_lines=patch.diff_lines, files=patch.files[:200])
             refusal = limits.files_refusal(len(patch.files))

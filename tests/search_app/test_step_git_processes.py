@@ -100,7 +100,7 @@ def test_each_step_kind_starts_at_most_a_few_git_processes(personas, tmp_path, d
 
 
 def test_trials_that_build_their_trees_start_at_most_three_git_processes_a_member(
-    personas, tmp_path, data_dir, counted
+    personas, tmp_path, data_dir, counted, capsys
 ):
     """A search whose writers refine parks no tree: each round's trials build every member's."""
     search = frozen(personas, tmp_path, {"cand_001": 5, "cand_002": 9}, population=2, rounds=[2, 1],
@@ -108,6 +108,9 @@ def test_trials_that_build_their_trees_start_at_most_three_git_processes_a_membe
     run_inline(personas, search)
     measures = [(step_pk, len(Step.objects.get(pk=step_pk).plan["members"]))
                 for step_pk, kind in counted.kinds.items() if kind == "measure"]
+    with capsys.disabled():
+        print(f"\nmeasure steps building their trees (git processes, members): "
+              f"{[(counted.git[pk], members) for pk, members in measures]}; all: {per_kind(counted)}")
     assert measures
     for step_pk, members in measures:
         assert 0 < counted.git[step_pk] <= 3 * members
