@@ -204,5 +204,11 @@ def tree_policy(repo_path: Any, commit: str, tree: Path, patch_text: bytes, nums
                 mode = 0o100755 if info.st_mode & stat.S_IXUSR else 0o100644
             memory.add_object(blob)
             changes.append((raw, mode, blob.id))
-        patched = commit_tree_changes(store, head.tree, changes)
+        # Deletions first: a directory the patch replaces with a file (or a file with a directory)
+        # is gone before its new entry is put in its place.
+        patched = head.tree
+        for part in ([change for change in changes if change[1] is None],
+                     [change for change in changes if change[1] is not None]):
+            if part:
+                patched = commit_tree_changes(store, patched, part)
         return policy_check(store, head.tree, patched, rules)

@@ -5,6 +5,7 @@ and a refused one leaves nothing behind."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -81,6 +82,33 @@ def test_the_policy_judges_a_plain_tree_and_a_refused_one_is_removed(repo, v1, d
     assert tree is None and receipt.detail["stage"] == "policy"
     assert {v["path"] for v in receipt.detail["violations"]} == {"tests/test_certificate.py"}
     assert not (data_dir / "worktrees" / "eval_refused").exists()
+
+
+@pytest.mark.parametrize("edit", ["a file becomes a directory", "a directory becomes a file"])
+def test_a_path_that_changes_from_file_to_directory_is_judged_and_admitted(repo, v1, data_dir, edit):
+    def change(worktree: Path) -> None:
+        code = worktree / "code"
+        if edit == "a file becomes a directory":
+            (code / "certificate.py").unlink()
+            (code / "certificate.py").mkdir()
+            (code / "certificate.py" / "inner.py").write_text("x = 1\n")
+        else:
+            (code / "pkg").mkdir()
+            (code / "pkg" / "mod.py").write_text("y = 2\n")
+
+    text = candidate_patch(repo, v1, change)
+    if edit == "a directory becomes a file":  # commit the directory, then the patch replaces it
+        base = worktree_create(repo, v1, "base_dir")
+        change(base)
+        git(base, "add", "-A")
+        git(base, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "dir")
+        v1 = git(base, "rev-parse", "HEAD")
+        worktree_remove(repo, base)
+        text = candidate_patch(repo, v1, lambda w: (shutil.rmtree(w / "code" / "pkg"),
+                                                    (w / "code" / "pkg").write_text("z = 3\n")))
+    tree, receipt = services.patch_admit(repo, v1, text, "eval_kinds", RULES, plain=True)
+    assert receipt.detail["verdict"] == "admitted", receipt.detail
+    tree_remove(tree)
 
 
 def test_a_submodule_in_a_plain_tree_is_refused(repo, v1, data_dir):
