@@ -466,7 +466,8 @@ def _declared_path_problem(word: str, place: _Place) -> str | None:
     any other absolute path (a tool, /dev/null, a scratch file) is not checked here."""
     if _UNKNOWN.search(word):
         return None
-    for root in place.readable[1:]:  # (the first is the repository's git dir)
+    git_dir = place.repository / ".git" if place.repository is not None else None
+    for root in [path for path in place.readable if path != git_dir]:  # a writer's also has the git dir
         if word == str(root) or word.startswith(str(root).rstrip("/") + "/"):
             if not os.path.lexists(word):
                 return (f"{word} is under {root}, declared in {place.section}.read_paths, but is not on "
