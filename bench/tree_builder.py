@@ -1,7 +1,7 @@
 """Evaluation trees: `git worktree add` against the lock-free tree builder (tree_apply) with
 0, 100 and 500 live trees, measured side by side in one run.
 
-    .venv/bin/python bench/tree_builder.py [--runs 5] [--keep]
+    .venv/bin/python bench/tree_builder.py [--runs 5] [--files 5000] [--keep]
 
 What it times, on a generated repository of 5,000 small files (as bench/worktree_creation.py
 makes it) and a candidate's patch changing 3 of them:
@@ -36,8 +36,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import worktree_creation
 from _search_setup import bench_temp
-from worktree_creation import FILES, django_setup, git, repo_generate
+from worktree_creation import django_setup, git, repo_generate
 
 LEVELS = (0, 100, 500)
 THREADS = 4
@@ -61,8 +62,10 @@ def patch_make(repo: Path, sha: str) -> bytes:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--files", type=int, default=worktree_creation.FILES)
     parser.add_argument("--keep", action="store_true")
     options = parser.parse_args()
+    worktree_creation.FILES = options.files  # repo_generate's size
     with bench_temp(options.keep) as temp:
         root = Path(temp)
         django_setup(root / "data")
@@ -143,7 +146,7 @@ def main() -> None:
                     else:
                         worktree_remove(repo, path)
 
-        print(f"\n{FILES} files, a patch of {len(CHANGED) + 1} files, median of {options.runs} runs; "
+        print(f"\n{options.files} files, a patch of {len(CHANGED) + 1} files, median of {options.runs} runs; "
               f"Python {platform.python_version()}, {os.cpu_count()} cores, {git(repo, 'version')}")
         print(f"{'live trees':>10}  {'method':<18} {'median':>9} {'min':>9} {'max':>9}  ratio to tree_apply")
         for level, times in results.items():

@@ -1,6 +1,11 @@
-"""Worktrees for candidates and evaluations, and the patches that move between them.
+"""Worktrees for writers, trees for evaluations, and the patches that move between them.
 
-A worktree is a `git worktree add --detach` checkout under `DATA_DIR/worktrees/<name>`: it
+An evaluation, trial or replay tree (tree_apply) is a plain directory of a commit's files with a
+patch applied, built in a private git dir with a temporary index and `checkout-index`: not
+registered with the repository, no `.git`, no repository lock, at most three git processes, so
+no step waits on another's checkout and the cost does not grow with how many trees exist.
+
+A writer's worktree is a `git worktree add --detach` checkout under `DATA_DIR/worktrees/<name>`: it
 shares the repository's object store, so nothing is copied but the files. It is the
 fastest way bench/worktree_creation.py measured: 1.4–6× faster than dulwich's
 `worktree_add` on 5,000 files, depending on the machine's file I/O.
@@ -433,10 +438,12 @@ def patch_extract(
             tempfile.TemporaryDirectory(prefix="crucible-index-") as temp:
         index = Path(temp) / "index"
         worktree, env = _worktree_git(worktree, index, scratch)
-        own = base is None and (Path(env["GIT_DIR"]) / "index").is_file()
+        admin = Path(env["GIT_DIR"])
+        # A split index keeps entries elsewhere: read-tree then, as for an explicit base.
+        own = base is None and (admin / "index").is_file() and not any(admin.glob("sharedindex.*"))
         base = _base_resolve(worktree, env, base)
         if own:
-            shutil.copyfile(Path(env["GIT_DIR"]) / "index", index)
+            shutil.copyfile(admin / "index", index)
         else:
             _base_read(worktree, env, base)
         untracked = _changes_limit(worktree, env, limits, index if own else None)
