@@ -21,6 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runtime_app import access, remotes, sandbox, signals, tails
+from runtime_app.admission import numstat_read, patch_described, tree_judge
 from runtime_app.git import GitError, repo_open
 from runtime_app.lane import SHARED, lane_hold
 from runtime_app.models import (
@@ -440,7 +441,7 @@ def _patch_judge(repo_path: Any, commit: str, patch_text: bytes, name: str, rule
 def patch_admit(
     repo_path: Any, commit: str, patch_text: bytes, name: str, rules: Any, *,
     project: Project | None = None, subject: tuple[str, int] | None = None, label: str = "",
-    pending: ReceiptBatch | None = None,
+    pending: ReceiptBatch | None = None, plain: bool = False,
 ) -> tuple[Any, Receipt]:
     """Judge a candidate's patch by the change policy and check it out in a fresh baseline worktree.
 
@@ -450,6 +451,10 @@ def patch_admit(
     (its objects in a scratch directory), judged from there, and only an admitted one is checked
     out. The receipt says which stage refused it and why, path by path. Nothing the patch
     brings is written into the repository's object store.
+
+    `plain=True` (evaluation, trial, replay and review trees): a plain directory instead of a
+    worktree (worktrees.tree_apply; no `.git`, no repository lock), judged by the change policy
+    on what it holds before anything runs there (runtime_app/admission.py).
     """
     # Its git calls and tree reads are one piece of work on this host: no trial runs beside it.
     with lane_hold(SHARED):
@@ -460,11 +465,16 @@ def patch_admit(
         # Over the byte limit, the text is not even read for its numstat.
         refusal = limits.text_refusal(len(patch_text))
         if refusal is None:
-            patch = patch_from_text(patch_text)  # its numstat is handed on: `git apply --numstat` once
+            # Its numstat is handed on: read in this process, or else by `git apply --numstat` once
+            # (a wrong reading only refuses: the applied tree is checked against it).
+            read = numstat_read(patch_text)
+            patch = patch_described(patch_text, read) if read is not None else patch_from_text(patch_text)
             detail.update(diff_lines=patch.diff_lines, files=patch.files[:200])
             refusal = limits.files_refusal(len(patch.files))
         if refusal is not None:
             detail.update(verdict="rejected", stage="policy", reason=refusal)
+        elif plain:
+            worktree = tree_judge(repo_path, commit, patch_text, name, rules, patch.numstat, detail)
         else:
             worktree = _patch_judge(repo_path, commit, patch_text, name, rules, patch.numstat, detail)
         receipt = Receipt(

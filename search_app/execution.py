@@ -12,7 +12,6 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
-import posixpath
 import shutil
 import sys
 import threading
@@ -29,20 +28,26 @@ from runtime_app import services as runtime_services
 from runtime_app.egress import EgressError, EgressProxy
 from runtime_app.fleet import Preset, preset_get
 from runtime_app.git import GitError, file_at, repo_open
-from runtime_app.interpreters import import_names
 from runtime_app.lane import EXCLUSIVE, SHARED
 from runtime_app.llm import LLMError, ToolChat
 from runtime_app.metrics import MetricReading, last_json_line, metric_read
 from runtime_app.models import Receipt
-from runtime_app.policy import PolicyRules, command_script, read_only_paths
+from runtime_app.policy import read_only_paths
 from runtime_app.prices import Price, price_for, worst_case_microusd
 from runtime_app.results import STDOUT, results_compare_all, results_digest, stdout_results
 from runtime_app.sandbox import SYSTEM_DIRS, Limits, SandboxError
 from runtime_app.services import ReceiptBatch
 from runtime_app.tools import EDITOR_TOOL, SHELL_TOOL, tool_dispatch
-from runtime_app.worktrees import patch_extract, worktree_create, worktree_remove, worktrees_root
+from runtime_app.worktrees import (
+    patch_extract,
+    tree_remove,
+    worktree_create,
+    worktree_remove,
+    worktrees_root,
+)
+from search_app.context import StepContext
 from search_app.frozen import search_repository, search_spec
-from search_app.hidden import hidden_files_write, readable_for
+from search_app.hidden import hidden_files_write
 from search_app.measurement import block_order
 from search_app.models import Review, Search, SearchRun, Step
 from search_app.preflight import search_start_failure
@@ -64,18 +69,21 @@ def effort_for(spec: SearchSpec, round_index: int) -> str:
 
 
 def writer_prompt(
-    search: Search, spec: SearchSpec, candidate_id: str, round_index: int, refining: str = ""
+    search: Search, spec: SearchSpec, candidate_id: str, round_index: int, refining: str = "",
+    repository: str | None = None,
 ) -> str:
     """The shared prefix (identical for every candidate), then the candidate's own suffix."""
-    return "".join(writer_prompt_parts(search, spec, candidate_id, round_index, refining))
+    return "".join(writer_prompt_parts(search, spec, candidate_id, round_index, refining, repository))
 
 
 def writer_prompt_parts(
-    search: Search, spec: SearchSpec, candidate_id: str, round_index: int, refining: str = ""
+    search: Search, spec: SearchSpec, candidate_id: str, round_index: int, refining: str = "",
+    repository: str | None = None,
 ) -> tuple[str, str]:
     """(prefix, suffix): the prefix is byte-identical for every candidate of a search (it is
     what a provider caches); the suffix carries the round, the effort, what a refining writer
-    starts from and, last, the id."""
+    starts from and, last, the id. The evidence files are read from `repository` (a step's, from
+    its context), or from the one this host resolves for the search."""
     allowed = [*spec.worker.write_roots, *spec.worker.exact_files]
     evidence = search.hashed_inputs.get("evidence", {})
     lines = [
@@ -90,7 +98,7 @@ def writer_prompt_parts(
         f"- Protected: {', '.join(spec.hard_gates.protected_paths) or 'none beyond the defaults'}.",
         "- Your files are judged only by commands the runtime runs later; what you print is not evidence.",
         "", "## Evidence", spec.evidence.text or "(no notes)",
-        *_evidence_files(search, evidence.get("files", [])),
+        *_evidence_files(search, evidence.get("files", []), repository),
         "", "## Response contract",
         "Edit the files in your working directory, then exit. Your patch is what changed there.",
         "Optionally print a last line of JSON with your usage: "
@@ -105,12 +113,12 @@ def writer_prompt_parts(
 EVIDENCE_FILE_LIMIT = 50_000
 
 
-def _evidence_files(search: Search, files: list[dict]) -> list[str]:
+def _evidence_files(search: Search, files: list[dict], repository: str | None) -> list[str]:
     """Each public evidence file as it was at the baseline (checked against its frozen hash)."""
     lines: list[str] = []
     if not files:
         return lines
-    with repo_open(search_repository(search)) as repo:
+    with repo_open(repository or search_repository(search)) as repo:
         for item in files:
             data = file_at(repo, search.baseline_commit, item["path"]) or b""
             if hashlib.sha256(data).hexdigest() != item["sha256"]:
@@ -122,42 +130,24 @@ def _evidence_files(search: Search, files: list[dict]) -> list[str]:
     return lines
 
 
-def policy_rules(spec: SearchSpec) -> PolicyRules:
-    """The change policy's rules for a search, from its spec (runtime_app.policy knows no spec).
-
-    The names no file of a patch may stand in for are asked of the interpreters the gates and
-    the score run, in the sandbox (runtime_app.interpreters, cached); a probe that fails makes
-    the policy refuse every file that could be imported by name, with the reason."""
-    commands = (*spec.hard_gates.commands, spec.score.command)
-    readable = [*readable_for(spec, "hard_gates"), *readable_for(spec, "score")]
-    # Hidden files land in evaluation trees only: their directories (a hidden test's, a hidden
-    # evaluator's) may be put on sys.path though the baseline does not have them.
-    hidden = [path for item in spec.evaluator.files for path in (item, posixpath.dirname(item))]
-    return PolicyRules(
-        write_roots=tuple(spec.worker.write_roots),
-        exact_files=tuple(spec.worker.exact_files),
-        protected_paths=tuple(spec.hard_gates.protected_paths),
-        score_script=command_script(spec.score.command),
-        forbid_test_changes=spec.hard_gates.forbid_test_changes,
-        max_patch_bytes=spec.worker.max_patch_bytes,
-        max_patch_files=spec.worker.max_patch_files,
-        commands=commands,
-        import_dirs=tuple(dict.fromkeys(path for path in hidden if path)),
-        import_names=import_names(commands, readable=list(dict.fromkeys(readable))),
-    )
-
-
 def _worktree_name(step: Step, purpose: str) -> str:
     # The same name on every attempt: a retry first removes what a crashed attempt left.
     return f"{step.search.search_id}-{step.candidate.candidate_id}-{purpose}-r{step.round}"
 
 
 def _fresh_worktree_path(repo: str, name: str) -> None:
-    """Remove a worktree a crashed earlier attempt left under this name (and its parked record)."""
+    """Remove a writer's worktree a crashed earlier attempt left under this name."""
+    leftover = worktrees_root() / name
+    if leftover.exists() or leftover.is_symlink():
+        worktree_remove(repo, leftover)
+
+
+def _fresh_tree_path(name: str) -> None:
+    """Remove a plain tree a crashed earlier attempt left under this name (and its parked record)."""
     leftover = worktrees_root() / name
     _parked_record(leftover).unlink(missing_ok=True)  # first: a record never outlives its tree
     if leftover.exists() or leftover.is_symlink():
-        worktree_remove(repo, leftover)
+        tree_remove(leftover)
 
 
 # An evaluation tree whose gates all passed is kept ("parked") on its host for the trials of
@@ -248,7 +238,7 @@ def parked_trees_remove(search: Search, *, rounds_before: int | None = None) -> 
             continue
         _parked_record(tree).unlink(missing_ok=True)
         if tree.exists() or tree.is_symlink():
-            worktree_remove(search_repository(search), tree)
+            tree_remove(tree)
         removed += 1
     return removed
 
@@ -276,10 +266,8 @@ def parked_trees_sweep() -> int:
                 and trees_park(search_spec(search)):
             continue
         _parked_record(tree).unlink(missing_ok=True)
-        if search is not None and (tree.exists() or tree.is_symlink()):
-            worktree_remove(search_repository(search), tree)
-        elif tree.is_dir() and not tree.is_symlink():  # its search is gone: git prunes the record later
-            shutil.rmtree(tree, ignore_errors=True)
+        if tree.exists() or tree.is_symlink():
+            tree_remove(tree)  # a plain tree: no repository to find, none to lock
         removed += 1
     return removed
 
@@ -301,13 +289,15 @@ def _run(step: Step, command: Sequence[str] | str, label: str, *, cwd: Path, tim
     """A command in the sandbox for this step, with its receipt on the candidate's page (or on
     `subject`'s, the candidate a measurement trial is for); `note` is added to its detail. With
     `pending`, the receipt is written with that batch (its pk is None until then). With `results`,
-    the trial's stdout and results files are handed back to its folder."""
-    repo_git = Path(search_repository(step.search)) / ".git"
+    the trial's stdout and results files are handed back to its folder. The command sees its tree
+    and `readable` only: a writer is shown its repository's git dir by its caller (its worktree is a
+    git worktree); an evaluation, trial, replay or review tree is a plain directory and its
+    commands see no repository at all."""
     subject_pk = subject or step.candidate_id
     try:
         return runtime_services.command_run(
             command, cwd=cwd, timeout=timeout, env=env, stdin=stdin, writable=writable, kind=kind,
-            readable=[repo_git, *readable], cancel=cancel, limits=limits, project=step.search.project,
+            readable=list(readable), cancel=cancel, limits=limits, project=step.search.project,
             subject=("candidate", subject_pk), label=label, fresh=fresh, read_only=read_only,
             metrics_file=metrics_file, lane=lane, note=note, egress=egress, pending=pending,
             **(results.run_options() if results is not None else {}),
@@ -358,24 +348,22 @@ def refine_note(search: Search, spec: SearchSpec, candidate: Any) -> str:
             "Improve it, or leave the files as they are to keep it. ")
 
 
-def generate(step: Step, cancel: threading.Event) -> StepResult:
+def generate(step: Step, context: StepContext, cancel: threading.Event) -> StepResult:
     """Run the writer in its own worktree; once it has ended, extract its patch.
 
     In round 0 the worktree is the baseline. A later round's generate step is a refinement: the
     candidate's patch is applied first (and judged again by the change policy), and whatever
     the writer leaves is its new patch against the baseline.
     """
-    search = step.search
-    spec = search_spec(search)
     name = _worktree_name(step, "write")
-    _fresh_worktree_path(search_repository(search), name)
+    _fresh_worktree_path(context.repository, name)
     receipts: list[int] = []
-    prepared = _writer_tree(step, spec, name, receipts)
+    prepared = _writer_tree(step, context, name, receipts)
     if isinstance(prepared, StepResult):
         return prepared
     worktree, refining = prepared
     try:
-        ran = _write(step, spec, worktree, cancel, refining, receipts)
+        ran = _write(step, context, worktree, cancel, refining, receipts)
         if isinstance(ran, StepResult):
             return ran
         written, writer = ran
@@ -385,12 +373,12 @@ def generate(step: Step, cancel: threading.Event) -> StepResult:
         # The writer's processes are gone (the sandbox killed its group and cgroup): its tree
         # is frozen, so the patch extracted now is final.
         try:
-            patch = patch_extract(worktree, limits=policy_rules(spec).limits)
+            patch = patch_extract(worktree, limits=context.rules.limits)
         except GitError as error:
             return StepResult(eliminated=f"its patch could not be extracted: {error}",
                               receipts=written["receipts"], usage=written["usage"])
     finally:
-        worktree_remove(search_repository(search), worktree)
+        worktree_remove(context.repository, worktree)
     return StepResult(
         receipts=written["receipts"], writer_outcome=writer.outcome, usage=written["usage"],
         stop=written.get("stop", ""), transcript=written.get("transcript", []),
@@ -401,21 +389,21 @@ def generate(step: Step, cancel: threading.Event) -> StepResult:
     )
 
 
-def _writer_tree(step: Step, spec: SearchSpec, name: str, receipts: list[int]
+def _writer_tree(step: Step, context: StepContext, name: str, receipts: list[int]
                  ) -> tuple[Path, str] | StepResult:
     """The writer's worktree and the note it starts from: the baseline in round 0; in a refinement,
     the candidate's patch applied (its apply receipt goes to `receipts`), or the step's result when
     the patch cannot be set up again."""
     search, candidate = step.search, step.candidate
     if not step.refines:
-        return worktree_create(search_repository(search), search.baseline_commit, name), ""
-    refining = refine_note(search, spec, candidate)
+        return worktree_create(context.repository, context.baseline_commit, name), ""
+    refining = refine_note(search, context.spec, candidate)
     if "revision" in step.plan:  # sent back by a person: the reviewers' requests come first
         refining = (f"Your patch won this search and is already applied in your working directory. "
                     f"{step.plan['feedback']}")
     worktree, admit = runtime_services.patch_admit(
-        search_repository(search), search.baseline_commit, bytes(candidate.patch), name,
-        policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
+        context.repository, context.baseline_commit, bytes(candidate.patch), name,
+        context.rules, project=context.project, subject=("candidate", candidate.pk),
         label=f"{candidate.candidate_id} r{step.round} refine apply",
     )
     receipts.append(admit.pk)
@@ -451,30 +439,30 @@ def _writer_env(step: Step, spec: SearchSpec) -> dict[str, str]:
     return env
 
 
-def _write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event, refining: str,
+def _write(step: Step, context: StepContext, worktree: Path, cancel: threading.Event, refining: str,
            receipts: list[int]) -> tuple[dict[str, Any], Receipt] | StepResult:
     """The writer of the spec's provider kind, run in `worktree`: (what it wrote, its receipt), or
     the step's result when the writer ended the step (cancelled, cannot start, no such kind)."""
-    search, candidate = step.search, step.candidate
+    search, candidate, spec = step.search, step.candidate, context.spec
     env = _writer_env(step, spec)
     kind = _worker_preset(spec).kind
     if kind in LLM_KINDS:
-        written = llm_write(step, spec, worktree, cancel, refining)
+        written = llm_write(step, context, worktree, cancel, refining)
         if written.get("cancelled"):
             return StepResult(cancelled=True, receipts=written["receipts"])
         writer = written.pop("receipt")
     elif kind == "command":
-        prompt = writer_prompt(search, spec, candidate.candidate_id, step.round, refining)
+        prompt = writer_prompt(search, spec, candidate.candidate_id, step.round, refining, context.repository)
         writer = _run(step, spec.worker.command, f"{candidate.candidate_id} writer", cwd=worktree,
                       timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel, env=env, stdin=prompt.encode(),
-                      readable=readable_for(spec, "worker"))
+                      readable=[context.git_dir, *context.readable_for("worker")])
         written = {"usage": _usage(writer), "receipts": [writer.pk]}
         # A writer that cannot start stops the search (search_app/preflight.py), not just this candidate.
-        failure = search_start_failure(search, writer, "worker.command", spec.worker.command)
+        failure = search_start_failure(context, writer, "worker.command", spec.worker.command)
         if failure:
             return failure.result(receipts=receipts + written["receipts"], usage=written["usage"])
     elif kind == "agent-cli":
-        written = agent_cli_write(step, spec, worktree, cancel, env, refining)
+        written = agent_cli_write(step, context, worktree, cancel, env, refining)
         writer = written.pop("receipt")
     else:
         return StepResult(eliminated=f"provider kind {kind!r} has no writer in this version of "
@@ -485,42 +473,42 @@ def _write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event
 # ------------------------------------------------------------------------------------ evaluate
 
 
-def _evaluation_tree(step: Step, candidate: Any, spec: SearchSpec, purpose: str, label: str,
+def _evaluation_tree(step: Step, context: StepContext, candidate: Any, purpose: str, label: str,
                      pending: ReceiptBatch | None = None) -> tuple[Path | None, Receipt, list[str]]:
     """A pristine evaluation tree: a fresh baseline checkout, the candidate's patch (judged by the
     change policy) and the hidden evaluator files, which arrive only now. Commands never run in
     it directly: each gets a throwaway copy (`fresh`), with `read_only` paths bound read-only.
     Returns (tree or None, the apply receipt, the read-only paths); with `pending`, the apply
     receipt is written with that batch."""
-    search = step.search
-    name = f"{search.search_id}-{candidate.candidate_id}-{purpose}-r{step.round}"
-    _fresh_worktree_path(search_repository(search), name)
+    name = f"{context.search_id}-{candidate.candidate_id}-{purpose}-r{step.round}"
+    _fresh_tree_path(name)
     worktree, admit = runtime_services.patch_admit(
-        search_repository(search), search.baseline_commit, bytes(candidate.patch), name,
-        policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
-        label=f"{label} apply", pending=pending,
+        context.repository, context.baseline_commit, bytes(candidate.patch), name,
+        context.rules, project=context.project, subject=("candidate", candidate.pk),
+        label=f"{label} apply", pending=pending, plain=True,
     )
     if worktree is None:
         return None, admit, []
     try:
-        hidden_files_write(worktree, search)  # the frozen snapshot (search_app/hidden.py)
-        files = [str(path.relative_to(worktree)) for path in worktree.rglob("*")
-                 if path.is_file() and ".git" not in path.relative_to(worktree).parts[:1]]
+        hidden = context.hidden  # the frozen snapshot (search_app/hidden.py), read once per step
+        hidden_files_write(worktree, hidden.files, hidden.executable)
+        files = [str(path.relative_to(worktree)) for path in worktree.rglob("*") if path.is_file()]
     except BaseException:
-        worktree_remove(search_repository(search), worktree)
+        tree_remove(worktree)
         raise
-    return worktree, admit, read_only_paths(files, policy_rules(spec), extra=list(spec.evaluator.files))
+    return worktree, admit, read_only_paths(files, context.rules, extra=list(context.hidden_paths))
 
 
-def _gates(step: Step, spec: SearchSpec, tree: Path, read_only: list[str], label: str,
+def _gates(step: Step, context: StepContext, tree: Path, read_only: list[str], label: str,
            cancel: threading.Event, pending: ReceiptBatch) -> list[tuple[int, str, Receipt]]:
     """Run the hard gates in order, each on a fresh copy of the pristine tree, until one fails
     or is cancelled; `pending` is written after each. Returns (number, command, receipt) each."""
     ran = []
+    spec = context.spec
     for number, command in enumerate(spec.hard_gates.commands, start=1):
         gate = _run(step, command, f"{label} gate {number}", cwd=tree, cancel=cancel,
                     timeout=spec.hard_gates.timeout_seconds, fresh=True, read_only=read_only,
-                    readable=readable_for(spec, "hard_gates"), pending=pending)
+                    readable=context.readable_for("hard_gates"), pending=pending)
         pending.write()  # each gate's receipt as it ends (the first with the apply receipt)
         ran.append((number, command, gate))
         if gate.detail.get("cancelled") or not gate.succeeded:
@@ -528,7 +516,7 @@ def _gates(step: Step, spec: SearchSpec, tree: Path, read_only: list[str], label
     return ran
 
 
-def _gates_judged(step: Step, ran: list[tuple[int, str, Receipt]], receipts: list[int]
+def _gates_judged(context: StepContext, ran: list[tuple[int, str, Receipt]], receipts: list[int]
                   ) -> StepResult | None:
     """None if every gate that ran passed, else the step's result (eliminated or cancelled); the
     gates' receipts are written by now, so their numbers can be named."""
@@ -537,7 +525,7 @@ def _gates_judged(step: Step, ran: list[tuple[int, str, Receipt]], receipts: lis
         if gate.detail.get("cancelled"):
             return StepResult(cancelled=True, receipts=receipts)
         # Cannot start: the spec's failure (stop the search), or a script its patch deleted.
-        failure = search_start_failure(step.search, gate, f"hard_gates.commands[{number - 1}]", command)
+        failure = search_start_failure(context, gate, f"hard_gates.commands[{number - 1}]", command)
         if failure:
             return failure.result(receipts=receipts, gates_passed=number - 1)
         if not gate.succeeded:
@@ -546,45 +534,53 @@ def _gates_judged(step: Step, ran: list[tuple[int, str, Receipt]], receipts: lis
     return None
 
 
-def _gated(step: Step, spec: SearchSpec, purpose: str, label: str, cancel: threading.Event, *,
-           park: bool = False) -> tuple[StepResult | None, list[int]]:
+# A member's pristine tree built earlier in the same step: (tree, read-only paths, apply receipt).
+HeldTree = tuple[Path, list[str], int | None]
+
+
+def _gated(step: Step, context: StepContext, purpose: str, label: str, cancel: threading.Event, *,
+           park: bool = False, hold: dict[str, HeldTree] | None = None
+           ) -> tuple[StepResult | None, list[int]]:
     """The candidate's pristine evaluation tree and its gates in order; (the step's result if it
-    stopped there, the receipts). The tree is removed, unless `park` and every gate passed: then
-    it is kept for the round's trials on this host. The apply receipt is written with the first
-    gate's, in one transaction, and whatever happens on the way."""
-    search, candidate = step.search, step.candidate
+    stopped there, the receipts). The tree is removed, unless every gate passed and `park` (then
+    it is kept for the round's trials on this host) or `hold` (then it goes there, for this same
+    step's trials: a replay). The apply receipt is written with the first gate's, in one
+    transaction, and whatever happens on the way."""
+    candidate = step.candidate
     batch = ReceiptBatch()
     ran: list[tuple[int, str, Receipt]] = []
     kept = False
     try:
-        tree, admit, read_only = _evaluation_tree(step, candidate, spec, purpose, label, pending=batch)
+        tree, admit, read_only = _evaluation_tree(step, context, candidate, purpose, label, pending=batch)
         if tree is not None:
             try:
-                ran = _gates(step, spec, tree, read_only, label, cancel, batch)
-                kept = park and len(ran) == len(spec.hard_gates.commands) and all(
-                    gate.succeeded and not gate.detail.get("cancelled") for _, _, gate in ran)
+                ran = _gates(step, context, tree, read_only, label, cancel, batch)
+                kept = (park or hold is not None) and len(ran) == len(context.spec.hard_gates.commands) \
+                    and all(gate.succeeded and not gate.detail.get("cancelled") for _, _, gate in ran)
             finally:
                 if not kept:
-                    worktree_remove(search_repository(search), tree)
+                    tree_remove(tree)
     finally:
         batch.write()
     receipts = [admit.pk]
     if tree is None:
         return StepResult(eliminated=f"patch refused at {admit.detail['stage']}: {admit.detail['reason']}",
                           receipts=receipts), receipts
-    judged = _gates_judged(step, ran, receipts)
-    if kept and not (judged is None and _tree_park(step, candidate.candidate_id, tree, read_only,
-                                                   admit.detail.get("patch_sha256", ""), admit.pk)):
-        worktree_remove(search_repository(search), tree)
+    judged = _gates_judged(context, ran, receipts)
+    if kept and judged is None and hold is not None:
+        hold[candidate.candidate_id] = (tree, read_only, admit.pk)
+    elif kept and not (judged is None and _tree_park(step, candidate.candidate_id, tree, read_only,
+                                                     admit.detail.get("patch_sha256", ""), admit.pk)):
+        tree_remove(tree)
     return judged, receipts
 
 
-def evaluate(step: Step, cancel: threading.Event) -> StepResult:
+def evaluate(step: Step, context: StepContext, cancel: threading.Event) -> StepResult:
     """Fresh baseline + the patch, change policy, hidden files, then the gates in order. Trials
     run later, in the round's measurement blocks (`measure`)."""
-    spec = search_spec(step.search)
+    spec = context.spec
     label = f"{step.candidate.candidate_id} r{step.round} {step.kind}"
-    stopped, receipts = _gated(step, spec, step.kind, label, cancel, park=trees_park(spec))
+    stopped, receipts = _gated(step, context, step.kind, label, cancel, park=trees_park(spec))
     return stopped or StepResult(receipts=receipts, gates_passed=len(spec.hard_gates.commands))
 
 
@@ -642,7 +638,7 @@ def _trial_source(spec: SearchSpec) -> str:
                                               if spec.score.corroborated else "")
 
 
-def _trial(step: Step, spec: SearchSpec, member: Any, tree: Path, read_only: list[str], label: str,
+def _trial(step: Step, context: StepContext, member: Any, tree: Path, read_only: list[str], label: str,
            cancel: threading.Event, block: int, position: int, scratch: Path, pending: ReceiptBatch,
            results: TrialResults | None = None) -> tuple[Receipt, TrialFiles]:
     """One timing trial in the exclusive lane, on a fresh copy of the member's pristine tree; its
@@ -650,13 +646,14 @@ def _trial(step: Step, spec: SearchSpec, member: Any, tree: Path, read_only: lis
     were written to, if any; its results come back to `results`, when the spec checks them. A
     figure of another kind (`reported = "other"`) gets no metrics file: it is read only from the
     report descriptor."""
+    spec = context.spec
     reported = not spec.score.runtime_measured
     files = TrialFiles(
         scratch / f"metrics-{uuid.uuid4().hex}.json" if reported and spec.score.reported != "other" else None,
         scratch / f"report-{uuid.uuid4().hex}.json" if spec.score.reported is not None else None)
     trial = _run(step, spec.score.command, f"{label} trial block {block}", cwd=tree,
                  timeout=spec.score.timeout_seconds, cancel=cancel, fresh=True, read_only=read_only,
-                 readable=readable_for(spec, "score"), metrics_file=files.metrics, lane=EXCLUSIVE,
+                 readable=context.readable_for("score"), metrics_file=files.metrics, lane=EXCLUSIVE,
                  subject=member.pk, pending=pending, results=results, report_file=files.report,
                  note={"block": block, "position": position, "round": step.round,
                        "measures": member.candidate_id, "metric": spec.score.metric,
@@ -686,13 +683,14 @@ class TrialFiles(NamedTuple):
 Trial = tuple[str, Receipt, TrialFiles]
 
 
-def measure(step: Step, cancel: threading.Event) -> StepResult:
+def measure(step: Step, context: StepContext, cancel: threading.Event,
+            held: dict[str, HeldTree] | None = None) -> StepResult:
     """Run blocks `plan.blocks` of a round for `plan.members` (candidate ids, the baseline
     among them): in each block every member runs one trial, in the block's seeded order, with no
     other command of this host running at the same time. A member whose trial fails (or whose
-    tree cannot be rebuilt) leaves the later blocks and is reported."""
-    search = step.search
-    spec = search_spec(search)
+    tree cannot be rebuilt) leaves the later blocks and is reported. `held`: members' trees this
+    step built already (a replay's gated tree), taken instead of building them again."""
+    search, spec = step.search, context.spec
     first, last = step.plan["blocks"]
     members = {candidate.candidate_id: candidate for candidate in
                search.candidates.filter(candidate_id__in=step.plan["members"])}
@@ -709,29 +707,29 @@ def measure(step: Step, cancel: threading.Event) -> StepResult:
     scratch = worktrees_root().parent / "sandbox"
     scratch.mkdir(parents=True, exist_ok=True)
     try:
-        receipts += _member_trees(step, spec, members, trees, built_by, parked_from, dropped)
+        receipts += _member_trees(step, context, members, trees, built_by, parked_from, dropped, held or {})
         for block in range(first, last):
             running = [cid for cid in trees if cid not in dropped]
             order = block_order(search.search_id, namespace, block, running)
-            ran, stopped = _block_trials(step, spec, members, trees, order, block, cancel, scratch)
+            ran, stopped = _block_trials(step, context, members, trees, order, block, cancel, scratch)
             receipts += [trial.pk for _, trial, _ in ran]
-            ended = _block_judged(step, spec, ran, block, receipts, values, durations, dropped, measured)
+            ended = _block_judged(context, ran, block, receipts, values, durations, dropped, measured)
             if ended is not None:
                 return ended
             if stopped:
                 return StepResult(cancelled=True, receipts=receipts)
     finally:
         keep = step.kind == Step.Kind.MEASURE and not cancel.is_set() and trees_park(spec)
-        _trees_release(step, members, trees, built_by, keep=keep, dropped=dropped)
+        _trees_release(step, context, members, trees, built_by, keep=keep, dropped=dropped)
     return StepResult(receipts=receipts, values=values, durations=durations, dropped=dropped,
                       cpu=measured["cpu"], rss=measured["rss"],
                       blocks=[first, last], members=sorted(members),
                       trees_parked_before=sorted(parked_from) if parked_from else None)
 
 
-def _member_trees(step: Step, spec: SearchSpec, members: dict[str, Any],
+def _member_trees(step: Step, context: StepContext, members: dict[str, Any],
                   trees: dict[str, tuple[Path, list[str]]], built_by: dict[str, Any], parked_from: list[str],
-                  dropped: dict[str, str]) -> list[int]:
+                  dropped: dict[str, str], held: dict[str, HeldTree]) -> list[int]:
     """Each member's pristine tree: a parked one, or a fresh checkout with its patch; filled into
     `trees`, `built_by`, `parked_from` and `dropped` as it goes (the caller releases whatever was
     built, even when this fails half-way). Returns the apply receipts written. The members' apply
@@ -741,6 +739,10 @@ def _member_trees(step: Step, spec: SearchSpec, members: dict[str, Any],
     try:
         for cid, member in sorted(members.items()):
             label = f"{cid} r{step.round}"
+            if cid in held:  # built and gated by this step: its pristine tree, no second checkout
+                held_tree, held_read_only, built_by[cid] = held.pop(cid)
+                trees[cid] = (held_tree, held_read_only)
+                continue
             # A replay's trees are its own clean checkouts: only a round's trials take a parked one.
             parked = _tree_parked(step, member) if step.kind == Step.Kind.MEASURE else None
             if parked is not None:  # a pristine tree no command ran in: no second checkout
@@ -748,7 +750,7 @@ def _member_trees(step: Step, spec: SearchSpec, members: dict[str, Any],
                 built_by[cid] = parked.apply_receipt
                 parked_from.append(cid)
                 continue
-            tree, admit, read_only = _evaluation_tree(step, member, spec, "measure", label, pending=batch)
+            tree, admit, read_only = _evaluation_tree(step, context, member, "measure", label, pending=batch)
             admits.append(admit)
             built_by[cid] = admit
             if tree is None:
@@ -761,7 +763,7 @@ def _member_trees(step: Step, spec: SearchSpec, members: dict[str, Any],
     return [admit.pk for admit in admits]
 
 
-def _block_trials(step: Step, spec: SearchSpec, members: dict[str, Any],
+def _block_trials(step: Step, context: StepContext, members: dict[str, Any],
                   trees: dict[str, tuple[Path, list[str]]], order: list[str], block: int,
                   cancel: threading.Event, scratch: Path) -> tuple[list[Trial], bool]:
     """One block: each running member's trial in the block's order, written as one batch.
@@ -770,6 +772,7 @@ def _block_trials(step: Step, spec: SearchSpec, members: dict[str, Any],
     ran: list[Trial] = []
     stopped = False  # cancelled before a trial started
     batch = ReceiptBatch(tails_wait=False)
+    spec = context.spec
     checked = spec.score.results_checked
     results: dict[str, TrialResults] = {}
     try:
@@ -781,13 +784,13 @@ def _block_trials(step: Step, spec: SearchSpec, members: dict[str, Any],
             label = f"{cid} r{step.round}"
             if checked is not None:
                 results[cid] = TrialResults.make(scratch, checked)
-            trial, files = _trial(step, spec, members[cid], tree, read_only, label, cancel,
+            trial, files = _trial(step, context, members[cid], tree, read_only, label, cancel,
                                   block, position, scratch, batch, results.get(cid))
             ran.append((cid, trial, files))
             if trial.detail.get("cancelled"):
                 break
             # A score command that cannot start stops the search: no more trials of this block.
-            failure = search_start_failure(step.search, trial, "score.command", spec.score.command)
+            failure = search_start_failure(context, trial, "score.command", spec.score.command)
             if failure and failure.spec:
                 break
         _results_compared(spec, ran, results)  # in the receipts, written next
@@ -846,19 +849,20 @@ def _results_missing(spec: SearchSpec, expected: dict[str, bytes | None]) -> str
     return ""
 
 
-def _block_judged(step: Step, spec: SearchSpec, ran: list[Trial], block: int,
+def _block_judged(context: StepContext, ran: list[Trial], block: int,
                   receipts: list[int], values: dict[str, dict[str, float]],
                   durations: dict[str, dict[str, float]], dropped: dict[str, str],
                   measured: dict[str, dict[str, dict[str, float]]]) -> StepResult | None:
     """A block's readings into `values`, `durations` and what else the runtime `measured` of each
     trial (CPU seconds, peak KiB), a member whose trial failed into `dropped`; the step's result
     when the block ends it (cancelled, or a score command that cannot start), else None."""
+    spec = context.spec
     readings = [_trial_reading(spec, trial, files) for _, trial, files in ran]
     for (cid, trial, _), reading in zip(ran, readings, strict=True):
         if trial.detail.get("cancelled"):
             return StepResult(cancelled=True, receipts=receipts)
         # As for the gates: a score command that cannot start stops the search (preflight.py).
-        failure = search_start_failure(step.search, trial, "score.command", spec.score.command)
+        failure = search_start_failure(context, trial, "score.command", spec.score.command)
         if failure and failure.spec:
             return StepResult(spec_failure=failure.message, receipts=receipts)
         if failure:
@@ -913,7 +917,8 @@ def _results_judged(spec: SearchSpec, ran: list[Trial], block: int, receipts: li
     return None
 
 
-def _trees_release(step: Step, members: dict[str, Any], trees: dict[str, tuple[Path, list[str]]],
+def _trees_release(step: Step, context: StepContext, members: dict[str, Any],
+                   trees: dict[str, tuple[Path, list[str]]],
                    built_by: dict[str, Any], *, keep: bool, dropped: dict[str, str]) -> None:
     """After a step's trials: park the trees of members still measured for the next round's
     trials (`keep`), remove the others, and every tree parked earlier that no trial of this round
@@ -925,37 +930,42 @@ def _trees_release(step: Step, members: dict[str, Any], trees: dict[str, tuple[P
         if not (keep and cid not in dropped
                 and _tree_park(step, cid, tree, read_only, digest, getattr(built, "pk", built))):
             _parked_record(tree).unlink(missing_ok=True)
-            worktree_remove(search_repository(search), tree)
+            tree_remove(tree)
     parked_trees_remove(search, rounds_before=step.round if keep else step.round + 1)
 
 
-def replay(step: Step, cancel: threading.Event) -> StepResult:
+def replay(step: Step, context: StepContext, cancel: threading.Event) -> StepResult:
     """The provisional winner again on a clean baseline: its gates, then `trials` blocks
     interleaved with the baseline (the replay's own block order). A step that extends a replay
     with more blocks measures only: its gates passed in the step it extends."""
     if step.plan.get("extends"):
-        return measure(step, cancel)
-    stopped, receipts = _gated(step, search_spec(step.search), "replay",
-                               f"{step.candidate.candidate_id} replay", cancel)
-    if stopped:
-        return stopped
-    measured = measure(step, cancel)
+        return measure(step, context, cancel)
+    held: dict[str, HeldTree] = {}
+    try:
+        # The gated tree is pristine (each gate ran on a throwaway copy): its trials take it.
+        stopped, receipts = _gated(step, context, "replay", f"{step.candidate.candidate_id} replay", cancel,
+                                   hold=held)
+        if stopped:
+            return stopped
+        measured = measure(step, context, cancel, held=held)
+    finally:
+        for tree, _, _ in held.values():  # what measure did not take (it releases what it took)
+            tree_remove(tree)
     return replace(measured, receipts=receipts + (measured.receipts or []))
 
 
 # -------------------------------------------------------------------------------------- review
 
 
-def review(step: Step, cancel: threading.Event) -> StepResult:
+def review(step: Step, context: StepContext, cancel: threading.Event) -> StepResult:
     """An independent reviewer reads the patched tree (read-only) and the patch."""
-    search, candidate = step.search, step.candidate
-    spec = search_spec(search)
+    search, candidate, spec = step.search, step.candidate, context.spec
     name = _worktree_name(step, "review")
-    _fresh_worktree_path(search_repository(search), name)
+    _fresh_tree_path(name)
     worktree, admit = runtime_services.patch_admit(
-        search_repository(search), search.baseline_commit, bytes(candidate.patch), name,
-        policy_rules(spec), project=search.project, subject=("candidate", candidate.pk),
-        label=f"{candidate.candidate_id} review apply",
+        context.repository, context.baseline_commit, bytes(candidate.patch), name,
+        context.rules, project=context.project, subject=("candidate", candidate.pk),
+        label=f"{candidate.candidate_id} review apply", plain=True,
     )
     if worktree is None:
         return StepResult(verdict=Review.Verdict.REJECT, receipts=[admit.pk],
@@ -978,7 +988,7 @@ def review(step: Step, cancel: threading.Event) -> StepResult:
                                               "reviewer read the patch instead"}
         return replace(static, findings=[note, *(static.findings or [])], usage=result.usage)
     finally:
-        worktree_remove(search_repository(search), worktree)
+        tree_remove(worktree)
 
 
 def _llm_review_corroborated(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
@@ -1164,7 +1174,7 @@ def _next_call_beyond(step: Step, chat: ToolChat, price: Price | None, totals: d
     return ""
 
 
-def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
+def llm_write(step: Step, context: StepContext, worktree: Path, cancel: threading.Event,
               refining: str = "") -> dict[str, Any]:
     """Crucible's own tool loop: the model edits the worktree through the editor tool and runs
     commands through the sandboxed shell tool, until it ends its turn or hits a limit.
@@ -1172,9 +1182,10 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
     Before each call the worst case (every prompt byte a cache-written token, full output) must
     fit what is left of the step's reservation, so a writer never spends beyond it.
     """
-    search, candidate = step.search, step.candidate
+    search, candidate, spec = step.search, step.candidate, context.spec
     preset = _worker_preset(spec)
-    prefix, suffix = writer_prompt_parts(search, spec, candidate.candidate_id, step.round, refining)
+    prefix, suffix = writer_prompt_parts(search, spec, candidate.candidate_id, step.round, refining,
+                                         context.repository)
     model = search.resolved_model_id or spec.worker.model
     chat = ToolChat(preset.kind, model, prefix, suffix, [EDITOR_TOOL, SHELL_TOOL],
                     effort_for(spec, step.round), base_url=preset.base_url(),
@@ -1192,7 +1203,8 @@ def llm_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Ev
 
     def shell(command: str) -> str:
         ran = _run(step, command, f"{candidate.candidate_id} writer shell", cwd=worktree,
-                   timeout=SHELL_TIMEOUT_SECONDS, cancel=cancel, readable=readable_for(spec, "worker"))
+                   timeout=SHELL_TIMEOUT_SECONDS, cancel=cancel,
+                   readable=[context.git_dir, *context.readable_for("worker")])
         receipts.append(ran.pk)
         return f"exit {ran.exit_code} ({ran.outcome})\n{ran.stdout_excerpt}{ran.stderr_excerpt}"
 
@@ -1240,7 +1252,7 @@ TRANSCRIPT_ENTRIES = 400
 TRANSCRIPT_TEXT = 4000
 
 
-def agent_cli_write(step: Step, spec: SearchSpec, worktree: Path, cancel: threading.Event,
+def agent_cli_write(step: Step, context: StepContext, worktree: Path, cancel: threading.Event,
                     env: dict[str, str], refining: str = "") -> dict[str, Any]:
     """A coding-agent CLI (an `agent-cli` preset) as the writer: the prompt on its stdin, in the
     sandbox, its model calls only through a key-injecting egress proxy for this step.
@@ -1248,13 +1260,13 @@ def agent_cli_write(step: Step, spec: SearchSpec, worktree: Path, cancel: thread
     Usage and cost are the proxy's records (the receipt's token and cost fields), never what the
     CLI prints; the proxy refuses calls once the step's reservation is spent.
     """
-    search, candidate = step.search, step.candidate
+    search, candidate, spec = step.search, step.candidate, context.spec
     preset = _worker_preset(spec)
     label = f"{candidate.candidate_id} writer"
     model = search.resolved_model_id or spec.worker.model
     argv = preset.cli_argv(model)
     cli = preset.cli_path()
-    prompt = writer_prompt(search, spec, candidate.candidate_id, step.round, refining)
+    prompt = writer_prompt(search, spec, candidate.candidate_id, step.round, refining, context.repository)
     cli_dir = Path(settings.CONFIG.agent_cli_dir).resolve()
     if not cli.is_file():
         return _writer_refused(step, argv, label, f"{preset.name}: {cli} is not installed (run "
@@ -1271,7 +1283,8 @@ def agent_cli_write(step: Step, spec: SearchSpec, worktree: Path, cancel: thread
     try:
         writer = _run(step, argv, label, cwd=worktree, timeout=WRITER_TIMEOUT_SECONDS, cancel=cancel,
                       env={**env, **preset.env}, stdin=prompt.encode(),
-                      readable=[*readable_for(spec, "worker"), cli_dir, *_venv_bases(cli_dir)],
+                      readable=[context.git_dir, *context.readable_for("worker"), cli_dir,
+                                *_venv_bases(cli_dir)],
                       limits=Limits(output_bytes=AGENT_CLI_OUTPUT_BYTES), egress=proxy)
     finally:
         proxy.close()

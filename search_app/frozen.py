@@ -1,5 +1,5 @@
 """A frozen search as a host sees it: its spec with every default filled in, and the repository
-its steps run against. Below execution, hidden and preflight, which all read both."""
+its baseline is read from. Below context, execution, hidden and preflight."""
 
 from __future__ import annotations
 
@@ -23,12 +23,9 @@ def search_spec(search: Search) -> SearchSpec:
 
 
 def search_repository(search: Search) -> str:
-    """The repository this host runs the search's steps against: its registered path when that
+    """The repository this host reads the search's baseline from: its registered path when that
     holds the baseline here, else this worker's mirror fetched from the web node
-    (runtime_app/mirrors.py). Looked up once per step: kept on the step's Search instance."""
-    local = getattr(search, "_repository_local", None)
-    if local is None:
-        local = repository_local(search.repository_path, search.baseline_commit,
-                                 search_pk=search.pk, search_id=search.search_id)
-        search._repository_local = local
-    return local
+    (runtime_app/mirrors.py). For work outside a step; a step has it in its StepContext
+    (search_app/context.py), resolved once."""
+    return repository_local(search.repository_path, search.baseline_commit,
+                            search_pk=search.pk, search_id=search.search_id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -270,12 +270,14 @@ def hidden_snapshots(spec: SearchSpec, report: HostReport) -> None:
                                                 item.executable))
 
 
-def hidden_files(search: Any) -> dict[str, bytes]:
+def hidden_files(search: Any, spec: SearchSpec | None = None) -> dict[str, bytes]:
     """Every hidden file an evaluation tree of `search` receives, as frozen: inline contents from
-    its spec, host files from its snapshot; each checked against its frozen hash."""
+    its spec (`spec`, when the caller has it resolved already), host files from its snapshot;
+    each checked against its frozen hash."""
     frozen = {item["path"]: item["sha256"]
               for item in (search.hashed_inputs or {}).get("evaluator", {}).get("hidden_files", [])}
-    files = {path: content.encode() for path, content in search_spec(search).evaluator.inline().items()}
+    spec = spec if spec is not None else search_spec(search)
+    files = {path: content.encode() for path, content in spec.evaluator.inline().items()}
     files.update({row.path: bytes(row.content) for row in search.hidden_files.all()})
     for path, data in files.items():
         if frozen and frozen.get(path) != hashlib.sha256(data).hexdigest():
@@ -286,12 +288,16 @@ def hidden_files(search: Any) -> dict[str, bytes]:
     return files
 
 
-def hidden_files_write(worktree: Path, search: Any) -> None:
+def hidden_executable(search: Any) -> list[str]:
+    """The hidden files of `search` that were executable on the host."""
+    return list(HiddenFile.objects.filter(search=search, executable=True).values_list("path", flat=True))
+
+
+def hidden_files_write(worktree: Path, files: Mapping[str, bytes], executable: Collection[str]) -> None:
     """Hidden evaluator files arrive only now, after every writer's authority is gone: the bytes
-    frozen with the search, with the mode they had on the host."""
-    executable = set(HiddenFile.objects.filter(search=search, executable=True).values_list("path", flat=True))
+    frozen with the search (`hidden_files`), with the mode they had on the host (`executable`)."""
     root = worktree.resolve()
-    for relative, data in hidden_files(search).items():
+    for relative, data in files.items():
         target = (worktree / relative).resolve()
         if root not in target.parents:
             raise HostPathError(f"hidden file {relative} would land outside the evaluation tree")

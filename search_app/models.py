@@ -90,8 +90,6 @@ class Search(models.Model):
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
-    # Not a column: this host's copy of the repository, kept on the instance by frozen.search_repository.
-    _repository_local: str
 
     class Meta:
         ordering = ["-created_at"]

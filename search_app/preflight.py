@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from dulwich.errors import NotTreeError
@@ -32,10 +32,13 @@ from runtime_app.git import GitError, file_at, is_tree, repo_open
 from runtime_app.keys import provider_key
 from runtime_app.presenters import short_sha
 from runtime_app.worktrees import worktrees_root
-from search_app.frozen import search_repository, search_spec
+from search_app.frozen import search_spec
 from search_app.hidden import HostReport, read_path_records, readable_for
 from search_app.spec import SearchSpec
 from search_app.step_result import StepResult
+
+if TYPE_CHECKING:
+    from search_app.context import StepContext
 
 _SEPARATORS = {";", "&&", "||", "|", "&", "|&", "\n"}
 _REDIRECTIONS = {">", ">>", "<", ">&", "<&", ">|", "&>", "&>>", "<>"}
@@ -241,7 +244,9 @@ def preflight_report(spec: SearchSpec, repository_path: str,
         commands.append(("score.command", "score", spec.score.command))
         earlier: list[str] = []  # the evaluator's commands before this one (each starts from a pristine tree)
         for where, section, command in commands:
-            readable = [git_dir, *readable_for(spec, section)]
+            # Writers work in a git worktree and are shown its git dir; the evaluator's trees are
+            # plain directories whose commands see no repository.
+            readable = [*([git_dir] if section == "worker" else []), *readable_for(spec, section)]
             place = _Place(section, tree, readable, in_tree(section != "worker"), Path(repository_path))
             shebang = partial(_shebang, repo, baseline_commit)
             before = earlier if section != "worker" else []
@@ -461,7 +466,8 @@ def _declared_path_problem(word: str, place: _Place) -> str | None:
     any other absolute path (a tool, /dev/null, a scratch file) is not checked here."""
     if _UNKNOWN.search(word):
         return None
-    for root in place.readable[1:]:  # (the first is the repository's git dir)
+    git_dir = place.repository / ".git" if place.repository is not None else None
+    for root in [path for path in place.readable if path != git_dir]:  # a writer's also has the git dir
         if word == str(root) or word.startswith(str(root).rstrip("/") + "/"):
             if not os.path.lexists(word):
                 return (f"{word} is under {root}, declared in {place.section}.read_paths, but is not on "
@@ -737,31 +743,32 @@ def _advice(path: str, key: str) -> str:
     return "fix the program's name, or install it in the toolchain (/usr/bin)"
 
 
-def baseline_has(search: Any) -> Callable[[str], bool]:
-    """Whether the baseline tree (or the hidden evaluator files) of `search` holds a path."""
-    hidden = list((search.spec_normalized or {}).get("evaluator", {}).get("files", {}))
+def baseline_has(repository: str, commit: str, hidden: Sequence[str]) -> Callable[[str], bool]:
+    """Whether the baseline tree `commit` (in this host's `repository`) or the hidden evaluator
+    files (`hidden`, their paths) hold a path."""
 
     def has(path: str) -> bool:
         path = posixpath.normpath(path.removeprefix("./"))
         if any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden):
             return True
         try:
-            with repo_open(search_repository(search)) as repo:  # a worker's own copy
-                return file_at(repo, search.baseline_commit, path) is not None or \
-                    is_tree(repo, search.baseline_commit, path)
+            with repo_open(repository) as repo:  # a worker's own copy
+                return file_at(repo, commit, path) is not None or is_tree(repo, commit, path)
         except (GitError, NotTreeError, KeyError, SubmoduleEncountered):
             return False
 
     return has
 
 
-def search_start_failure(search: Any, receipt: Any, section: str, command: str) -> StartFailure | None:
-    """`start_failure` for a command of `search` (`section` its spec key): the hook execution.py calls
-    when a writer, gate or trial did not succeed."""
+def search_start_failure(context: StepContext, receipt: Any, section: str, command: str
+                         ) -> StartFailure | None:
+    """`start_failure` for a command of the step's search (`section` its spec key): the hook
+    execution.py calls when a writer, gate or trial did not succeed."""
     if receipt.succeeded:
         return None
-    readable = readable_for(search_spec(search), section.split(".")[0])
-    return start_failure(receipt, section, command, baseline_has(search), readable)
+    readable = context.readable_for(section.split(".")[0])
+    has = baseline_has(context.repository, context.baseline_commit, context.hidden_paths)
+    return start_failure(receipt, section, command, has, readable)
 
 
 # ---------------------------------------------------------------------------- the provider

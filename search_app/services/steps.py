@@ -17,6 +17,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from search_app import execution
+from search_app.context import StepContext, step_context
 from search_app.frozen import search_spec
 from search_app.measurement import (
     TrialFigures,
@@ -179,7 +180,9 @@ def step_execute(step_pk: int, owner: str) -> bool:
                             daemon=True)
     beat.start()
     try:
-        result = _HANDLERS[step.kind].work(step, cancel)
+        # The frozen search as this step sees it, resolved once: spec, repository, policy, reads.
+        context = step_context(step.search)
+        result = _HANDLERS[step.kind].work(step, context, cancel)
     except Exception as error:  # a runtime fault: the step fails with its reason, the search goes on
         logger.exception("step %s failed", step_pk)
         result = StepResult(error=f"{type(error).__name__}: {error}")
@@ -514,7 +517,7 @@ class StepHandler:
     """A step kind's work (execution.py, outside any transaction) and how its result is applied
     (inside the transaction that records it)."""
 
-    work: Callable[[Step, threading.Event], StepResult]
+    work: Callable[[Step, StepContext, threading.Event], StepResult]
     apply: Callable[[Step, Candidate, StepResult], None]
 
 

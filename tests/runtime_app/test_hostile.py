@@ -26,7 +26,7 @@ from runtime_app.metrics import metric_read
 from runtime_app.models import Receipt
 from runtime_app.policy import PolicyRules
 from runtime_app.sandbox import RLIMITS_ONLY, Limits, run
-from runtime_app.worktrees import patch_extract, worktree_create, worktree_remove
+from runtime_app.worktrees import patch_extract, tree_remove, worktree_create, worktree_remove
 from tests.gitrepo import git
 from tests.helpers import login, service_missing, text_of
 
@@ -385,7 +385,28 @@ RULES = PolicyRules(write_roots=("src/",), protected_paths=("scripts/",), score_
 
 
 def _admit(repo, v1, patch_text: bytes):
-    return services.patch_admit(repo, v1, patch_text, f"eval_{uuid.uuid4().hex[:6]}", RULES)
+    """patch_admit as a writer's refinement gets it (a worktree), checked against the plain tree an
+    evaluation gets (`plain=True`): both must reach the same verdict, at the same stage, for the
+    same paths."""
+    plain, judged = services.patch_admit(repo, v1, patch_text, f"eval_{uuid.uuid4().hex[:6]}", RULES,
+                                         plain=True)
+    worktree, receipt = services.patch_admit(repo, v1, patch_text, f"eval_{uuid.uuid4().hex[:6]}", RULES)
+    for name in ("verdict", "stage"):
+        assert judged.detail[name] == receipt.detail[name], (name, judged.detail, receipt.detail)
+    assert {v["path"] for v in judged.detail.get("violations", [])} == \
+        {v["path"] for v in receipt.detail.get("violations", [])}
+    if plain is not None:
+        assert not (plain / ".git").exists()
+        if worktree is not None:  # the same files, byte for byte
+            assert _files(plain) == {path: data for path, data in _files(worktree).items()
+                                     if not path.startswith(".git")}
+        tree_remove(plain)
+    return worktree, receipt
+
+
+def _files(tree: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(tree)): path.read_bytes() for path in tree.rglob("*")
+            if path.is_file() and not path.is_symlink()}
 
 
 def _candidate_patch(repo, v1, edit) -> bytes:

@@ -32,7 +32,7 @@ from runtime_app.policy import (
     command_script,
     policy_check,
 )
-from search_app.execution import policy_rules
+from search_app.context import policy_rules
 from search_app.spec import spec_validate
 from tests.gitrepo import git, repo_create, write_files
 

@@ -92,9 +92,13 @@ def spec_text(*, population: int, rounds: list[int], concurrency: int | None = N
               budget: str = "", gate_timeout: int = 60, name: str = "plan-search",
               policy: str = "ordered", refine: bool = False, effort: str = "",
               replay_tolerance: float = 0.25, comparison: str = "paired",
-              max_trials: int | None = None, confidence: float = 0.5, review: str = "blocking") -> str:
+              max_trials: int | None = None, confidence: float = 0.5, review: str = "blocking",
+              read_paths: tuple[str, ...] = ()) -> str:
     """A plan search's spec. Its scores are exact, so by default it decides at confidence 0.5
-    (two blocks are enough); tests of the statistics ask for more."""
+    (two blocks are enough); tests of the statistics ask for more. `read_paths`: host paths the
+    gates and the score command may read (under CRUCIBLE_READ_ROOTS: tests set it with
+    hostspecs.roots)."""
+    reads = f"read_paths = {json.dumps(list(read_paths))}" if read_paths else ""
     concurrency = concurrency or min(4, population)
     effort = f"reasoning_effort = {effort}" if effort else ""
     return f'''name = "{name}"
@@ -114,6 +118,7 @@ refine = {str(refine).lower()}
 commands = [{json.dumps(GATE)}]
 protected_paths = ["tests", "scripts", "plan.json"]
 timeout_seconds = {gate_timeout}
+{reads}
 
 [score]
 command = {json.dumps(SCORE)}
@@ -124,6 +129,7 @@ trials = {trials}
 replay_tolerance = {replay_tolerance}
 comparison = "{comparison}"
 confidence = {confidence}
+{reads}
 {f"max_trials = {max_trials}" if max_trials else ""}
 
 [selection]

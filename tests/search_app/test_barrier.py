@@ -151,7 +151,7 @@ def test_a_worker_that_cannot_renew_its_lease_stops_its_command_and_records_noth
     step_pk = services.search_advance(search.pk)[0]
     stopped = threading.Event()
 
-    def writer(step, cancel):  # a writer that would run until someone stops it
+    def writer(step, context, cancel):  # a writer that would run until someone stops it
         if cancel.wait(120):
             stopped.set()
         return StepResult(cancelled=True)

@@ -16,6 +16,7 @@ from search_app.measurement import block_order
 from search_app.models import SearchRun, Step
 from tests.gitrepo import repo_create
 from tests.helpers import login, text_of
+from tests.search_app.hostspecs import roots
 from tests.search_app.runs import fates, frozen, plan_repo, run_inline, spec_text, wait_for_end
 from tests.search_app.test_run_celery import kill, start_worker
 
@@ -151,18 +152,20 @@ pathlib.Path("code/answer.py").write_text(
 '''
 
 
-def _drifting_search(personas, tmp_path, comparison: str):
+def _drifting_search(personas, tmp_path, settings, comparison: str):
     """The baseline's answer() is a number read from a file at run time; the candidate's is
     twice it: its absolute figure moves with the file, its ratio to the baseline does not."""
-    flag = tmp_path / "drift" / ".git" / "drift-flag"  # exposed to commands with the git dir
+    flag = tmp_path / "flags" / "drift-flag"  # a read path of the gates and the score command
+    flag.parent.mkdir()
+    flag.write_text("50")
+    roots(settings, read_roots=[flag.parent])
     repo = repo_create(tmp_path / "drift", {
         "code/answer.py": f"def answer():\n    return int(open({str(flag)!r}).read())\n",
         "tests/test_answer.py": "def test_answer():\n    assert True\n",
         "scripts/writer.py": DRIFT_WRITER.format(flag=str(flag)),
         "plan.json": "{}",
     })
-    flag.write_text("50")
-    text = spec_text(population=2, rounds=[2, 1], comparison=comparison)
+    text = spec_text(population=2, rounds=[2, 1], comparison=comparison, read_paths=(str(flag),))
     search = services.search_freeze(personas.owner, personas.alpha, text, "HEAD", repository_path=str(repo))
     services.search_start(personas.owner, search, enqueue=False)
     while SearchRun.objects.get(search=search).phase == "rounds":
@@ -174,16 +177,16 @@ def _drifting_search(personas, tmp_path, comparison: str):
 
 
 def test_a_true_winner_passes_a_replay_whose_absolute_figure_drifts_with_the_baseline(
-    personas, tmp_path, data_dir
+    personas, tmp_path, data_dir, settings
 ):
-    run = _drifting_search(personas, tmp_path, "paired")
+    run = _drifting_search(personas, tmp_path, settings, "paired")
     assert run.outcome == "winner" and run.winner.candidate_id == "cand_001"
     replay = Step.objects.get(search=run.search, kind="replay")
     assert replay.result["passed"] and "replayed 2× baseline" in replay.result["why"]
 
 
-def test_the_same_drift_fails_a_replay_that_compares_absolute_values(personas, tmp_path, data_dir):
-    run = _drifting_search(personas, tmp_path, "absolute")
+def test_the_same_drift_fails_a_replay_that_compares_absolute_values(personas, tmp_path, data_dir, settings):
+    run = _drifting_search(personas, tmp_path, settings, "absolute")
     assert run.outcome == "NONE"
     assert "replayed median 60 moved more than 25 from 100" in fates(run.search)["cand_001"][1]
 

@@ -241,7 +241,8 @@ def test_a_revision_whose_writer_cannot_start_leaves_the_winner_and_never_turns_
     old_sha = winner.patch_sha256
     _changes_requested(search, winner, approver, personas)
     # As when the writer's command has vanished from the host since the search ran.
-    monkeypatch.setattr(services.steps._HANDLERS[Step.Kind.GENERATE], "work", lambda step, cancel: StepResult(
+    handler = services.steps._HANDLERS[Step.Kind.GENERATE]
+    monkeypatch.setattr(handler, "work", lambda step, context, cancel: StepResult(
         spec_failure="worker.command `python scripts/writer.py` cannot start: exit 127", receipts=[]))
     run = _revise(personas.member, search)
     winner.refresh_from_db()

@@ -16,6 +16,7 @@ from runtime_app.models import Event, Receipt
 from search_app import services
 from search_app.models import Candidate, SearchRun, Step
 from search_app.step_result import StepResult
+from tests.search_app.hostspecs import roots
 from tests.search_app.runs import fates, frozen, run_inline
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -103,13 +104,20 @@ def test_a_gate_that_hangs_times_out_and_the_search_goes_on(personas, tmp_path, 
     assert hung.timed_out and hung.duration_seconds < 30
 
 
-def test_a_winner_that_fails_replay_hands_over_to_the_next_candidate(personas, tmp_path, data_dir):
-    # A file outside the tree that the candidate's code reads: inside the repository's git dir,
-    # which the sandbox exposes read-only (wherever the repository and the clone live).
-    flag = tmp_path / "flagged" / ".git" / "replay-flag"
-    search = frozen(personas, tmp_path, {"cand_001": {"file": str(flag)}, "cand_002": 20},
-                    repo_name="flagged", population=2, rounds=[2, 1])
+def flag_file(settings, tmp_path):
+    """A file outside the tree that the candidate's code reads: a read path the gates and the score
+    command are shown read-only (evaluation commands see no repository git dir)."""
+    flag = tmp_path / "flags" / "replay-flag"
+    flag.parent.mkdir()
     flag.write_text("50")
+    roots(settings, read_roots=[flag.parent])
+    return flag
+
+
+def test_a_winner_that_fails_replay_hands_over_to_the_next_candidate(personas, tmp_path, data_dir, settings):
+    flag = flag_file(settings, tmp_path)
+    search = frozen(personas, tmp_path, {"cand_001": {"file": str(flag)}, "cand_002": 20},
+                    repo_name="flagged", population=2, rounds=[2, 1], read_paths=(str(flag),))
     services.search_start(personas.owner, search, enqueue=False)
     while SearchRun.objects.get(search=search).phase == "rounds":
         for step_pk in services.search_advance(search.pk):
@@ -126,13 +134,12 @@ def test_a_winner_that_fails_replay_hands_over_to_the_next_candidate(personas, t
 
 @pytest.mark.parametrize("replay_tolerance, replayed", [(0.25, "cand_002"), (0.5, "cand_001")])
 def test_the_spec_s_replay_tolerance_decides_how_far_a_replayed_score_may_move(
-    personas, tmp_path, data_dir, replay_tolerance, replayed
+    personas, tmp_path, data_dir, settings, replay_tolerance, replayed
 ):
-    flag = tmp_path / "flagged" / ".git" / "replay-flag"
+    flag = flag_file(settings, tmp_path)
     search = frozen(personas, tmp_path, {"cand_001": {"file": str(flag)}, "cand_002": 20},
                     repo_name="flagged", population=2, rounds=[2, 1], replay_tolerance=replay_tolerance,
-                    comparison="absolute")
-    flag.write_text("50")
+                    comparison="absolute", read_paths=(str(flag),))
     services.search_start(personas.owner, search, enqueue=False)
     while SearchRun.objects.get(search=search).phase == "rounds":
         for step_pk in services.search_advance(search.pk):
