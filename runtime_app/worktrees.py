@@ -168,12 +168,13 @@ def worktree_create(repo_path: str | Path, commit: str, name: str) -> Path:
         raise GitError(f"worktree {name}: {target} already exists; remove it first") from None
     args = ["worktree", "add", "--quiet", "--detach", str(target), sha]
     try:
-        with repo_lock(repo_path):
-            try:
+        try:
+            with repo_lock(repo_path, shared=True):  # adds never wait on each other, only on a prune
                 git_run(args, cwd=repo_path)
-            except GitError as error:
-                if "already registered" not in str(error):
-                    raise
+        except GitError as error:
+            if "already registered" not in str(error):
+                raise
+            with repo_lock(repo_path):
                 git_run(["worktree", "prune"], cwd=repo_path)  # a worktree deleted by hand left its record
                 git_run(args, cwd=repo_path)
     except BaseException as error:
@@ -194,7 +195,7 @@ def worktree_remove(repo_path: str | Path, path: str | Path) -> None:
     name_check(path.name)
     target = root / path.name
     _partial_remove(target)
-    with repo_lock(repo_path):  # never beside a worktree add, which picks record names
+    with repo_lock(repo_path, shared=True):  # never beside a prune; an add picks another record name
         admin = _admin_dir_find(repo_path, target)
         if admin is not None:
             _partial_remove(admin)
@@ -239,15 +240,17 @@ def _common_dir(repo_path: str | Path) -> Path:
 
 
 @contextlib.contextmanager
-def repo_lock(repo_path: str | Path):
-    """One worktree add or prune at a time per repository, across threads and processes:
-    git's worktree bookkeeping is not safe to change concurrently (a prune can drop the record
-    of a worktree being added, and an add can read another's half-written record)."""
+def repo_lock(repo_path: str | Path, *, shared: bool = False):
+    """A repository-wide lock across threads and processes. Worktree adds and record removals
+    take it shared: git makes each add's record with an atomic mkdir (a new name if taken) and
+    skips a record whose gitdir is not written yet, so they never wait on each other. A prune
+    takes it exclusive: it could drop the record of a worktree being added before git marks it
+    "initializing". Other users (agent snapshots) take it exclusive."""
     locks = Path(settings.DATA_DIR).resolve() / "locks"
     locks.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(str(Path(repo_path).resolve()).encode()).hexdigest()[:20]
     with open(locks / f"repo-{key}.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         try:
             yield
         finally:

@@ -10,6 +10,7 @@ import os
 import re
 import stat
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -196,6 +197,72 @@ def test_removing_refuses_any_path_that_is_not_a_worktree_under_the_data_dir(rep
     with pytest.raises(GitError, match="refusing to delete"):
         worktree_remove(repo, path)
     assert (repo / ".git").is_dir()
+
+
+def test_writers_worktrees_are_added_at_once_without_waiting_on_each_other(repo, v1, monkeypatch):
+    # Four adds meet inside git_run: under a repository-wide exclusive lock the first would hold it
+    # while waiting for the others, and the barrier would break.
+    barrier = threading.Barrier(4, timeout=60)
+    real = worktrees.git_run
+
+    def meeting(args, **kwargs):
+        if args[:2] == ["worktree", "add"]:
+            barrier.wait()
+        return real(args, **kwargs)
+
+    monkeypatch.setattr(worktrees, "git_run", meeting)
+    made: dict[str, Path | BaseException] = {}
+
+    def add(name: str) -> None:
+        try:
+            made[name] = worktree_create(repo, v1, name)
+        except BaseException as error:  # noqa: BLE001 - reported below, with its thread's name
+            made[name] = error
+
+    threads = [threading.Thread(target=add, args=(f"cand_00{n}",)) for n in range(1, 5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(isinstance(path, Path) for path in made.values()), made
+    for name, path in made.items():
+        assert git(path, "rev-parse", "HEAD") == v1 and files_of(path) == files_of(made["cand_001"])
+        assert str(path) in registered(repo), name
+    for path in made.values():
+        worktree_remove(repo, path)
+    assert registered(repo) == [str(repo)]
+
+
+def test_a_prune_still_waits_for_the_adds_in_progress(repo, v1, monkeypatch):
+    # An add holds the lock shared while git writes its record; a prune takes it exclusive, so it
+    # can never drop the record of a worktree still being added.
+    inside, release, added = threading.Event(), threading.Event(), threading.Event()
+    order: list[str] = []
+    real = worktrees.git_run
+
+    def watched(args, **kwargs):
+        if args[:2] == ["worktree", "add"]:
+            inside.set()
+            release.wait(60)
+            out = real(args, **kwargs)
+            added.set()
+            return out
+        if args[:2] == ["worktree", "prune"]:
+            order.append("prune after the add" if added.is_set() else "prune during the add")
+        return real(args, **kwargs)
+
+    monkeypatch.setattr(worktrees, "git_run", watched)
+    adding = threading.Thread(target=worktree_create, args=(repo, v1, "cand_001"))
+    adding.start()
+    assert inside.wait(60)
+    pruning = threading.Thread(target=worktree_prune, args=(repo,))
+    pruning.start()
+    pruning.join(0.5)  # room for a prune that took no lock to run now (it would be seen below)
+    release.set()
+    adding.join()
+    pruning.join()
+    assert order == ["prune after the add"]
+    assert str(worktrees.worktrees_root() / "cand_001") in registered(repo)
 
 
 def test_prune_forgets_worktrees_whose_directory_is_gone_and_keeps_the_others(repo, v1):
