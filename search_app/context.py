@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from runtime_app.interpreters import import_names
 from runtime_app.mirrors import repository_local
-from runtime_app.policy import PolicyRules, command_script
+from runtime_app.policy import PatchLimits, PolicyRules, command_script
 from search_app.frozen import search_spec
 from search_app.hidden import READ_SECTIONS, hidden_executable, hidden_files, readable_for
 from search_app.spec import SearchSpec
@@ -71,7 +71,6 @@ class StepContext:
     baseline_commit: str
     spec: SearchSpec
     repository: str  # the registered path when it holds the baseline here, else this host's mirror
-    rules: PolicyRules
     readable: dict[str, tuple[Path, ...]]  # by section ("worker", "hard_gates", "score")
     hidden_paths: tuple[str, ...]  # where hidden evaluator files land: read-only in every command
     search: Search = field(compare=False, repr=False)  # its hidden files' rows are read from it, lazily
@@ -84,6 +83,17 @@ class StepContext:
     def readable_for(self, section: str) -> list[Path]:
         """What `section`'s commands may read besides their tree (hidden.readable_for, resolved)."""
         return list(self.readable[section])
+
+    @cached_property
+    def rules(self) -> PolicyRules:
+        """The change policy's rules, made when the step first judges a patch (a round-0 writer's
+        step never does: it needs only the patch limits, and the rules ask the interpreters)."""
+        return policy_rules(self.spec)
+
+    @property
+    def limits(self) -> PatchLimits:
+        """How much a writer's patch may change (from the spec alone)."""
+        return PatchLimits(self.spec.worker.max_patch_bytes, self.spec.worker.max_patch_files)
 
     @cached_property
     def hidden(self) -> HiddenFiles:
@@ -100,7 +110,6 @@ def step_context(search: Search) -> StepContext:
         baseline_commit=search.baseline_commit, spec=spec,
         repository=repository_local(search.repository_path, search.baseline_commit,
                                     search_pk=search.pk, search_id=search.search_id),
-        rules=policy_rules(spec),
         readable={section: tuple(readable_for(spec, section)) for section in READ_SECTIONS},
         hidden_paths=tuple(spec.evaluator.files),
         search=search,

@@ -373,7 +373,7 @@ def generate(step: Step, context: StepContext, cancel: threading.Event) -> StepR
         # The writer's processes are gone (the sandbox killed its group and cgroup): its tree
         # is frozen, so the patch extracted now is final.
         try:
-            patch = patch_extract(worktree, limits=context.rules.limits)
+            patch = patch_extract(worktree, limits=context.limits)
         except GitError as error:
             return StepResult(eliminated=f"its patch could not be extracted: {error}",
                               receipts=written["receipts"], usage=written["usage"])

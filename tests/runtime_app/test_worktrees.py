@@ -216,7 +216,7 @@ def test_writers_worktrees_are_added_at_once_without_waiting_on_each_other(repo,
     def add(name: str) -> None:
         try:
             made[name] = worktree_create(repo, v1, name)
-        except BaseException as error:  # noqa: BLE001 - reported below, with its thread's name
+        except BaseException as error:  # reported below, with its thread's name
             made[name] = error
 
     threads = [threading.Thread(target=add, args=(f"cand_00{n}",)) for n in range(1, 5)]
