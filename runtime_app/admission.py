@@ -28,36 +28,10 @@ from dulwich.objects import Blob, Commit, ObjectID
 
 from runtime_app.git import GitError, repo_open
 from runtime_app.policy import GITLINK, SYMLINK, PolicyVerdict, policy_check
-from runtime_app.worktrees import Patch, patch_name_status, tree_apply, tree_remove
+from runtime_app.worktrees import Patch, patch_name_status, path_unquote, tree_apply, tree_remove
 
 Numstat = list[tuple[int | None, int | None, str]]
-_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("f"): 12, ord("n"): 10, ord("r"): 13, ord("t"): 9,
-            ord("v"): 11, ord('"'): 34, ord("\\"): 92}
 _NO_PATH = b"/dev/null"
-
-
-def _unquote(name: bytes) -> bytes | None:
-    """A path as git writes it: as is, or C-quoted with octal escapes; None if malformed."""
-    if not name.startswith(b'"'):
-        return name
-    if not name.endswith(b'"') or len(name) < 2:
-        return None
-    out, body, position = bytearray(), name[1:-1], 0
-    try:
-        while position < len(body):
-            byte = body[position]
-            if byte != ord("\\"):
-                out.append(byte)
-                position += 1
-            elif body[position + 1: position + 2].isdigit():
-                out.append(int(body[position + 1: position + 4], 8))
-                position += 4
-            else:
-                out.append(_ESCAPES[body[position + 1]])
-                position += 2
-    except (KeyError, IndexError, ValueError):
-        return None
-    return bytes(out)
 
 
 def _side(name: bytes, prefix: bytes) -> bytes | None:
@@ -66,7 +40,7 @@ def _side(name: bytes, prefix: bytes) -> bytes | None:
         name = name[:-1]
     if name == _NO_PATH:
         return None
-    path = _unquote(name)
+    path = path_unquote(name)
     if path is None or not path.startswith(prefix):
         return None
     return path[len(prefix):]
@@ -80,7 +54,7 @@ def _header_path(rest: bytes) -> bytes | None:
             end = rest.find(b'" ', end + 1)
         if end == -1:
             return None
-        old, new = _unquote(rest[:end + 1]), _unquote(rest[end + 2:])
+        old, new = path_unquote(rest[:end + 1]), path_unquote(rest[end + 2:])
     else:
         half = (len(rest) - 1) // 2
         old, new = rest[:half], rest[half + 1:]

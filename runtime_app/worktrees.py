@@ -171,11 +171,15 @@ def worktree_create(repo_path: str | Path, commit: str, name: str) -> Path:
         try:
             with repo_lock(repo_path, shared=True):  # adds never wait on each other, only on a prune
                 git_run(args, cwd=repo_path)
-        except GitError as error:
-            if "already registered" not in str(error):
-                raise
+        except GitError:
+            # Again, alone under the exclusive lock: git reads every record as it adds one and dies on
+            # one another add is still writing ("failed to read .git/worktrees/<other>/commondir").
+            # A real failure fails again here, with git's words.
+            _partial_remove(target)
+            target.mkdir()
             with repo_lock(repo_path):
-                git_run(["worktree", "prune"], cwd=repo_path)  # a worktree deleted by hand left its record
+                # A record left behind (a worktree deleted by hand, or an add killed half-way) goes too.
+                git_run(["worktree", "prune"], cwd=repo_path)
                 git_run(args, cwd=repo_path)
     except BaseException as error:
         _partial_remove(target)
@@ -242,10 +246,11 @@ def _common_dir(repo_path: str | Path) -> Path:
 @contextlib.contextmanager
 def repo_lock(repo_path: str | Path, *, shared: bool = False):
     """A repository-wide lock across threads and processes. Worktree adds and record removals
-    take it shared: git makes each add's record with an atomic mkdir (a new name if taken) and
-    skips a record whose gitdir is not written yet, so they never wait on each other. A prune
-    takes it exclusive: it could drop the record of a worktree being added before git marks it
-    "initializing". Other users (agent snapshots) take it exclusive."""
+    take it shared, so they never wait on each other: git makes each add's record with an atomic
+    mkdir (a new name if taken). An add that dies reading a record another add is still writing
+    is made again alone, under the exclusive lock (worktree_create). A prune takes it exclusive:
+    it could drop the record of a worktree being added. Other users (agent snapshots) take it
+    exclusive."""
     locks = Path(settings.DATA_DIR).resolve() / "locks"
     locks.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(str(Path(repo_path).resolve()).encode()).hexdigest()[:20]
@@ -1031,23 +1036,34 @@ _ESCAPES = {ord("a"): 7, ord("b"): 8, ord("f"): 12, ord("n"): 10, ord("r"): 13, 
             ord("v"): 11, ord('"'): 34, ord("\\"): 92}
 
 
-def _unquote(name: bytes) -> str:
-    """A path as git writes it in a header: as is, or C-quoted with octal escapes."""
-    if not (name.startswith(b'"') and name.endswith(b'"') and len(name) >= 2):
-        return name.decode(errors="surrogateescape")
+def path_unquote(name: bytes) -> bytes | None:
+    """A path as git writes it: as is, or C-quoted with octal escapes; None if malformed."""
+    if not name.startswith(b'"'):
+        return name
+    if not name.endswith(b'"') or len(name) < 2:
+        return None
     out, body, position = bytearray(), name[1:-1], 0
-    while position < len(body):
-        byte = body[position]
-        if byte != ord("\\"):
-            out.append(byte)
-            position += 1
-        elif body[position + 1 : position + 2].isdigit():
-            out.append(int(body[position + 1 : position + 4], 8))
-            position += 4
-        else:
-            out.append(_ESCAPES.get(body[position + 1], body[position + 1]))
-            position += 2
-    return bytes(out).decode(errors="surrogateescape")
+    try:
+        while position < len(body):
+            byte = body[position]
+            if byte != ord("\\"):
+                out.append(byte)
+                position += 1
+            elif body[position + 1: position + 2].isdigit():
+                out.append(int(body[position + 1: position + 4], 8))
+                position += 4
+            else:
+                out.append(_ESCAPES[body[position + 1]])
+                position += 2
+    except (KeyError, IndexError, ValueError):
+        return None
+    return bytes(out)
+
+
+def _unquote(name: bytes) -> str:
+    """A path as git writes it in a header (path_unquote; a malformed quoting is kept as written)."""
+    unquoted = path_unquote(name)
+    return (name if unquoted is None else unquoted).decode(errors="surrogateescape")
 
 
 _COMBINED = {("A", "M"): "A", ("M", "M"): "M", ("M", "D"): "D", ("D", "A"): "M", ("A", "D"): None}

@@ -19,6 +19,15 @@ def data_dir(tmp_path, settings) -> Path:
 
 
 @pytest.fixture
+def tree(data_dir) -> Path:
+    """A writable tree under the data dir, where worktrees live (the sandbox tests' cwd)."""
+    path = data_dir / "worktrees" / "cand_001"
+    path.mkdir(parents=True)
+    (path / "README").write_text("hello\n")
+    return path
+
+
+@pytest.fixture
 def repo(tmp_path, data_dir) -> Path:
     """The certificate repo: `v1` is the baseline, `main` one commit later."""
     return baseline_repo(tmp_path / "repo")

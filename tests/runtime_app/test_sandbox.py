@@ -26,15 +26,6 @@ from tests.helpers import service_missing
 
 
 @pytest.fixture
-def tree(data_dir) -> Path:
-    """A writable tree under the data dir, where worktrees live."""
-    path = data_dir / "worktrees" / "cand_001"
-    path.mkdir(parents=True)
-    (path / "README").write_text("hello\n")
-    return path
-
-
-@pytest.fixture
 def no_bubblewrap(monkeypatch) -> None:
     """A PATH where `bwrap` is a program that cannot start, as on a host without user namespaces.
     It lies where the unprivileged sandbox user can run it (tmp_path is private to root)."""

@@ -9,21 +9,12 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 
 from runtime_app import sandbox
 from runtime_app.sandbox import Limits, run
 from tests.helpers import service_missing
-
-
-@pytest.fixture
-def tree(data_dir) -> Path:
-    path = data_dir / "worktrees" / "cand_001"
-    path.mkdir(parents=True)
-    (path / "README").write_text("hello\n")
-    return path
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +62,8 @@ def test_a_process_left_running_by_one_command_is_killed_and_not_in_the_next(tre
         service_missing("no pids cgroup here")
     first = run(["/bin/sh", "-c", "setsid sleep 300 >/dev/null 2>&1 < /dev/null & echo started"], cwd=tree,
                 timeout=30, isolation="required")
-    assert first.detail["stray_processes_killed"] >= 1
+    # (Whether the runtime or the pid namespace's end kills it first is a race: what holds is below.)
+    assert first.exit_code == 0 and first.stdout_excerpt == "started\n"
     second = run(["/bin/sh", "-c", "ps -e -o comm= 2>/dev/null || ls /proc"], cwd=tree, timeout=30,
                  isolation="required")
     assert "sleep" not in second.stdout_excerpt

@@ -204,9 +204,11 @@ def test_writers_worktrees_are_added_at_once_without_waiting_on_each_other(repo,
     # while waiting for the others, and the barrier would break.
     barrier = threading.Barrier(4, timeout=60)
     real = worktrees.git_run
+    met: set[int] = set()
 
     def meeting(args, **kwargs):
-        if args[:2] == ["worktree", "add"]:
+        if args[:2] == ["worktree", "add"] and threading.get_ident() not in met:
+            met.add(threading.get_ident())  # each add's first try (one git made again is not waited for)
             barrier.wait()
         return real(args, **kwargs)
 
@@ -231,6 +233,21 @@ def test_writers_worktrees_are_added_at_once_without_waiting_on_each_other(repo,
     for path in made.values():
         worktree_remove(repo, path)
     assert registered(repo) == [str(repo)]
+
+
+def test_an_add_that_read_another_adds_half_written_record_is_made_again_alone(repo, v1, monkeypatch):
+    # What git 2.39 does when two adds meet: the reader dies before making its own record.
+    real, failed = worktrees.git_run, []
+
+    def racing(args, **kwargs):
+        if args[:2] == ["worktree", "add"] and not failed:
+            failed.append(args)
+            raise GitError("git worktree failed: fatal: failed to read .git/worktrees/cand_009/commondir")
+        return real(args, **kwargs)
+
+    monkeypatch.setattr(worktrees, "git_run", racing)
+    worktree = worktree_create(repo, v1, "cand_001")
+    assert failed and git(worktree, "rev-parse", "HEAD") == v1 and str(worktree) in registered(repo)
 
 
 def test_a_prune_still_waits_for_the_adds_in_progress(repo, v1, monkeypatch):
